@@ -1,0 +1,36 @@
+# rill — the two commands of the README, and the pieces they are made of.
+#   make demo   build rill, build the project's own small model, run it   (the main job)
+#   make test   build everything and run the whole test suite              (what .ci/run calls)
+BUILD ?= build
+JOBS ?= $(shell nproc)
+CMAKE_FLAGS ?=
+TINY_MODEL ?= models/rill-tiny
+
+.PHONY: all setup build test demo tiny-model clean format
+
+all: build
+
+setup:
+	./scripts/setup.sh
+
+$(BUILD)/build.ninja:
+	cmake -S . -B $(BUILD) -G Ninja $(CMAKE_FLAGS)
+
+build: setup $(BUILD)/build.ninja
+	ninja -C $(BUILD) -j $(JOBS)
+
+test: build
+	./scripts/setup_node.sh
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 1800
+
+tiny-model: build
+	$(BUILD)/rill tiny-model $(TINY_MODEL)
+
+demo: tiny-model
+	$(BUILD)/rill generate $(TINY_MODEL) --prompt-ids 1,2,3,4,5 --max-tokens 24 --temperature 0.8 --seed 7
+
+format:
+	find src tests bench -name '*.h' -o -name '*.cc' -o -name '*.cu' -o -name '*.cuh' | xargs clang-format -i
+
+clean:
+	rm -rf $(BUILD)

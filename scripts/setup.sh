@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs every Debian package rill's build and tests need. Idempotent: does nothing when all are present,
+# so it is cheap to run before every build. Needs root (or sudo) only when something is missing.
+set -euo pipefail
+
+PACKAGES=(
+  build-essential cmake ninja-build ccache pkg-config git
+  nlohmann-json3-dev libcpp-httplib-dev libpcre2-dev libcli11-dev libfmt-dev libssl-dev zlib1g-dev libbrotli-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+  python3 nodejs npm
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+# Node and npm may come from outside Debian (e.g. a nodesource install); accept any working pair.
+if command -v node >/dev/null && command -v npm >/dev/null; then
+  filtered=()
+  for p in "${missing[@]}"; do [[ "$p" == nodejs || "$p" == npm ]] || filtered+=("$p"); done
+  missing=("${filtered[@]+"${filtered[@]}"}")
+fi
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  SUDO=""; [[ $(id -u) -ne 0 ]] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# The CUDA toolkit is optional: without nvcc rill builds the CPU backend only.
+if ! command -v nvcc >/dev/null && [[ -x /usr/local/cuda/bin/nvcc ]]; then
+  echo "setup: nvcc found at /usr/local/cuda/bin (add it to PATH, or the build finds it through CUDAToolkit)"
+fi

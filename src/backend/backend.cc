@@ -1,0 +1,253 @@
+#include "backend/backend.h"
+
+namespace rill::backend {
+namespace {
+
+// Shape/dtype checks shared by every backend (style.md §7.1): a failure names the op, the argument and the
+// offending dimension, so a wrong call is caught before any kernel runs.
+class Check {
+ public:
+  explicit Check(const char* op) : op_(op) {}
+
+  Check& tensor(const TensorView& t, const char* name, int rank) {
+    if (!status_.ok()) return *this;
+    if (t.empty()) fail("{}: {} is empty", op_, name);
+    else if (t.rank() != rank) fail("{}: {} must have rank {}, got {}", op_, name, rank, t.describe());
+    else if (t.stride(-1) != 1 && t.size(-1) > 1) fail("{}: {} must be contiguous in its last dim", op_, name);
+    return *this;
+  }
+  Check& dtype(const TensorView& t, const char* name, DType want) {
+    if (status_.ok() && t.dtype != want)
+      fail("{}: {} must be {}, got {}", op_, name, dtype_name(want), dtype_name(t.dtype));
+    return *this;
+  }
+  Check& dim(const TensorView& t, const char* name, int d, int64_t want) {
+    if (status_.ok() && t.size(d) != want)
+      fail("{}: {} dim {} must be {}, got {}", op_, name, d, want, t.describe());
+    return *this;
+  }
+  Check& same_shape(const TensorView& a, const char* an, const TensorView& b, const char* bn) {
+    if (status_.ok() && !(a.shape == b.shape))
+      fail("{}: {} {} and {} {} must have the same shape", op_, an, a.describe(), bn, b.describe());
+    return *this;
+  }
+  Check& that(bool cond, const char* what) {
+    if (status_.ok() && !cond) fail("{}: {}", op_, what);
+    return *this;
+  }
+  Status done() const { return status_; }
+
+ private:
+  template <typename... A>
+  void fail(fmt::format_string<A...> f, A&&... a) {
+    status_ = Status(StatusCode::Internal, fmt::format(f, std::forward<A>(a)...));
+  }
+  const char* op_;
+  Status status_;
+};
+
+// In a dry run, takes the op's scratch from the (measuring) arena and gives it back, so it counts towards
+// the high-water mark exactly as the real op's use will.
+Status reserve_scratch(Arena* scratch, size_t bytes) {
+  if (bytes == 0) return {};
+  if (!scratch) return internal_error("op needs {} scratch bytes but has no scratch arena", bytes);
+  const size_t mark = scratch->used();
+  scratch->alloc(DType::U8, {int64_t(bytes)});
+  scratch->release_to(mark);
+  return {};
+}
+
+}  // namespace
+
+Status Backend::embed(const EmbedArgs& a) {
+  if (dry_run_) return {};
+  Check c("embed");
+  c.tensor(a.table, "table", 2).tensor(a.ids, "ids", 1).dtype(a.ids, "ids", DType::I32).tensor(a.out, "out", 2)
+      .dtype(a.out, "out", act_dtype()).dim(a.out, "out", 0, a.ids.size(0)).dim(a.out, "out", 1, a.table.size(1));
+  RILL_TRY(c.done());
+  return embed_impl(a);
+}
+
+Status Backend::rms_norm(const RmsNormArgs& a) {
+  if (dry_run_) return {};
+  Check c("rms_norm");
+  c.tensor(a.x, "x", 2).tensor(a.out, "out", 2).tensor(a.weight, "weight", 1).dtype(a.weight, "weight", DType::F32)
+      .same_shape(a.x, "x", a.out, "out").dim(a.weight, "weight", 0, a.x.size(1)).dtype(a.x, "x", act_dtype())
+      .dtype(a.out, "out", act_dtype());
+  RILL_TRY(c.done());
+  return rms_norm_impl(a);
+}
+
+Status Backend::add_rms_norm(const AddRmsNormArgs& a) {
+  if (dry_run_) return {};
+  Check c("add_rms_norm");
+  c.tensor(a.residual, "residual", 2).tensor(a.delta, "delta", 2).tensor(a.out, "out", 2)
+      .tensor(a.weight, "weight", 1).dtype(a.weight, "weight", DType::F32)
+      .same_shape(a.residual, "residual", a.delta, "delta").same_shape(a.residual, "residual", a.out, "out")
+      .dim(a.weight, "weight", 0, a.residual.size(1)).dtype(a.residual, "residual", act_dtype());
+  RILL_TRY(c.done());
+  return add_rms_norm_impl(a);
+}
+
+Status Backend::gemm(const GemmArgs& a) {
+  if (dry_run_) return {};
+  Check c("gemm");
+  c.that(a.w != nullptr, "weight is null").tensor(a.x, "x", 2).tensor(a.out, "out", 2).dtype(a.x, "x", act_dtype());
+  RILL_TRY(c.done());
+  c.dim(a.x, "x", 1, a.w->in_features()).dim(a.out, "out", 0, a.x.size(0)).dim(a.out, "out", 1, a.w->out_features())
+      .that(a.out.dtype == act_dtype() || a.out.dtype == DType::F32, "out must be the activation dtype or F32");
+  RILL_TRY(c.done());
+  return gemm_impl(a);
+}
+
+Status Backend::glu(const GluArgs& a) {
+  if (dry_run_) return {};
+  Check c("glu");
+  c.tensor(a.gate, "gate", 2).tensor(a.up, "up", 2).tensor(a.out, "out", 2).same_shape(a.gate, "gate", a.up, "up")
+      .same_shape(a.gate, "gate", a.out, "out")
+      .that(a.activation != Activation::Situ || (a.beta > 0 && a.linear_beta > 0), "SiTU needs positive betas");
+  RILL_TRY(c.done());
+  return glu_impl(a);
+}
+
+Status Backend::add(const AddArgs& a) {
+  if (dry_run_) return {};
+  Check c("add");
+  c.tensor(a.inout, "inout", 2).tensor(a.x, "x", 2).same_shape(a.inout, "inout", a.x, "x");
+  RILL_TRY(c.done());
+  return add_impl(a);
+}
+
+Status Backend::sigmoid_gate(const SigmoidGateArgs& a) {
+  if (dry_run_) return {};
+  Check c("sigmoid_gate");
+  c.tensor(a.inout, "inout", 2).tensor(a.gate, "gate", 2).same_shape(a.inout, "inout", a.gate, "gate");
+  RILL_TRY(c.done());
+  return sigmoid_gate_impl(a);
+}
+
+Status Backend::kda_prepare(const KdaPrepareArgs& a) {
+  if (dry_run_) return {};
+  Check c("kda_prepare");
+  c.that(a.layout != nullptr, "layout is null").tensor(a.qkv, "qkv", 2).tensor(a.conv_weight, "conv_weight", 2)
+      .dtype(a.conv_weight, "conv_weight", DType::F32).tensor(a.conv_state, "conv_state", 3)
+      .tensor(a.graw, "graw", 2).tensor(a.braw, "braw", 2).tensor(a.a_log, "a_log", 1)
+      .dtype(a.a_log, "a_log", DType::F32).tensor(a.dt_bias, "dt_bias", 1).dtype(a.dt_bias, "dt_bias", DType::F32)
+      .tensor(a.q, "q", 3).tensor(a.k, "k", 3).tensor(a.v, "v", 3).tensor(a.g, "g", 3).dtype(a.g, "g", DType::F32)
+      .tensor(a.beta, "beta", 2).dtype(a.beta, "beta", DType::F32);
+  RILL_TRY(c.done());
+  const int64_t T = a.qkv.size(0), P = int64_t(a.n_heads) * a.head_dim, K = a.conv_weight.size(1);
+  c.that(a.n_heads > 0 && a.head_dim > 0, "n_heads and head_dim must be set").dim(a.qkv, "qkv", 1, 3 * P)
+      .dim(a.conv_weight, "conv_weight", 0, 3 * P).dim(a.conv_state, "conv_state", 1, K - 1)
+      .dim(a.conv_state, "conv_state", 2, 3 * P).dim(a.graw, "graw", 0, T).dim(a.graw, "graw", 1, P)
+      .dim(a.braw, "braw", 0, T).dim(a.braw, "braw", 1, a.n_heads).dim(a.a_log, "a_log", 0, a.n_heads)
+      .dim(a.dt_bias, "dt_bias", 0, P).same_shape(a.q, "q", a.k, "k").same_shape(a.q, "q", a.v, "v")
+      .same_shape(a.q, "q", a.g, "g").dim(a.q, "q", 0, T).dim(a.q, "q", 1, a.n_heads).dim(a.q, "q", 2, a.head_dim)
+      .dim(a.beta, "beta", 0, T).dim(a.beta, "beta", 1, a.n_heads).that(T == a.layout->n_tokens, "T != layout tokens");
+  RILL_TRY(c.done());
+  return kda_prepare_impl(a);
+}
+
+Status Backend::kda_attention(const KdaAttentionArgs& a) {
+  if (dry_run_) return reserve_scratch(a.scratch, kda_attention_scratch_bytes(a));
+  Check c("kda_attention");
+  c.that(a.layout != nullptr, "layout is null").tensor(a.q, "q", 3).tensor(a.k, "k", 3).tensor(a.v, "v", 3)
+      .tensor(a.g, "g", 3).dtype(a.g, "g", DType::F32).tensor(a.beta, "beta", 2).dtype(a.beta, "beta", DType::F32)
+      .tensor(a.state, "state", 4).dtype(a.state, "state", DType::F32).tensor(a.out, "out", 3)
+      .same_shape(a.q, "q", a.k, "k").same_shape(a.q, "q", a.v, "v").same_shape(a.q, "q", a.g, "g")
+      .same_shape(a.q, "q", a.out, "out");
+  RILL_TRY(c.done());
+  c.dim(a.state, "state", 1, a.q.size(1)).dim(a.state, "state", 2, a.q.size(2)).dim(a.state, "state", 3, a.q.size(2))
+      .dim(a.beta, "beta", 0, a.q.size(0)).dim(a.beta, "beta", 1, a.q.size(1))
+      .that(a.q.size(0) == a.layout->n_tokens, "T != layout tokens");
+  RILL_TRY(c.done());
+  return kda_attention_impl(a);
+}
+
+Status Backend::kda_output(const KdaOutputArgs& a) {
+  if (dry_run_) return {};
+  Check c("kda_output");
+  c.tensor(a.o, "o", 3).tensor(a.gate, "gate", 2).tensor(a.weight, "weight", 1).dtype(a.weight, "weight", DType::F32)
+      .tensor(a.out, "out", 2);
+  RILL_TRY(c.done());
+  const int64_t P = a.o.size(1) * a.o.size(2);
+  c.dim(a.gate, "gate", 0, a.o.size(0)).dim(a.gate, "gate", 1, P).dim(a.out, "out", 0, a.o.size(0))
+      .dim(a.out, "out", 1, P).dim(a.weight, "weight", 0, a.o.size(2));
+  RILL_TRY(c.done());
+  return kda_output_impl(a);
+}
+
+Status Backend::mla_cache_write(const MlaCacheWriteArgs& a) {
+  if (dry_run_) return {};
+  Check c("mla_cache_write");
+  c.that(a.layout != nullptr, "layout is null").tensor(a.ckv, "ckv", 2).tensor(a.norm_weight, "norm_weight", 1)
+      .dtype(a.norm_weight, "norm_weight", DType::F32).tensor(a.cache, "cache", 3)
+      .dim(a.cache, "cache", 2, a.ckv.size(1)).that(a.norm_weight.size(0) < a.ckv.size(1), "norm wider than ckv")
+      .that(a.ckv.size(0) == a.layout->n_tokens, "T != layout tokens")
+      .that(a.cache.size(1) == a.layout->block_size, "cache block size != layout block size");
+  RILL_TRY(c.done());
+  return mla_cache_write_impl(a);
+}
+
+Status Backend::mla_attention(const MlaAttentionArgs& a) {
+  if (dry_run_) return reserve_scratch(a.scratch, mla_attention_scratch_bytes(a));
+  Check c("mla_attention");
+  c.that(a.layout != nullptr && a.kv_b != nullptr, "layout or kv_b is null").tensor(a.q, "q", 3)
+      .tensor(a.cache, "cache", 3).tensor(a.out, "out", 2);
+  RILL_TRY(c.done());
+  c.dim(a.q, "q", 1, a.n_heads).dim(a.q, "q", 2, a.nope + a.rope).dim(a.cache, "cache", 2, a.kv_lora + a.rope)
+      .dim(a.out, "out", 0, a.q.size(0)).dim(a.out, "out", 1, int64_t(a.n_heads) * a.v_dim)
+      .that(a.kv_b->out_features() == int64_t(a.n_heads) * (a.nope + a.v_dim) && a.kv_b->in_features() == a.kv_lora,
+            "kv_b must be [n_heads * (nope + v), kv_lora]")
+      .that(a.q.size(0) == a.layout->n_tokens, "T != layout tokens").that(a.scale > 0, "scale must be positive");
+  RILL_TRY(c.done());
+  return mla_attention_impl(a);
+}
+
+Status Backend::moe_route(const MoeRouteArgs& a) {
+  if (dry_run_) return {};
+  Check c("moe_route");
+  c.tensor(a.x, "x", 2).tensor(a.gate_weight, "gate_weight", 2).tensor(a.ids, "ids", 2).dtype(a.ids, "ids", DType::I32)
+      .tensor(a.weights, "weights", 2).dtype(a.weights, "weights", DType::F32);
+  RILL_TRY(c.done());
+  const int64_t E = a.gate_weight.size(0);
+  c.dim(a.gate_weight, "gate_weight", 1, a.x.size(1)).dim(a.ids, "ids", 0, a.x.size(0)).dim(a.ids, "ids", 1, a.top_k)
+      .same_shape(a.ids, "ids", a.weights, "weights").that(a.top_k >= 1 && a.top_k <= E, "top_k out of range")
+      .that(a.n_groups >= 1 && E % a.n_groups == 0, "groups must divide experts")
+      .that(a.bias.empty() || (a.bias.dtype == DType::F32 && a.bias.numel() == E), "bias must be F32 [E]");
+  RILL_TRY(c.done());
+  return moe_route_impl(a);
+}
+
+Status Backend::moe_experts(const MoeExpertsArgs& a) {
+  if (dry_run_) return reserve_scratch(a.scratch, moe_experts_scratch_bytes(a));
+  Check c("moe_experts");
+  c.that(a.experts != nullptr, "experts is null").tensor(a.x, "x", 2).tensor(a.ids, "ids", 2)
+      .dtype(a.ids, "ids", DType::I32).tensor(a.weights, "weights", 2).same_shape(a.ids, "ids", a.weights, "weights")
+      .tensor(a.out, "out", 2).same_shape(a.x, "x", a.out, "out");
+  RILL_TRY(c.done());
+  c.dim(a.x, "x", 1, a.experts->width()).dim(a.ids, "ids", 0, a.x.size(0));
+  RILL_TRY(c.done());
+  return moe_experts_impl(a);
+}
+
+Status Backend::gather_rows(const GatherRowsArgs& a) {
+  if (dry_run_) return {};
+  Check c("gather_rows");
+  c.tensor(a.x, "x", 2).tensor(a.rows, "rows", 1).dtype(a.rows, "rows", DType::I32).tensor(a.out, "out", 2)
+      .dim(a.out, "out", 0, a.rows.size(0)).dim(a.out, "out", 1, a.x.size(1)).that(a.x.dtype == a.out.dtype, "dtypes");
+  RILL_TRY(c.done());
+  return gather_rows_impl(a);
+}
+
+Status Backend::sample(const SampleArgs& a) {
+  if (dry_run_) return reserve_scratch(a.scratch, sample_scratch_bytes(a));
+  Check c("sample");
+  c.tensor(a.logits, "logits", 2).dtype(a.logits, "logits", DType::F32).tensor(a.out_ids, "out_ids", 1)
+      .dtype(a.out_ids, "out_ids", DType::I32).dim(a.out_ids, "out_ids", 0, a.logits.size(0))
+      .that(a.rows != nullptr, "rows is null");
+  RILL_TRY(c.done());
+  return sample_impl(a);
+}
+
+}  // namespace rill::backend

@@ -1,0 +1,296 @@
+// Backend: the coarse ops the model is written against (design.md §4, style.md §7.1). The CPU backend is
+// the fp32 reference; the CUDA backend is the fast path. Public methods check shapes and dtypes once and
+// call the private virtual *_impl the backends override. Callers own every output (views carved from the
+// step workspace); ops never allocate. Numerics follow spec/kimi-architecture.md §3 and §7.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "backend/batch_layout.h"
+#include "core/arena.h"
+#include "core/status.h"
+#include "core/tensor.h"
+
+namespace rill::backend {
+
+enum class WeightFormat : uint8_t { Dense, Mxfp4 };
+enum class Activation : uint8_t { Silu, Situ };
+
+// A linear layer's weight, y = x W^T.
+struct LinearWeight {
+  TensorView weight;  // Dense: [out, in] BF16/F16/F32. Mxfp4: U8 [out, in/2], low nibble = even column
+  TensorView scales;  // Mxfp4 only: U8 E8M0 [out, in/32]
+  WeightFormat format = WeightFormat::Dense;
+  int64_t out_features() const { return weight.size(0); }
+  int64_t in_features() const { return format == WeightFormat::Mxfp4 ? weight.size(1) * 2 : weight.size(1); }
+};
+
+// All routed experts of one MoE layer, stacked so expert e's rows are at a fixed stride.
+struct ExpertWeights {
+  TensorView gate_up;  // [E, 2I, Hx]: rows [0, I) = gate (w1), rows [I, 2I) = up (w3)
+  TensorView down;     // [E, Hx, I] (w2)
+  TensorView gate_up_scales, down_scales;  // Mxfp4 only: [E, 2I, Hx/32], [E, Hx, I/32]
+  WeightFormat format = WeightFormat::Dense;
+  int n_experts() const { return int(gate_up.size(0)); }
+  int intermediate() const { return int(gate_up.size(1) / 2); }
+  int width() const { return int(down.size(1)); }  // Hx: hidden (or K3 latent) width
+};
+
+// Per-row sampling controls for Backend::sample (one row per sequence that needs a token).
+struct SamplingRow {
+  float temperature = 0.0f;  // <= 0: greedy
+  float top_p = 1.0f;
+  float min_p = 0.0f;
+  int32_t top_k = 0;  // 0: all
+  uint64_t seed = 0;
+  uint64_t counter = 0;  // advances per generated token so each step draws a fresh number
+};
+
+struct EmbedArgs {
+  TensorView table;  // [V, H] weight dtype
+  TensorView ids;    // I32 [T]
+  TensorView out;    // act [T, H]
+};
+
+// KimiRMSNorm (spec §3.0): y = x * rsqrt(mean(x^2) + eps) in fp32, rounded to the activation dtype, times w.
+struct RmsNormArgs {
+  TensorView x;       // act [T, N] (rows may be strided)
+  TensorView weight;  // F32 [N]
+  float eps = 1e-5f;
+  TensorView out;     // act [T, N]
+};
+
+// residual += delta (rounded to act), then out = RmsNorm(residual): the pre-norm decoder's join point.
+struct AddRmsNormArgs {
+  TensorView residual;  // act [T, H], updated in place
+  TensorView delta;     // act [T, H]
+  TensorView weight;    // F32 [H]
+  float eps = 1e-5f;
+  TensorView out;       // act [T, H]
+};
+
+struct GemmArgs {
+  TensorView x;                     // act [M, K] (rows may be strided)
+  const LinearWeight* w = nullptr;  // [N, K]
+  TensorView out;                   // act or F32 [M, N] (rows may be strided)
+};
+
+// out = act(gate) * up in fp32, stored in the activation dtype. Situ: beta*tanh(g/beta)*sigmoid(g) *
+// linear_beta*tanh(u/linear_beta) (spec §3.6).
+struct GluArgs {
+  TensorView gate, up;  // act [M, I] (may be halves of one [M, 2I] buffer)
+  TensorView out;       // act [M, I]
+  Activation activation = Activation::Silu;
+  float beta = 0.0f, linear_beta = 0.0f;
+};
+
+struct AddArgs {
+  TensorView inout;  // act [M, N]
+  TensorView x;      // act [M, N]
+};
+
+// inout = inout * sigmoid(gate), elementwise in the activation dtype (K3's MLA output gate).
+struct SigmoidGateArgs {
+  TensorView inout, gate;  // act [M, N]
+};
+
+// Short causal conv + SiLU on q|k|v with the per-slot conv window, the forget gate, beta (spec §3.3 1-4).
+// A sequence with start_pos == 0 starts from a zero window, whatever its slot holds.
+struct KdaPrepareArgs {
+  TensorView qkv;          // act [T, 3P]: pre-conv projections q | k | v
+  TensorView conv_weight;  // F32 [3P, K]: tap K-1 multiplies the current token
+  TensorView conv_state;   // act [n_slots, K-1, 3P]: last K-1 pre-conv inputs (read, then updated)
+  TensorView graw;         // act [T, P]: forget-gate projection f_b(f_a(u)) (K3: the same pair)
+  TensorView braw;         // act [T, Hk]: b_proj(u)
+  TensorView a_log;        // F32 [Hk]
+  TensorView dt_bias;      // F32 [P]
+  std::optional<float> gate_lower_bound;  // K3 bounded gate; unset = Kimi Linear softplus gate
+  int n_heads = 0, head_dim = 0;          // Hk, d (P = Hk * d)
+  const BatchLayout* layout = nullptr;
+  TensorView q, k, v;  // act [T, Hk, d]: conv + SiLU outputs (not yet L2-normalised)
+  TensorView g;        // F32 [T, Hk, d]: log-decay
+  TensorView beta;     // F32 [T, Hk]
+};
+
+// The gated delta rule over each sequence's new tokens (spec §3.3 5-6): L2-normalises q and k (eps 1e-6 on
+// the sum of squares), scales q by d^-1/2, and runs the chunked algorithm (chunk 64) for multi-token input or
+// the recurrent step for one token, starting from the slot's state (zero when start_pos == 0).
+struct KdaAttentionArgs {
+  TensorView q, k, v;  // act [T, Hk, d]
+  TensorView g;        // F32 [T, Hk, d]
+  TensorView beta;     // F32 [T, Hk]
+  TensorView state;    // F32 [n_slots, Hk, d_k, d_v] (read, then updated)
+  const BatchLayout* layout = nullptr;
+  TensorView out;  // act [T, Hk, d]
+  Arena* scratch = nullptr;
+};
+
+// Gated RMSNorm (spec §3.0): per token and head, fp32 y = o * rsqrt(mean(o^2)+eps) * w * sigmoid(gate).
+struct KdaOutputArgs {
+  TensorView o;       // act [T, Hk, d]
+  TensorView gate;    // act [T, Hk * d]
+  TensorView weight;  // F32 [d], shared by all heads
+  float eps = 1e-5f;
+  TensorView out;     // act [T, Hk * d]
+};
+
+// Writes each new token's latent [RmsNorm(c) ; k_pe] into the paged MLA cache at its position.
+struct MlaCacheWriteArgs {
+  TensorView ckv;          // act [T, kv_lora + rope]: kv_a_proj_with_mqa output
+  TensorView norm_weight;  // F32 [kv_lora]
+  float eps = 1e-6f;
+  TensorView cache;        // act [n_blocks, block_size, kv_lora + rope]
+  const BatchLayout* layout = nullptr;
+};
+
+// Causal latent attention of each new token over its sequence's cached positions [0, pos] (NoPE, spec §3.4).
+struct MlaAttentionArgs {
+  TensorView q;                        // act [T, n_heads, nope + rope]
+  TensorView cache;                    // act [n_blocks, block_size, kv_lora + rope], this step already written
+  const LinearWeight* kv_b = nullptr;  // [n_heads * (nope + v), kv_lora]
+  int n_heads = 0, nope = 0, rope = 0, v_dim = 0, kv_lora = 0;
+  float scale = 0.0f;  // (nope + rope)^-1/2
+  const BatchLayout* layout = nullptr;
+  TensorView out;  // act [T, n_heads * v]
+  Arena* scratch = nullptr;
+};
+
+// Router (spec §3.5): fp32 logits, sigmoid (or softmax), bias for selection only, grouped top-k, weights from
+// the unbiased scores, optional renormalisation (+1e-20), times the routed scaling factor.
+struct MoeRouteArgs {
+  TensorView x;            // act [T, H]
+  TensorView gate_weight;  // [E, H] weight dtype
+  TensorView bias;         // F32 [E] (e_score_correction_bias) or empty
+  int top_k = 0, n_groups = 1, topk_group = 1;
+  bool renormalize = true;
+  bool softmax = false;
+  float scaling = 1.0f;
+  TensorView ids;      // I32 [T, top_k]
+  TensorView weights;  // F32 [T, top_k]
+};
+
+// out = sum_k weights[t,k] * Expert_{ids[t,k]}(x_t), accumulated in fp32, stored in the activation dtype.
+struct MoeExpertsArgs {
+  TensorView x;        // act [T, Hx]
+  TensorView ids;      // I32 [T, top_k]
+  TensorView weights;  // F32 [T, top_k]
+  const ExpertWeights* experts = nullptr;
+  Activation activation = Activation::Silu;
+  float beta = 0.0f, linear_beta = 0.0f;
+  TensorView out;  // act [T, Hx]
+  Arena* scratch = nullptr;
+};
+
+struct GatherRowsArgs {
+  TensorView x;     // [T, N]
+  TensorView rows;  // I32 [R]
+  TensorView out;   // [R, N]
+};
+
+struct SampleArgs {
+  TensorView logits;                // F32 [R, V]
+  const SamplingRow* rows = nullptr;  // [R], in device memory
+  TensorView out_ids;               // I32 [R], device
+  Arena* scratch = nullptr;
+};
+
+// Memory owned by a backend: released when the last handle goes.
+class DeviceAllocation {
+ public:
+  DeviceAllocation() = default;
+  DeviceAllocation(void* ptr, size_t size, std::shared_ptr<void> owner)
+      : ptr_(ptr), size_(size), owner_(std::move(owner)) {}
+  void* data() const { return ptr_; }
+  size_t size() const { return size_; }
+
+ private:
+  void* ptr_ = nullptr;
+  size_t size_ = 0;
+  std::shared_ptr<void> owner_;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual std::string name() const = 0;
+  virtual Device device() const = 0;
+  virtual DType act_dtype() const = 0;  // F32 on the CPU reference, BF16 on CUDA
+  // Dtype the backend wants dense matrices in (the loader converts once at load). nullopt: keep as stored.
+  virtual std::optional<DType> matrix_dtype() const = 0;
+
+  // --- memory (start-up and step plumbing; never inside a kernel sequence) ---
+  virtual Result<DeviceAllocation> allocate(size_t bytes) = 0;
+  virtual Status copy_to_device(void* dst, const void* host_src, size_t bytes) = 0;  // blocking
+  virtual Status copy_to_host(void* host_dst, const void* src, size_t bytes) = 0;    // blocking
+  virtual Status copy_device_to_device(void* dst, const void* src, size_t bytes) = 0;
+  virtual Status fill_zero(TensorView t) = 0;
+  // Seeded uniform values (the --load-format dummy path): floats in [lo, hi); U8 integers in [lo, hi].
+  // Element i depends only on (seed, i), so every backend fills the same values.
+  virtual Status fill_random(TensorView t, uint64_t seed, float lo, float hi) = 0;
+  // Mirrors `host` onto the device (staged, asynchronous on the compute stream) and fills `out`.
+  virtual Status upload_layout(const BatchLayoutHost& host, int block_size, BatchLayout* out) = 0;
+  // Copies `bytes` of host data into device memory ordered with the compute stream (no host sync).
+  virtual Status upload_async(void* dst, const void* host_src, size_t bytes) = 0;
+  virtual Status synchronize() = 0;
+
+  // Dry run: ops return at once without touching memory, but still take the scratch they would use from
+  // their arena, so a forward pass over a measuring Arena yields the workspace size (plan, then run).
+  void set_dry_run(bool on) { dry_run_ = on; }
+  bool dry_run() const { return dry_run_; }
+
+  // --- ops ---
+  Status embed(const EmbedArgs& a);
+  Status rms_norm(const RmsNormArgs& a);
+  Status add_rms_norm(const AddRmsNormArgs& a);
+  Status gemm(const GemmArgs& a);
+  Status glu(const GluArgs& a);
+  Status add(const AddArgs& a);
+  Status sigmoid_gate(const SigmoidGateArgs& a);
+  Status kda_prepare(const KdaPrepareArgs& a);
+  Status kda_attention(const KdaAttentionArgs& a);
+  Status kda_output(const KdaOutputArgs& a);
+  Status mla_cache_write(const MlaCacheWriteArgs& a);
+  Status mla_attention(const MlaAttentionArgs& a);
+  Status moe_route(const MoeRouteArgs& a);
+  Status moe_experts(const MoeExpertsArgs& a);
+  Status gather_rows(const GatherRowsArgs& a);
+  Status sample(const SampleArgs& a);
+
+ protected:
+  // Scratch bytes an op takes from its `scratch` arena (the CPU reference uses none).
+  virtual size_t kda_attention_scratch_bytes(const KdaAttentionArgs&) const { return 0; }
+  virtual size_t mla_attention_scratch_bytes(const MlaAttentionArgs&) const { return 0; }
+  virtual size_t moe_experts_scratch_bytes(const MoeExpertsArgs&) const { return 0; }
+  virtual size_t sample_scratch_bytes(const SampleArgs&) const { return 0; }
+
+ private:
+  bool dry_run_ = false;
+
+  virtual Status embed_impl(const EmbedArgs& a) = 0;
+  virtual Status rms_norm_impl(const RmsNormArgs& a) = 0;
+  virtual Status add_rms_norm_impl(const AddRmsNormArgs& a) = 0;
+  virtual Status gemm_impl(const GemmArgs& a) = 0;
+  virtual Status glu_impl(const GluArgs& a) = 0;
+  virtual Status add_impl(const AddArgs& a) = 0;
+  virtual Status sigmoid_gate_impl(const SigmoidGateArgs& a) = 0;
+  virtual Status kda_prepare_impl(const KdaPrepareArgs& a) = 0;
+  virtual Status kda_attention_impl(const KdaAttentionArgs& a) = 0;
+  virtual Status kda_output_impl(const KdaOutputArgs& a) = 0;
+  virtual Status mla_cache_write_impl(const MlaCacheWriteArgs& a) = 0;
+  virtual Status mla_attention_impl(const MlaAttentionArgs& a) = 0;
+  virtual Status moe_route_impl(const MoeRouteArgs& a) = 0;
+  virtual Status moe_experts_impl(const MoeExpertsArgs& a) = 0;
+  virtual Status gather_rows_impl(const GatherRowsArgs& a) = 0;
+  virtual Status sample_impl(const SampleArgs& a) = 0;
+};
+
+// "cpu" or "cuda" (device 0); errors name what is missing (no CUDA build, no GPU).
+Result<std::unique_ptr<Backend>> make_backend(std::string_view name);
+std::unique_ptr<Backend> make_cpu_backend();
+bool cuda_backend_compiled();
+
+}  // namespace rill::backend

@@ -1,0 +1,44 @@
+// BatchLayout: the ragged batch of one engine step as kernels see it. Tokens are flattened
+// token-major; sequence s owns tokens [seq_token_start[s], seq_token_start[s+1]). Prefill chunks and
+// decode tokens mix freely in one layout.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace rill::backend {
+
+// Host-side description, built by the model from a StepBatch; the backend mirrors it on the device.
+struct BatchLayoutHost {
+  std::vector<int32_t> seq_token_start;  // [n_seqs + 1]
+  std::vector<int32_t> seq_start_pos;    // [n_seqs]  tokens of the sequence already computed (cached)
+  std::vector<int32_t> seq_state_slot;   // [n_seqs]  KDA state slot
+  std::vector<int32_t> block_tables;     // [n_seqs * max_blocks_per_seq] MLA cache block ids, -1 padded
+  std::vector<int32_t> token_seq;        // [n_tokens] sequence index of each token
+  std::vector<int32_t> token_pos;        // [n_tokens] absolute position of each token
+  int max_blocks_per_seq = 0;
+
+  int n_seqs() const { return int(seq_start_pos.size()); }
+  int n_tokens() const { return seq_token_start.empty() ? 0 : seq_token_start.back(); }
+  int n_new(int s) const { return seq_token_start[s + 1] - seq_token_start[s]; }
+};
+
+// Pointers valid on the backend's device (host pointers for the CPU backend) plus host-side scalars used to
+// size launches. `host` always points at the host description.
+struct BatchLayout {
+  int n_tokens = 0;
+  int n_seqs = 0;
+  int max_new_tokens = 0;  // largest n_new of any sequence
+  int max_context = 0;     // largest start_pos + n_new
+  int max_blocks_per_seq = 0;
+  int block_size = 0;      // MLA tokens per cache block
+  const int32_t* seq_token_start = nullptr;  // [n_seqs + 1]
+  const int32_t* seq_start_pos = nullptr;    // [n_seqs]
+  const int32_t* seq_state_slot = nullptr;   // [n_seqs]
+  const int32_t* block_tables = nullptr;     // [n_seqs, max_blocks_per_seq]
+  const int32_t* token_seq = nullptr;        // [n_tokens]
+  const int32_t* token_pos = nullptr;        // [n_tokens]
+  const BatchLayoutHost* host = nullptr;
+};
+
+}  // namespace rill::backend

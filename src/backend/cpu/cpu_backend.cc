@@ -1,0 +1,82 @@
+// CpuBackend memory plumbing: host memory stands in for device memory, copies are memcpy.
+#include "backend/cpu/cpu_backend.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "core/rng.h"
+
+namespace rill::backend {
+
+Result<DeviceAllocation> CpuBackend::allocate(size_t bytes) {
+  auto buf = std::make_shared<HostBuffer>(bytes);
+  void* p = buf->data();
+  return DeviceAllocation(p, bytes, std::move(buf));
+}
+
+Status CpuBackend::copy_to_device(void* dst, const void* host_src, size_t bytes) {
+  std::memcpy(dst, host_src, bytes);
+  return {};
+}
+
+Status CpuBackend::copy_to_host(void* host_dst, const void* src, size_t bytes) {
+  std::memcpy(host_dst, src, bytes);
+  return {};
+}
+
+Status CpuBackend::copy_device_to_device(void* dst, const void* src, size_t bytes) {
+  std::memmove(dst, src, bytes);
+  return {};
+}
+
+Status CpuBackend::fill_zero(TensorView t) {
+  if (!t.is_contiguous()) return internal_error("fill_zero: view {} is not contiguous", t.describe());
+  std::memset(t.data, 0, t.nbytes());
+  return {};
+}
+
+Status CpuBackend::fill_random(TensorView t, uint64_t seed, float lo, float hi) {
+  if (!t.is_contiguous()) return internal_error("fill_random: view {} is not contiguous", t.describe());
+  const int64_t n = t.numel();
+  for (int64_t i = 0; i < n; ++i) {
+    const float u = uniform01(seed, uint64_t(i));
+    switch (t.dtype) {
+      case DType::F32: t.ptr<float>()[i] = lo + (hi - lo) * u; break;
+      case DType::BF16: t.ptr<uint16_t>()[i] = f32_to_bf16(lo + (hi - lo) * u); break;
+      case DType::F16: t.ptr<uint16_t>()[i] = f32_to_f16(lo + (hi - lo) * u); break;
+      case DType::U8: t.ptr<uint8_t>()[i] = uint8_t(lo + std::floor((hi - lo + 1) * u)); break;
+      default: return internal_error("fill_random: unsupported dtype {}", dtype_name(t.dtype));
+    }
+  }
+  return {};
+}
+
+Status CpuBackend::upload_layout(const BatchLayoutHost& host, int block_size, BatchLayout* out) {
+  BatchLayout& l = *out;
+  l = BatchLayout{};
+  l.n_seqs = host.n_seqs();
+  l.n_tokens = host.n_tokens();
+  l.max_blocks_per_seq = host.max_blocks_per_seq;
+  l.block_size = block_size;
+  for (int s = 0; s < l.n_seqs; ++s) {
+    l.max_new_tokens = std::max(l.max_new_tokens, host.n_new(s));
+    l.max_context = std::max(l.max_context, host.seq_start_pos[s] + host.n_new(s));
+  }
+  l.seq_token_start = host.seq_token_start.data();
+  l.seq_start_pos = host.seq_start_pos.data();
+  l.seq_state_slot = host.seq_state_slot.data();
+  l.block_tables = host.block_tables.data();
+  l.token_seq = host.token_seq.data();
+  l.token_pos = host.token_pos.data();
+  l.host = &host;
+  return {};
+}
+
+Status CpuBackend::upload_async(void* dst, const void* host_src, size_t bytes) {
+  std::memcpy(dst, host_src, bytes);
+  return {};
+}
+
+std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
+
+}  // namespace rill::backend

@@ -1,0 +1,215 @@
+// Kimi Delta Attention on the CPU (spec §3.3): short conv + SiLU with the per-slot conv window, gates,
+// beta; then the gated delta rule, chunked (C = 64) for multi-token input and recurrent for one token.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/cpu_util.h"
+
+namespace rill::backend {
+namespace {
+
+constexpr int kChunk = 64;
+
+float softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
+
+// One sequence's conv over its new tokens, reading older inputs from the window, then updating the window.
+void conv_sequence(const KdaPrepareArgs& a, int s, std::vector<float>& window) {
+  const BatchLayout& l = *a.layout;
+  const int64_t C = a.qkv.size(1), K = a.conv_weight.size(1), P = C / 3;
+  const int t0 = l.seq_token_start[s], n = l.seq_token_start[s + 1] - t0;
+  float* state = a.conv_state.ptr<float>() + int64_t(l.seq_state_slot[s]) * a.conv_state.stride(0);
+  // history = [K-1 older inputs | n new inputs], channel-minor; a fresh sequence has zero history.
+  const int64_t hist = K - 1 + n;
+  window.assign(static_cast<size_t>(hist * C), 0.0f);
+  if (l.seq_start_pos[s] > 0) std::memcpy(window.data(), state, size_t((K - 1) * C) * sizeof(float));
+  for (int i = 0; i < n; ++i) std::memcpy(&window[size_t((K - 1 + i) * C)], cpu::row_f32(a.qkv, t0 + i), size_t(C) * 4);
+  const float* w = a.conv_weight.ptr<float>();
+  for (int i = 0; i < n; ++i) {
+    const int t = t0 + i;
+    for (int64_t c = 0; c < C; ++c) {
+      float acc = 0.0f;
+      for (int64_t j = 0; j < K; ++j) acc += w[c * K + j] * window[size_t((i + j) * C + c)];
+      const float y = cpu::silu(acc);
+      const int64_t which = c / P, ch = c % P;  // q, k or v; channel within it
+      const TensorView& out = which == 0 ? a.q : which == 1 ? a.k : a.v;
+      out.ptr<float>()[t * out.stride(0) + ch] = y;  // [T, Hk, d] contiguous in (Hk, d)
+    }
+  }
+  std::memcpy(state, &window[size_t(n * C)], size_t((K - 1) * C) * sizeof(float));
+}
+
+}  // namespace
+
+Status CpuBackend::kda_prepare_impl(const KdaPrepareArgs& a) {
+  const BatchLayout& l = *a.layout;
+  for (int s = 0; s < l.n_seqs; ++s) {
+    const int slot = l.seq_state_slot[s];
+    if (slot < 0 || slot >= a.conv_state.size(0))
+      return internal_error("kda_prepare: state slot {} outside [0, {})", slot, a.conv_state.size(0));
+  }
+  cpu::pool().parallel_for(l.n_seqs, 1, [&](int64_t b, int64_t e) {
+    std::vector<float> window;
+    for (int64_t s = b; s < e; ++s) conv_sequence(a, int(s), window);
+  });
+  const int64_t T = l.n_tokens, Hk = a.n_heads, d = a.head_dim;
+  const float* a_log = a.a_log.ptr<float>();
+  const float* dt_bias = a.dt_bias.ptr<float>();
+  cpu::pool().parallel_for(T, 8, [&](int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; ++t) {
+      const float* gr = cpu::row_f32(a.graw, t);
+      float* g = a.g.ptr<float>() + t * a.g.stride(0);
+      for (int64_t h = 0; h < Hk; ++h) {
+        const float decay = std::exp(a_log[h]);
+        for (int64_t c = 0; c < d; ++c) {
+          const float x = gr[h * d + c] + dt_bias[h * d + c];
+          g[h * d + c] = a.gate_lower_bound ? *a.gate_lower_bound * cpu::sigmoid(decay * x)  // K3, bounded
+                                            : -decay * softplus(x);                          // Kimi Linear
+        }
+        a.beta.ptr<float>()[t * a.beta.stride(0) + h] = cpu::sigmoid(cpu::row_f32(a.braw, t)[h]);
+      }
+    }
+  });
+  return {};
+}
+
+namespace {
+
+// L2-normalised q (times d^-1/2) and k for the tokens of one head, [n, d] each.
+void normalise_qk(const KdaAttentionArgs& a, int t0, int n, int64_t h, float* q, float* k) {
+  const int64_t d = a.q.size(2);
+  const float scale = 1.0f / std::sqrt(float(d));
+  for (int i = 0; i < n; ++i) {
+    const float* qs = a.q.ptr<float>() + (t0 + i) * a.q.stride(0) + h * a.q.stride(1);
+    const float* ks = a.k.ptr<float>() + (t0 + i) * a.k.stride(0) + h * a.k.stride(1);
+    float qq = 0, kk = 0;
+    for (int64_t c = 0; c < d; ++c) qq += qs[c] * qs[c], kk += ks[c] * ks[c];
+    const float qn = 1.0f / std::sqrt(qq + 1e-6f), kn = 1.0f / std::sqrt(kk + 1e-6f);
+    for (int64_t c = 0; c < d; ++c) q[i * d + c] = qs[c] * qn * scale, k[i * d + c] = ks[c] * kn;
+  }
+}
+
+// One token: S = diag(exp g) S; e = v - S^T k; S += beta k e^T; o = S^T q.  S is [d_k][d_v].
+void recurrent_step(float* S, const float* q, const float* k, const float* v, const float* g, float beta, int64_t d,
+                    float* o) {
+  std::vector<float> e(static_cast<size_t>(d), 0.0f);
+  for (int64_t c = 0; c < d; ++c) {
+    const float decay = std::exp(g[c]);
+    for (int64_t j = 0; j < d; ++j) S[c * d + j] *= decay;
+  }
+  for (int64_t j = 0; j < d; ++j) e[j] = v[j];
+  for (int64_t c = 0; c < d; ++c)
+    for (int64_t j = 0; j < d; ++j) e[j] -= S[c * d + j] * k[c];
+  for (int64_t c = 0; c < d; ++c)
+    for (int64_t j = 0; j < d; ++j) S[c * d + j] += beta * k[c] * e[j];
+  for (int64_t j = 0; j < d; ++j) o[j] = 0.0f;
+  for (int64_t c = 0; c < d; ++c)
+    for (int64_t j = 0; j < d; ++j) o[j] += S[c * d + j] * q[c];
+}
+
+// One chunk of C tokens (spec §3.3, chunked form), all exponentials of pairwise differences Γ_i - Γ_j <= 0.
+void chunk_step(float* S, const float* q, const float* k, const float* v, const float* g, const float* beta, int C,
+                int64_t d, float* o) {
+  std::vector<float> G(static_cast<size_t>(C * d)), L(static_cast<size_t>(C * C), 0.0f), A(static_cast<size_t>(C * C), 0.0f);
+  std::vector<float> W(static_cast<size_t>(C * d)), U(static_cast<size_t>(C * d)), Vn(static_cast<size_t>(C * d)), tmp(static_cast<size_t>(d));
+  for (int i = 0; i < C; ++i)
+    for (int64_t c = 0; c < d; ++c) G[i * d + c] = g[i * d + c] + (i ? G[(i - 1) * d + c] : 0.0f);
+  for (int i = 0; i < C; ++i) {
+    for (int j = 0; j <= i; ++j) {
+      float lk = 0, aq = 0;
+      for (int64_t c = 0; c < d; ++c) {
+        const float decay = std::exp(G[i * d + c] - G[j * d + c]);
+        lk += k[i * d + c] * k[j * d + c] * decay;
+        aq += q[i * d + c] * k[j * d + c] * decay;
+      }
+      if (j < i) L[i * C + j] = beta[i] * lk;
+      A[i * C + j] = aq;
+    }
+  }
+  // (I + L) [W | U] = diag(beta) [exp(Γ) ⊙ k | v], by forward substitution.
+  for (int i = 0; i < C; ++i) {
+    for (int64_t c = 0; c < d; ++c) {
+      W[i * d + c] = beta[i] * std::exp(G[i * d + c]) * k[i * d + c];
+      U[i * d + c] = beta[i] * v[i * d + c];
+    }
+    for (int j = 0; j < i; ++j) {
+      const float lij = L[i * C + j];
+      for (int64_t c = 0; c < d; ++c) W[i * d + c] -= lij * W[j * d + c], U[i * d + c] -= lij * U[j * d + c];
+    }
+  }
+  // V_new = U - W S;  O = (q ⊙ exp Γ) S + A V_new.
+  for (int i = 0; i < C; ++i) {
+    for (int64_t jv = 0; jv < d; ++jv) Vn[i * d + jv] = U[i * d + jv];
+    for (int64_t c = 0; c < d; ++c) {
+      const float wic = W[i * d + c];
+      for (int64_t jv = 0; jv < d; ++jv) Vn[i * d + jv] -= wic * S[c * d + jv];
+    }
+  }
+  for (int i = 0; i < C; ++i) {
+    float* oi = o + i * d;
+    for (int64_t jv = 0; jv < d; ++jv) oi[jv] = 0.0f;
+    for (int64_t c = 0; c < d; ++c) {
+      const float qc = q[i * d + c] * std::exp(G[i * d + c]);
+      for (int64_t jv = 0; jv < d; ++jv) oi[jv] += qc * S[c * d + jv];
+    }
+    for (int j = 0; j <= i; ++j) {
+      const float aij = A[i * C + j];
+      for (int64_t jv = 0; jv < d; ++jv) oi[jv] += aij * Vn[j * d + jv];
+    }
+  }
+  // S = diag(exp Γ_C) S + sum_j (exp(Γ_C - Γ_j) ⊙ k_j) ⊗ V_new[j].
+  const float* Gl = &G[size_t((C - 1) * d)];
+  for (int64_t c = 0; c < d; ++c) {
+    const float decay = std::exp(Gl[c]);
+    for (int64_t jv = 0; jv < d; ++jv) S[c * d + jv] *= decay;
+  }
+  for (int j = 0; j < C; ++j) {
+    for (int64_t c = 0; c < d; ++c) tmp[c] = std::exp(Gl[c] - G[j * d + c]) * k[j * d + c];
+    for (int64_t c = 0; c < d; ++c)
+      for (int64_t jv = 0; jv < d; ++jv) S[c * d + jv] += tmp[c] * Vn[j * d + jv];
+  }
+}
+
+}  // namespace
+
+Status CpuBackend::kda_attention_impl(const KdaAttentionArgs& a) {
+  const BatchLayout& l = *a.layout;
+  const int64_t Hk = a.q.size(1), d = a.q.size(2);
+  for (int s = 0; s < l.n_seqs; ++s)
+    if (l.seq_state_slot[s] < 0 || l.seq_state_slot[s] >= a.state.size(0))
+      return internal_error("kda_attention: state slot {} outside [0, {})", l.seq_state_slot[s], a.state.size(0));
+  cpu::pool().parallel_for(int64_t(l.n_seqs) * Hk, 1, [&](int64_t b, int64_t e) {
+    for (int64_t job = b; job < e; ++job) {
+      const int s = int(job / Hk);
+      const int64_t h = job % Hk;
+      const int t0 = l.seq_token_start[s], n = l.seq_token_start[s + 1] - t0;
+      if (n == 0) continue;
+      float* S = a.state.ptr<float>() + l.seq_state_slot[s] * a.state.stride(0) + h * a.state.stride(1);
+      if (l.seq_start_pos[s] == 0) std::fill(S, S + d * d, 0.0f);
+      std::vector<float> q(static_cast<size_t>(n * d)), k(static_cast<size_t>(n * d)), v(static_cast<size_t>(n * d)), g(static_cast<size_t>(n * d)), beta(static_cast<size_t>(n)),
+          o(static_cast<size_t>(n * d));
+      normalise_qk(a, t0, n, h, q.data(), k.data());
+      for (int i = 0; i < n; ++i) {
+        const int64_t t = t0 + i;
+        std::memcpy(&v[i * d], a.v.ptr<float>() + t * a.v.stride(0) + h * a.v.stride(1), size_t(d) * 4);
+        std::memcpy(&g[i * d], a.g.ptr<float>() + t * a.g.stride(0) + h * a.g.stride(1), size_t(d) * 4);
+        beta[i] = a.beta.ptr<float>()[t * a.beta.stride(0) + h];
+      }
+      if (n == 1) {
+        recurrent_step(S, q.data(), k.data(), v.data(), g.data(), beta[0], d, o.data());
+      } else {
+        for (int c0 = 0; c0 < n; c0 += kChunk) {
+          const int C = std::min(kChunk, n - c0);
+          chunk_step(S, &q[c0 * d], &k[c0 * d], &v[c0 * d], &g[c0 * d], &beta[c0], C, d, &o[c0 * d]);
+        }
+      }
+      for (int i = 0; i < n; ++i)
+        std::memcpy(a.out.ptr<float>() + (t0 + i) * a.out.stride(0) + h * a.out.stride(1), &o[i * d], size_t(d) * 4);
+    }
+  });
+  return {};
+}
+
+}  // namespace rill::backend

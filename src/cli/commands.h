@@ -1,0 +1,15 @@
+// The `rill` subcommands: each lives in cli/<cmd>.cc as `int run_<cmd>(int argc, char** argv)`, where
+// argv[0] is the subcommand name. main.cc only dispatches.
+#pragma once
+
+namespace rill::cli {
+
+int run_generate(int argc, char** argv);
+int run_logits(int argc, char** argv);
+int run_inspect(int argc, char** argv);
+int run_tiny_model(int argc, char** argv);
+int run_tokenize(int argc, char** argv);
+int run_detokenize(int argc, char** argv);
+int run_render(int argc, char** argv);
+
+}  // namespace rill::cli

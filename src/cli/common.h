@@ -1,0 +1,39 @@
+// Pieces several subcommands share: device choice, model loading with a progress bar, id-list parsing.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "backend/backend.h"
+#include "core/status.h"
+#include "model/model.h"
+
+namespace rill::cli {
+
+struct DeviceOptions {
+  std::string device = "auto";  // auto | cpu | cuda
+};
+void add_device_options(CLI::App& app, DeviceOptions& o);
+
+// "auto" picks cuda when this build has it and a GPU answers, else cpu.
+Result<std::unique_ptr<backend::Backend>> open_backend(const DeviceOptions& o);
+
+// Loads MODEL_DIR on the backend, drawing a progress bar on stderr when it is a terminal.
+Result<std::unique_ptr<model::Model>> load_model_with_progress(const std::filesystem::path& dir,
+                                                               backend::Backend& be);
+
+// "1,2,3" -> {1, 2, 3}; errors name the bad element.
+Result<std::vector<int32_t>> parse_id_list(const std::string& text);
+
+// Prints a Status to stderr as "rill <cmd>: <message>" and returns the exit code (1, or 2 for bad input).
+int report_error(const char* command, const Status& status);
+
+// Runs a CLI11 parse; returns -1 to continue, else the exit code (help printed, or a usage error).
+int parse_args(CLI::App& app, int argc, char** argv);
+
+}  // namespace rill::cli

@@ -1,0 +1,45 @@
+// `rill <command> ...`: dispatches to cli/<command>.cc.
+#include <cstdio>
+#include <cstring>
+#include <string_view>
+
+#include "cli/commands.h"
+
+namespace {
+
+struct Command {
+  const char* name;
+  int (*run)(int, char**);
+  const char* help;
+};
+
+constexpr Command kCommands[] = {
+    {"generate", rill::cli::run_generate, "generate a completion for a prompt (ids or text)"},
+    {"logits", rill::cli::run_logits, "write the fp32 logits of every prompt position to a safetensors file"},
+    {"inspect", rill::cli::run_inspect, "config summary, tensor totals, memory per sequence, validation"},
+    {"tokenize", rill::cli::run_tokenize, "UTF-8 text on stdin -> JSON array of token ids"},
+    {"detokenize", rill::cli::run_detokenize, "JSON array of token ids on stdin -> text"},
+    {"render", rill::cli::run_render, "OpenAI chat request (JSON) on stdin -> rendered prompt and ids"},
+    {"tiny-model", rill::cli::run_tiny_model, "write the project's own small random model (for demos and tests)"},
+};
+
+void print_usage(FILE* out) {
+  std::fprintf(out, "usage: rill <command> [options]   (rill <command> --help for its options)\n\ncommands:\n");
+  for (const Command& c : kCommands) std::fprintf(out, "  %-12s %s\n", c.name, c.help);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
+    print_usage(argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  const std::string_view name = argv[1];
+  for (const Command& c : kCommands) {
+    if (name == c.name) return c.run(argc - 1, argv + 1);
+  }
+  std::fprintf(stderr, "rill: unknown command '%s'\n\n", argv[1]);
+  print_usage(stderr);
+  return 2;
+}

@@ -1,0 +1,23 @@
+#include "core/arena.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+
+namespace rill {
+
+TensorView Arena::alloc(DType dtype, Shape shape) {
+  constexpr size_t kAlign = 256;
+  const size_t bytes = (size_t(shape.numel()) * dtype_size(dtype) + kAlign - 1) / kAlign * kAlign;
+  const size_t offset = used_;
+  used_ += bytes;
+  high_water_ = std::max(high_water_, used_);
+  if (measuring()) return TensorView::make(nullptr, dtype, shape, device_);
+  if (used_ > capacity_) {
+    std::fprintf(stderr, "rill: workspace arena exhausted (%zu of %zu bytes): planning bug\n", used_, capacity_);
+    std::abort();
+  }
+  return TensorView::make(base_ + offset, dtype, shape, device_);
+}
+
+}  // namespace rill

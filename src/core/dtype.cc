@@ -1,0 +1,100 @@
+#include "core/dtype.h"
+
+#include <cmath>
+
+namespace rill {
+
+size_t dtype_size(DType t) {
+  switch (t) {
+    case DType::BF16: return 2;
+    case DType::F16: return 2;
+    case DType::F32: return 4;
+    case DType::F8E4M3: return 1;
+    case DType::U8: return 1;
+    case DType::I8: return 1;
+    case DType::I32: return 4;
+    case DType::I64: return 8;
+    case DType::Bool: return 1;
+  }
+  return 0;
+}
+
+std::string_view dtype_name(DType t) {
+  switch (t) {
+    case DType::BF16: return "BF16";
+    case DType::F16: return "F16";
+    case DType::F32: return "F32";
+    case DType::F8E4M3: return "F8_E4M3";
+    case DType::U8: return "U8";
+    case DType::I8: return "I8";
+    case DType::I32: return "I32";
+    case DType::I64: return "I64";
+    case DType::Bool: return "BOOL";
+  }
+  return "?";
+}
+
+std::optional<DType> dtype_from_name(std::string_view s) {
+  for (DType t : {DType::BF16, DType::F16, DType::F32, DType::F8E4M3, DType::U8, DType::I8, DType::I32,
+                  DType::I64, DType::Bool}) {
+    if (dtype_name(t) == s) return t;
+  }
+  return std::nullopt;
+}
+
+bool dtype_is_float(DType t) {
+  return t == DType::BF16 || t == DType::F16 || t == DType::F32 || t == DType::F8E4M3;
+}
+
+float f16_to_f32(uint16_t h) {
+  const uint32_t sign = (h >> 15) & 1, exp = (h >> 10) & 0x1f, man = h & 0x3ff;
+  float v;
+  if (exp == 0) {
+    v = std::ldexp(float(man), -24);  // zero or subnormal
+  } else if (exp == 31) {
+    v = man ? NAN : INFINITY;
+  } else {
+    v = std::ldexp(float(man | 0x400), int(exp) - 25);
+  }
+  return sign ? -v : v;
+}
+
+uint16_t f32_to_f16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  const uint32_t sign = (u >> 16) & 0x8000;
+  const uint32_t abs = u & 0x7fffffff;
+  if (abs >= 0x7f800000) return uint16_t(sign | 0x7c00 | (abs > 0x7f800000 ? 0x200 : 0));
+  if (abs >= 0x477ff000) return uint16_t(sign | 0x7c00);  // rounds to inf
+  if (abs < 0x38800000) {                                   // subnormal or zero in f16
+    const float a = std::fabs(f);
+    const uint32_t m = uint32_t(std::nearbyint(a * 16777216.0f));  // units of 2^-24, ties to even
+    return uint16_t(sign | m);
+  }
+  uint32_t r = abs + 0xfff + ((abs >> 13) & 1);  // round to nearest even at bit 13
+  return uint16_t(sign | ((r - 0x38000000) >> 13));
+}
+
+float f8e4m3_to_f32(uint8_t b) {
+  const uint32_t sign = b >> 7, exp = (b >> 3) & 0xf, man = b & 7;
+  if (exp == 0xf && man == 7) return NAN;
+  float v = exp == 0 ? std::ldexp(float(man), -9) : std::ldexp(float(man | 8), int(exp) - 10);
+  return sign ? -v : v;
+}
+
+float load_as_f32(const void* data, DType t, size_t i) {
+  switch (t) {
+    case DType::BF16: return bf16_to_f32(static_cast<const uint16_t*>(data)[i]);
+    case DType::F16: return f16_to_f32(static_cast<const uint16_t*>(data)[i]);
+    case DType::F32: return static_cast<const float*>(data)[i];
+    case DType::F8E4M3: return f8e4m3_to_f32(static_cast<const uint8_t*>(data)[i]);
+    case DType::U8: return float(static_cast<const uint8_t*>(data)[i]);
+    case DType::I8: return float(static_cast<const int8_t*>(data)[i]);
+    case DType::I32: return float(static_cast<const int32_t*>(data)[i]);
+    case DType::I64: return float(static_cast<const int64_t*>(data)[i]);
+    case DType::Bool: return static_cast<const uint8_t*>(data)[i] ? 1.0f : 0.0f;
+  }
+  return 0.0f;
+}
+
+}  // namespace rill

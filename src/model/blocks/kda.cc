@@ -1,0 +1,81 @@
+#include "model/blocks/kda.h"
+
+namespace rill::model {
+
+void declare_kda_weights(WeightTable& t, const std::string& p, const ModelConfig& c, KdaWeights& w) {
+  const int H = c.hidden_size, Hk = c.kda.n_heads, d = c.kda.head_dim, P = c.kda.projection_size(),
+            K = c.kda.conv_kernel;
+  const int qkv = t.stack({3 * P, H}, WeightRole::Matrix, &w.qkv_proj.weight);
+  const int conv = t.stack({3 * P, K}, WeightRole::Vector, &w.conv_weight);
+  const char* names[3] = {"q", "k", "v"};
+  for (int i = 0; i < 3; ++i) {
+    t.stack_part(qkv, p + names[i] + "_proj.weight", {P, H}, int64_t(i) * P * H);
+    t.stack_part(conv, p + names[i] + "_conv1d.weight", {P, K}, int64_t(i) * P * K, {{P, 1, K}});
+  }
+  t.matrix(p + "f_a_proj.weight", {d, H}, &w.f_a_proj);
+  t.matrix(p + "f_b_proj.weight", {P, d}, &w.f_b_proj);
+  t.vector(p + "A_log", {Hk}, &w.a_log, {{1, 1, Hk, 1}});
+  t.vector(p + "dt_bias", {P}, &w.dt_bias, {{Hk, d}});
+  t.matrix(p + "b_proj.weight", {Hk, H}, &w.b_proj);
+  if (c.kda.full_rank_output_gate) {
+    t.matrix(p + "g_proj.weight", {P, H}, &w.g_proj);
+  } else {
+    t.matrix(p + "g_a_proj.weight", {d, H}, &w.g_a_proj);
+    t.matrix(p + "g_b_proj.weight", {P, d}, &w.g_b_proj);
+  }
+  t.vector(p + "o_norm.weight", {d}, &w.o_norm);
+  t.matrix(p + "o_proj.weight", {H, P}, &w.o_proj);
+}
+
+Status kda_forward(ForwardContext& cx, const ModelConfig& c, const KdaWeights& w, TensorView u,
+                   const LayerCache& cache, TensorView out) {
+  WorkspaceScope scope(cx.ws);
+  const int64_t T = u.size(0), Hk = c.kda.n_heads, d = c.kda.head_dim, P = c.kda.projection_size();
+  const DType act = cx.act();
+  auto& be = cx.be;
+
+  TensorView qkv = cx.ws.alloc(act, {T, 3 * P});
+  RILL_TRY(be.gemm({u, &w.qkv_proj, qkv}));
+  TensorView fa = cx.ws.alloc(act, {T, d});
+  RILL_TRY(be.gemm({u, &w.f_a_proj, fa}));
+  TensorView graw = cx.ws.alloc(act, {T, P});
+  RILL_TRY(be.gemm({fa, &w.f_b_proj, graw}));
+  TensorView braw = cx.ws.alloc(act, {T, Hk});
+  RILL_TRY(be.gemm({u, &w.b_proj, braw}));
+
+  backend::KdaPrepareArgs prep;
+  prep.qkv = qkv;
+  prep.conv_weight = w.conv_weight;
+  prep.conv_state = cache.kda_conv;
+  prep.graw = graw;
+  prep.braw = braw;
+  prep.a_log = w.a_log;
+  prep.dt_bias = w.dt_bias;
+  prep.gate_lower_bound = c.kda.gate_lower_bound;
+  prep.n_heads = int(Hk);
+  prep.head_dim = int(d);
+  prep.layout = &cx.layout;
+  prep.q = cx.ws.alloc(act, {T, Hk, d});
+  prep.k = cx.ws.alloc(act, {T, Hk, d});
+  prep.v = cx.ws.alloc(act, {T, Hk, d});
+  prep.g = cx.ws.alloc(DType::F32, {T, Hk, d});
+  prep.beta = cx.ws.alloc(DType::F32, {T, Hk});
+  RILL_TRY(be.kda_prepare(prep));
+
+  TensorView o = cx.ws.alloc(act, {T, Hk, d});
+  RILL_TRY(be.kda_attention({prep.q, prep.k, prep.v, prep.g, prep.beta, cache.kda_state, &cx.layout, o, &cx.ws}));
+
+  TensorView gate = cx.ws.alloc(act, {T, P});
+  if (c.kda.full_rank_output_gate) {
+    RILL_TRY(be.gemm({u, &w.g_proj, gate}));
+  } else {
+    TensorView ga = cx.ws.alloc(act, {T, d});
+    RILL_TRY(be.gemm({u, &w.g_a_proj, ga}));
+    RILL_TRY(be.gemm({ga, &w.g_b_proj, gate}));
+  }
+  TensorView normed = cx.ws.alloc(act, {T, P});
+  RILL_TRY(be.kda_output({o, gate, w.o_norm, c.rms_norm_eps, normed}));
+  return be.gemm({normed, &w.o_proj, out});
+}
+
+}  // namespace rill::model

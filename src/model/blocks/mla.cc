@@ -1,0 +1,67 @@
+#include "model/blocks/mla.h"
+
+#include <cmath>
+
+namespace rill::model {
+
+void declare_mla_weights(WeightTable& t, const std::string& p, const ModelConfig& c, MlaWeights& w) {
+  const MlaConfig& m = c.mla;
+  const int H = c.hidden_size, qk = m.qk_head_dim();
+  if (m.q_lora_rank > 0) {
+    t.matrix(p + "q_a_proj.weight", {m.q_lora_rank, H}, &w.q_a_proj);
+    t.vector(p + "q_a_layernorm.weight", {m.q_lora_rank}, &w.q_a_norm);
+    t.matrix(p + "q_b_proj.weight", {m.n_heads * qk, m.q_lora_rank}, &w.q_b_proj);
+  } else {
+    t.matrix(p + "q_proj.weight", {m.n_heads * qk, H}, &w.q_proj);
+  }
+  t.matrix(p + "kv_a_proj_with_mqa.weight", {m.cache_width(), H}, &w.kv_a_proj);
+  t.vector(p + "kv_a_layernorm.weight", {m.kv_lora_rank}, &w.kv_a_norm);
+  t.matrix(p + "kv_b_proj.weight", {m.n_heads * (m.qk_nope_head_dim + m.v_head_dim), m.kv_lora_rank}, &w.kv_b_proj);
+  if (m.output_gate) t.matrix(p + "g_proj.weight", {m.n_heads * m.v_head_dim, H}, &w.g_proj);
+  t.matrix(p + "o_proj.weight", {H, m.n_heads * m.v_head_dim}, &w.o_proj);
+}
+
+Status mla_forward(ForwardContext& cx, const ModelConfig& c, const MlaWeights& w, TensorView u,
+                   const LayerCache& cache, TensorView out) {
+  WorkspaceScope scope(cx.ws);
+  const MlaConfig& m = c.mla;
+  const int64_t T = u.size(0), qk = m.qk_head_dim();
+  const DType act = cx.act();
+  auto& be = cx.be;
+
+  TensorView q = cx.ws.alloc(act, {T, m.n_heads * qk});
+  if (m.q_lora_rank > 0) {
+    TensorView qa = cx.ws.alloc(act, {T, m.q_lora_rank});
+    RILL_TRY(be.gemm({u, &w.q_a_proj, qa}));
+    RILL_TRY(be.rms_norm({qa, w.q_a_norm, m.latent_norm_eps, qa}));
+    RILL_TRY(be.gemm({qa, &w.q_b_proj, q}));
+  } else {
+    RILL_TRY(be.gemm({u, &w.q_proj, q}));
+  }
+  TensorView ckv = cx.ws.alloc(act, {T, m.cache_width()});
+  RILL_TRY(be.gemm({u, &w.kv_a_proj, ckv}));
+  RILL_TRY(be.mla_cache_write({ckv, w.kv_a_norm, m.latent_norm_eps, cache.mla_kv, &cx.layout}));
+
+  backend::MlaAttentionArgs att;
+  att.q = q.reshape({T, m.n_heads, qk});
+  att.cache = cache.mla_kv;
+  att.kv_b = &w.kv_b_proj;
+  att.n_heads = m.n_heads;
+  att.nope = m.qk_nope_head_dim;
+  att.rope = m.qk_rope_head_dim;
+  att.v_dim = m.v_head_dim;
+  att.kv_lora = m.kv_lora_rank;
+  att.scale = 1.0f / std::sqrt(float(qk));  // no mscale, no temperature (spec §3.4)
+  att.layout = &cx.layout;
+  att.out = cx.ws.alloc(act, {T, m.n_heads * m.v_head_dim});
+  att.scratch = &cx.ws;
+  RILL_TRY(be.mla_attention(att));
+  if (m.output_gate) {
+    TensorView gate = cx.ws.alloc(act, {T, m.n_heads * m.v_head_dim});
+    RILL_TRY(be.gemm({u, &w.g_proj, gate}));
+    RILL_TRY(be.sigmoid_gate({att.out, gate}));
+  }
+  return be.gemm({att.out, &w.o_proj, out});
+}
+
+}  // namespace rill::model

@@ -1,0 +1,28 @@
+#include "model/blocks/mlp.h"
+
+namespace rill::model {
+
+void declare_mlp_weights(WeightTable& t, const std::string& prefix, int hidden, int intermediate, MlpWeights& w) {
+  w.intermediate = intermediate;
+  const int s = t.stack({2 * intermediate, hidden}, WeightRole::Matrix, &w.gate_up.weight);
+  t.stack_part(s, prefix + "gate_proj.weight", {intermediate, hidden}, 0);
+  t.stack_part(s, prefix + "up_proj.weight", {intermediate, hidden}, int64_t(intermediate) * hidden);
+  t.matrix(prefix + "down_proj.weight", {hidden, intermediate}, &w.down);
+}
+
+GluSpec glu_spec(const ModelConfig& c) {
+  if (c.activation == GluActivation::Situ) return {backend::Activation::Situ, c.situ_beta, c.situ_linear_beta};
+  return {backend::Activation::Silu, 0.0f, 0.0f};
+}
+
+Status mlp_forward(ForwardContext& cx, const MlpWeights& w, const GluSpec& glu, TensorView x, TensorView out) {
+  WorkspaceScope scope(cx.ws);
+  const int64_t T = x.size(0), I = w.intermediate;
+  TensorView gu = cx.ws.alloc(cx.act(), {T, 2 * I});
+  RILL_TRY(cx.be.gemm({x, &w.gate_up, gu}));
+  TensorView h = cx.ws.alloc(cx.act(), {T, I});
+  RILL_TRY(cx.be.glu({gu.narrow(1, 0, I), gu.narrow(1, I, I), h, glu.activation, glu.beta, glu.linear_beta}));
+  return cx.be.gemm({h, &w.down, out});
+}
+
+}  // namespace rill::model

@@ -1,0 +1,408 @@
+#include "model/config.h"
+
+#include <algorithm>
+#include <initializer_list>
+#include <set>
+
+#include "io/checkpoint.h"
+
+namespace rill::model {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+// Reads fields of one JSON object, accepting the aliases the spec lists (§1.5) and collecting every
+// problem, so a bad config.json is reported completely in one go.
+class FieldReader {
+ public:
+  FieldReader(const Json& obj, std::string path) : obj_(obj), path_(std::move(path)) {}
+
+  // The value of the first alias present; an error if two aliases are present with different values.
+  const Json* find(std::initializer_list<const char*> names) {
+    const Json* found = nullptr;
+    const char* found_name = nullptr;
+    for (const char* n : names) {
+      auto it = obj_.find(n);
+      if (it == obj_.end() || it->is_null()) continue;
+      if (found && *found != *it) {
+        errors_.push_back(fmt::format("{}{} ({}) contradicts {}{} ({})", path_, found_name, found->dump(), path_,
+                                      n, it->dump()));
+      }
+      if (!found) {
+        found = &*it;
+        found_name = n;
+      }
+    }
+    return found;
+  }
+
+  int integer(std::initializer_list<const char*> names, std::optional<int> fallback = std::nullopt) {
+    const Json* v = find(names);
+    if (!v) {
+      if (fallback) return *fallback;
+      errors_.push_back(fmt::format("missing field {}{}", path_, *names.begin()));
+      return 0;
+    }
+    if (!v->is_number_integer()) {
+      errors_.push_back(fmt::format("{}{} must be an integer, got {}", path_, *names.begin(), v->dump()));
+      return 0;
+    }
+    return v->get<int>();
+  }
+
+  std::optional<int> optional_integer(std::initializer_list<const char*> names) {
+    if (!find(names)) return std::nullopt;
+    return integer(names);
+  }
+
+  double number(std::initializer_list<const char*> names, std::optional<double> fallback = std::nullopt) {
+    const Json* v = find(names);
+    if (!v) {
+      if (fallback) return *fallback;
+      errors_.push_back(fmt::format("missing field {}{}", path_, *names.begin()));
+      return 0;
+    }
+    if (!v->is_number()) {
+      errors_.push_back(fmt::format("{}{} must be a number, got {}", path_, *names.begin(), v->dump()));
+      return 0;
+    }
+    return v->get<double>();
+  }
+
+  bool boolean(std::initializer_list<const char*> names, bool fallback) {
+    const Json* v = find(names);
+    if (!v) return fallback;
+    if (!v->is_boolean()) {
+      errors_.push_back(fmt::format("{}{} must be true or false, got {}", path_, *names.begin(), v->dump()));
+      return fallback;
+    }
+    return v->get<bool>();
+  }
+
+  std::string string(std::initializer_list<const char*> names, std::string fallback) {
+    const Json* v = find(names);
+    if (!v) return fallback;
+    if (!v->is_string()) {
+      errors_.push_back(fmt::format("{}{} must be a string, got {}", path_, *names.begin(), v->dump()));
+      return fallback;
+    }
+    return v->get<std::string>();
+  }
+
+  void error(std::string message) { errors_.push_back(std::move(message)); }
+  std::vector<std::string>& errors() { return errors_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  const Json& obj_;
+  std::string path_;
+  std::vector<std::string> errors_;
+};
+
+// Moonshot form: 1-based kda_layers / full_attn_layers, every layer in exactly one list.
+std::vector<LayerKind> layer_kinds_from_lists(const Json& lac, int n_layers, FieldReader& r) {
+  std::vector<int> owner(n_layers, -1);
+  const char* lists[2] = {"kda_layers", "full_attn_layers"};
+  for (int which = 0; which < 2; ++which) {
+    const std::string name = fmt::format("linear_attn_config.{}", lists[which]);
+    auto it = lac.find(lists[which]);
+    if (it == lac.end() || !it->is_array()) {
+      r.error(fmt::format("{} must be a list of 1-based layer numbers", name));
+      continue;
+    }
+    for (size_t i = 0; i < it->size(); ++i) {
+      const Json& v = (*it)[i];
+      if (!v.is_number_integer()) {
+        r.error(fmt::format("{}[{}] must be an integer layer number (1-based), got {}", name, i, v.dump()));
+        continue;
+      }
+      const int64_t layer = v.get<int64_t>();
+      if (layer < 1 || layer > n_layers) {
+        r.error(fmt::format("{}[{}] = {} is outside 1..num_hidden_layers ({})", name, i, layer, n_layers));
+        continue;
+      }
+      if (owner[layer - 1] != -1) {
+        r.error(fmt::format("layer {} (1-based) is listed twice in linear_attn_config.{}{}", layer,
+                            lists[owner[layer - 1]], owner[layer - 1] == which ? "" : " and " + name));
+        continue;
+      }
+      owner[layer - 1] = which;
+    }
+  }
+  std::vector<LayerKind> kinds(n_layers, LayerKind::Kda);
+  for (int i = 0; i < n_layers; ++i) {
+    if (owner[i] == -1) r.error(fmt::format("layer {} (1-based) is in neither kda_layers nor full_attn_layers", i + 1));
+    kinds[i] = owner[i] == 1 ? LayerKind::Mla : LayerKind::Kda;
+  }
+  return kinds;
+}
+
+// transformers form: 0-based list of "linear_attention" / "full_attention".
+std::vector<LayerKind> layer_kinds_from_types(const Json& types, int n_layers, FieldReader& r) {
+  std::vector<LayerKind> kinds(n_layers, LayerKind::Kda);
+  if (!types.is_array() || int(types.size()) != n_layers) {
+    r.error(fmt::format("layer_types must be a list of num_hidden_layers ({}) strings", n_layers));
+    return kinds;
+  }
+  for (int i = 0; i < n_layers; ++i) {
+    const Json& t = types[i];
+    if (t == "linear_attention") kinds[i] = LayerKind::Kda;
+    else if (t == "full_attention") kinds[i] = LayerKind::Mla;
+    else r.error(fmt::format("layer_types[{}] must be \"linear_attention\" or \"full_attention\", got {}", i, t.dump()));
+  }
+  return kinds;
+}
+
+std::vector<FfnKind> ffn_kinds_from(const Json& json, int n_layers, FieldReader& r) {
+  std::vector<FfnKind> kinds(n_layers, FfnKind::Moe);
+  const int first_dense = r.integer({"first_k_dense_replace"}, 0);
+  const int freq = r.integer({"moe_layer_freq"}, 1);
+  if (freq < 1) r.error(fmt::format("moe_layer_freq must be >= 1, got {}", freq));
+  for (int i = 0; i < n_layers; ++i)
+    kinds[i] = (i >= first_dense && freq >= 1 && i % freq == 0) ? FfnKind::Moe : FfnKind::Dense;
+  auto it = json.find("mlp_layer_types");
+  if (it != json.end() && !it->is_null()) {
+    if (!it->is_array() || int(it->size()) != n_layers) {
+      r.error(fmt::format("mlp_layer_types must be a list of num_hidden_layers ({}) strings", n_layers));
+      return kinds;
+    }
+    const bool have_moonshot = json.contains("first_k_dense_replace");
+    for (int i = 0; i < n_layers; ++i) {
+      const Json& t = (*it)[i];
+      FfnKind k;
+      if (t == "dense") k = FfnKind::Dense;
+      else if (t == "sparse") k = FfnKind::Moe;
+      else {
+        r.error(fmt::format("mlp_layer_types[{}] must be \"dense\" or \"sparse\", got {}", i, t.dump()));
+        continue;
+      }
+      if (have_moonshot && k != kinds[i])
+        r.error(fmt::format("mlp_layer_types[{}] = {} contradicts first_k_dense_replace/moe_layer_freq", i, t.dump()));
+      kinds[i] = k;
+    }
+  }
+  return kinds;
+}
+
+void parse_kimi_linear(const Json& json, ModelConfig& c, FieldReader& r) {
+  c.vocab_size = r.integer({"vocab_size"});
+  c.hidden_size = r.integer({"hidden_size"});
+  c.n_layers = r.integer({"num_hidden_layers"});
+  c.intermediate_size = r.integer({"intermediate_size"});
+  c.rms_norm_eps = float(r.number({"rms_norm_eps"}, 1e-5));
+  c.tie_word_embeddings = r.boolean({"tie_word_embeddings"}, false);
+  c.max_position_embeddings = r.integer({"model_max_length", "max_position_embeddings"}, 1048576);
+  c.bos_token_id = r.optional_integer({"bos_token_id"});
+  if (const Json* eos = r.find({"eos_token_id"})) {
+    if (eos->is_number_integer()) c.eos_token_ids = {eos->get<int32_t>()};
+    else if (eos->is_array() && std::all_of(eos->begin(), eos->end(), [](const Json& v) { return v.is_number_integer(); }))
+      for (const Json& v : *eos) c.eos_token_ids.push_back(v.get<int32_t>());
+    else r.error(fmt::format("eos_token_id must be an integer or a list of integers, got {}", eos->dump()));
+  }
+
+  const std::string act = r.string({"hidden_act"}, "silu");
+  if (act == "silu") {
+    c.activation = GluActivation::Silu;
+  } else if (act == "situ") {
+    c.activation = GluActivation::Situ;
+    // Spec §7.10: a missing beta silently corrupts outputs, so both are required.
+    c.situ_beta = float(r.number({"activation_situ_beta"}));
+    c.situ_linear_beta = float(r.number({"activation_situ_linear_beta"}));
+  } else {
+    r.error(fmt::format("hidden_act \"{}\" is not supported (expected \"silu\" or \"situ\")", act));
+  }
+
+  // Layer schedule.
+  if (c.n_layers > 0) {
+    auto lac = json.find("linear_attn_config");
+    const bool have_lists = lac != json.end() && lac->is_object() && lac->contains("kda_layers");
+    auto types = json.find("layer_types");
+    const bool have_types = types != json.end() && !types->is_null();
+    if (have_lists) c.layer_kinds = layer_kinds_from_lists(*lac, c.n_layers, r);
+    if (have_types) {
+      auto from_types = layer_kinds_from_types(*types, c.n_layers, r);
+      if (have_lists && from_types != c.layer_kinds && r.errors().empty())
+        r.error("layer_types contradicts linear_attn_config.kda_layers/full_attn_layers");
+      c.layer_kinds = from_types;
+    }
+    if (!have_lists && !have_types)
+      r.error("missing layer schedule: need linear_attn_config.kda_layers/full_attn_layers or layer_types");
+    c.ffn_kinds = ffn_kinds_from(json, c.n_layers, r);
+  }
+
+  // KDA (linear attention).
+  static const Json kEmpty = Json::object();
+  auto lac_it = json.find("linear_attn_config");
+  const Json& lac = (lac_it != json.end() && lac_it->is_object()) ? *lac_it : kEmpty;
+  FieldReader lr(lac, "linear_attn_config.");
+  FieldReader& top = r;
+  auto pick_int = [&](std::initializer_list<const char*> nested, std::initializer_list<const char*> flat) {
+    const bool in_nested = lr.find(nested) != nullptr;
+    const bool in_flat = top.find(flat) != nullptr;
+    if (in_nested && in_flat && lr.integer(nested) != top.integer(flat))
+      r.error(fmt::format("linear_attn_config.{} contradicts {}", *nested.begin(), *flat.begin()));
+    return in_nested ? lr.integer(nested) : top.integer(flat);
+  };
+  if (c.layer_kinds.empty() || std::count(c.layer_kinds.begin(), c.layer_kinds.end(), LayerKind::Kda) > 0) {
+    c.kda.head_dim = pick_int({"head_dim"}, {"linear_head_dim", "linear_key_head_dim", "linear_value_head_dim"});
+    c.kda.n_heads = pick_int({"num_heads"}, {"linear_num_heads", "linear_num_key_heads", "linear_num_value_heads"});
+    c.kda.conv_kernel = pick_int({"short_conv_kernel_size"}, {"linear_conv_kernel_dim"});
+    const Json* lb = lr.find({"gate_lower_bound", "forget_gate_lower_bound"});
+    if (!lb) lb = top.find({"forget_gate_lower_bound", "gate_lower_bound"});
+    if (lb) {
+      if (lb->is_number()) c.kda.gate_lower_bound = lb->get<float>();
+      else r.error(fmt::format("gate_lower_bound must be a number, got {}", lb->dump()));
+    }
+    c.kda.full_rank_output_gate = lr.boolean({"use_full_rank_gate", "use_full_rank_output_gate"},
+                                             top.boolean({"use_full_rank_output_gate"}, false));
+  }
+  for (auto& e : lr.errors()) r.error(e);
+
+  // MLA.
+  c.mla.n_heads = r.integer({"num_attention_heads"});
+  c.mla.q_lora_rank = r.optional_integer({"q_lora_rank"}).value_or(0);
+  c.mla.kv_lora_rank = r.integer({"kv_lora_rank"});
+  c.mla.qk_nope_head_dim = r.integer({"qk_nope_head_dim"});
+  c.mla.qk_rope_head_dim = r.integer({"qk_rope_head_dim"});
+  c.mla.v_head_dim = r.integer({"v_head_dim"});
+  c.mla.output_gate = r.boolean({"mla_use_output_gate"}, false);
+  if (!r.boolean({"mla_use_nope"}, true))
+    r.error("mla_use_nope = false (rotary MLA) is not supported: Kimi models are NoPE");
+
+  // MoE.
+  const bool any_moe = std::count(c.ffn_kinds.begin(), c.ffn_kinds.end(), FfnKind::Moe) > 0;
+  if (any_moe) {
+    MoeConfig& m = c.moe;
+    m.n_experts = r.integer({"num_experts", "n_routed_experts", "num_local_experts"});
+    m.n_experts_per_token = r.integer({"num_experts_per_token", "num_experts_per_tok"});
+    m.n_shared_experts = r.integer({"num_shared_experts", "n_shared_experts"}, 0);
+    m.intermediate_size = r.integer({"moe_intermediate_size"});
+    m.renormalize = r.boolean({"moe_renormalize", "norm_topk_prob"}, true);
+    m.routed_scaling_factor = float(r.number({"routed_scaling_factor"}, 1.0));
+    m.n_groups = r.integer({"num_expert_group", "n_group"}, 1);
+    m.topk_group = r.integer({"topk_group"}, m.n_groups);
+    if (!r.boolean({"use_grouped_topk"}, true)) m.topk_group = m.n_groups;  // grouping disabled
+    const std::string fn = r.string({"moe_router_activation_func", "scoring_func"}, "sigmoid");
+    if (fn == "sigmoid") m.activation = RouterActivation::Sigmoid;
+    else if (fn == "softmax") m.activation = RouterActivation::Softmax;
+    else r.error(fmt::format("moe_router_activation_func \"{}\" is not supported (sigmoid or softmax)", fn));
+    m.latent_size = r.optional_integer({"routed_expert_hidden_size"}).value_or(0);
+    m.latent_norm = r.boolean({"latent_moe_use_norm"}, m.latent_size > 0);
+  }
+  c.attn_res_block_size = r.optional_integer({"attn_res_block_size"}).value_or(0);
+}
+
+void validate(ModelConfig& c, FieldReader& r) {
+  auto positive = [&](int v, const char* name) {
+    if (v <= 0) r.error(fmt::format("{} must be positive, got {}", name, v));
+  };
+  if (!r.errors().empty()) return;  // derived checks would only repeat earlier errors
+  positive(c.vocab_size, "vocab_size");
+  positive(c.hidden_size, "hidden_size");
+  positive(c.n_layers, "num_hidden_layers");
+  if (!(c.rms_norm_eps > 0)) r.error(fmt::format("rms_norm_eps must be positive, got {}", c.rms_norm_eps));
+  if (c.n_layers_of(LayerKind::Kda) > 0) {
+    positive(c.kda.n_heads, "linear_attn_config.num_heads");
+    positive(c.kda.head_dim, "linear_attn_config.head_dim");
+    if (c.kda.conv_kernel < 1 || c.kda.conv_kernel > 16)
+      r.error(fmt::format("linear_attn_config.short_conv_kernel_size must be in 1..16, got {}", c.kda.conv_kernel));
+    if (c.kda.gate_lower_bound && !(*c.kda.gate_lower_bound < 0))
+      r.error(fmt::format("gate_lower_bound must be negative, got {}", *c.kda.gate_lower_bound));
+  }
+  if (c.n_layers_of(LayerKind::Mla) > 0) {
+    positive(c.mla.n_heads, "num_attention_heads");
+    positive(c.mla.kv_lora_rank, "kv_lora_rank");
+    positive(c.mla.qk_nope_head_dim, "qk_nope_head_dim");
+    positive(c.mla.v_head_dim, "v_head_dim");
+    if (c.mla.qk_rope_head_dim < 0) r.error("qk_rope_head_dim must not be negative");
+    if (c.mla.q_lora_rank < 0) r.error("q_lora_rank must be null or positive");
+  }
+  if (std::count(c.ffn_kinds.begin(), c.ffn_kinds.end(), FfnKind::Dense) > 0) positive(c.intermediate_size, "intermediate_size");
+  if (std::count(c.ffn_kinds.begin(), c.ffn_kinds.end(), FfnKind::Moe) > 0) {
+    const MoeConfig& m = c.moe;
+    positive(m.n_experts, "num_experts");
+    positive(m.intermediate_size, "moe_intermediate_size");
+    if (m.n_experts_per_token < 1 || m.n_experts_per_token > m.n_experts)
+      r.error(fmt::format("num_experts_per_token ({}) must be in 1..num_experts ({})", m.n_experts_per_token, m.n_experts));
+    if (m.n_shared_experts < 0) r.error("num_shared_experts must not be negative");
+    if (m.n_groups < 1 || m.n_experts % m.n_groups != 0)
+      r.error(fmt::format("num_expert_group ({}) must divide num_experts ({})", m.n_groups, m.n_experts));
+    else if (m.topk_group < 1 || m.topk_group > m.n_groups)
+      r.error(fmt::format("topk_group ({}) must be in 1..num_expert_group ({})", m.topk_group, m.n_groups));
+    else if (m.grouped() && m.n_experts / m.n_groups < 2)
+      r.error("grouped top-k scores each group by its best two experts: groups need >= 2 experts");
+    else if (m.grouped() && m.topk_group * (m.n_experts / m.n_groups) < m.n_experts_per_token)
+      r.error("topk_group groups hold fewer experts than num_experts_per_token");
+  }
+  for (int32_t id : c.eos_token_ids)
+    if (id < 0) r.error(fmt::format("eos_token_id {} is negative", id));
+}
+
+}  // namespace
+
+const char* family_name(ModelFamily f) {
+  switch (f) {
+    case ModelFamily::KimiLinear: return "kimi_linear";
+    case ModelFamily::KimiK3: return "kimi_k3";
+  }
+  return "?";
+}
+
+const char* layer_kind_name(LayerKind k) {
+  switch (k) {
+    case LayerKind::Kda: return "kda";
+    case LayerKind::Mla: return "mla";
+  }
+  return "?";
+}
+
+Result<ModelConfig> ModelConfig::from_json(const nlohmann::ordered_json& json, std::string_view label) {
+  if (!json.is_object()) return invalid_argument("{}: config must be a JSON object", label);
+  auto mt = json.find("model_type");
+  if (mt == json.end() || !mt->is_string())
+    return invalid_argument("{}: missing \"model_type\" (expected \"kimi_linear\" or \"kimi_k3\")", label);
+  const std::string model_type = mt->get<std::string>();
+  if (model_type == "kimi_k3") {
+    if (!json.contains("text_config") || !json["text_config"].is_object())
+      return invalid_argument("{}: model_type \"kimi_k3\" needs a \"text_config\" object", label);
+    return unimplemented("{}: model_type \"kimi_k3\" (Kimi K3) is recognised but not supported yet", label);
+  }
+  if (model_type != "kimi_linear")
+    return invalid_argument("{}: unsupported model_type \"{}\" (rill serves \"kimi_linear\" and \"kimi_k3\")", label,
+                            model_type);
+  ModelConfig c;
+  c.family = ModelFamily::KimiLinear;
+  FieldReader r(json, "");
+  parse_kimi_linear(json, c, r);
+  validate(c, r);
+  if (!r.errors().empty()) {
+    std::string msg = fmt::format("{}: invalid config", label);
+    for (const auto& e : r.errors()) msg += "\n  - " + e;
+    return invalid_argument("{}", msg);
+  }
+  return c;
+}
+
+Result<ModelConfig> ModelConfig::load(const std::filesystem::path& model_dir) {
+  const auto path = model_dir / "config.json";
+  RILL_ASSIGN_OR_RETURN(auto json, io::read_json_file(path));
+  return from_json(json, path.string());
+}
+
+int ModelConfig::n_layers_of(LayerKind k) const {
+  return int(std::count(layer_kinds.begin(), layer_kinds.end(), k));
+}
+
+int64_t ModelConfig::kv_bytes_per_token(int elem_bytes) const {
+  return int64_t(n_layers_of(LayerKind::Mla)) * mla.cache_width() * elem_bytes;
+}
+
+int64_t ModelConfig::kda_state_bytes_per_sequence() const {
+  return int64_t(n_layers_of(LayerKind::Kda)) * kda.n_heads * kda.head_dim * kda.head_dim * 4;
+}
+
+int64_t ModelConfig::kda_conv_bytes_per_sequence(int elem_bytes) const {
+  return int64_t(n_layers_of(LayerKind::Kda)) * 3 * kda.projection_size() * (kda.conv_kernel - 1) * elem_bytes;
+}
+
+}  // namespace rill::model

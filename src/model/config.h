@@ -1,0 +1,98 @@
+// ModelConfig: one validated description of a Kimi model, parsed from config.json in either the original
+// Moonshot form (`linear_attn_config`, 1-based `kda_layers`/`full_attn_layers`, `num_experts`,
+// `moe_renormalize`, ...) or the transformers-normalised form (`layer_types`, `n_routed_experts`,
+// `norm_topk_prob`, ...). Spec §1.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/status.h"
+
+namespace rill::model {
+
+enum class ModelFamily { KimiLinear, KimiK3 };
+enum class LayerKind { Kda, Mla };        // the token mixer of a decoder layer
+enum class FfnKind { Dense, Moe };        // the feed-forward of a decoder layer
+enum class GluActivation { Silu, Situ };  // SwiGLU (Kimi Linear) or SiTU-GLU (K3)
+enum class RouterActivation { Sigmoid, Softmax };
+
+const char* family_name(ModelFamily f);
+const char* layer_kind_name(LayerKind k);
+
+struct KdaConfig {
+  int n_heads = 0;
+  int head_dim = 0;     // d_k == d_v
+  int conv_kernel = 0;  // short causal conv width (4)
+  // K3: g = lb * sigmoid(exp(A_log) * (g + dt_bias)); Kimi Linear (unset): g = -exp(A_log) * softplus(...).
+  std::optional<float> gate_lower_bound;
+  bool full_rank_output_gate = false;  // K3: one g_proj; Kimi Linear: g_b_proj(g_a_proj(x))
+  int projection_size() const { return n_heads * head_dim; }
+};
+
+struct MlaConfig {
+  int n_heads = 0;
+  int q_lora_rank = 0;  // 0: a full q_proj
+  int kv_lora_rank = 0;
+  int qk_nope_head_dim = 0;
+  int qk_rope_head_dim = 0;  // never rotated (NoPE), but part of the key
+  int v_head_dim = 0;
+  bool output_gate = false;       // K3: o = o * sigmoid(g_proj(u)) before o_proj
+  float latent_norm_eps = 1e-6f;  // q_a_layernorm / kv_a_layernorm are built with the default eps (spec §7.1)
+  int qk_head_dim() const { return qk_nope_head_dim + qk_rope_head_dim; }
+  int cache_width() const { return kv_lora_rank + qk_rope_head_dim; }  // latent c + k_pe per token
+};
+
+struct MoeConfig {
+  int n_experts = 0;
+  int n_experts_per_token = 0;
+  int n_shared_experts = 0;
+  int intermediate_size = 0;  // per expert
+  bool renormalize = true;
+  float routed_scaling_factor = 1.0f;
+  int n_groups = 1;
+  int topk_group = 1;
+  RouterActivation activation = RouterActivation::Sigmoid;
+  int latent_size = 0;  // K3 latent MoE width (routed_expert_hidden_size); 0 = experts run on the hidden
+  bool latent_norm = false;
+  bool grouped() const { return n_groups > 1 && topk_group < n_groups; }
+};
+
+struct ModelConfig {
+  ModelFamily family = ModelFamily::KimiLinear;
+  int vocab_size = 0;
+  int hidden_size = 0;
+  int n_layers = 0;
+  int intermediate_size = 0;  // dense MLP width
+  float rms_norm_eps = 1e-5f;
+  GluActivation activation = GluActivation::Silu;
+  float situ_beta = 0.0f, situ_linear_beta = 0.0f;
+  std::vector<LayerKind> layer_kinds;
+  std::vector<FfnKind> ffn_kinds;
+  KdaConfig kda;
+  MlaConfig mla;
+  MoeConfig moe;
+  int attn_res_block_size = 0;  // K3 Block AttnRes; 0 = plain residuals
+  bool tie_word_embeddings = false;
+  std::optional<int32_t> bos_token_id;
+  std::vector<int32_t> eos_token_ids;
+  int64_t max_position_embeddings = 0;
+  std::string tensor_prefix;  // "" for Kimi Linear, "language_model." for K3
+
+  static Result<ModelConfig> from_json(const nlohmann::ordered_json& json, std::string_view label);
+  static Result<ModelConfig> load(const std::filesystem::path& model_dir);  // MODEL_DIR/config.json
+
+  int n_layers_of(LayerKind k) const;
+  // Per-token MLA latent cache bytes (all MLA layers) at the given element size.
+  int64_t kv_bytes_per_token(int elem_bytes) const;
+  // Per-sequence KDA state: fp32 recurrent state of every KDA layer; conv windows at the given element size.
+  int64_t kda_state_bytes_per_sequence() const;
+  int64_t kda_conv_bytes_per_sequence(int elem_bytes) const;
+};
+
+}  // namespace rill::model

@@ -1,0 +1,37 @@
+// What every block's forward needs besides its weights: the backend, the step workspace, the batch layout.
+#pragma once
+
+#include "backend/backend.h"
+#include "core/arena.h"
+
+namespace rill::model {
+
+struct ForwardContext {
+  backend::Backend& be;
+  Arena& ws;  // the step workspace; blocks carve intermediates and give them back when done
+  const backend::BatchLayout& layout;
+  DType act() const { return be.act_dtype(); }
+  int n_tokens() const { return layout.n_tokens; }
+};
+
+// Gives the workspace back to where it was when the scope opened (a block's intermediates die with it).
+class WorkspaceScope {
+ public:
+  explicit WorkspaceScope(Arena& ws) : ws_(ws), mark_(ws.used()) {}
+  ~WorkspaceScope() { ws_.release_to(mark_); }
+  WorkspaceScope(const WorkspaceScope&) = delete;
+  WorkspaceScope& operator=(const WorkspaceScope&) = delete;
+
+ private:
+  Arena& ws_;
+  size_t mark_;
+};
+
+// Per-layer views into the caches (empty where the layer kind has none).
+struct LayerCache {
+  TensorView kda_state;  // F32 [n_slots, Hk, d, d]
+  TensorView kda_conv;   // act [n_slots, K-1, 3P]
+  TensorView mla_kv;     // act [n_blocks, block_size, kv_lora + rope]
+};
+
+}  // namespace rill::model

@@ -1,0 +1,67 @@
+#include "model/kimi_linear.h"
+
+namespace rill::model {
+
+KimiLinearModel::KimiLinearModel(ModelConfig config, backend::Backend& be) : Model(std::move(config), be) {
+  layers_.resize(static_cast<size_t>(config_.n_layers));
+}
+
+void KimiLinearModel::declare_weights() {
+  const ModelConfig& c = config_;
+  const std::string root = c.tensor_prefix;
+  const int H = c.hidden_size, V = c.vocab_size;
+  table_.matrix(root + "model.embed_tokens.weight", {V, H}, &embed_);
+  table_.vector(root + "model.norm.weight", {H}, &final_norm_);
+  table_.matrix(root + "lm_head.weight", {V, H}, &lm_head_);
+  for (int i = 0; i < c.n_layers; ++i) {
+    const std::string p = root + "model.layers." + std::to_string(i) + ".";
+    DecoderLayerWeights& L = layers_[size_t(i)];
+    table_.vector(p + "input_layernorm.weight", {H}, &L.input_norm);
+    table_.vector(p + "post_attention_layernorm.weight", {H}, &L.post_norm);
+    if (c.layer_kinds[size_t(i)] == LayerKind::Kda) declare_kda_weights(table_, p + "self_attn.", c, L.kda);
+    else declare_mla_weights(table_, p + "self_attn.", c, L.mla);
+    if (c.ffn_kinds[size_t(i)] == FfnKind::Dense) declare_mlp_weights(table_, p + "mlp.", H, c.intermediate_size, L.mlp);
+    else declare_moe_weights(table_, p + "block_sparse_moe.", c, L.moe);
+  }
+}
+
+Status KimiLinearModel::mixer(ForwardContext& cx, int i, TensorView u, const ModelCaches& caches, TensorView out) {
+  const LayerCache& cache = caches.layers[size_t(i)];
+  if (config_.layer_kinds[size_t(i)] == LayerKind::Kda) return kda_forward(cx, config_, layers_[size_t(i)].kda, u, cache, out);
+  return mla_forward(cx, config_, layers_[size_t(i)].mla, u, cache, out);
+}
+
+Status KimiLinearModel::ffn(ForwardContext& cx, int i, TensorView x, TensorView out) {
+  if (config_.ffn_kinds[size_t(i)] == FfnKind::Dense)
+    return mlp_forward(cx, layers_[size_t(i)].mlp, glu_spec(config_), x, out);
+  return moe_forward(cx, config_, layers_[size_t(i)].moe, x, out);
+}
+
+// x is the residual stream; h the normed input of the next sublayer. Each residual add is fused with the
+// norm that follows it (x += a; h = norm(x)), which is exactly the reference's order of operations.
+Status KimiLinearModel::forward_impl(ForwardContext& cx, TensorView ids, TensorView rows, const ModelCaches& caches,
+                                     TensorView logits) {
+  const ModelConfig& c = config_;
+  const int64_t T = ids.size(0), H = c.hidden_size, R = rows.size(0);
+  auto& be = cx.be;
+  TensorView x = cx.ws.alloc(cx.act(), {T, H});
+  TensorView h = cx.ws.alloc(cx.act(), {T, H});
+  TensorView delta = cx.ws.alloc(cx.act(), {T, H});
+  RILL_TRY(be.embed({embed_.weight, ids, x}));
+  RILL_TRY(be.rms_norm({x, layers_[0].input_norm, c.rms_norm_eps, h}));
+  for (int i = 0; i < c.n_layers; ++i) {
+    const DecoderLayerWeights& L = layers_[size_t(i)];
+    RILL_TRY(mixer(cx, i, h, caches, delta));
+    RILL_TRY(be.add_rms_norm({x, delta, L.post_norm, c.rms_norm_eps, h}));
+    RILL_TRY(ffn(cx, i, h, delta));
+    if (i + 1 < c.n_layers) RILL_TRY(be.add_rms_norm({x, delta, layers_[size_t(i + 1)].input_norm, c.rms_norm_eps, h}));
+    else RILL_TRY(be.add({x, delta}));
+  }
+  TensorView picked = cx.ws.alloc(cx.act(), {R, H});
+  RILL_TRY(be.gather_rows({x, rows, picked}));
+  TensorView normed = cx.ws.alloc(cx.act(), {R, H});
+  RILL_TRY(be.rms_norm({picked, final_norm_, c.rms_norm_eps, normed}));
+  return be.gemm({normed, &lm_head_, logits});
+}
+
+}  // namespace rill::model

@@ -1,0 +1,184 @@
+#include "model/model.h"
+
+#include <algorithm>
+
+#include "core/log.h"
+#include "model/kimi_linear.h"
+
+namespace rill::model {
+namespace {
+
+size_t align256(size_t n) { return (n + 255) / 256 * 256; }
+
+struct CacheShapes {
+  Shape state, conv, kv;
+};
+
+CacheShapes cache_shapes(const ModelConfig& c, int n_slots, int n_blocks, int block_size) {
+  const int64_t P = c.kda.projection_size();
+  return {{n_slots, c.kda.n_heads, c.kda.head_dim, c.kda.head_dim},
+          {n_slots, c.kda.conv_kernel - 1, 3 * P},
+          {n_blocks, block_size, c.mla.cache_width()}};
+}
+
+}  // namespace
+
+int64_t ModelCaches::bytes_needed(const ModelConfig& c, DType act, int n_slots, int n_blocks, int block_size) {
+  const CacheShapes s = cache_shapes(c, n_slots, n_blocks, block_size);
+  int64_t total = 0;
+  for (LayerKind k : c.layer_kinds) {
+    if (k == LayerKind::Kda)
+      total += int64_t(align256(static_cast<size_t>(s.state.numel()) * 4) + align256(static_cast<size_t>(s.conv.numel()) * dtype_size(act)));
+    else
+      total += int64_t(align256(static_cast<size_t>(s.kv.numel()) * dtype_size(act)));
+  }
+  return total;
+}
+
+Result<ModelCaches> ModelCaches::allocate(backend::Backend& be, const ModelConfig& c, int n_slots, int n_blocks,
+                                          int block_size) {
+  if (n_slots < 1 || n_blocks < 1 || block_size < 1)
+    return invalid_argument("caches need at least one state slot and one block (got {} slots, {} blocks)", n_slots, n_blocks);
+  ModelCaches out;
+  out.n_slots = n_slots;
+  out.n_blocks = n_blocks;
+  out.block_size = block_size;
+  const DType act = be.act_dtype();
+  const int64_t bytes = bytes_needed(c, act, n_slots, n_blocks, block_size);
+  RILL_ASSIGN_OR_RETURN(auto alloc, be.allocate(static_cast<size_t>(std::max<int64_t>(bytes, 1))));
+  char* p = static_cast<char*>(alloc.data());
+  out.storage.push_back(std::move(alloc));
+  const CacheShapes s = cache_shapes(c, n_slots, n_blocks, block_size);
+  for (LayerKind k : c.layer_kinds) {
+    LayerCache L;
+    if (k == LayerKind::Kda) {
+      L.kda_state = TensorView::make(p, DType::F32, s.state, be.device());
+      p += align256(L.kda_state.nbytes());
+      L.kda_conv = TensorView::make(p, act, s.conv, be.device());
+      p += align256(L.kda_conv.nbytes());
+      RILL_TRY(be.fill_zero(L.kda_state));
+      RILL_TRY(be.fill_zero(L.kda_conv));
+    } else {
+      L.mla_kv = TensorView::make(p, act, s.kv, be.device());
+      p += align256(L.mla_kv.nbytes());
+    }
+    out.layers.push_back(L);
+  }
+  return out;
+}
+
+Status Model::reserve_workspace(const StepLimits& limits) {
+  if (limits.max_tokens < 1 || limits.max_seqs < 1 || limits.max_logit_rows < 1 || limits.max_context < 1)
+    return invalid_argument("step limits must be positive");
+  // Worst case: one long prefill chunk at the end of the longest context plus single-token sequences, with
+  // every logits row in use. Measure it with a dry run over a measuring arena.
+  const int n_seqs = std::min(limits.max_seqs, limits.max_tokens);
+  StepBatch worst;
+  const int block = 64;
+  const int blocks = (limits.max_context + block - 1) / block;
+  int rows_left = limits.max_logit_rows;
+  for (int s = 0; s < n_seqs; ++s) {
+    SequenceStep q;
+    q.n_new = s == 0 ? limits.max_tokens - (n_seqs - 1) : 1;
+    q.start_pos = std::max(0, limits.max_context - q.n_new);
+    q.state_slot = 0;
+    q.block_table.assign(static_cast<size_t>(blocks), 0);
+    const int want = s == 0 ? std::min(q.n_new, rows_left - (n_seqs - 1)) : 1;
+    q.logits = want >= q.n_new ? LogitsNeeded::All : LogitsNeeded::Last;
+    rows_left -= q.logits == LogitsNeeded::All ? q.n_new : 1;
+    worst.seqs.push_back(std::move(q));
+  }
+  worst.token_ids.assign(static_cast<size_t>(limits.max_tokens), 0);
+  Arena measure(nullptr, 0, be_->device());
+  ModelCaches none;
+  none.layers.resize(static_cast<size_t>(config_.n_layers));
+  none.block_size = block;
+  be_->set_dry_run(true);
+  TensorView logits;
+  const Status st = run(worst, none, measure, &logits);
+  be_->set_dry_run(false);
+  RILL_TRY(st);
+  const size_t bytes = measure.high_water() + (1 << 20);
+  RILL_ASSIGN_OR_RETURN(workspace_, be_->allocate(bytes));
+  arena_ = Arena(workspace_.data(), workspace_.size(), be_->device());
+  limits_ = limits;
+  RILL_LOG_DEBUG("workspace: {:.1f} MiB for {} tokens / {} sequences", double(bytes) / (1 << 20), limits.max_tokens,
+                 limits.max_seqs);
+  return {};
+}
+
+Result<TensorView> Model::forward(const StepBatch& batch, const ModelCaches& caches) {
+  if (workspace_.size() == 0) return internal_error("forward before reserve_workspace");
+  if (batch.n_tokens() > limits_.max_tokens || int(batch.seqs.size()) > limits_.max_seqs ||
+      batch.n_logit_rows() > limits_.max_logit_rows)
+    return invalid_argument("step of {} tokens / {} sequences / {} logits rows exceeds the workspace limits "
+                            "({} / {} / {})", batch.n_tokens(), batch.seqs.size(), batch.n_logit_rows(),
+                            limits_.max_tokens, limits_.max_seqs, limits_.max_logit_rows);
+  for (int32_t id : batch.token_ids)
+    if (id < 0 || id >= config_.vocab_size)
+      return invalid_argument("token id {} is outside the vocabulary [0, {})", id, config_.vocab_size);
+  for (const auto& s : batch.seqs)
+    if (s.state_slot < 0 || s.state_slot >= caches.n_slots)
+      return invalid_argument("state slot {} is outside [0, {})", s.state_slot, caches.n_slots);
+  arena_.reset();
+  TensorView logits;
+  RILL_TRY(run(batch, caches, arena_, &logits));
+  return logits;
+}
+
+Status Model::run(const StepBatch& batch, const ModelCaches& caches, Arena& ws, TensorView* logits) {
+  RILL_TRY(batch.to_layout(caches.block_size, &layout_host_));
+  RILL_TRY(be_->upload_layout(layout_host_, caches.block_size, &layout_));
+  ForwardContext cx{*be_, ws, layout_};
+  const int64_t T = batch.n_tokens();
+  const std::vector<int32_t> rows_host = batch.logit_token_rows();
+  TensorView ids = ws.alloc(DType::I32, {T});
+  TensorView rows = ws.alloc(DType::I32, {int64_t(rows_host.size())});
+  if (!be_->dry_run()) {
+    RILL_TRY(be_->upload_async(ids.data, batch.token_ids.data(), size_t(T) * 4));
+    RILL_TRY(be_->upload_async(rows.data, rows_host.data(), rows_host.size() * 4));
+  }
+  *logits = ws.alloc(DType::F32, {int64_t(rows_host.size()), config_.vocab_size});
+  return forward_impl(cx, ids, rows, caches, *logits);
+}
+
+Status Model::sample(TensorView logits, std::span<const backend::SamplingRow> rows, std::vector<int32_t>* ids) {
+  const int64_t R = logits.size(0);
+  if (int64_t(rows.size()) != R) return internal_error("sample: {} sampling rows for {} logits rows", rows.size(), R);
+  const size_t mark = arena_.used();
+  TensorView dev_rows = arena_.alloc(DType::U8, {int64_t(rows.size_bytes())});
+  TensorView out = arena_.alloc(DType::I32, {R});
+  RILL_TRY(be_->upload_async(dev_rows.data, rows.data(), rows.size_bytes()));
+  RILL_TRY(be_->sample({logits, static_cast<const backend::SamplingRow*>(dev_rows.data), out, &arena_}));
+  ids->resize(static_cast<size_t>(R));
+  RILL_TRY(be_->copy_to_host(ids->data(), out.data, size_t(R) * 4));
+  arena_.release_to(mark);
+  return {};
+}
+
+Result<std::unique_ptr<Model>> build_model(const ModelConfig& config, backend::Backend& be) {
+  std::unique_ptr<Model> m;
+  switch (config.family) {
+    case ModelFamily::KimiLinear: m = std::make_unique<KimiLinearModel>(config, be); break;
+    case ModelFamily::KimiK3: return unimplemented("Kimi K3 is recognised but not supported yet");
+  }
+  m->declare_weights();
+  return m;
+}
+
+Result<std::unique_ptr<Model>> load_model(const std::filesystem::path& dir, backend::Backend& be,
+                                          const LoadOptions& options) {
+  RILL_ASSIGN_OR_RETURN(ModelConfig config, ModelConfig::load(dir));
+  RILL_ASSIGN_OR_RETURN(std::unique_ptr<Model> m, build_model(config, be));
+  if (options.dummy_weights) {
+    RILL_ASSIGN_OR_RETURN(m->weights_, load_dummy_weights(m->table_, be, options.dummy_seed));
+    return m;
+  }
+  RILL_ASSIGN_OR_RETURN(io::Checkpoint ckpt, io::Checkpoint::open(dir));
+  if (!ckpt.has_weights()) return not_found("{}: no *.safetensors weight files", dir.string());
+  auto shared = std::make_shared<const io::Checkpoint>(std::move(ckpt));
+  RILL_ASSIGN_OR_RETURN(m->weights_, load_weights(m->table_, shared, be, options.progress));
+  return m;
+}
+
+}  // namespace rill::model

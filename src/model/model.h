@@ -1,0 +1,100 @@
+// Model: a loaded Kimi model on a backend. Owns the weights and the step workspace; runs one StepBatch at a
+// time against caches it does not own (the cache manager, or a test, owns them).
+#pragma once
+
+#include <filesystem>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "backend/backend.h"
+#include "io/checkpoint.h"
+#include "model/config.h"
+#include "model/forward_context.h"
+#include "model/step_batch.h"
+#include "model/weights/loader.h"
+#include "model/weights/weight_table.h"
+
+namespace rill::model {
+
+// Device memory for the KDA state slots, conv windows and paged MLA latent cache of every layer.
+struct ModelCaches {
+  int n_slots = 0, n_blocks = 0, block_size = 64;
+  std::vector<LayerCache> layers;
+  std::vector<backend::DeviceAllocation> storage;
+
+  static Result<ModelCaches> allocate(backend::Backend& be, const ModelConfig& c, int n_slots, int n_blocks,
+                                      int block_size = 64);
+  static int64_t bytes_needed(const ModelConfig& c, DType act, int n_slots, int n_blocks, int block_size = 64);
+};
+
+// The largest step the workspace must hold.
+struct StepLimits {
+  int max_tokens = 2048;     // tokens per step (prefill chunks + decode tokens)
+  int max_seqs = 16;         // sequences per step
+  int max_logit_rows = 16;   // rows of logits per step
+  int max_context = 4096;    // longest sequence (start_pos + n_new)
+};
+
+struct LoadOptions {
+  bool dummy_weights = false;  // --load-format dummy: seeded random weights, no checkpoint files
+  uint64_t dummy_seed = 0;
+  LoadProgress progress;
+};
+
+class Model {
+ public:
+  virtual ~Model() = default;
+
+  const ModelConfig& config() const { return config_; }
+  backend::Backend& backend() const { return *be_; }
+  const WeightTable& weight_table() const { return table_; }
+  int64_t weight_bytes() const { return weights_.device_bytes; }
+  size_t workspace_bytes() const { return workspace_.size(); }
+
+  // Sizes the workspace with a dry-run forward over the worst-case batch, then allocates it once.
+  Status reserve_workspace(const StepLimits& limits);
+  const StepLimits& limits() const { return limits_; }
+
+  // Runs one step and returns the F32 logits [batch.n_logit_rows(), vocab] in device memory, valid until the
+  // next call. Every token id must be inside the vocabulary.
+  Result<TensorView> forward(const StepBatch& batch, const ModelCaches& caches);
+
+  // One token per logits row (sampling on the backend; only the ids come back to the host).
+  Status sample(TensorView logits, std::span<const backend::SamplingRow> rows, std::vector<int32_t>* ids);
+
+ protected:
+  Model(ModelConfig config, backend::Backend& be) : config_(std::move(config)), be_(&be) {}
+  // The architecture: fills `logits` ([rows, vocab] F32) from the batch; `rows` are the token indices.
+  virtual Status forward_impl(ForwardContext& cx, TensorView ids, TensorView rows, const ModelCaches& caches,
+                              TensorView logits) = 0;
+  // Declares every weight into table_ (called once by the loader).
+  virtual void declare_weights() = 0;
+
+  friend Result<std::unique_ptr<Model>> load_model(const std::filesystem::path&, backend::Backend&,
+                                                   const LoadOptions&);
+  friend Result<std::unique_ptr<Model>> build_model(const ModelConfig&, backend::Backend&);
+
+  ModelConfig config_;
+  backend::Backend* be_;
+  WeightTable table_;
+  LoadedWeights weights_;
+
+ private:
+  Status run(const StepBatch& batch, const ModelCaches& caches, Arena& ws, TensorView* logits);
+
+  StepLimits limits_;
+  backend::DeviceAllocation workspace_;
+  Arena arena_;
+  backend::BatchLayoutHost layout_host_;
+  backend::BatchLayout layout_;
+};
+
+// Reads MODEL_DIR/config.json, builds the architecture, checks and loads the weights (or dummy weights).
+Result<std::unique_ptr<Model>> load_model(const std::filesystem::path& dir, backend::Backend& be,
+                                          const LoadOptions& options = {});
+
+// The architecture of `config` with its weight table declared but nothing loaded (rill inspect, tests).
+Result<std::unique_ptr<Model>> build_model(const ModelConfig& config, backend::Backend& be);
+
+}  // namespace rill::model

@@ -1,0 +1,61 @@
+#include "model/step_batch.h"
+
+#include <algorithm>
+
+namespace rill::model {
+
+int StepBatch::n_logit_rows() const {
+  int n = 0;
+  for (const auto& s : seqs) n += s.logits == LogitsNeeded::All ? s.n_new : s.logits == LogitsNeeded::Last ? 1 : 0;
+  return n;
+}
+
+std::vector<int32_t> StepBatch::logit_token_rows() const {
+  std::vector<int32_t> rows;
+  int32_t t0 = 0;
+  for (const auto& s : seqs) {
+    if (s.logits == LogitsNeeded::All)
+      for (int i = 0; i < s.n_new; ++i) rows.push_back(t0 + i);
+    else if (s.logits == LogitsNeeded::Last)
+      rows.push_back(t0 + s.n_new - 1);
+    t0 += s.n_new;
+  }
+  return rows;
+}
+
+Status StepBatch::to_layout(int block_size, backend::BatchLayoutHost* out) const {
+  backend::BatchLayoutHost& l = *out;
+  l = backend::BatchLayoutHost{};
+  int max_blocks = 0;
+  int64_t total = 0;
+  for (size_t s = 0; s < seqs.size(); ++s) {
+    const SequenceStep& q = seqs[s];
+    if (q.n_new < 1) return invalid_argument("step: sequence {} has no new tokens", s);
+    if (q.start_pos < 0) return invalid_argument("step: sequence {} has negative start position", s);
+    const int64_t need = (int64_t(q.start_pos) + q.n_new + block_size - 1) / block_size;
+    if (int64_t(q.block_table.size()) < need)
+      return invalid_argument("step: sequence {} covers {} positions but has {} blocks of {}", s,
+                              q.start_pos + q.n_new, q.block_table.size(), block_size);
+    max_blocks = std::max(max_blocks, int(q.block_table.size()));
+    total += q.n_new;
+  }
+  if (total != int64_t(token_ids.size()))
+    return invalid_argument("step: sequences hold {} tokens but the batch has {} ids", total, token_ids.size());
+  l.max_blocks_per_seq = std::max(max_blocks, 1);
+  l.seq_token_start.push_back(0);
+  for (size_t s = 0; s < seqs.size(); ++s) {
+    const SequenceStep& q = seqs[s];
+    l.seq_start_pos.push_back(q.start_pos);
+    l.seq_state_slot.push_back(q.state_slot);
+    for (int b = 0; b < l.max_blocks_per_seq; ++b)
+      l.block_tables.push_back(b < int(q.block_table.size()) ? q.block_table[b] : -1);
+    for (int i = 0; i < q.n_new; ++i) {
+      l.token_seq.push_back(int32_t(s));
+      l.token_pos.push_back(q.start_pos + i);
+    }
+    l.seq_token_start.push_back(l.seq_token_start.back() + q.n_new);
+  }
+  return {};
+}
+
+}  // namespace rill::model

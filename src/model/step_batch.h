@@ -1,0 +1,36 @@
+// StepBatch: the ragged batch of one engine step (design.md §4). Each sequence contributes `n_new` tokens
+// starting at `start_pos` (prefill chunks and decode tokens mix), owns a KDA state slot and an MLA block
+// table covering positions [0, start_pos + n_new), and says which logits it needs.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "backend/batch_layout.h"
+#include "core/status.h"
+
+namespace rill::model {
+
+enum class LogitsNeeded : uint8_t { None, Last, All };
+
+struct SequenceStep {
+  int32_t start_pos = 0;  // tokens of this sequence already in the caches
+  int32_t n_new = 0;      // tokens in this step (their ids are consecutive in StepBatch::token_ids)
+  int32_t state_slot = 0;
+  std::vector<int32_t> block_table;  // MLA blocks for positions [0, start_pos + n_new), in order
+  LogitsNeeded logits = LogitsNeeded::Last;
+};
+
+struct StepBatch {
+  std::vector<int32_t> token_ids;  // every sequence's new tokens, sequence after sequence
+  std::vector<SequenceStep> seqs;
+
+  int n_tokens() const { return int(token_ids.size()); }
+  int n_logit_rows() const;
+  // Checks counts against the token list and each block table against its context; fills the host layout.
+  Status to_layout(int block_size, backend::BatchLayoutHost* out) const;
+  // The token index (row of the step's hidden states) of each logits row, in sequence order.
+  std::vector<int32_t> logit_token_rows() const;
+};
+
+}  // namespace rill::model

@@ -1,0 +1,64 @@
+// WeightTable: every checkpoint tensor a model needs, declared by the blocks (one table per block, style.md
+// §7.2), with its accepted shapes and dtypes and where it goes. The loader checks the whole table against
+// the checkpoint before allocating anything, so `rill inspect` lists every missing, unexpected and
+// mis-shaped tensor at once.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "core/tensor.h"
+
+namespace rill::model {
+
+// How a tensor is stored once loaded.
+enum class WeightRole {
+  Matrix,  // a GEMM operand: kept in the backend's matrix dtype (as stored on the CPU, bf16 on CUDA)
+  Vector,  // norms, biases, gates, conv taps: converted to F32
+  Packed,  // quantised payload (MXFP4 bytes, E8M0 scales): copied bit for bit
+};
+
+struct WeightSpec {
+  std::string name;             // the checkpoint name
+  Shape shape;                  // the shape the model uses (also the destination shape)
+  std::vector<Shape> alt_shapes;  // other stored shapes with the same elements (e.g. A_log [1,1,H,1])
+  WeightRole role = WeightRole::Matrix;
+  TensorView* dest = nullptr;   // filled by the loader (unless part of a stack)
+  int stack = -1;               // >= 0: this tensor fills elements of stacks[stack]
+  int64_t stack_offset = 0;     // element offset inside the stack
+};
+
+// A destination assembled from several checkpoint tensors (fused q|k|v, stacked experts).
+struct WeightStack {
+  Shape shape;
+  WeightRole role = WeightRole::Matrix;
+  TensorView* dest = nullptr;
+};
+
+class WeightTable {
+ public:
+  void matrix(std::string name, Shape shape, backend::LinearWeight* dst);
+  void vector(std::string name, Shape shape, TensorView* dst, std::vector<Shape> alt_shapes = {});
+  void packed(std::string name, Shape shape, TensorView* dst);
+
+  // A stack of `shape`; parts are added with stack_part in element order.
+  int stack(Shape shape, WeightRole role, TensorView* dst);
+  void stack_part(int stack, std::string name, Shape part_shape, int64_t elem_offset,
+                  std::vector<Shape> alt_shapes = {});
+
+  // Names the loader may meet and skip (e.g. K3's vision tower); matched as prefixes.
+  void ignore_prefix(std::string prefix) { ignored_.push_back(std::move(prefix)); }
+
+  const std::vector<WeightSpec>& specs() const { return specs_; }
+  const std::vector<WeightStack>& stacks() const { return stacks_; }
+  bool ignored(const std::string& name) const;
+  int64_t n_params() const;  // elements of every declared tensor
+
+ private:
+  std::vector<WeightSpec> specs_;
+  std::vector<WeightStack> stacks_;
+  std::vector<std::string> ignored_;
+};
+
+}  // namespace rill::model

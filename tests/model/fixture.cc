@@ -1,0 +1,50 @@
+#include "model/fixture.h"
+
+#include <cmath>
+#include <cstring>
+
+#include <gtest/gtest.h>
+
+namespace rill::testing {
+
+Reference::Reference(const std::filesystem::path& dir) {
+  auto f = io::SafetensorsFile::open(dir / "reference.safetensors");
+  if (!f.ok()) throw std::runtime_error(f.status().to_string());
+  file_ = std::make_unique<io::SafetensorsFile>(std::move(f).value());
+}
+
+int Reference::n_prompts() const {
+  int n = 0;
+  while (file_->find("prompt_" + std::to_string(n))) ++n;
+  return n;
+}
+
+std::vector<int32_t> Reference::ints(const std::string& name) const {
+  const io::TensorInfo* t = file_->find(name);
+  if (!t || t->dtype != DType::I32) throw std::runtime_error("reference has no I32 tensor " + name);
+  std::vector<int32_t> v(static_cast<size_t>(t->shape.numel()));
+  std::memcpy(v.data(), file_->view(*t).data, v.size() * 4);
+  return v;
+}
+
+std::vector<float> Reference::floats(const std::string& name) const {
+  const io::TensorInfo* t = file_->find(name);
+  if (!t || t->dtype != DType::F32) throw std::runtime_error("reference has no F32 tensor " + name);
+  std::vector<float> v(static_cast<size_t>(t->shape.numel()));
+  std::memcpy(v.data(), file_->view(*t).data, v.size() * 4);
+  return v;
+}
+
+Shape Reference::shape(const std::string& name) const { return file_->find(name)->shape; }
+
+float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  float m = 0;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
+    const float d = std::fabs(a[i] - b[i]);
+    if (!(d <= m)) m = std::isnan(d) ? INFINITY : d;
+  }
+  return m;
+}
+
+}  // namespace rill::testing

@@ -1,0 +1,36 @@
+// Test helpers: the transformers fixtures in tests/data (made by tools/reference/make_kimi_linear_fixtures.py)
+// and a CPU model loaded from them.
+#pragma once
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "io/safetensors.h"
+#include "model/model.h"
+
+namespace rill::testing {
+
+inline std::filesystem::path data_dir() { return std::filesystem::path(RILL_SOURCE_DIR) / "tests" / "data"; }
+inline const std::vector<std::string>& kimi_linear_fixtures() {
+  static const std::vector<std::string> names = {"kimi_linear_tiny_a", "kimi_linear_tiny_b"};
+  return names;
+}
+
+// The recorded reference of one fixture (reference.safetensors).
+class Reference {
+ public:
+  explicit Reference(const std::filesystem::path& dir);
+  int n_prompts() const;
+  std::vector<int32_t> ints(const std::string& name) const;
+  std::vector<float> floats(const std::string& name) const;
+  Shape shape(const std::string& name) const;
+
+ private:
+  std::unique_ptr<io::SafetensorsFile> file_;
+};
+
+// max |a - b| over all elements.
+float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b);
+
+}  // namespace rill::testing
