@@ -2,7 +2,7 @@
 #include "backend/backend.h"
 
 #if RILL_HAVE_CUDA
-#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/make_cuda_backend.h"
 #endif
 
 namespace rill::backend {

@@ -1,0 +1,18 @@
+// CudaContext: what every launcher gets — the compute stream and the device facts it sizes launches from.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+namespace rill::cuda {
+
+class GemmRunner;
+
+struct CudaContext {
+  cudaStream_t stream = nullptr;
+  int device = 0;
+  int sm_count = 0;
+  size_t max_smem_per_block = 0;  // opt-in limit (cudaDevAttrMaxSharedMemoryPerBlockOptin)
+  GemmRunner* gemm = nullptr;     // cuBLASLt handle, plans and algorithm cache
+};
+
+}  // namespace rill::cuda

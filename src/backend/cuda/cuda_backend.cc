@@ -1,0 +1,199 @@
+#include "backend/cuda/cuda_backend.h"
+
+#include <cstring>
+
+#include "backend/cuda/common/check.h"
+#include "backend/cuda/elementwise.h"
+#include "backend/cuda/gemm/gemm_runner.h"
+#include "backend/cuda/kda/kda.h"
+#include "backend/cuda/make_cuda_backend.h"
+#include "backend/cuda/mla/mla.h"
+#include "backend/cuda/moe/moe.h"
+#include "backend/cuda/norm.h"
+#include "backend/cuda/sample.h"
+
+namespace rill::cuda {
+namespace {
+
+constexpr size_t kPinnedBytes = 8 << 20;  // staging ring for step metadata (two halves)
+constexpr size_t kHalf = kPinnedBytes / 2;
+
+}  // namespace
+
+Result<std::unique_ptr<CudaBackend>> CudaBackend::create(int device) {
+  int count = 0;
+  // Any failure here (no driver, insufficient driver, no device) means "no GPU" (design.md §6).
+  const cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess || count == 0)
+    return unavailable("no usable CUDA GPU ({})", e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+  if (device < 0 || device >= count) return invalid_argument("CUDA device {} does not exist ({} present)", device, count);
+  std::unique_ptr<CudaBackend> b(new CudaBackend());
+  RILL_CUDA_CHECK(cudaSetDevice(device));
+  b->ctx_.device = device;
+  RILL_CUDA_CHECK(cudaDeviceGetAttribute(&b->ctx_.sm_count, cudaDevAttrMultiProcessorCount, device));
+  int smem = 0;
+  RILL_CUDA_CHECK(cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  b->ctx_.max_smem_per_block = size_t(smem);
+  RILL_CUDA_CHECK(cudaStreamCreateWithFlags(&b->ctx_.stream, cudaStreamNonBlocking));
+  RILL_CUDA_CHECK(cudaMallocHost(&b->pinned_, kPinnedBytes));
+  for (auto& ev : b->pinned_free_) RILL_CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+  RILL_ASSIGN_OR_RETURN(b->gemm_, GemmRunner::create(device));
+  b->ctx_.gemm = b->gemm_.get();
+  return b;
+}
+
+CudaBackend::~CudaBackend() {
+  if (ctx_.stream) cudaStreamSynchronize(ctx_.stream);
+  gemm_.reset();
+  for (auto& ev : pinned_free_)
+    if (ev) cudaEventDestroy(ev);
+  if (pinned_) cudaFreeHost(pinned_);
+  if (layout_dev_) cudaFree(layout_dev_);
+  if (ctx_.stream) cudaStreamDestroy(ctx_.stream);
+}
+
+Result<backend::DeviceAllocation> CudaBackend::allocate(size_t bytes) {
+  void* p = nullptr;
+  const cudaError_t e = cudaMalloc(&p, bytes ? bytes : 1);
+  if (e != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky-free error state of a failed allocation
+    size_t free_b = 0, total_b = 0;
+    cudaMemGetInfo(&free_b, &total_b);
+    return resource_exhausted("cannot allocate {:.2f} GiB on the GPU ({:.2f} GiB free of {:.2f} GiB): {}",
+                              double(bytes) / (1 << 30), double(free_b) / (1 << 30), double(total_b) / (1 << 30),
+                              cudaGetErrorString(e));
+  }
+  std::shared_ptr<void> owner(p, [](void* q) { cudaFree(q); });
+  return backend::DeviceAllocation(p, bytes, std::move(owner));
+}
+
+Status CudaBackend::copy_to_device(void* dst, const void* host_src, size_t bytes) {
+  RILL_CUDA_CHECK(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, ctx_.stream));
+  RILL_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
+  return {};
+}
+
+Status CudaBackend::copy_to_host(void* host_dst, const void* src, size_t bytes) {
+  RILL_CUDA_CHECK(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, ctx_.stream));
+  RILL_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
+  return {};
+}
+
+Status CudaBackend::copy_device_to_device(void* dst, const void* src, size_t bytes) {
+  RILL_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, ctx_.stream));
+  return {};
+}
+
+Status CudaBackend::fill_zero(TensorView t) {
+  if (!t.is_contiguous()) return internal_error("fill_zero: view {} is not contiguous", t.describe());
+  RILL_CUDA_CHECK(cudaMemsetAsync(t.data, 0, t.nbytes(), ctx_.stream));
+  return {};
+}
+
+Status CudaBackend::fill_random(TensorView t, uint64_t seed, float lo, float hi) {
+  return launch_fill_random(t, seed, lo, hi, ctx_);
+}
+
+Status CudaBackend::synchronize() {
+  RILL_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
+  return {};
+}
+
+// Copies host bytes into the pinned ring and enqueues the copy to `dst`. A half of the ring is reused only
+// after the copies that read it have completed (its event), so the host never overwrites bytes in flight.
+Status CudaBackend::stage(const void* host_src, size_t bytes, void* dst) {
+  if (bytes == 0) return {};
+  if (bytes > kHalf) {  // rare and large: a plain blocking copy
+    RILL_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
+    RILL_CUDA_CHECK(cudaMemcpy(dst, host_src, bytes, cudaMemcpyHostToDevice));
+    return {};
+  }
+  if (pinned_head_ + bytes > kHalf) {
+    // Mark the end of this half's copies, then wait until the other half's last copies have read it.
+    RILL_CUDA_CHECK(cudaEventRecord(pinned_free_[pinned_half_], ctx_.stream));
+    pinned_half_ ^= 1;
+    RILL_CUDA_CHECK(cudaEventSynchronize(pinned_free_[pinned_half_]));
+    pinned_head_ = 0;
+  }
+  char* slot = static_cast<char*>(pinned_) + pinned_half_ * kHalf + pinned_head_;
+  std::memcpy(slot, host_src, bytes);
+  RILL_CUDA_CHECK(cudaMemcpyAsync(dst, slot, bytes, cudaMemcpyHostToDevice, ctx_.stream));
+  pinned_head_ += (bytes + 255) / 256 * 256;
+  return {};
+}
+
+Status CudaBackend::upload_async(void* dst, const void* host_src, size_t bytes) { return stage(host_src, bytes, dst); }
+
+Status CudaBackend::upload_layout(const backend::BatchLayoutHost& host, int block_size, backend::BatchLayout* out) {
+  backend::BatchLayout& l = *out;
+  l = backend::BatchLayout{};
+  l.n_seqs = host.n_seqs();
+  l.n_tokens = host.n_tokens();
+  l.max_blocks_per_seq = host.max_blocks_per_seq;
+  l.block_size = block_size;
+  for (int s = 0; s < l.n_seqs; ++s) {
+    l.max_new_tokens = std::max(l.max_new_tokens, host.n_new(s));
+    l.max_context = std::max(l.max_context, host.seq_start_pos[s] + host.n_new(s));
+  }
+  l.host = &host;
+  const std::vector<int32_t>* arrays[] = {&host.seq_token_start, &host.seq_start_pos, &host.seq_state_slot,
+                                          &host.block_tables,    &host.token_seq,     &host.token_pos};
+  size_t total = 0;
+  for (auto* a : arrays) total += (a->size() * 4 + 255) / 256 * 256;
+  if (total > layout_cap_) {
+    if (layout_dev_) {
+      RILL_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));  // the old buffer may still be read
+      RILL_CUDA_CHECK(cudaFree(layout_dev_));
+    }
+    layout_cap_ = std::max<size_t>(total * 2, 64 << 10);
+    RILL_CUDA_CHECK(cudaMalloc(&layout_dev_, layout_cap_));
+  }
+  char* p = static_cast<char*>(layout_dev_);
+  const int32_t** fields[] = {&l.seq_token_start, &l.seq_start_pos, &l.seq_state_slot,
+                              &l.block_tables,    &l.token_seq,     &l.token_pos};
+  for (size_t i = 0; i < 6; ++i) {
+    RILL_TRY(stage(arrays[i]->data(), arrays[i]->size() * 4, p));
+    *fields[i] = reinterpret_cast<const int32_t*>(p);
+    p += (arrays[i]->size() * 4 + 255) / 256 * 256;
+  }
+  return {};
+}
+
+size_t CudaBackend::kda_attention_scratch_bytes(const backend::KdaAttentionArgs& a) const {
+  return cuda::kda_attention_scratch_bytes(a);
+}
+size_t CudaBackend::mla_attention_scratch_bytes(const backend::MlaAttentionArgs& a) const {
+  return cuda::mla_attention_scratch_bytes(a);
+}
+size_t CudaBackend::moe_experts_scratch_bytes(const backend::MoeExpertsArgs& a) const {
+  return cuda::moe_experts_scratch_bytes(a);
+}
+size_t CudaBackend::sample_scratch_bytes(const backend::SampleArgs& a) const { return cuda::sample_scratch_bytes(a); }
+
+Status CudaBackend::embed_impl(const backend::EmbedArgs& a) { return launch_embed(a, ctx_); }
+Status CudaBackend::rms_norm_impl(const backend::RmsNormArgs& a) { return launch_rms_norm(a, ctx_); }
+Status CudaBackend::add_rms_norm_impl(const backend::AddRmsNormArgs& a) { return launch_add_rms_norm(a, ctx_); }
+Status CudaBackend::gemm_impl(const backend::GemmArgs& a) { return gemm_->run(a, ctx_.stream); }
+Status CudaBackend::glu_impl(const backend::GluArgs& a) { return launch_glu(a, ctx_); }
+Status CudaBackend::add_impl(const backend::AddArgs& a) { return launch_add(a, ctx_); }
+Status CudaBackend::sigmoid_gate_impl(const backend::SigmoidGateArgs& a) { return launch_sigmoid_gate(a, ctx_); }
+Status CudaBackend::kda_prepare_impl(const backend::KdaPrepareArgs& a) { return launch_kda_prepare(a, ctx_); }
+Status CudaBackend::kda_attention_impl(const backend::KdaAttentionArgs& a) { return launch_kda_attention(a, ctx_); }
+Status CudaBackend::kda_output_impl(const backend::KdaOutputArgs& a) { return launch_kda_output_norm(a, ctx_); }
+Status CudaBackend::mla_cache_write_impl(const backend::MlaCacheWriteArgs& a) { return launch_mla_cache_write(a, ctx_); }
+Status CudaBackend::mla_attention_impl(const backend::MlaAttentionArgs& a) { return launch_mla_attention(a, ctx_); }
+Status CudaBackend::moe_route_impl(const backend::MoeRouteArgs& a) { return launch_moe_route(a, ctx_); }
+Status CudaBackend::moe_experts_impl(const backend::MoeExpertsArgs& a) { return launch_moe_experts(a, ctx_); }
+Status CudaBackend::gather_rows_impl(const backend::GatherRowsArgs& a) { return launch_gather_rows(a, ctx_); }
+Status CudaBackend::sample_impl(const backend::SampleArgs& a) { return launch_sample(a, ctx_); }
+
+}  // namespace rill::cuda
+
+namespace rill::backend {
+
+Result<std::unique_ptr<Backend>> make_cuda_backend(int device) {
+  RILL_ASSIGN_OR_RETURN(auto b, cuda::CudaBackend::create(device));
+  return std::unique_ptr<Backend>(std::move(b));
+}
+
+}  // namespace rill::backend

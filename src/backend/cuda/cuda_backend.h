@@ -1,0 +1,71 @@
+// CudaBackend: the fast path on NVIDIA GPUs (Hopper sm_90a by default). bf16 activations and weights, fp32
+// accumulation, fp32 KDA state. Every op runs on one stream; the only host syncs are copy_to_host (reading
+// sampled ids) and synchronize(). Each op delegates to its family's launcher (norm.h, kda/kda.h, ...).
+#pragma once
+
+#include <memory>
+
+#include "backend/backend.h"
+#include "backend/cuda/context.h"
+
+namespace rill::cuda {
+
+class CudaBackend final : public backend::Backend {
+ public:
+  static Result<std::unique_ptr<CudaBackend>> create(int device);
+  ~CudaBackend() override;
+
+  std::string name() const override { return "cuda"; }
+  Device device() const override { return Device::Cuda; }
+  DType act_dtype() const override { return DType::BF16; }
+  std::optional<DType> matrix_dtype() const override { return DType::BF16; }
+  const CudaContext& context() const { return ctx_; }
+
+  Result<backend::DeviceAllocation> allocate(size_t bytes) override;
+  Status copy_to_device(void* dst, const void* host_src, size_t bytes) override;
+  Status copy_to_host(void* host_dst, const void* src, size_t bytes) override;
+  Status copy_device_to_device(void* dst, const void* src, size_t bytes) override;
+  Status fill_zero(TensorView t) override;
+  Status fill_random(TensorView t, uint64_t seed, float lo, float hi) override;
+  Status upload_layout(const backend::BatchLayoutHost& host, int block_size, backend::BatchLayout* out) override;
+  Status upload_async(void* dst, const void* host_src, size_t bytes) override;
+  Status synchronize() override;
+
+ protected:
+  size_t kda_attention_scratch_bytes(const backend::KdaAttentionArgs& a) const override;
+  size_t mla_attention_scratch_bytes(const backend::MlaAttentionArgs& a) const override;
+  size_t moe_experts_scratch_bytes(const backend::MoeExpertsArgs& a) const override;
+  size_t sample_scratch_bytes(const backend::SampleArgs& a) const override;
+
+ private:
+  CudaBackend() = default;
+  Status embed_impl(const backend::EmbedArgs& a) override;
+  Status rms_norm_impl(const backend::RmsNormArgs& a) override;
+  Status add_rms_norm_impl(const backend::AddRmsNormArgs& a) override;
+  Status gemm_impl(const backend::GemmArgs& a) override;
+  Status glu_impl(const backend::GluArgs& a) override;
+  Status add_impl(const backend::AddArgs& a) override;
+  Status sigmoid_gate_impl(const backend::SigmoidGateArgs& a) override;
+  Status kda_prepare_impl(const backend::KdaPrepareArgs& a) override;
+  Status kda_attention_impl(const backend::KdaAttentionArgs& a) override;
+  Status kda_output_impl(const backend::KdaOutputArgs& a) override;
+  Status mla_cache_write_impl(const backend::MlaCacheWriteArgs& a) override;
+  Status mla_attention_impl(const backend::MlaAttentionArgs& a) override;
+  Status moe_route_impl(const backend::MoeRouteArgs& a) override;
+  Status moe_experts_impl(const backend::MoeExpertsArgs& a) override;
+  Status gather_rows_impl(const backend::GatherRowsArgs& a) override;
+  Status sample_impl(const backend::SampleArgs& a) override;
+
+  // Pinned host staging for step metadata and small uploads; an event guards reuse of each half.
+  Status stage(const void* host_src, size_t bytes, void* dst);
+
+  CudaContext ctx_;
+  std::unique_ptr<GemmRunner> gemm_;
+  void* pinned_ = nullptr;  // staging ring, kPinnedBytes
+  size_t pinned_half_ = 0, pinned_head_ = 0;  // current half, and the next free byte in it
+  cudaEvent_t pinned_free_[2] = {nullptr, nullptr};
+  void* layout_dev_ = nullptr;  // device copy of the batch layout arrays
+  size_t layout_cap_ = 0;
+};
+
+}  // namespace rill::cuda

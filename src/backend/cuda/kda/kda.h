@@ -1,0 +1,14 @@
+// Launchers for Kimi Delta Attention: the fused conv + gates + beta prepare, and the gated delta rule
+// (chunked prefill kernel for multi-token sequences, fused recurrent step for single tokens).
+#pragma once
+
+#include "backend/backend.h"
+#include "backend/cuda/context.h"
+
+namespace rill::cuda {
+
+Status launch_kda_prepare(const backend::KdaPrepareArgs& a, const CudaContext& cx);
+size_t kda_attention_scratch_bytes(const backend::KdaAttentionArgs& a);
+Status launch_kda_attention(const backend::KdaAttentionArgs& a, const CudaContext& cx);
+
+}  // namespace rill::cuda

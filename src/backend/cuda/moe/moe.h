@@ -1,0 +1,14 @@
+// Launchers for mixture of experts: routing on the GPU, and expert execution grouped by expert (grouped GEMM
+// for prefill-sized batches, a gathered kernel for the few tokens of a decode step), combined in fp32.
+#pragma once
+
+#include "backend/backend.h"
+#include "backend/cuda/context.h"
+
+namespace rill::cuda {
+
+Status launch_moe_route(const backend::MoeRouteArgs& a, const CudaContext& cx);
+size_t moe_experts_scratch_bytes(const backend::MoeExpertsArgs& a);
+Status launch_moe_experts(const backend::MoeExpertsArgs& a, const CudaContext& cx);
+
+}  // namespace rill::cuda

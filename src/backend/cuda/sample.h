@@ -1,0 +1,12 @@
+// Launcher: per-row sampling on the GPU (the rule in backend/sampling.h); only ids leave the device.
+#pragma once
+
+#include "backend/backend.h"
+#include "backend/cuda/context.h"
+
+namespace rill::cuda {
+
+size_t sample_scratch_bytes(const backend::SampleArgs& a);
+Status launch_sample(const backend::SampleArgs& a, const CudaContext& cx);
+
+}  // namespace rill::cuda
