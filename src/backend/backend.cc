@@ -1,5 +1,7 @@
 #include "backend/backend.h"
 
+#include <chrono>
+
 namespace rill::backend {
 namespace {
 
@@ -58,6 +60,14 @@ Status reserve_scratch(Arena* scratch, size_t bytes) {
 }
 
 }  // namespace
+
+Result<double> Backend::time_ms(const std::function<Status()>& body) {
+  RILL_TRY(synchronize());
+  const auto t0 = std::chrono::steady_clock::now();
+  RILL_TRY(body());
+  RILL_TRY(synchronize());
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
 
 Status Backend::embed(const EmbedArgs& a) {
   if (dry_run_) return {};

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -236,6 +237,8 @@ class Backend {
   // Copies `bytes` of host data into device memory ordered with the compute stream (no host sync).
   virtual Status upload_async(void* dst, const void* host_src, size_t bytes) = 0;
   virtual Status synchronize() = 0;
+  // Milliseconds `body` takes on the device (CUDA events around it; a host clock on the CPU). For benchmarks.
+  virtual Result<double> time_ms(const std::function<Status()>& body);
 
   // Dry run: ops return at once without touching memory, but still take the scratch they would use from
   // their arena, so a forward pass over a measuring Arena yields the workspace size (plan, then run).

@@ -11,5 +11,6 @@ int run_tiny_model(int argc, char** argv);
 int run_tokenize(int argc, char** argv);
 int run_detokenize(int argc, char** argv);
 int run_render(int argc, char** argv);
+int run_bench(int argc, char** argv);
 
 }  // namespace rill::cli

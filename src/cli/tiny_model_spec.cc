@@ -1,10 +1,47 @@
 #include "cli/tiny_model_spec.h"
 
+#include <fstream>
+
+#include "io/checkpoint.h"
+#include "text/tokenizer/bpe_trainer.h"
+
 namespace rill::cli {
 
+// The Apache-2.0 text of the repository's LICENSE file, embedded at build time (cli/CMakeLists.txt): English
+// prose the tiny model's BPE is trained on, so the binary needs no data file.
+extern const char* const kLicenseText;
+
 namespace {
+
 constexpr int kRanks = 1024;  // BPE ranks; the 256-id control block follows, as in the Kimi vocabulary
-}
+
+// A Kimi-Linear/K2-style chat template written for the tiny model (same markers and layout as the K2 family,
+// spec §6.5): system, user, assistant (with tool calls), tool results, tool declarations.
+constexpr const char* kChatTemplate = R"jinja({%- if tools -%}
+<|im_system|>tool_declare<|im_middle|>{{ tools | tojson(separators=(',', ':')) }}<|im_end|>
+{%- endif -%}
+{%- if messages | length == 0 or messages[0].role != 'system' -%}
+<|im_system|>system<|im_middle|>You are a helpful assistant.<|im_end|>
+{%- endif -%}
+{%- for m in messages -%}
+{%- if m.content is string -%}{%- set text = m.content -%}
+{%- elif m.content is none or m.content is undefined -%}{%- set text = '' -%}
+{%- else -%}{%- set ns = namespace(t='') -%}{%- for part in m.content -%}{%- if part.type == 'text' -%}{%- set ns.t = ns.t + part.text -%}{%- endif -%}{%- endfor -%}{%- set text = ns.t -%}
+{%- endif -%}
+{%- if m.role == 'system' -%}<|im_system|>system<|im_middle|>{{ text }}<|im_end|>
+{%- elif m.role == 'user' -%}<|im_user|>user<|im_middle|>{{ text }}<|im_end|>
+{%- elif m.role == 'tool' -%}<|im_system|>tool<|im_middle|>## Return of {{ m.tool_call_id }}
+{{ text }}<|im_end|>
+{%- elif m.role == 'assistant' -%}<|im_assistant|>assistant<|im_middle|>{{ text }}
+{%- if m.tool_calls -%}<|tool_calls_section_begin|>
+{%- for tc in m.tool_calls -%}<|tool_call_begin|>{{ tc.id }}<|tool_call_argument_begin|>{{ tc.function.arguments if tc.function.arguments is string else tc.function.arguments | tojson }}<|tool_call_end|>
+{%- endfor -%}<|tool_calls_section_end|>
+{%- endif -%}<|im_end|>
+{%- endif -%}
+{%- endfor -%}
+{%- if add_generation_prompt -%}<|im_assistant|>assistant<|im_middle|>{%- endif -%})jinja";
+
+}  // namespace
 
 nlohmann::ordered_json tiny_model_config() {
   return {
@@ -46,10 +83,25 @@ nlohmann::ordered_json tiny_model_config() {
         {"full_attn_layers", {3}}}},
       {"model_max_length", 65536},
       {"bos_token_id", kRanks + 0},
-      {"eos_token_id", kRanks + 2},
+      {"eos_token_id", kRanks + 2},  // <|im_end|>, as Kimi Linear stops on it
       {"pad_token_id", kRanks + 255},
       {"torch_dtype", "bfloat16"},
   };
+}
+
+Status write_tiny_tokenizer(const std::filesystem::path& dir) {
+  const std::vector<std::string> ranks = text::train_bpe(kLicenseText, kRanks);
+  if (int(ranks.size()) != kRanks)
+    return internal_error("the BPE trainer produced {} ranks, {} wanted", ranks.size(), kRanks);
+  RILL_TRY(text::write_tiktoken_model(dir / "tiktoken.model", ranks));
+  const auto config_path = dir / "tokenizer_config.json";
+  RILL_TRY(text::write_tokenizer_config(config_path, kRanks, text::ControlBlockLayout::KimiLinear));
+  RILL_ASSIGN_OR_RETURN(auto json, io::read_json_file(config_path));
+  json["chat_template"] = kChatTemplate;
+  std::ofstream f(config_path);
+  f << json.dump(2) << "\n";
+  if (!f) return invalid_argument("cannot write {}", config_path.string());
+  return {};
 }
 
 }  // namespace rill::cli

@@ -86,8 +86,9 @@ std::string TensorView::describe() const { return fmt::format("{}{}", dtype_name
 void HostBuffer::Free::operator()(void* p) const { std::free(p); }
 
 HostBuffer::HostBuffer(size_t nbytes) : size_(nbytes) {
-  const size_t rounded = (nbytes + 63) / 64 * 64;
-  void* p = std::aligned_alloc(64, rounded ? rounded : 64);
+  // 256-byte alignment, like cudaMalloc, so arena views are equally aligned on every backend.
+  const size_t rounded = (nbytes + 255) / 256 * 256;
+  void* p = std::aligned_alloc(256, rounded ? rounded : 256);
   if (!p) throw std::bad_alloc();
   ptr_.reset(p);
 }

@@ -69,7 +69,7 @@ struct TensorView {
   std::string describe() const;  // "BF16[4096, 2304]"
 };
 
-// Owned, 64-byte aligned host memory.
+// Owned, 256-byte aligned host memory.
 class HostBuffer {
  public:
   HostBuffer() = default;

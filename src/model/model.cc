@@ -166,14 +166,17 @@ Result<std::unique_ptr<Model>> build_model(const ModelConfig& config, backend::B
   return m;
 }
 
+Result<std::unique_ptr<Model>> load_dummy_model(const ModelConfig& config, backend::Backend& be, uint64_t seed) {
+  RILL_ASSIGN_OR_RETURN(std::unique_ptr<Model> m, build_model(config, be));
+  RILL_ASSIGN_OR_RETURN(m->weights_, load_dummy_weights(m->table_, be, seed));
+  return m;
+}
+
 Result<std::unique_ptr<Model>> load_model(const std::filesystem::path& dir, backend::Backend& be,
                                           const LoadOptions& options) {
   RILL_ASSIGN_OR_RETURN(ModelConfig config, ModelConfig::load(dir));
+  if (options.dummy_weights) return load_dummy_model(config, be, options.dummy_seed);
   RILL_ASSIGN_OR_RETURN(std::unique_ptr<Model> m, build_model(config, be));
-  if (options.dummy_weights) {
-    RILL_ASSIGN_OR_RETURN(m->weights_, load_dummy_weights(m->table_, be, options.dummy_seed));
-    return m;
-  }
   RILL_ASSIGN_OR_RETURN(io::Checkpoint ckpt, io::Checkpoint::open(dir));
   if (!ckpt.has_weights()) return not_found("{}: no *.safetensors weight files", dir.string());
   auto shared = std::make_shared<const io::Checkpoint>(std::move(ckpt));

@@ -74,6 +74,7 @@ class Model {
   friend Result<std::unique_ptr<Model>> load_model(const std::filesystem::path&, backend::Backend&,
                                                    const LoadOptions&);
   friend Result<std::unique_ptr<Model>> build_model(const ModelConfig&, backend::Backend&);
+  friend Result<std::unique_ptr<Model>> load_dummy_model(const ModelConfig&, backend::Backend&, uint64_t);
 
   ModelConfig config_;
   backend::Backend* be_;
@@ -93,6 +94,9 @@ class Model {
 // Reads MODEL_DIR/config.json, builds the architecture, checks and loads the weights (or dummy weights).
 Result<std::unique_ptr<Model>> load_model(const std::filesystem::path& dir, backend::Backend& be,
                                           const LoadOptions& options = {});
+
+// `config` with seeded random weights filled on the backend (--load-format dummy): no files needed.
+Result<std::unique_ptr<Model>> load_dummy_model(const ModelConfig& config, backend::Backend& be, uint64_t seed);
 
 // The architecture of `config` with its weight table declared but nothing loaded (rill inspect, tests).
 Result<std::unique_ptr<Model>> build_model(const ModelConfig& config, backend::Backend& be);

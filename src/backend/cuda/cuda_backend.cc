@@ -99,6 +99,22 @@ Status CudaBackend::synchronize() {
   return {};
 }
 
+Result<double> CudaBackend::time_ms(const std::function<Status()>& body) {
+  cudaEvent_t start, stop;
+  RILL_CUDA_CHECK(cudaEventCreate(&start));
+  RILL_CUDA_CHECK(cudaEventCreate(&stop));
+  RILL_CUDA_CHECK(cudaEventRecord(start, ctx_.stream));
+  const Status st = body();
+  RILL_CUDA_CHECK(cudaEventRecord(stop, ctx_.stream));
+  RILL_CUDA_CHECK(cudaEventSynchronize(stop));
+  float ms = 0;
+  RILL_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  RILL_TRY(st);
+  return double(ms);
+}
+
 // Copies host bytes into the pinned ring and enqueues the copy to `dst`. A half of the ring is reused only
 // after the copies that read it have completed (its event), so the host never overwrites bytes in flight.
 Status CudaBackend::stage(const void* host_src, size_t bytes, void* dst) {

@@ -30,6 +30,7 @@ class CudaBackend final : public backend::Backend {
   Status upload_layout(const backend::BatchLayoutHost& host, int block_size, backend::BatchLayout* out) override;
   Status upload_async(void* dst, const void* host_src, size_t bytes) override;
   Status synchronize() override;
+  Result<double> time_ms(const std::function<Status()>& body) override;
 
  protected:
   size_t kda_attention_scratch_bytes(const backend::KdaAttentionArgs& a) const override;

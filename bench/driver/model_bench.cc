@@ -1,0 +1,163 @@
+// Prefill and decode steps of a whole model (dummy or real weights) through Model::forward.
+#include "bench/driver/model_bench.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+
+namespace rill::bench {
+namespace {
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Parameter groups of the model's weight table: what a token touches and what a step must read.
+struct ParamCounts {
+  double dense = 0;       // every matmul parameter outside routed experts, embedding and lm_head
+  double one_expert = 0;  // parameters of one routed expert
+  double lm_head = 0;
+};
+
+ParamCounts count_params(const model::Model& m) {
+  ParamCounts p;
+  double experts = 0;
+  for (const auto& s : m.weight_table().specs()) {
+    const double n = double(s.shape.numel());
+    if (s.name.find("embed_tokens") != std::string::npos) continue;
+    if (s.name.find("lm_head") != std::string::npos) p.lm_head += n;
+    else if (s.name.find(".experts.") != std::string::npos && s.name.find("shared_experts") == std::string::npos) experts += n;
+    else p.dense += n;
+  }
+  const auto& c = m.config();
+  const int moe_layers = int(std::count(c.ffn_kinds.begin(), c.ffn_kinds.end(), model::FfnKind::Moe));
+  if (moe_layers && c.moe.n_experts) p.one_expert = experts / (double(moe_layers) * c.moe.n_experts);
+  return p;
+}
+
+// FLOPs of a prefill of `n_tokens` new tokens whose contexts (per sequence) are `contexts`.
+double prefill_flops(const model::Model& m, const ParamCounts& p, int64_t n_tokens, const std::vector<int>& contexts) {
+  const auto& c = m.config();
+  const int moe_layers = int(std::count(c.ffn_kinds.begin(), c.ffn_kinds.end(), model::FfnKind::Moe));
+  // dense holds the shared experts and every non-MoE matmul; routed experts: top_k per MoE layer.
+  double f = 2.0 * double(n_tokens) * (p.dense + double(c.moe.n_experts_per_token) * p.one_expert * moe_layers);
+  f += 2.0 * p.lm_head * double(contexts.size());  // one logits row per sequence
+  const double qk = c.mla.qk_head_dim(), v = c.mla.v_head_dim;
+  for (int ctx : contexts)  // causal attention: half the score matrix
+    f += c.n_layers_of(model::LayerKind::Mla) * double(c.mla.n_heads) * double(ctx) * double(ctx) / 2 * 2 * (qk + v);
+  const double d = c.kda.head_dim;  // KDA chunk math, ~6d^2 + 6Cd per token and head (anchors §3.5)
+  f += double(n_tokens) * c.n_layers_of(model::LayerKind::Kda) * c.kda.n_heads * (6 * d * d + 6 * 64 * d);
+  return f;
+}
+
+// Bytes a decode step of `batch` sequences at `ctx` must move.
+double decode_bytes(const model::Model& m, const ParamCounts& p, int batch, int ctx) {
+  const auto& c = m.config();
+  const int moe_layers = int(std::count(c.ffn_kinds.begin(), c.ffn_kinds.end(), model::FfnKind::Moe));
+  const double E = c.moe.n_experts, k = c.moe.n_experts_per_token;
+  const double unique = E > 0 ? E * (1.0 - std::pow(1.0 - k / E, batch)) : 0;  // uniform routing
+  double b = 2.0 * (p.dense + p.lm_head + unique * p.one_expert * moe_layers);
+  b += 2.0 * double(batch) * double(c.kda_state_bytes_per_sequence());  // state read + write
+  b += double(batch) * double(ctx) * double(c.kv_bytes_per_token(2));
+  return b;
+}
+
+Status fill_caches(backend::Backend& be, const model::ModelCaches& caches) {
+  uint64_t seed = 100;
+  for (const auto& L : caches.layers) {
+    if (!L.mla_kv.empty()) RILL_TRY(be.fill_random(L.mla_kv, seed++, -1.0f, 1.0f));
+    if (!L.kda_state.empty()) RILL_TRY(be.fill_random(L.kda_state, seed++, -0.02f, 0.02f));
+    if (!L.kda_conv.empty()) RILL_TRY(be.fill_random(L.kda_conv, seed++, -1.0f, 1.0f));
+  }
+  return {};
+}
+
+}  // namespace
+
+Result<std::vector<BenchRow>> bench_model(model::Model& m, const BenchOptions& o) {
+  auto& be = m.backend();
+  const auto& c = m.config();
+  const int block = 64;
+  const int max_batch = *std::max_element(o.decode_batches.begin(), o.decode_batches.end());
+  const int decode_blocks = (o.decode_context + 1 + block - 1) / block;
+  const int prefill_blocks = (o.prefill_long + block - 1) / block + o.prefill_batch * ((o.prefill_short + block - 1) / block);
+  model::StepLimits lim;
+  lim.max_tokens = std::max({o.prefill_long, o.prefill_batch * o.prefill_short, max_batch});
+  lim.max_seqs = std::max(max_batch, o.prefill_batch);
+  lim.max_logit_rows = lim.max_seqs;
+  lim.max_context = std::max(o.prefill_long, o.decode_context + 1);
+  RILL_TRY(m.reserve_workspace(lim));
+  RILL_ASSIGN_OR_RETURN(model::ModelCaches caches,
+                        model::ModelCaches::allocate(be, c, lim.max_seqs, std::max(max_batch * decode_blocks, prefill_blocks), block));
+  RILL_TRY(fill_caches(be, caches));
+  const ParamCounts p = count_params(m);
+  std::mt19937 rng(1);
+  auto random_ids = [&](int n) {
+    std::vector<int32_t> v(static_cast<size_t>(n));
+    for (auto& x : v) x = int32_t(rng() % uint32_t(c.vocab_size));
+    return v;
+  };
+  std::vector<BenchRow> rows;
+  auto time_step = [&](const model::StepBatch& b, bool sample) -> Result<double> {
+    std::vector<double> ms;
+    std::vector<backend::SamplingRow> srows(b.seqs.size());
+    std::vector<int32_t> ids;
+    for (int i = 0; i <= o.repeats; ++i) {
+      RILL_ASSIGN_OR_RETURN(double t, be.time_ms([&]() -> Status {
+        RILL_ASSIGN_OR_RETURN(TensorView logits, m.forward(b, caches));
+        if (sample) return m.sample(logits, srows, &ids);
+        return {};
+      }));
+      if (i) ms.push_back(t);  // the first run warms up (cuBLASLt heuristics, module load)
+    }
+    return median(ms);
+  };
+
+  // Prefill: one long prompt, then a batch of shorter prompts in one step.
+  for (const auto& [n_seq, len] : {std::pair{1, o.prefill_long}, std::pair{o.prefill_batch, o.prefill_short}}) {
+    model::StepBatch b;
+    int next_block = 0;
+    for (int s = 0; s < n_seq; ++s) {
+      model::SequenceStep q;
+      q.n_new = len;
+      q.state_slot = s;
+      for (int k = 0; k < (len + block - 1) / block; ++k) q.block_table.push_back(next_block++);
+      auto ids = random_ids(len);
+      b.token_ids.insert(b.token_ids.end(), ids.begin(), ids.end());
+      b.seqs.push_back(q);
+    }
+    RILL_ASSIGN_OR_RETURN(double ms, time_step(b, false));
+    BenchRow r{"prefill", fmt::format("{} x {} tokens", n_seq, len), ms, 0, 0, ""};
+    r.flops = prefill_flops(m, p, int64_t(n_seq) * len, std::vector<int>(size_t(n_seq), len));
+    r.bytes = 2.0 * (p.dense + p.lm_head + p.one_expert * c.moe.n_experts *
+                                                double(std::count(c.ffn_kinds.begin(), c.ffn_kinds.end(), model::FfnKind::Moe)));
+    r.note = fmt::format("{:.0f} tokens/s", double(n_seq) * len / (ms * 1e-3));
+    rows.push_back(r);
+  }
+
+  // Decode at a fixed context: every sequence adds one token at position `decode_context`.
+  for (int batch : o.decode_batches) {
+    model::StepBatch b;
+    for (int s = 0; s < batch; ++s) {
+      model::SequenceStep q;
+      q.start_pos = o.decode_context;
+      q.n_new = 1;
+      q.state_slot = s;
+      for (int k = 0; k < decode_blocks; ++k) q.block_table.push_back(s * decode_blocks + k);
+      b.token_ids.push_back(int32_t(rng() % uint32_t(c.vocab_size)));
+      b.seqs.push_back(q);
+    }
+    RILL_ASSIGN_OR_RETURN(double ms, time_step(b, true));
+    BenchRow r{"decode", fmt::format("batch {} at {} context", batch, o.decode_context), ms, 0, 0, ""};
+    r.bytes = decode_bytes(m, p, batch, o.decode_context);
+    r.flops = 2.0 * batch * (p.dense + p.lm_head + c.moe.n_experts_per_token * p.one_expert *
+                                                       double(std::count(c.ffn_kinds.begin(), c.ffn_kinds.end(), model::FfnKind::Moe)));
+    r.note = fmt::format("{:.0f} tokens/s", batch / (ms * 1e-3));
+    rows.push_back(r);
+  }
+  return rows;
+}
+
+}  // namespace rill::bench

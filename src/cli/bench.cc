@@ -1,0 +1,84 @@
+// rill bench: prefill and decode steps of a model plus its heaviest ops at full size, each number beside the
+// ceiling measured in the same run (design.md §7). `--load-format dummy --preset kimi-linear-48b` needs no
+// checkpoint: seeded random weights are filled on the device.
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <fstream>
+
+#include "bench/driver/model_bench.h"
+#include "cli/commands.h"
+#include "cli/common.h"
+#include "model/presets.h"
+
+namespace rill::cli {
+
+int run_bench(int argc, char** argv) {
+  CLI::App app{"Benchmark prefill, decode and the per-op kernels of a model; prints time, bytes, FLOPs and "
+               "the fraction of the measured ceilings."};
+  std::string dir, load_format = "auto", preset, markdown;
+  bench::BenchOptions o;
+  bool skip_model = false, skip_ops = false;
+  DeviceOptions dev;
+  app.add_option("MODEL_DIR", dir, "checkpoint directory (omit with --load-format dummy --preset NAME)");
+  app.add_option("--load-format", load_format, "auto (read MODEL_DIR) or dummy (random weights on the device)")
+      ->check(CLI::IsMember({"auto", "dummy"}))->capture_default_str();
+  app.add_option("--preset", preset, "model shape for dummy weights: kimi-linear-48b");
+  app.add_option("--decode-context", o.decode_context, "context length of the decode benchmark")->capture_default_str();
+  app.add_option("--decode-batches", o.decode_batches, "decode batch sizes")->capture_default_str();
+  app.add_option("--prefill-tokens", o.prefill_long, "length of the single-prompt prefill")->capture_default_str();
+  app.add_option("--repeats", o.repeats, "timed repetitions per measurement (median)")->capture_default_str();
+  app.add_option("--markdown", markdown, "also write the results as a markdown table to this file");
+  app.add_flag("--skip-model", skip_model, "only the per-op benchmarks");
+  app.add_flag("--skip-ops", skip_ops, "only the whole-model benchmarks");
+  add_device_options(app, dev);
+  if (int rc = parse_args(app, argc, argv); rc >= 0) return rc;
+  if (load_format == "dummy" && preset.empty() && dir.empty())
+    return report_error("bench", invalid_argument("--load-format dummy needs --preset NAME or a MODEL_DIR with a config.json"));
+  if (load_format != "dummy" && dir.empty())
+    return report_error("bench", invalid_argument("give a MODEL_DIR, or --load-format dummy --preset NAME"));
+
+  auto be = open_backend(dev);
+  if (!be.ok()) return report_error("bench", be.status());
+  Result<model::ModelConfig> cfg = invalid_argument("no config");
+  if (!preset.empty()) {
+    auto json = model::preset_config(preset);
+    if (!json.ok()) return report_error("bench", json.status());
+    cfg = model::ModelConfig::from_json(*json, "preset " + preset);
+  } else {
+    cfg = model::ModelConfig::load(dir);
+  }
+  if (!cfg.ok()) return report_error("bench", cfg.status());
+
+  std::fprintf(stderr, "measuring ceilings on %s ...\n", (*be)->name().c_str());
+  auto ceil = bench::measure_ceilings(**be);
+  if (!ceil.ok()) return report_error("bench", ceil.status());
+  std::vector<bench::BenchRow> rows;
+  if (!skip_ops) {
+    std::fprintf(stderr, "per-op benchmarks ...\n");
+    auto ops = bench::bench_ops(**be, *cfg, o);
+    if (!ops.ok()) return report_error("bench", ops.status());
+    rows.insert(rows.end(), ops->begin(), ops->end());
+  }
+  if (!skip_model) {
+    std::fprintf(stderr, "loading the model (%s) ...\n", load_format == "dummy" ? "dummy weights" : dir.c_str());
+    auto m = load_format == "dummy" ? model::load_dummy_model(*cfg, **be, 1234) : load_model_with_progress(dir, **be);
+    if (!m.ok()) return report_error("bench", m.status());
+    auto steps = bench::bench_model(**m, o);
+    if (!steps.ok()) return report_error("bench", steps.status());
+    rows.insert(rows.end(), steps->begin(), steps->end());
+  }
+  std::printf("%s", bench::format_table(rows, *ceil).c_str());
+  if (!markdown.empty()) {
+    const std::time_t now = std::time(nullptr);
+    char date[32];
+    std::strftime(date, sizeof date, "%Y-%m-%d", std::gmtime(&now));
+    std::ofstream f(markdown);
+    f << bench::format_markdown(rows, *ceil, fmt::format("`rill bench` on {} ({}), {}, {}", (*be)->name(),
+                                                         preset.empty() ? dir : preset,
+                                                         load_format == "dummy" ? "dummy weights" : "checkpoint", date));
+  }
+  return 0;
+}
+
+}  // namespace rill::cli

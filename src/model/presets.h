@@ -1,0 +1,18 @@
+// Named configs for running without a checkpoint (`--load-format dummy --preset NAME`): the released
+// Kimi-Linear-48B-A3B config (spec §1.1) for benchmarks at full size.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/status.h"
+
+namespace rill::model {
+
+std::vector<std::string> preset_names();
+Result<nlohmann::ordered_json> preset_config(std::string_view name);
+
+}  // namespace rill::model

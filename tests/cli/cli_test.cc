@@ -1,0 +1,128 @@
+// The rill binary end to end: inspect, generate and logits on the transformers fixtures, the project's own
+// tiny model, and clear errors for bad input.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "cli/run_rill.h"
+#include "io/safetensors.h"
+#include "model/fixture.h"
+#include "model/kimi_linear_48b_config.h"
+
+namespace rill {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::run_rill;
+
+fs::path temp_dir(const std::string& tag) {
+  const fs::path d = fs::temp_directory_path() / ("rill_cli_" + tag + "_" + std::to_string(getpid()));
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+std::string join(const std::vector<int32_t>& v) {
+  std::string s;
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
+  return s;
+}
+
+TEST(Inspect, RealKimiLinear48bConfigWithoutWeights) {
+  const fs::path d = temp_dir("inspect48b");
+  std::ofstream(d / "config.json") << kKimiLinear48bConfig;
+  const auto r = run_rill("inspect " + d.string());
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("(49.1 B)"), std::string::npos) << r.out;           // ≈49.1 B parameters
+  EXPECT_NE(r.out.find("8,064 B of MLA latent KV"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("40.00 MiB of fp32 KDA state"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("weights      missing"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("27: 20 KDA + 7 MLA"), std::string::npos) << r.out;
+  fs::remove_all(d);
+}
+
+TEST(Inspect, FixtureValidates) {
+  const auto r = run_rill("inspect " + (testing::data_dir() / "kimi_linear_tiny_b").string());
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("validation   ok"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("in 2 file(s)"), std::string::npos) << r.out;
+}
+
+TEST(Generate, GreedyMatchesTransformers) {
+  const fs::path dir = testing::data_dir() / "kimi_linear_tiny_a";
+  testing::Reference ref(dir);
+  const auto prompt = ref.ints("prompt_1"), want = ref.ints("greedy_1");
+  const auto r = run_rill("generate " + dir.string() + " --device cpu --ignore-eos --max-tokens 12 --prompt-ids " + join(prompt));
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find(join(want)), std::string::npos) << "got: " << r.out << "\nwant: " << join(want);
+}
+
+TEST(Generate, SeededSamplingIsReproducible) {
+  const std::string cmd = "generate " + (testing::data_dir() / "kimi_linear_tiny_b").string() +
+                          " --device cpu --ignore-eos --max-tokens 10 --temperature 1.0 --top-p 0.9 --prompt-ids 5,6,7 --seed ";
+  const auto a = run_rill(cmd + "11"), b = run_rill(cmd + "11"), c = run_rill(cmd + "12");
+  ASSERT_EQ(a.code, 0) << a.out;
+  EXPECT_EQ(a.out, b.out);
+  EXPECT_NE(a.out, c.out);  // 10 tokens from a 512-token vocabulary: another seed differs
+}
+
+TEST(Logits, WritesEveryPositionLikeTransformers) {
+  const fs::path dir = testing::data_dir() / "kimi_linear_tiny_b";
+  testing::Reference ref(dir);
+  const auto prompt = ref.ints("prompt_3");
+  const fs::path out = temp_dir("logits") / "logits.safetensors";
+  const auto r = run_rill("logits " + dir.string() + " --device cpu --chunk 16 --out " + out.string() +
+                          " --prompt-ids " + join(prompt));
+  ASSERT_EQ(r.code, 0) << r.out;
+  auto f = io::SafetensorsFile::open(out);
+  ASSERT_TRUE(f.ok()) << f.status().to_string();
+  const io::TensorInfo* t = f->find("logits");
+  ASSERT_NE(t, nullptr);
+  EXPECT_EQ(t->shape, (Shape{int64_t(prompt.size()), 512}));
+  const float* got = static_cast<const float*>(f->view(*t).data);
+  const auto want = ref.floats("logits_3");
+  float worst = 0;
+  for (size_t i = 0; i < want.size(); ++i) worst = std::max(worst, std::fabs(got[i] - want[i]));
+  EXPECT_LE(worst, 1e-3f);
+  fs::remove_all(out.parent_path());
+}
+
+TEST(TinyModel, BuildsValidatesAndGenerates) {
+  const fs::path d = temp_dir("tiny");
+  auto r = run_rill("tiny-model " + d.string() + " --force");
+  ASSERT_EQ(r.code, 0) << r.out;
+  for (const char* f : {"config.json", "model.safetensors", "tiktoken.model", "tokenizer_config.json"})
+    EXPECT_TRUE(fs::exists(d / f)) << f;
+  r = run_rill("inspect " + d.string());
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("validation   ok"), std::string::npos) << r.out;
+  r = run_rill("generate " + d.string() + " --device cpu --prompt-ids 1,2,3 --max-tokens 5 --ignore-eos --json");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("\"finish_reason\": \"length\""), std::string::npos) << r.out;
+  fs::remove_all(d);
+}
+
+TEST(BadInput, ClearErrorsAndExitCodes) {
+  const std::string fixture = (testing::data_dir() / "kimi_linear_tiny_a").string();
+  struct Case {
+    std::string args, fragment;
+  };
+  const std::vector<Case> cases = {
+      {"generate " + fixture + " --device cpu --prompt-ids 1,x,3", "element 1 (\"x\") is not a non-negative integer"},
+      {"generate " + fixture + " --device cpu --prompt-ids 1,99999", "outside the vocabulary"},
+      {"generate /nonexistent/model --device cpu --prompt-ids 1", "/nonexistent/model/config.json"},
+      {"inspect /nonexistent/model", "/nonexistent/model/config.json"},
+      {"logits " + fixture + " --device cpu --prompt-ids 1", "--out is required"},
+      {"bench --load-format dummy --device cpu", "needs --preset"},
+      {"frobnicate", "unknown command 'frobnicate'"},
+  };
+  for (const auto& c : cases) {
+    const auto r = run_rill(c.args);
+    EXPECT_NE(r.code, 0) << c.args;
+    EXPECT_NE(r.out.find(c.fragment), std::string::npos) << c.args << "\n" << r.out;
+  }
+}
+
+}  // namespace
+}  // namespace rill

@@ -1,0 +1,28 @@
+// Runs the built `rill` binary in a shell and captures what it printed (stdout and stderr) and its exit code.
+#pragma once
+
+#include <cstdio>
+#include <string>
+#include <sys/wait.h>
+
+namespace rill::testing {
+
+struct Run {
+  int code = -1;
+  std::string out;
+};
+
+inline Run run_rill(const std::string& args) {
+  Run r;
+  const std::string cmd = std::string(RILL_BINARY) + " " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+  const int st = pclose(p);
+  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
+
+}  // namespace rill::testing

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Downloads (here, where the Debian mirror is reachable) the Debian packages rill builds against, into .deps/,
+# so tools/gpu_check.sh can unpack them on the GPU machine, which reaches no package registry.
+# Run from the repository root before a GPU run; `.deps/` is git-ignored and travels with `carry: [".deps"]`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+mkdir -p .deps
+cd .deps
+pkgs=(nlohmann-json3-dev libfmt-dev libfmt9 libcli11-dev libpcre2-dev libpcre2-8-0 libpcre2-16-0 libpcre2-32-0
+      libpcre2-posix3 libgtest-dev libgmock-dev libbenchmark-dev libbenchmark1debian libcpp-httplib-dev
+      libcpp-httplib0.11 libbrotli1 libbrotli-dev ccache)
+missing=()
+for p in "${pkgs[@]}"; do ls "${p}"_*.deb >/dev/null 2>&1 || missing+=("$p"); done
+if ((${#missing[@]})); then apt-get download "${missing[@]}"; fi
+ls -1 *.deb | wc -l | xargs echo "debs in .deps:"

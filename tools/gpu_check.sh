@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# The one script run on the GPU machine (device tool): build with ninja -j16, run the GPU tests (and the CPU
+# model tests as a sanity check), compute-sanitizer over the GPU test suite, then the benchmarks. Every log
+# goes under $OUT; the last lines printed are a summary table.
+#
+#   here:  tools/fetch_gpu_deps.sh
+#   run:   tools/gpu_check.sh [all|test|bench|sanitize]...   (device tool, carry: [".deps"])
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/rill-gpu-out}
+LOGS=/tmp/rill-gpu-logs  # everything is written here, then packed into $OUT/logs.tgz (the device tool
+rm -rf $LOGS             # returns at most 8 files)
+mkdir -p "$OUT" $LOGS
+trap 'tar czf "$OUT/logs.tgz" -C $LOGS . 2>/dev/null' EXIT
+what=("$@")
+[[ ${#what[@]} -eq 0 ]] && what=(all)
+want() { for w in "${what[@]}"; do [[ $w == all || $w == "$1" ]] && return 0; done; return 1; }
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1  # never NVLink multicast
+summary=()
+note() { summary+=("$1"); echo "== $1"; }
+
+# --- dependencies: unpack the carried Debian packages into a private prefix ---------------------------
+DEPS=/tmp/rill-deps
+if [[ -d .deps ]] && ! [[ -f $DEPS/.done ]]; then
+  mkdir -p $DEPS
+  for f in .deps/*.deb; do dpkg-deb -x "$f" $DEPS; done
+  touch $DEPS/.done
+fi
+export CMAKE_PREFIX_PATH=$DEPS/usr:${CMAKE_PREFIX_PATH:-}
+export PKG_CONFIG_PATH=$DEPS/usr/lib/x86_64-linux-gnu/pkgconfig:$DEPS/usr/share/pkgconfig
+export PKG_CONFIG_SYSROOT_DIR=$DEPS
+export LD_LIBRARY_PATH=$DEPS/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
+export CPATH=$DEPS/usr/include:${CPATH:-}
+export PATH=$DEPS/usr/bin:/usr/local/cuda/bin:$PATH
+
+# --- build --------------------------------------------------------------------------------------------
+BUILD=build-gpu
+nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --format=csv > "$LOGS/gpu.txt" 2>&1
+git rev-parse --short HEAD > "$LOGS/commit.txt" 2>/dev/null || echo unknown > "$LOGS/commit.txt"
+if ! cmake -S . -B $BUILD -G Ninja -DRILL_CUDA=ON -DRILL_WERROR=ON -DCMAKE_BUILD_TYPE=Release > "$LOGS/configure.log" 2>&1; then
+  note "configure FAILED (see configure.log)"; tail -30 "$LOGS/configure.log"; exit 1
+fi
+if ! ninja -C $BUILD -j16 > "$LOGS/build.log" 2>&1; then
+  note "build FAILED (see build.log)"; grep -E "error|Error" "$LOGS/build.log" | head -40; exit 1
+fi
+note "build ok"
+
+# --- tests --------------------------------------------------------------------------------------------
+if want test; then
+  (cd $BUILD && ctest -L gpu --output-on-failure --timeout 900) > "$LOGS/gpu_tests.log" 2>&1
+  rc=$?
+  note "gpu tests: $( [[ $rc == 0 ]] && echo PASS || echo FAIL ) ($(grep -cE '^\[  FAILED  \]' "$LOGS/gpu_tests.log") failed cases)"
+  grep -E '^\[  FAILED  \]|Failure|Expected|Which is|rel|seed' "$LOGS/gpu_tests.log" | head -60
+  (cd $BUILD && ctest -R model_tests --output-on-failure) > "$LOGS/cpu_model_tests.log" 2>&1
+  note "cpu model tests: $( [[ $? == 0 ]] && echo PASS || echo FAIL )"
+fi
+if want sanitize; then
+  compute-sanitizer --tool memcheck --error-exitcode 3 $BUILD/tests/backend/backend_tests --gtest_brief=1 \
+    > "$LOGS/memcheck.log" 2>&1
+  rc=$?
+  note "compute-sanitizer memcheck (backend_tests): $( [[ $rc == 0 ]] && echo clean || echo "ERRORS rc=$rc" )"
+  grep -E "ERROR SUMMARY|Invalid|out of bounds" "$LOGS/memcheck.log" | head -10
+fi
+
+# --- benchmarks -----------------------------------------------------------------------------------------
+if want bench; then
+  for lab in $BUILD/bench/kernels/*_bench $BUILD/bench/kernels/kernel_lab; do
+    [[ -x $lab ]] || continue
+    name=$(basename "$lab")
+    timeout 300 "$lab" > "$LOGS/$name.log" 2>&1
+    note "kernel lab $name: rc=$?"
+    tail -25 "$LOGS/$name.log"
+  done
+  if [[ -x $BUILD/rill ]]; then
+    timeout 540 $BUILD/rill bench --load-format dummy --preset kimi-linear-48b --markdown "$OUT/bench.md" \
+      > "$LOGS/rill_bench.log" 2>&1
+    note "rill bench: rc=$?"
+    tail -40 "$LOGS/rill_bench.log"
+  fi
+fi
+
+echo
+echo "===== summary ($(cat "$LOGS/gpu.txt" | tail -1); commit $(cat "$LOGS/commit.txt")) ====="
+for s in "${summary[@]}"; do echo "  $s"; done
