@@ -261,3 +261,32 @@ Status Backend::sample(const SampleArgs& a) {
 }
 
 }  // namespace rill::backend
+
+namespace rill::backend {
+
+Status Backend::apply_penalties(const PenaltyArgs& a) {
+  if (dry_run_) return {};
+  Check c("apply_penalties");
+  c.tensor(a.logits, "logits", 2).dtype(a.logits, "logits", DType::F32)
+      .that(a.row_offsets && a.tokens && a.output_counts && a.penalties, "null token arrays");
+  RILL_TRY(c.done());
+  return apply_penalties_impl(a);
+}
+
+Status Backend::logprobs(const LogprobsArgs& a) {
+  if (dry_run_) return {};
+  Check c("logprobs");
+  c.tensor(a.logits, "logits", 2).dtype(a.logits, "logits", DType::F32).tensor(a.sampled, "sampled", 1)
+      .dtype(a.sampled, "sampled", DType::I32).dim(a.sampled, "sampled", 0, a.logits.size(0))
+      .tensor(a.out_logprob, "out_logprob", 1).dtype(a.out_logprob, "out_logprob", DType::F32)
+      .that(a.top_n >= 0 && a.top_n <= 20, "top_n must be in 0..20");
+  RILL_TRY(c.done());
+  if (a.top_n > 0) {
+    c.tensor(a.out_top_ids, "out_top_ids", 2).dim(a.out_top_ids, "out_top_ids", 1, a.top_n)
+        .tensor(a.out_top_logprobs, "out_top_logprobs", 2).dim(a.out_top_logprobs, "out_top_logprobs", 1, a.top_n);
+    RILL_TRY(c.done());
+  }
+  return logprobs_impl(a);
+}
+
+}  // namespace rill::backend

@@ -198,6 +198,27 @@ struct SampleArgs {
   Arena* scratch = nullptr;
 };
 
+// Repetition, frequency and presence penalties on raw logits (vLLM order: repetition over prompt and output
+// tokens — positive logits divided, negative multiplied — then frequency x count and presence over output).
+struct PenaltyArgs {
+  TensorView logits;                      // F32 [R, V], updated in place
+  const int32_t* row_offsets = nullptr;   // [R + 1] device: row r's tokens are [row_offsets[r], row_offsets[r+1])
+  const int32_t* tokens = nullptr;        // [row_offsets[R]] device: distinct token ids seen by the row
+  const int32_t* output_counts = nullptr; // [row_offsets[R]] device: occurrences in the output (0: prompt only)
+  const float* penalties = nullptr;       // [R, 3] device: presence, frequency, repetition
+};
+
+// Log-softmax of the raw logits at the sampled token and the top_n most likely tokens (best first; ties by
+// lower id).
+struct LogprobsArgs {
+  TensorView logits;            // F32 [R, V]
+  TensorView sampled;           // I32 [R]
+  int top_n = 0;                // 0..20
+  TensorView out_logprob;       // F32 [R]
+  TensorView out_top_ids;       // I32 [R, top_n] (empty when top_n == 0)
+  TensorView out_top_logprobs;  // F32 [R, top_n]
+};
+
 // Memory owned by a backend: released when the last handle goes.
 class DeviceAllocation {
  public:
@@ -262,6 +283,8 @@ class Backend {
   Status moe_experts(const MoeExpertsArgs& a);
   Status gather_rows(const GatherRowsArgs& a);
   Status sample(const SampleArgs& a);
+  Status apply_penalties(const PenaltyArgs& a);
+  Status logprobs(const LogprobsArgs& a);
 
  protected:
   // Scratch bytes an op takes from its `scratch` arena (the CPU reference uses none).
@@ -289,6 +312,8 @@ class Backend {
   virtual Status moe_experts_impl(const MoeExpertsArgs& a) = 0;
   virtual Status gather_rows_impl(const GatherRowsArgs& a) = 0;
   virtual Status sample_impl(const SampleArgs& a) = 0;
+  virtual Status apply_penalties_impl(const PenaltyArgs& a) = 0;
+  virtual Status logprobs_impl(const LogprobsArgs& a) = 0;
 };
 
 // "cpu" or "cuda" (device 0); errors name what is missing (no CUDA build, no GPU).

@@ -17,11 +17,11 @@ const char* device_name(Device d) {
   return "?";
 }
 
-Shape::Shape(std::initializer_list<int64_t> dims) : Shape(std::span<const int64_t>(dims.begin(), dims.size())) {}
+Shape::Shape(std::initializer_list<int64_t> dims) : Shape(dims.begin(), int(dims.size())) {}
 
-Shape::Shape(std::span<const int64_t> dims) {
-  assert(dims.size() <= size_t(kMaxRank));
-  rank_ = int(dims.size());
+Shape::Shape(const int64_t* dims, int rank) {
+  assert(rank <= kMaxRank);
+  rank_ = rank;
   for (int i = 0; i < rank_; ++i) dims_[i] = dims[i];
 }
 

@@ -6,7 +6,9 @@
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
+#if __cplusplus >= 202002L
 #include <span>
+#endif
 #include <string>
 
 #include "core/dtype.h"
@@ -22,7 +24,10 @@ class Shape {
  public:
   Shape() = default;
   Shape(std::initializer_list<int64_t> dims);
-  explicit Shape(std::span<const int64_t> dims);
+  Shape(const int64_t* dims, int rank);
+#if __cplusplus >= 202002L  // .cu files compile as C++17 (CMakeLists.txt)
+  explicit Shape(std::span<const int64_t> dims) : Shape(dims.data(), int(dims.size())) {}
+#endif
 
   int rank() const { return rank_; }
   int64_t operator[](int i) const { return dims_[i]; }

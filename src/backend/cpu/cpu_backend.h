@@ -40,6 +40,8 @@ class CpuBackend final : public Backend {
   Status moe_experts_impl(const MoeExpertsArgs& a) override;
   Status gather_rows_impl(const GatherRowsArgs& a) override;
   Status sample_impl(const SampleArgs& a) override;
+  Status apply_penalties_impl(const PenaltyArgs& a) override;
+  Status logprobs_impl(const LogprobsArgs& a) override;
 };
 
 }  // namespace rill::backend

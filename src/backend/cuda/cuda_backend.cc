@@ -202,6 +202,8 @@ Status CudaBackend::moe_route_impl(const backend::MoeRouteArgs& a) { return laun
 Status CudaBackend::moe_experts_impl(const backend::MoeExpertsArgs& a) { return launch_moe_experts(a, ctx_); }
 Status CudaBackend::gather_rows_impl(const backend::GatherRowsArgs& a) { return launch_gather_rows(a, ctx_); }
 Status CudaBackend::sample_impl(const backend::SampleArgs& a) { return launch_sample(a, ctx_); }
+Status CudaBackend::apply_penalties_impl(const backend::PenaltyArgs& a) { return launch_apply_penalties(a, ctx_); }
+Status CudaBackend::logprobs_impl(const backend::LogprobsArgs& a) { return launch_logprobs(a, ctx_); }
 
 }  // namespace rill::cuda
 

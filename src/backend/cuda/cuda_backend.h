@@ -56,6 +56,8 @@ class CudaBackend final : public backend::Backend {
   Status moe_experts_impl(const backend::MoeExpertsArgs& a) override;
   Status gather_rows_impl(const backend::GatherRowsArgs& a) override;
   Status sample_impl(const backend::SampleArgs& a) override;
+  Status apply_penalties_impl(const backend::PenaltyArgs& a) override;
+  Status logprobs_impl(const backend::LogprobsArgs& a) override;
 
   // Pinned host staging for step metadata and small uploads; an event guards reuse of each half.
   Status stage(const void* host_src, size_t bytes, void* dst);

@@ -8,5 +8,8 @@ namespace rill::cuda {
 
 size_t sample_scratch_bytes(const backend::SampleArgs& a);
 Status launch_sample(const backend::SampleArgs& a, const CudaContext& cx);
+// Penalties and logprobs (backend.h PenaltyArgs / LogprobsArgs): implemented in penalties.cu.
+Status launch_apply_penalties(const backend::PenaltyArgs& a, const CudaContext& cx);
+Status launch_logprobs(const backend::LogprobsArgs& a, const CudaContext& cx);
 
 }  // namespace rill::cuda

@@ -1,0 +1,136 @@
+// Engine: the one API that the server, `rill chat`, `rill generate` and the benchmarks use (design.md §4,
+// style.md §7.3). One engine thread owns the device and loops schedule -> forward -> sample -> emit; callers
+// submit requests from any thread and read each request's events from its stream. PIMPL: no CUDA or model
+// headers reach the callers.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+
+namespace rill::model {
+class Model;
+}
+namespace rill::text {
+class Tokenizer;
+}
+
+namespace rill::engine {
+
+// Per-request sampling and stopping (OpenAI / vLLM semantics). An aggregate: use designated initialisers.
+struct SamplingParams {
+  float temperature = 1.0f;  // 0: greedy
+  float top_p = 1.0f;
+  int32_t top_k = 0;  // 0: all tokens
+  float min_p = 0.0f;
+  std::optional<uint64_t> seed;  // reproducible sampling per request; unset: drawn at submit
+  float presence_penalty = 0.0f;    // OpenAI: over generated tokens, [-2, 2]
+  float frequency_penalty = 0.0f;   // OpenAI: over generated tokens, [-2, 2]
+  float repetition_penalty = 1.0f;  // vLLM: over prompt and generated tokens, > 0
+  int32_t max_tokens = 16;          // generated tokens (clamped to the context left)
+  int32_t min_tokens = 0;           // stop conditions ignored before this many
+  std::vector<std::string> stop;    // stop strings (not included in the output)
+  std::vector<int32_t> stop_token_ids;
+  bool ignore_eos = false;
+  int32_t logprobs = -1;  // -1: none; 0: the sampled token's logprob; n: plus the n most likely
+  // Checks ranges against the model: errors name the parameter (OpenAI-style 400 material).
+  Status validate(int32_t vocab_size) const;
+};
+
+struct Request {
+  std::vector<int32_t> prompt;
+  SamplingParams params;
+  int32_t reported_prompt_tokens = -1;  // K3 counts the prompt minus its 3-token generation stub; -1: prompt size
+};
+
+enum class FinishReason { Stop, Length, Cancelled, Error };
+const char* finish_reason_name(FinishReason r);  // "stop", "length", "cancelled", "error"
+
+struct TokenLogprob {
+  int32_t id = 0;
+  float logprob = 0.0f;
+  std::vector<std::pair<int32_t, float>> top;  // the most likely tokens at this position, best first
+};
+
+// What a request's stream yields: new tokens with their text, then (once) the finish.
+struct StreamEvent {
+  std::vector<int32_t> token_ids;      // generated ids in this event
+  std::string text;                    // their text: complete UTF-8, stop strings removed and held back safely
+  std::vector<TokenLogprob> logprobs;  // one per token when requested
+  std::optional<FinishReason> finish;  // set on the last event
+  std::string stop_reason;             // the stop string or id that ended it, if any
+  Status error;                        // when finish == Error
+  int32_t prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;  // usage, on the last event
+};
+
+// A request's event channel: the engine pushes, the caller pops (blocking with a deadline).
+class RequestStream {
+ public:
+  explicit RequestStream(uint64_t id) : id_(id) {}
+  uint64_t id() const { return id_; }
+  // Waits until an event is ready or `timeout` passes; false on timeout.
+  bool next(StreamEvent* ev, std::chrono::milliseconds timeout);
+  void push(StreamEvent ev);
+
+ private:
+  uint64_t id_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<StreamEvent> events_;
+};
+
+struct EngineOptions {
+  int max_batch_size = 64;   // sequences per step (and KDA state slots)
+  int max_num_tokens = 2048;  // tokens per step: decode tokens first, prefill chunks fill the rest
+  int max_model_len = 0;      // 0: the model's max_position_embeddings capped by the cache
+  int max_queue = 1024;       // waiting requests before submit answers ResourceExhausted (HTTP 429)
+  bool chunked_prefill = true;
+  double kv_cache_fraction = 0.9;  // GPU: fraction of free memory (after weights) for caches
+  int num_kv_blocks = 0;           // explicit MLA block count (overrides the fraction; CPU default: from limits)
+  int block_size = 64;
+};
+
+struct EngineStats {
+  int running = 0, waiting = 0;
+  int kv_blocks_used = 0, kv_blocks_total = 0;
+  int state_slots_used = 0, state_slots_total = 0;
+  uint64_t prompt_tokens_total = 0, generation_tokens_total = 0;
+  uint64_t requests_finished = 0, preemptions = 0, steps = 0;
+};
+
+class Engine {
+ public:
+  // Takes the model; the tokenizer (optional) turns ids into text and enables stop strings.
+  static Result<std::unique_ptr<Engine>> create(std::unique_ptr<model::Model> model,
+                                                std::shared_ptr<const text::Tokenizer> tokenizer,
+                                                const EngineOptions& options);
+  ~Engine();
+
+  // Validates and enqueues; errors: InvalidArgument (bad params, prompt too long: names the parameter),
+  // ResourceExhausted (queue full), Unavailable (shutting down).
+  Result<std::shared_ptr<RequestStream>> submit(Request request);
+  // Ends a request now (finish = Cancelled); its blocks and slot are freed in the next step. Unknown ids: no-op.
+  void cancel(uint64_t id);
+  EngineStats stats() const;
+  // Stops accepting; with `drain`, lets running and waiting requests finish, else cancels them; joins the thread.
+  void shutdown(bool drain);
+
+  const model::Model& model() const;
+  int max_model_len() const;
+  std::string memory_plan() const;  // printed at start-up
+
+ private:
+  struct Impl;
+  explicit Engine(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace rill::engine
