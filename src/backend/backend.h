@@ -246,6 +246,8 @@ class Backend {
 
   // --- memory (start-up and step plumbing; never inside a kernel sequence) ---
   virtual Result<DeviceAllocation> allocate(size_t bytes) = 0;
+  // (free, total) bytes of device memory; nullopt where memory is the host's (sized by explicit limits).
+  virtual std::optional<std::pair<size_t, size_t>> device_memory() const { return std::nullopt; }
   virtual Status copy_to_device(void* dst, const void* host_src, size_t bytes) = 0;  // blocking
   virtual Status copy_to_host(void* host_dst, const void* src, size_t bytes) = 0;    // blocking
   virtual Status copy_device_to_device(void* dst, const void* src, size_t bytes) = 0;

@@ -67,6 +67,12 @@ Result<backend::DeviceAllocation> CudaBackend::allocate(size_t bytes) {
   return backend::DeviceAllocation(p, bytes, std::move(owner));
 }
 
+std::optional<std::pair<size_t, size_t>> CudaBackend::device_memory() const {
+  size_t free_b = 0, total_b = 0;
+  if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) return std::nullopt;
+  return std::pair{free_b, total_b};
+}
+
 Status CudaBackend::copy_to_device(void* dst, const void* host_src, size_t bytes) {
   RILL_CUDA_CHECK(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, ctx_.stream));
   RILL_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));

@@ -22,6 +22,7 @@ class CudaBackend final : public backend::Backend {
   const CudaContext& context() const { return ctx_; }
 
   Result<backend::DeviceAllocation> allocate(size_t bytes) override;
+  std::optional<std::pair<size_t, size_t>> device_memory() const override;
   Status copy_to_device(void* dst, const void* host_src, size_t bytes) override;
   Status copy_to_host(void* host_dst, const void* src, size_t bytes) override;
   Status copy_device_to_device(void* dst, const void* src, size_t bytes) override;

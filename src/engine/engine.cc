@@ -1,0 +1,278 @@
+#include "engine/engine.h"
+
+#include <atomic>
+#include <random>
+#include <thread>
+
+#include "cache/cache_manager.h"
+#include "core/log.h"
+#include "engine/sampler.h"
+#include "engine/scheduler.h"
+#include "engine/stop_checker.h"
+#include "model/model.h"
+
+namespace rill::engine {
+
+struct Engine::Impl {
+  std::unique_ptr<model::Model> model;
+  std::shared_ptr<const text::Tokenizer> tokenizer;
+  EngineOptions opts;
+  cache::MemoryPlan plan;
+  std::unique_ptr<cache::CacheManager> caches;
+  std::unique_ptr<Scheduler> sched;
+  std::unique_ptr<Sampler> sampler;
+  int max_model_len = 0;
+
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<std::unique_ptr<Sequence>> incoming;
+  std::vector<uint64_t> cancels;
+  bool accepting = true, stopping = false, drain = false;
+  std::atomic<uint64_t> next_id{1};
+  std::atomic<int> queued{0};  // submitted and not yet finished
+  mutable std::mutex stats_mu;
+  EngineStats stats;
+  std::thread thread;
+
+  void loop();
+  void step();
+  void finish_all(FinishReason reason, const Status& error);  // shutdown without drain
+  void emit_finished(std::map<uint64_t, StreamEvent>& pending);
+  void update_stats();
+};
+
+void Engine::Impl::update_stats() {
+  std::lock_guard lock(stats_mu);
+  stats.running = sched->n_running();
+  stats.waiting = sched->n_waiting();
+  stats.kv_blocks_used = caches->blocks().used_count();
+  stats.kv_blocks_total = caches->blocks().capacity();
+  stats.state_slots_used = caches->slots().used_count();
+  stats.state_slots_total = caches->slots().capacity();
+  stats.preemptions = sched->preemptions();
+}
+
+// Final events: the held-back text, the finish reason and usage; the sequence's caches are already free.
+void Engine::Impl::emit_finished(std::map<uint64_t, StreamEvent>& pending) {
+  update_stats();  // before any final event: a caller that saw its request finish sees its caches freed
+  for (auto& f : sched->take_finished()) {
+    Sequence& s = *f.seq;
+    StreamEvent ev = std::move(pending[s.id]);
+    pending.erase(s.id);
+    if (f.reason != FinishReason::Error && !s.stopped_on_string) ev.text += s.stop->flush();
+    ev.finish = f.reason;
+    ev.stop_reason = f.detail;
+    if (f.reason == FinishReason::Error) ev.error = Status(StatusCode::Internal, f.detail);
+    ev.prompt_tokens = s.reported_prompt_tokens;
+    ev.completion_tokens = s.n_generated();
+    ev.cached_tokens = 0;
+    s.stream->push(std::move(ev));
+    queued--;
+    std::lock_guard lock(stats_mu);
+    stats.requests_finished++;
+  }
+  for (auto& [id, ev] : pending)
+    if (!ev.token_ids.empty() || !ev.text.empty()) {
+      Sequence* s = sched->find(id);
+      if (s) s->stream->push(std::move(ev));
+    }
+  pending.clear();
+}
+
+void Engine::Impl::finish_all(FinishReason reason, const Status& error) {
+  {
+    std::lock_guard lock(mu);
+    for (auto& s : incoming) sched->add(std::move(s));
+    incoming.clear();
+  }
+  sched->finish_all(reason);
+  std::map<uint64_t, StreamEvent> none;
+  emit_finished(none);
+}
+
+void Engine::Impl::step() {
+  StepPlan plan = sched->schedule();
+  std::map<uint64_t, StreamEvent> pending;
+  if (plan.empty()) {
+    emit_finished(pending);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    return;
+  }
+  const model::StepBatch batch = plan.to_batch();
+  auto logits = model->forward(batch, caches->caches());
+  std::vector<const Sequence*> rows;
+  for (const auto& p : plan.seqs)
+    if (p.samples) rows.push_back(p.seq);
+  std::vector<SampledToken> sampled;
+  Status st = logits.ok() ? sampler->run(*logits, rows, &sampled) : logits.status();
+  if (!st.ok()) {
+    RILL_LOG_ERROR("step failed: {}", st.to_string());
+    for (const auto& p : plan.seqs) sched->finish(p.seq->id, FinishReason::Error, st.message());
+    emit_finished(pending);
+    return;
+  }
+  std::vector<int32_t> ids;
+  for (const auto& t : sampled) ids.push_back(t.id);
+  {
+    std::lock_guard lock(stats_mu);
+    stats.steps++;
+    for (const auto& p : plan.seqs)
+      if (p.seq->n_computed < p.seq->n_prompt) stats.prompt_tokens_total += uint64_t(p.n_new);
+    stats.generation_tokens_total += ids.size();
+  }
+  sched->postprocess(plan, ids);
+  for (size_t k = 0; k < rows.size(); ++k) {
+    Sequence* s = const_cast<Sequence*>(rows[k]);
+    StreamEvent& ev = pending[s->id];
+    const int32_t id = sampled[k].id;
+    ev.token_ids.push_back(id);
+    if (s->params.logprobs >= 0) ev.logprobs.push_back(sampled[k].logprob);
+    if (s->last_is_stop_token) continue;  // an EOS / stop id: no text
+    std::optional<std::string> matched;
+    ev.text += s->stop->push(id, &matched);
+    if (matched && s->n_generated() >= s->params.min_tokens) {
+      s->stopped_on_string = true;
+      sched->finish(s->id, FinishReason::Stop, *matched);
+    }
+  }
+  emit_finished(pending);
+  update_stats();
+}
+
+void Engine::Impl::loop() {
+  for (;;) {
+    {
+      std::unique_lock lock(mu);
+      cv.wait(lock, [&] { return stopping || !incoming.empty() || !cancels.empty() || !sched->idle(); });
+      while (!incoming.empty()) {
+        sched->add(std::move(incoming.front()));
+        incoming.pop_front();
+      }
+      for (uint64_t id : cancels) sched->finish(id, FinishReason::Cancelled);
+      cancels.clear();
+      if (stopping && !drain) {
+        lock.unlock();
+        finish_all(FinishReason::Cancelled, {});
+        update_stats();
+        return;
+      }
+      if (stopping && sched->idle()) return;
+    }
+    if (sched->idle()) {
+      std::map<uint64_t, StreamEvent> none;
+      emit_finished(none);
+      update_stats();
+      continue;
+    }
+    step();
+  }
+}
+
+Result<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<model::Model> model,
+                                               std::shared_ptr<const text::Tokenizer> tokenizer,
+                                               const EngineOptions& o) {
+  if (o.max_batch_size < 1) return invalid_argument("--max-batch-size must be at least 1");
+  if (o.max_num_tokens < 1) return invalid_argument("--max-num-tokens must be at least 1");
+  auto impl = std::make_unique<Impl>();
+  impl->opts = o;
+  impl->tokenizer = std::move(tokenizer);
+  const model::ModelConfig& c = model->config();
+  int want_len = o.max_model_len > 0 ? o.max_model_len : int(std::min<int64_t>(c.max_position_embeddings, 1 << 30));
+  if (!model->backend().device_memory() && o.num_kv_blocks == 0 && o.max_model_len == 0)
+    want_len = std::min(want_len, 8192);  // CPU without explicit limits: a modest default context
+  model::StepLimits lim;
+  lim.max_tokens = o.max_num_tokens;
+  lim.max_seqs = o.max_batch_size;
+  lim.max_logit_rows = o.max_batch_size;
+  lim.max_context = want_len;
+  RILL_TRY(model->reserve_workspace(lim));
+  RILL_ASSIGN_OR_RETURN(impl->plan, cache::plan_memory(model->backend(), c, o.max_batch_size, want_len,
+                                                       o.kv_cache_fraction, o.num_kv_blocks, o.block_size));
+  RILL_ASSIGN_OR_RETURN(cache::CacheManager cm, cache::CacheManager::create(model->backend(), c, impl->plan));
+  impl->caches = std::make_unique<cache::CacheManager>(std::move(cm));
+  // One sequence must always fit in the cache on its own, so recompute preemption always makes progress.
+  impl->max_model_len = std::min<int>(want_len, impl->plan.n_blocks * impl->plan.block_size);
+  SchedulerLimits sl{o.max_batch_size, o.max_num_tokens, impl->max_model_len, o.chunked_prefill};
+  impl->sched = std::make_unique<Scheduler>(*impl->caches, sl, c.eos_token_ids);
+  RILL_ASSIGN_OR_RETURN(Sampler sampler, Sampler::create(model->backend(), o.max_batch_size));
+  impl->sampler = std::make_unique<Sampler>(std::move(sampler));
+  impl->model = std::move(model);
+  impl->update_stats();
+  Impl* p = impl.get();
+  impl->thread = std::thread([p] { p->loop(); });
+  return std::unique_ptr<Engine>(new Engine(std::move(impl)));
+}
+
+Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Engine::~Engine() { shutdown(false); }
+
+Result<std::shared_ptr<RequestStream>> Engine::submit(Request r) {
+  Impl& m = *impl_;
+  const model::ModelConfig& c = m.model->config();
+  if (r.prompt.empty()) return invalid_argument("prompt: must contain at least one token");
+  for (int32_t id : r.prompt)
+    if (id < 0 || id >= c.vocab_size) return invalid_argument("prompt: token id {} is outside the vocabulary [0, {})", id, c.vocab_size);
+  RILL_TRY(r.params.validate(c.vocab_size));
+  const int n = int(r.prompt.size());
+  if (n >= m.max_model_len)
+    return invalid_argument("prompt: {} tokens leave no room in the context of {} tokens", n, m.max_model_len);
+  if (!m.opts.chunked_prefill && n > m.opts.max_num_tokens)
+    return invalid_argument("prompt: {} tokens exceed --max-num-tokens {} with chunked prefill off", n, m.opts.max_num_tokens);
+  auto seq = std::make_unique<Sequence>();
+  seq->id = m.next_id++;
+  seq->tokens = r.prompt;
+  seq->n_prompt = n;
+  seq->reported_prompt_tokens = r.reported_prompt_tokens >= 0 ? r.reported_prompt_tokens : n;
+  seq->params = r.params;
+  seq->max_new_tokens = std::min(r.params.max_tokens, m.max_model_len - n);
+  seq->seed = r.params.seed ? *r.params.seed : std::random_device{}() * 0x9e3779b97f4a7c15ull;
+  if (r.params.repetition_penalty != 1.0f) seq->prompt_tokens.insert(r.prompt.begin(), r.prompt.end());
+  seq->stop = std::make_unique<StopChecker>(m.tokenizer.get(), r.params.stop);
+  seq->stream = std::make_shared<RequestStream>(seq->id);
+  seq->arrival = std::chrono::steady_clock::now();
+  auto stream = seq->stream;
+  {
+    std::lock_guard lock(m.mu);
+    if (!m.accepting) return unavailable("the server is shutting down");
+    if (m.queued.load() - m.sched->n_running() >= m.opts.max_queue)
+      return resource_exhausted("the request queue is full ({} waiting); retry later", m.opts.max_queue);
+    m.queued++;
+    m.incoming.push_back(std::move(seq));
+  }
+  m.cv.notify_all();
+  return stream;
+}
+
+void Engine::cancel(uint64_t id) {
+  {
+    std::lock_guard lock(impl_->mu);
+    impl_->cancels.push_back(id);
+  }
+  impl_->cv.notify_all();
+}
+
+EngineStats Engine::stats() const {
+  std::lock_guard lock(impl_->stats_mu);
+  EngineStats s = impl_->stats;
+  s.waiting += int(impl_->incoming.size());
+  return s;
+}
+
+void Engine::shutdown(bool drain) {
+  if (!impl_ || !impl_->thread.joinable()) return;
+  {
+    std::lock_guard lock(impl_->mu);
+    impl_->accepting = false;
+    impl_->stopping = true;
+    impl_->drain = drain;
+  }
+  impl_->cv.notify_all();
+  impl_->thread.join();
+}
+
+const model::Model& Engine::model() const { return *impl_->model; }
+int Engine::max_model_len() const { return impl_->max_model_len; }
+std::string Engine::memory_plan() const { return impl_->plan.describe(); }
+
+}  // namespace rill::engine

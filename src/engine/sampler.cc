@@ -1,0 +1,127 @@
+#include "engine/sampler.h"
+
+#include <algorithm>
+
+namespace rill::engine {
+
+Result<Sampler> Sampler::create(backend::Backend& be, int max_rows) {
+  Sampler s(be, max_rows);
+  const size_t R = size_t(max_rows);
+  RILL_ASSIGN_OR_RETURN(s.rows_, be.allocate(R * sizeof(backend::SamplingRow)));
+  RILL_ASSIGN_OR_RETURN(s.ids_, be.allocate(R * 4));
+  RILL_ASSIGN_OR_RETURN(s.lp_, be.allocate(R * 4));
+  RILL_ASSIGN_OR_RETURN(s.top_ids_, be.allocate(R * 20 * 4));
+  RILL_ASSIGN_OR_RETURN(s.top_lp_, be.allocate(R * 20 * 4));
+  RILL_ASSIGN_OR_RETURN(s.pen_offsets_, be.allocate((R + 1) * 4));
+  RILL_ASSIGN_OR_RETURN(s.pen_params_, be.allocate(R * 3 * 4));
+  RILL_TRY(s.ensure_penalty_capacity(static_cast<size_t>(4096) * std::min<size_t>(R, 64)));
+  return s;
+}
+
+// Grows the penalty token buffers (the only allocation a step can make, and only for penalised requests
+// with more distinct tokens than any before).
+Status Sampler::ensure_penalty_capacity(size_t n) {
+  if (n <= pen_capacity_) return {};
+  RILL_TRY(be_->synchronize());
+  pen_capacity_ = std::max(n, pen_capacity_ * 2);
+  RILL_ASSIGN_OR_RETURN(pen_tokens_, be_->allocate(pen_capacity_ * 4));
+  RILL_ASSIGN_OR_RETURN(pen_counts_, be_->allocate(pen_capacity_ * 4));
+  return {};
+}
+
+Status Sampler::run(TensorView logits, const std::vector<const Sequence*>& seqs, std::vector<SampledToken>* out) {
+  const int64_t R = int64_t(seqs.size());
+  out->assign(static_cast<size_t>(R), {});
+  if (R == 0) return {};
+  if (R > max_rows_) return internal_error("sampler: {} rows, capacity {}", R, max_rows_);
+  const int64_t V = logits.size(1);
+
+  // Penalties, only when some row asks for them.
+  if (std::any_of(seqs.begin(), seqs.end(), [](const Sequence* s) { return s->uses_penalties(); })) {
+    std::vector<int32_t> offsets{0}, tokens, counts;
+    std::vector<float> params;
+    for (const Sequence* s : seqs) {
+      if (s->uses_penalties()) {
+        for (const auto& [t, n] : s->output_counts) tokens.push_back(t), counts.push_back(n);
+        if (s->params.repetition_penalty != 1.0f)
+          for (int32_t t : s->prompt_tokens)
+            if (!s->output_counts.count(t)) tokens.push_back(t), counts.push_back(0);
+      }
+      offsets.push_back(int32_t(tokens.size()));
+      params.insert(params.end(), {s->params.presence_penalty, s->params.frequency_penalty, s->params.repetition_penalty});
+    }
+    RILL_TRY(ensure_penalty_capacity(tokens.size()));
+    RILL_TRY(be_->upload_async(pen_offsets_.data(), offsets.data(), offsets.size() * 4));
+    RILL_TRY(be_->upload_async(pen_params_.data(), params.data(), params.size() * 4));
+    RILL_TRY(be_->upload_async(pen_tokens_.data(), tokens.data(), tokens.size() * 4));
+    RILL_TRY(be_->upload_async(pen_counts_.data(), counts.data(), counts.size() * 4));
+    RILL_TRY(be_->apply_penalties({logits, static_cast<const int32_t*>(pen_offsets_.data()),
+                                   static_cast<const int32_t*>(pen_tokens_.data()),
+                                   static_cast<const int32_t*>(pen_counts_.data()),
+                                   static_cast<const float*>(pen_params_.data())}));
+  }
+
+  std::vector<backend::SamplingRow> rows;
+  for (const Sequence* s : seqs) {
+    const SamplingParams& p = s->params;
+    rows.push_back({p.temperature, p.top_p, p.min_p, p.top_k, s->seed, uint64_t(s->n_generated())});
+  }
+  RILL_TRY(be_->upload_async(rows_.data(), rows.data(), rows.size() * sizeof(backend::SamplingRow)));
+  const TensorView ids = TensorView::make(ids_.data(), DType::I32, {R}, be_->device());
+  // Sampling scratch (CUB sorts on the GPU) is sized on first use by a dry run and kept.
+  backend::SampleArgs sa{logits, static_cast<const backend::SamplingRow*>(rows_.data()), ids, nullptr};
+  {
+    Arena measure(nullptr, 0, be_->device());
+    sa.scratch = &measure;
+    be_->set_dry_run(true);
+    const Status st = be_->sample(sa);
+    be_->set_dry_run(false);
+    RILL_TRY(st);
+    if (measure.high_water() > scratch_.capacity()) {
+      RILL_TRY(be_->synchronize());
+      RILL_ASSIGN_OR_RETURN(scratch_mem_, be_->allocate(measure.high_water() * 2));
+      scratch_ = Arena(scratch_mem_.data(), scratch_mem_.size(), be_->device());
+    }
+  }
+  scratch_.reset();
+  sa.scratch = &scratch_;
+  RILL_TRY(be_->sample(sa));
+
+  int top_n = -1;
+  for (const Sequence* s : seqs) top_n = std::max(top_n, s->params.logprobs);
+  std::vector<float> lp(static_cast<size_t>(R)), top_lp;
+  std::vector<int32_t> top_ids;
+  if (top_n >= 0) {
+    backend::LogprobsArgs la{logits, ids, top_n, TensorView::make(lp_.data(), DType::F32, {R}, be_->device())};
+    if (top_n > 0) {
+      la.out_top_ids = TensorView::make(top_ids_.data(), DType::I32, {R, top_n}, be_->device());
+      la.out_top_logprobs = TensorView::make(top_lp_.data(), DType::F32, {R, top_n}, be_->device());
+    }
+    RILL_TRY(be_->logprobs(la));
+  }
+  std::vector<int32_t> host_ids(static_cast<size_t>(R));
+  RILL_TRY(be_->copy_to_host(host_ids.data(), ids_.data(), size_t(R) * 4));
+  if (top_n >= 0) {
+    RILL_TRY(be_->copy_to_host(lp.data(), lp_.data(), size_t(R) * 4));
+    if (top_n > 0) {
+      top_ids.resize(static_cast<size_t>(R * top_n));
+      top_lp.resize(static_cast<size_t>(R * top_n));
+      RILL_TRY(be_->copy_to_host(top_ids.data(), top_ids_.data(), top_ids.size() * 4));
+      RILL_TRY(be_->copy_to_host(top_lp.data(), top_lp_.data(), top_lp.size() * 4));
+    }
+  }
+  for (int64_t r = 0; r < R; ++r) {
+    SampledToken& t = (*out)[size_t(r)];
+    t.id = host_ids[size_t(r)];
+    if (t.id < 0 || t.id >= V) return internal_error("sampler produced token {} outside [0, {})", t.id, V);
+    const int want = seqs[size_t(r)]->params.logprobs;
+    if (want < 0) continue;
+    t.logprob.id = t.id;
+    t.logprob.logprob = lp[size_t(r)];
+    for (int k = 0; k < want; ++k)
+      t.logprob.top.push_back({top_ids[size_t(r * top_n + k)], top_lp[size_t(r * top_n + k)]});
+  }
+  return {};
+}
+
+}  // namespace rill::engine

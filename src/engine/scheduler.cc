@@ -1,0 +1,150 @@
+#include "engine/scheduler.h"
+
+#include <algorithm>
+
+namespace rill::engine {
+
+model::StepBatch StepPlan::to_batch() const {
+  model::StepBatch b;
+  for (const ScheduledSeq& s : seqs) {
+    model::SequenceStep q;
+    q.start_pos = s.seq->n_computed;
+    q.n_new = s.n_new;
+    q.state_slot = s.seq->cache.slot;
+    q.block_table = s.seq->cache.blocks;
+    q.logits = s.samples ? model::LogitsNeeded::Last : model::LogitsNeeded::None;
+    b.token_ids.insert(b.token_ids.end(), s.seq->tokens.begin() + s.seq->n_computed,
+                       s.seq->tokens.begin() + s.seq->n_computed + s.n_new);
+    b.seqs.push_back(std::move(q));
+  }
+  return b;
+}
+
+Sequence* Scheduler::find(uint64_t id) {
+  for (auto& s : running_)
+    if (s->id == id) return s.get();
+  for (auto& s : waiting_)
+    if (s->id == id) return s.get();
+  return nullptr;
+}
+
+// Recompute preemption: the newest running sequence not in this step gives back its caches and waits at the
+// front of the queue; it will prefill all its tokens (prompt and generated) again.
+bool Scheduler::preempt_newest(const std::function<bool(const Sequence*)>& may_preempt) {
+  for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
+    Sequence* s = it->get();
+    if (!may_preempt(s)) continue;
+    (void)caches_.release(&s->cache);
+    s->n_computed = 0;
+    s->n_preemptions++;
+    ++preemptions_;
+    waiting_.push_front(std::move(*it));
+    running_.erase(std::next(it).base());
+    return true;
+  }
+  return false;
+}
+
+StepPlan Scheduler::schedule() {
+  StepPlan plan;
+  int budget = limits_.max_num_tokens;
+  auto in_plan = [&](const Sequence* s) {
+    return std::any_of(plan.seqs.begin(), plan.seqs.end(), [&](const ScheduledSeq& p) { return p.seq == s; });
+  };
+  // A running sequence may only take the blocks it can get; others not yet in the plan are preempted for it.
+  auto make_room = [&](Sequence* s, int total_tokens) {
+    while (caches_.blocks_to_grow(s->cache, total_tokens) > caches_.blocks().free_count())
+      if (!preempt_newest([&](const Sequence* o) { return o != s && !in_plan(o); })) return false;
+    return caches_.grow(&s->cache, total_tokens).ok();
+  };
+
+  // 1. Decode: one token for every running sequence whose only unprocessed token is its last sampled one.
+  for (size_t i = 0; i < running_.size() && int(plan.seqs.size()) < limits_.max_batch_size && budget > 0; ++i) {
+    Sequence* s = running_[i].get();
+    if (s->n_remaining() != 1) continue;
+    if (!make_room(s, s->n_computed + 1)) continue;
+    plan.seqs.push_back({s, 1, true});
+    budget -= 1;
+  }
+  // 2. Prefill chunks of running sequences (chunked prefill in progress, or recomputation).
+  for (size_t i = 0; i < running_.size() && int(plan.seqs.size()) < limits_.max_batch_size && budget > 0; ++i) {
+    Sequence* s = running_[i].get();
+    if (s->n_remaining() <= 1 || in_plan(s)) continue;
+    int n = std::min(s->n_remaining(), budget);
+    if (!limits_.chunked_prefill && n < s->n_remaining()) continue;
+    if (!make_room(s, s->n_computed + n)) continue;
+    plan.seqs.push_back({s, n, s->n_computed + n == int(s->tokens.size())});
+    budget -= n;
+  }
+  // 3. Admit waiting requests in arrival order while their first chunk fits.
+  while (!waiting_.empty() && int(plan.seqs.size()) < limits_.max_batch_size && budget > 0) {
+    Sequence* s = waiting_.front().get();
+    int n = std::min(s->n_remaining(), budget);
+    if (!limits_.chunked_prefill && n < s->n_remaining()) break;
+    if (!caches_.can_admit(s->n_computed + n)) break;
+    if (!caches_.admit(&s->cache, s->n_computed + n).ok()) break;
+    running_.push_back(std::move(waiting_.front()));
+    waiting_.pop_front();
+    plan.seqs.push_back({s, n, s->n_computed + n == int(s->tokens.size())});
+    budget -= n;
+  }
+  return plan;
+}
+
+void Scheduler::postprocess(const StepPlan& plan, const std::vector<int32_t>& sampled) {
+  size_t k = 0;
+  for (const ScheduledSeq& p : plan.seqs) {
+    Sequence* s = p.seq;
+    s->n_computed += p.n_new;
+    if (!p.samples) continue;
+    const int32_t id = sampled[k++];
+    s->tokens.push_back(id);
+    s->output_counts[id]++;
+    const int32_t n_gen = s->n_generated();
+    const SamplingParams& sp = s->params;
+    const bool eos = !sp.ignore_eos && std::find(eos_ids_.begin(), eos_ids_.end(), id) != eos_ids_.end();
+    const bool stop_id = std::find(sp.stop_token_ids.begin(), sp.stop_token_ids.end(), id) != sp.stop_token_ids.end();
+    if (n_gen >= sp.min_tokens && (eos || stop_id)) {
+      s->last_is_stop_token = true;
+      finish(s->id, FinishReason::Stop, eos ? "eos" : std::to_string(id));
+    } else if (n_gen >= s->max_new_tokens || int(s->tokens.size()) >= limits_.max_model_len) {
+      finish(s->id, FinishReason::Length);
+    }
+  }
+}
+
+void Scheduler::finish_at(std::vector<std::unique_ptr<Sequence>>::iterator it, FinishReason reason, std::string detail) {
+  (void)caches_.release(&(*it)->cache);
+  finished_.push_back({std::move(*it), reason, std::move(detail)});
+  running_.erase(it);
+}
+
+void Scheduler::finish(uint64_t id, FinishReason reason, std::string detail) {
+  for (auto it = running_.begin(); it != running_.end(); ++it)
+    if ((*it)->id == id) return finish_at(it, reason, std::move(detail));
+  for (auto it = waiting_.begin(); it != waiting_.end(); ++it) {
+    if ((*it)->id == id) {
+      (void)caches_.release(&(*it)->cache);
+      finished_.push_back({std::move(*it), reason, std::move(detail)});
+      waiting_.erase(it);
+      return;
+    }
+  }
+}
+
+void Scheduler::finish_all(FinishReason reason) {
+  while (!running_.empty()) finish_at(running_.begin(), reason, {});
+  while (!waiting_.empty()) {
+    (void)caches_.release(&waiting_.front()->cache);
+    finished_.push_back({std::move(waiting_.front()), reason, {}});
+    waiting_.pop_front();
+  }
+}
+
+std::vector<Scheduler::Finished> Scheduler::take_finished() {
+  std::vector<Finished> out;
+  out.swap(finished_);
+  return out;
+}
+
+}  // namespace rill::engine

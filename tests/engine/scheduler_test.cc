@@ -1,0 +1,107 @@
+// Scheduler against small real caches (CPU): decode first, token budget, FIFO admission only when a slot and
+// blocks are free, preemption of the newest sequence when blocks run out, everything released exactly once.
+#include <gtest/gtest.h>
+
+#include "engine/scheduler.h"
+#include "model/fixture.h"
+
+namespace rill::engine {
+namespace {
+
+struct Fixture {
+  std::unique_ptr<backend::Backend> be = backend::make_cpu_backend();
+  model::ModelConfig cfg = *model::ModelConfig::load(testing::data_dir() / "kimi_linear_tiny_a");
+  std::unique_ptr<cache::CacheManager> caches;
+  Fixture(int slots, int blocks) {
+    cache::MemoryPlan p;
+    p.n_slots = slots;
+    p.n_blocks = blocks;
+    caches = std::make_unique<cache::CacheManager>(*cache::CacheManager::create(*be, cfg, p));
+  }
+};
+
+std::unique_ptr<Sequence> seq(uint64_t id, int prompt, int max_new = 100) {
+  auto s = std::make_unique<Sequence>();
+  s->id = id;
+  s->tokens.assign(static_cast<size_t>(prompt), 1);
+  s->n_prompt = prompt;
+  s->max_new_tokens = max_new;
+  s->params.max_tokens = max_new;
+  return s;
+}
+
+std::vector<int32_t> ones(const StepPlan& p) {
+  int n = 0;
+  for (const auto& s : p.seqs) n += s.samples;
+  return std::vector<int32_t>(static_cast<size_t>(n), 3);
+}
+
+TEST(Scheduler, DecodeFirstThenPrefillUnderTheBudget) {
+  Fixture f(4, 64);
+  Scheduler s(*f.caches, {4, 50, 4096, true}, {2});
+  s.add(seq(1, 30));
+  StepPlan p = s.schedule();
+  ASSERT_EQ(p.seqs.size(), 1u);
+  EXPECT_EQ(p.seqs[0].n_new, 30);
+  EXPECT_TRUE(p.seqs[0].samples);
+  s.postprocess(p, ones(p));
+  s.add(seq(2, 100));
+  p = s.schedule();  // seq 1 decodes (1 token), seq 2 gets the remaining 49 of the budget
+  ASSERT_EQ(p.seqs.size(), 2u);
+  EXPECT_EQ(p.seqs[0].seq->id, 1u);
+  EXPECT_EQ(p.seqs[0].n_new, 1);
+  EXPECT_EQ(p.seqs[1].n_new, 49);
+  EXPECT_FALSE(p.seqs[1].samples);
+  s.postprocess(p, ones(p));
+  p = s.schedule();
+  EXPECT_EQ(p.seqs[1].n_new, 49);
+  EXPECT_FALSE(p.seqs[1].samples);
+  s.postprocess(p, ones(p));
+  p = s.schedule();
+  EXPECT_EQ(p.seqs[1].n_new, 2);  // 100 = 49 + 49 + 2
+  EXPECT_TRUE(p.seqs[1].samples);
+}
+
+TEST(Scheduler, AdmitsOnlyWithAFreeSlotAndFinishesReleaseEverything) {
+  Fixture f(2, 64);
+  Scheduler s(*f.caches, {8, 1000, 4096, true}, {2});
+  for (uint64_t i = 1; i <= 3; ++i) s.add(seq(i, 10, 2));
+  StepPlan p = s.schedule();
+  EXPECT_EQ(p.seqs.size(), 2u);  // two slots
+  EXPECT_EQ(s.n_waiting(), 1);
+  s.postprocess(p, ones(p));
+  p = s.schedule();
+  s.postprocess(p, ones(p));  // max_new 2 reached: both finish
+  EXPECT_EQ(s.take_finished().size(), 2u);
+  p = s.schedule();
+  ASSERT_EQ(p.seqs.size(), 1u);
+  EXPECT_EQ(p.seqs[0].seq->id, 3u);
+  s.finish(3, FinishReason::Cancelled);
+  EXPECT_EQ(s.take_finished().size(), 1u);
+  EXPECT_EQ(f.caches->blocks().used_count(), 0);
+  EXPECT_EQ(f.caches->slots().used_count(), 0);
+}
+
+TEST(Scheduler, PreemptsTheNewestWhenBlocksRunOut) {
+  Fixture f(4, 4);  // 4 blocks of 64 tokens
+  Scheduler s(*f.caches, {4, 1000, 4096, true}, {2});
+  s.add(seq(1, 64));
+  s.add(seq(2, 64));
+  s.add(seq(3, 64));
+  s.add(seq(4, 64));
+  StepPlan p = s.schedule();
+  EXPECT_EQ(p.seqs.size(), 4u);  // all four blocks in use
+  s.postprocess(p, ones(p));
+  p = s.schedule();  // each needs a second block for position 64: the newest ones are preempted
+  EXPECT_GE(s.preemptions(), 1u);
+  EXPECT_GE(s.n_waiting(), 1);
+  for (const auto& q : p.seqs) EXPECT_LE(q.seq->cache.blocks.size(), 2u);
+  EXPECT_LE(f.caches->blocks().used_count(), 4);
+  s.finish_all(FinishReason::Cancelled);
+  EXPECT_EQ(s.take_finished().size(), 4u);
+  EXPECT_EQ(f.caches->blocks().used_count(), 0);
+  EXPECT_EQ(f.caches->slots().used_count(), 0);
+}
+
+}  // namespace
+}  // namespace rill::engine
