@@ -1,0 +1,137 @@
+#include "text/parsers/output_parser.h"
+
+#include <utility>
+
+#include "text/parsers/kimi_k2_parser.h"
+#include "text/parsers/kimi_k3_parser.h"
+#include "text/parsers/marker_scanner.h"
+
+namespace rill::text {
+
+Status ParserConfig::validate() const {
+  if (family == ModelFamily::KimiK2 && starts_in_reasoning && !k2_reasoning) {
+    return invalid_argument("output parser: starts_in_reasoning needs k2_reasoning for the K2 family");
+  }
+  if (first_tool_call_number < 0) {
+    return invalid_argument("output parser: first_tool_call_number must be >= 0, got {}",
+                            first_tool_call_number);
+  }
+  return Status::ok_status();
+}
+
+const char* parse_error_kind_name(ParseErrorKind kind) {
+  switch (kind) {
+    case ParseErrorKind::MalformedToolCall:
+      return "malformed tool call";
+    case ParseErrorKind::TruncatedToolCall:
+      return "truncated tool call";
+    case ParseErrorKind::InvalidArguments:
+      return "invalid tool call arguments";
+    case ParseErrorKind::UnterminatedToolSection:
+      return "unterminated tool-calls section";
+    case ParseErrorKind::UnexpectedText:
+      return "unexpected text";
+    case ParseErrorKind::UnexpectedMarker:
+      return "unexpected marker";
+    case ParseErrorKind::TextAfterStop:
+      return "text after end of message";
+  }
+  return "unknown";
+}
+
+OutputParser::OutputParser(const std::vector<std::string_view>& markers)
+    : scanner_(std::make_unique<MarkerScanner>(markers)) {}
+
+OutputParser::~OutputParser() = default;
+
+std::vector<OutputDelta> OutputParser::feed(std::string_view text) {
+  if (finished_) return {};
+  scanner_->feed(text);
+  drain(false);
+  return std::exchange(pending_, {});
+}
+
+std::vector<OutputDelta> OutputParser::finish() {
+  if (finished_) return {};
+  finished_ = true;
+  drain(true);
+  on_finish();
+  return std::exchange(pending_, {});
+}
+
+void OutputParser::drain(bool at_end) {
+  MarkerScanner::Token token;
+  while (scanner_->next(token, at_end)) {
+    if (token.is_marker) {
+      on_marker(token.marker);
+    } else {
+      on_text(token.text);
+    }
+  }
+}
+
+void OutputParser::emit_reasoning(std::string_view text) {
+  if (text.empty()) return;
+  result_.reasoning.append(text);
+  // One delta per run of the same field keeps the SSE frame count down.
+  if (!pending_.empty() && pending_.back().kind == DeltaKind::Reasoning) {
+    pending_.back().text.append(text);
+  } else {
+    pending_.push_back({.kind = DeltaKind::Reasoning, .text = std::string(text)});
+  }
+}
+
+void OutputParser::emit_reasoning_end() {
+  result_.reasoning_ended = true;
+  pending_.push_back({.kind = DeltaKind::ReasoningEnd});
+}
+
+void OutputParser::emit_content(std::string_view text) {
+  if (text.empty()) return;
+  result_.content.append(text);
+  if (!pending_.empty() && pending_.back().kind == DeltaKind::Content) {
+    pending_.back().text.append(text);
+  } else {
+    pending_.push_back({.kind = DeltaKind::Content, .text = std::string(text)});
+  }
+}
+
+int OutputParser::emit_tool_call_begin(std::string id, std::string name) {
+  int index = static_cast<int>(result_.tool_calls.size());
+  result_.tool_calls.push_back({.id = id, .name = name, .arguments = ""});
+  pending_.push_back({.kind = DeltaKind::ToolCall,
+                      .text = "",
+                      .tool_index = index,
+                      .tool_id = std::move(id),
+                      .tool_name = std::move(name)});
+  return index;
+}
+
+void OutputParser::emit_tool_call_arguments(int index, std::string_view piece) {
+  if (piece.empty()) return;
+  result_.tool_calls.at(static_cast<size_t>(index)).arguments.append(piece);
+  // The first delta of a call stays arguments-free (stream spec); later pieces of one call merge.
+  if (!pending_.empty() && pending_.back().kind == DeltaKind::ToolCall &&
+      pending_.back().tool_index == index && pending_.back().tool_id.empty()) {
+    pending_.back().text.append(piece);
+  } else {
+    pending_.push_back({.kind = DeltaKind::ToolCall, .text = std::string(piece), .tool_index = index});
+  }
+}
+
+void OutputParser::report(ParseErrorKind kind, int tool_index, std::string message) {
+  result_.errors.push_back({.kind = kind, .tool_index = tool_index, .message = std::move(message)});
+}
+
+Result<std::unique_ptr<OutputParser>> make_output_parser(const ParserConfig& config) {
+  RILL_TRY(config.validate());
+  switch (config.family) {
+    case ModelFamily::KimiK2:
+      return make_kimi_k2_parser(config);
+    case ModelFamily::KimiK3:
+      return make_kimi_k3_parser(config);
+  }
+  return invalid_argument("output parser: unknown model family {}", static_cast<int>(config.family));
+}
+
+}  // namespace rill::text
