@@ -1,85 +1,101 @@
-// rill generate MODEL_DIR --prompt-ids 1,2,3 --max-tokens N: one completion, no server.
+// rill generate MODEL_DIR (--prompt TEXT | --prompt-ids 1,2,3) --max-tokens N: one completion through the
+// engine (the same path the server uses), printed as it streams.
 #include <algorithm>
 #include <cstdio>
 
 #include "cli/commands.h"
 #include "cli/common.h"
-#include "model/sequence_session.h"
+#include "engine/engine.h"
+#include "text/tokenizer/tokenizer.h"
 
 namespace rill::cli {
 
 int run_generate(int argc, char** argv) {
-  CLI::App app{"Generate a completion for a prompt given as token ids (greedy by default)."};
-  std::string dir, prompt_ids;
-  int max_tokens = 16, chunk = 0, top_k = 0;
-  float temperature = 0.0f, top_p = 1.0f, min_p = 0.0f;
+  CLI::App app{"Generate one completion for a prompt (text with the checkpoint's tokenizer, or token ids). "
+               "Greedy by default."};
+  std::string dir, prompt_ids, prompt_text;
+  int max_tokens = 16, chunk = 2048;
+  engine::SamplingParams p;
+  p.temperature = 0.0f;
   uint64_t seed = 0;
-  bool ignore_eos = false, json = false;
+  bool json = false;
   DeviceOptions dev;
   app.add_option("MODEL_DIR", dir, "Hugging Face checkpoint directory")->required();
-  app.add_option("--prompt-ids", prompt_ids, "prompt as comma-separated token ids, e.g. 1,2,3")->required();
+  auto* ids_opt = app.add_option("--prompt-ids", prompt_ids, "prompt as comma-separated token ids, e.g. 1,2,3");
+  auto* text_opt = app.add_option("--prompt", prompt_text, "prompt text (encoded with the checkpoint's tokenizer)");
+  ids_opt->excludes(text_opt);
   app.add_option("--max-tokens", max_tokens, "tokens to generate")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--temperature", temperature, "0 = greedy")->capture_default_str()->check(CLI::NonNegativeNumber);
-  app.add_option("--top-p", top_p, "nucleus sampling mass")->capture_default_str()->check(CLI::Range(0.0f, 1.0f));
-  app.add_option("--top-k", top_k, "keep the k most likely tokens (0 = all)")->capture_default_str()->check(CLI::NonNegativeNumber);
-  app.add_option("--min-p", min_p, "drop tokens below min_p x the top probability")->capture_default_str()->check(CLI::Range(0.0f, 1.0f));
+  app.add_option("--temperature", p.temperature, "0 = greedy")->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_option("--top-p", p.top_p, "nucleus sampling mass")->capture_default_str()->check(CLI::Range(0.0f, 1.0f));
+  app.add_option("--top-k", p.top_k, "keep the k most likely tokens (0 = all)")->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_option("--min-p", p.min_p, "drop tokens below min_p x the top probability")->capture_default_str()->check(CLI::Range(0.0f, 1.0f));
   app.add_option("--seed", seed, "sampling seed")->capture_default_str();
-  app.add_option("--chunk", chunk, "prefill chunk size in tokens (0 = whole prompt)")->capture_default_str()->check(CLI::NonNegativeNumber);
-  app.add_flag("--ignore-eos", ignore_eos, "keep generating past end-of-sequence tokens");
-  app.add_flag("--json", json, "print {prompt_ids, completion_ids, finish_reason} as JSON");
+  app.add_option("--stop", p.stop, "stop string (repeatable)");
+  app.add_option("--chunk", chunk, "prefill chunk size in tokens (--max-num-tokens of the engine)")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_flag("--ignore-eos", p.ignore_eos, "keep generating past end-of-sequence tokens");
+  app.add_flag("--json", json, "print {prompt_ids, completion_ids, text, finish_reason} as JSON");
   add_device_options(app, dev);
   if (int rc = parse_args(app, argc, argv); rc >= 0) return rc;
+  if (prompt_ids.empty() && prompt_text.empty())
+    return report_error("generate", invalid_argument("give --prompt TEXT or --prompt-ids 1,2,3"));
 
-  auto ids = parse_id_list(prompt_ids);
-  if (!ids.ok()) return report_error("generate", ids.status());
+  std::shared_ptr<const text::Tokenizer> tok;
+  if (auto t = text::Tokenizer::load(dir); t.ok()) tok = std::make_shared<const text::Tokenizer>(std::move(t).value());
+  else if (!prompt_text.empty()) return report_error("generate", t.status());
+  std::vector<int32_t> ids;
+  if (!prompt_text.empty()) {
+    ids = tok->encode(prompt_text, /*allow_special=*/true);
+  } else {
+    auto parsed = parse_id_list(prompt_ids);
+    if (!parsed.ok()) return report_error("generate", parsed.status());
+    ids = std::move(parsed).value();
+  }
   auto be = open_backend(dev);
   if (!be.ok()) return report_error("generate", be.status());
   auto m = load_model_with_progress(dir, **be);
   if (!m.ok()) return report_error("generate", m.status());
-  model::Model& model = **m;
-  const int context = int(ids->size()) + max_tokens;
-  if (context > model.config().max_position_embeddings)
-    return report_error("generate", invalid_argument("prompt + max tokens ({}) exceed the model's context ({})", context,
-                                                     model.config().max_position_embeddings));
-  model::StepLimits limits;
-  limits.max_tokens = std::max<int>(1, std::min<int>(chunk > 0 ? chunk : int(ids->size()), 4096));
-  limits.max_seqs = 1;
-  limits.max_logit_rows = 1;
-  limits.max_context = context;
-  if (Status st = model.reserve_workspace(limits); !st.ok()) return report_error("generate", st);
-  auto session = model::SequenceSession::create(model, context);
-  if (!session.ok()) return report_error("generate", session.status());
+  const int context = int(ids.size()) + max_tokens + 1;
+  engine::EngineOptions eo;
+  eo.max_batch_size = 1;
+  eo.max_num_tokens = std::min(chunk, std::max<int>(1, int(ids.size())));
+  eo.max_model_len = context;
+  eo.num_kv_blocks = (context + eo.block_size - 1) / eo.block_size;
+  auto e = engine::Engine::create(std::move(m).value(), tok, eo);
+  if (!e.ok()) return report_error("generate", e.status());
+  p.max_tokens = max_tokens;
+  p.seed = seed;
+  auto stream = (*e)->submit({ids, p});
+  if (!stream.ok()) return report_error("generate", stream.status());
 
   std::vector<int32_t> out;
-  const char* finish = "length";
-  backend::SamplingRow row{temperature, top_p, min_p, top_k, seed, 0};
-  auto logits = session->feed(*ids, chunk, false);
-  if (!logits.ok()) return report_error("generate", logits.status());
-  const auto& eos = model.config().eos_token_ids;
-  for (int i = 0; i < max_tokens; ++i) {
-    row.counter = uint64_t(i);
-    auto next = session->sample(row);
-    if (!next.ok()) return report_error("generate", next.status());
-    out.push_back(*next);
-    if (!ignore_eos && std::find(eos.begin(), eos.end(), *next) != eos.end()) {
-      finish = "stop";
-      break;
+  std::string text;
+  engine::StreamEvent ev;
+  for (;;) {
+    if (!(*stream)->next(&ev, std::chrono::hours(1))) return report_error("generate", internal_error("timed out"));
+    out.insert(out.end(), ev.token_ids.begin(), ev.token_ids.end());
+    text += ev.text;
+    if (!json && tok) {
+      std::fputs(ev.text.c_str(), stdout);
+      std::fflush(stdout);
     }
-    if (i + 1 == max_tokens) break;
-    const int32_t id = *next;
-    auto step = session->feed(std::span<const int32_t>(&id, 1), 1, false);
-    if (!step.ok()) return report_error("generate", step.status());
+    if (ev.finish) break;
   }
+  if (*ev.finish == engine::FinishReason::Error) return report_error("generate", ev.error);
   auto join = [](const std::vector<int32_t>& v) {
     std::string s;
     for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
     return s;
   };
-  if (json)
-    std::printf("{\"prompt_ids\": [%s], \"completion_ids\": [%s], \"finish_reason\": \"%s\"}\n", join(*ids).c_str(),
-                join(out).c_str(), finish);
-  else
+  if (json) {
+    nlohmann::ordered_json j = {{"prompt_ids", ids}, {"completion_ids", out}, {"text", text},
+                                {"finish_reason", engine::finish_reason_name(*ev.finish)}};
+    std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace).c_str());
+  } else if (tok) {
+    std::printf("\n");
+  } else {
     std::printf("%s\n", join(out).c_str());
+  }
+  (*e)->shutdown(true);
   return 0;
 }
 

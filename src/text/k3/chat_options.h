@@ -1,0 +1,36 @@
+// What an OpenAI chat request asks of the K3 renderer, resolved and validated (serving.md §2.6): thinking on
+// or off and its effort, tool_choice, response_format, add_generation_prompt.
+#pragma once
+
+#include <string>
+
+#include "core/status.h"
+#include "text/k3/python_json.h"
+
+namespace rill::text::k3 {
+
+enum class ToolChoice { Auto, Required, None };
+enum class ResponseFormat { Text, JsonObject, JsonSchema };
+
+struct ChatOptions {
+  bool thinking = true;
+  std::string thinking_effort = "max";  // low | high | max
+  bool add_generation_prompt = true;
+  ToolChoice tool_choice = ToolChoice::Auto;  // Required/None render a system message (only when tools exist)
+  ResponseFormat response_format = ResponseFormat::Text;
+  Json response_schema;  // the schema rendered for JsonSchema
+};
+
+// Precedence (explicit template kwargs win, as in trtllm-serve's K3 extension and vLLM's port):
+//   thinking: chat_template_kwargs.thinking > chat_template_kwargs.enable_thinking > thinking.type
+//             ("enabled" | "disabled") > reasoning_effort == "none" (off) > on.
+//   effort:   chat_template_kwargs.thinking_effort > thinking.effort > reasoning_effort > "max";
+//             reasoning_effort "medium" keeps the default (K3 has no medium); accepted: low | high | max.
+//   tool_choice: "auto" | "none" | "required"; "required" without any tool (request-level or dynamic) is an
+//             error; a named function is Unimplemented (K3 has no form for it).
+//   response_format: {"type": "text" | "json_object" | "json_schema"}; json_schema needs a non-empty
+//             string `name`, an object `schema` and a boolean `strict` if present.
+// Errors name the request parameter.
+Result<ChatOptions> chat_options_from_request(const Json& request);
+
+}  // namespace rill::text::k3
