@@ -1,12 +1,13 @@
 # rill — the two commands of the README, and the pieces they are made of.
 #   make demo   build rill, build the project's own small model, run it   (the main job)
+#   make serve-demo   the same model behind the OpenAI-compatible server on 127.0.0.1:8000, with a curl line
 #   make test   build everything and run the whole test suite              (what .ci/run calls)
 BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 TINY_MODEL ?= models/rill-tiny
 
-.PHONY: all setup build test demo tiny-model clean format
+.PHONY: all setup build test demo serve-demo tiny-model clean format
 
 all: build
 
@@ -28,6 +29,15 @@ tiny-model: build
 
 demo: tiny-model
 	$(BUILD)/rill generate $(TINY_MODEL) --prompt-ids 1,2,3,4,5 --max-tokens 24 --temperature 0.8 --seed 7
+
+serve-demo: tiny-model
+	@echo
+	@echo "Serving $(TINY_MODEL) on http://127.0.0.1:8000/v1 (Ctrl-C stops it). From another terminal:"
+	@echo
+	@echo "  curl -s http://127.0.0.1:8000/v1/chat/completions -H 'Content-Type: application/json' \\"
+	@echo "    -d '{\"model\": \"rill-tiny\", \"messages\": [{\"role\": \"user\", \"content\": \"Hello!\"}], \"max_tokens\": 32}'"
+	@echo
+	$(BUILD)/rill serve $(TINY_MODEL) --device cpu --host 127.0.0.1 --port 8000
 
 format:
 	find src tests bench -name '*.h' -o -name '*.cc' -o -name '*.cu' -o -name '*.cuh' | xargs clang-format -i

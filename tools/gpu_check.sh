@@ -34,24 +34,36 @@ export CPATH=$DEPS/usr/include:${CPATH:-}
 export PATH=$DEPS/usr/bin:/usr/local/cuda/bin:$PATH
 
 # --- build --------------------------------------------------------------------------------------------
+# Warnings are errors in CI (g++ 12, the project's toolchain); the GPU image's g++ 13 at -O3 adds false
+# positives (-Wstringop-overread in std::equal), so warnings stay warnings here.
 BUILD=build-gpu
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --format=csv > "$LOGS/gpu.txt" 2>&1
 git rev-parse --short HEAD > "$LOGS/commit.txt" 2>/dev/null || echo unknown > "$LOGS/commit.txt"
-if ! cmake -S . -B $BUILD -G Ninja -DRILL_CUDA=ON -DRILL_WERROR=ON -DCMAKE_BUILD_TYPE=Release > "$LOGS/configure.log" 2>&1; then
+if ! cmake -S . -B $BUILD -G Ninja -DRILL_CUDA=ON -DCCACHE_PROGRAM=OFF -DRILL_WERROR=OFF -DCMAKE_BUILD_TYPE=Release > "$LOGS/configure.log" 2>&1; then
   note "configure FAILED (see configure.log)"; tail -30 "$LOGS/configure.log"; exit 1
 fi
-if ! ninja -C $BUILD -j16 > "$LOGS/build.log" 2>&1; then
+# The GPU-relevant targets first (tests, kernel labs); the rill binary separately, so a server-side build
+# problem cannot hide kernel results.
+GPU_TARGETS="backend_tests model_gpu_tests model_tests"
+all_targets=$(ninja -C $BUILD -t targets all 2>/dev/null)  # (not piped into grep -q: pipefail + SIGPIPE)
+want bench && for t in kda_bench mla_bench kernel_lab; do
+  [[ $'\n'"$all_targets" == *$'\n'"$t: "* ]] && GPU_TARGETS+=" $t"
+done
+if ! timeout ${BUILD_TIMEOUT:-420} ninja -C $BUILD -j16 $GPU_TARGETS > "$LOGS/build.log" 2>&1; then
   note "build FAILED (see build.log)"; grep -E "error|Error" "$LOGS/build.log" | head -40; exit 1
 fi
-note "build ok"
+note "build ok ($GPU_TARGETS)"
+if want bench; then
+  timeout 300 ninja -C $BUILD -j16 rill > "$LOGS/build_rill.log" 2>&1 && note "rill built" || note "rill build FAILED"
+fi
 
 # --- tests --------------------------------------------------------------------------------------------
 if want test; then
-  (cd $BUILD && ctest -L gpu --output-on-failure --timeout 900) > "$LOGS/gpu_tests.log" 2>&1
+  (cd $BUILD && timeout ${TEST_TIMEOUT:-300} ctest -L gpu --output-on-failure --timeout 280) > "$LOGS/gpu_tests.log" 2>&1
   rc=$?
   note "gpu tests: $( [[ $rc == 0 ]] && echo PASS || echo FAIL ) ($(grep -cE '^\[  FAILED  \]' "$LOGS/gpu_tests.log") failed cases)"
   grep -E '^\[  FAILED  \]|Failure|Expected|Which is|rel|seed' "$LOGS/gpu_tests.log" | head -60
-  (cd $BUILD && ctest -R model_tests --output-on-failure) > "$LOGS/cpu_model_tests.log" 2>&1
+  (cd $BUILD && timeout 120 ctest -R '^model_tests$' --output-on-failure) > "$LOGS/cpu_model_tests.log" 2>&1
   note "cpu model tests: $( [[ $? == 0 ]] && echo PASS || echo FAIL )"
 fi
 if want sanitize; then
@@ -67,12 +79,12 @@ if want bench; then
   for lab in $BUILD/bench/kernels/*_bench $BUILD/bench/kernels/kernel_lab; do
     [[ -x $lab ]] || continue
     name=$(basename "$lab")
-    timeout 300 "$lab" > "$LOGS/$name.log" 2>&1
+    timeout ${LAB_TIMEOUT:-120} "$lab" --quick > "$LOGS/$name.log" 2>&1
     note "kernel lab $name: rc=$?"
     tail -25 "$LOGS/$name.log"
   done
   if [[ -x $BUILD/rill ]]; then
-    timeout 540 $BUILD/rill bench --load-format dummy --preset kimi-linear-48b --markdown "$OUT/bench.md" \
+    timeout ${BENCH_TIMEOUT:-240} $BUILD/rill bench --load-format dummy --preset kimi-linear-48b --markdown "$OUT/bench.md" \
       > "$LOGS/rill_bench.log" 2>&1
     note "rill bench: rc=$?"
     tail -40 "$LOGS/rill_bench.log"

@@ -34,7 +34,10 @@ Result<MemoryPlan> plan_memory(backend::Backend& be, const model::ModelConfig& c
                                 double(mem->first) / (1 << 30), kv_fraction, double(state) / (1 << 30), n_slots);
     p.n_blocks = int(std::min<double>(budget / double(per_block), 1 << 30));
   } else {
-    p.n_blocks = n_slots * ((max_model_len + block_size - 1) / block_size);
+    // Host memory (CPU backend): every slot can hold 2048 tokens at once, and one sequence the whole context;
+    // more is served by preemption rather than reserved up front.
+    const int per_seq = (std::min(max_model_len, 2048) + block_size - 1) / block_size;
+    p.n_blocks = std::max(n_slots * per_seq, (max_model_len + block_size - 1) / block_size);
   }
   p.n_blocks = std::max(p.n_blocks, 1);
   p.kv_bytes = per_block * p.n_blocks;

@@ -14,6 +14,8 @@ struct Command {
 };
 
 constexpr Command kCommands[] = {
+    {"serve", rill::cli::run_serve, "OpenAI-compatible HTTP server (chat, completions, models, metrics)"},
+    {"chat", rill::cli::run_chat, "interactive chat in the terminal"},
     {"generate", rill::cli::run_generate, "generate a completion for a prompt (ids or text)"},
     {"logits", rill::cli::run_logits, "write the fp32 logits of every prompt position to a safetensors file"},
     {"inspect", rill::cli::run_inspect, "config summary, tensor totals, memory per sequence, validation"},

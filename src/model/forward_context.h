@@ -1,8 +1,11 @@
 // What every block's forward needs besides its weights: the backend, the step workspace, the batch layout.
 #pragma once
 
+#include <string>
+
 #include "backend/backend.h"
 #include "core/arena.h"
+#include "model/taps.h"
 
 namespace rill::model {
 
@@ -10,8 +13,14 @@ struct ForwardContext {
   backend::Backend& be;
   Arena& ws;  // the step workspace; blocks carve intermediates and give them back when done
   const backend::BatchLayout& layout;
+  TapRecorder* taps = nullptr;  // set by tests / debugging only
+  int layer = -1;               // the layer being run (names taps)
+
   DType act() const { return be.act_dtype(); }
   int n_tokens() const { return layout.n_tokens; }
+  void tap(const char* name, const TensorView& v) const {
+    if (taps) taps->record(be, (layer >= 0 ? "L" + std::to_string(layer) + "." : std::string()) + name, v);
+  }
 };
 
 // Gives the workspace back to where it was when the scope opened (a block's intermediates die with it).

@@ -48,15 +48,23 @@ Status KimiLinearModel::forward_impl(ForwardContext& cx, TensorView ids, TensorV
   TensorView h = cx.ws.alloc(cx.act(), {T, H});
   TensorView delta = cx.ws.alloc(cx.act(), {T, H});
   RILL_TRY(be.embed({embed_.weight, ids, x}));
+  cx.tap("embed", x);
   RILL_TRY(be.rms_norm({x, layers_[0].input_norm, c.rms_norm_eps, h}));
   for (int i = 0; i < c.n_layers; ++i) {
     const DecoderLayerWeights& L = layers_[size_t(i)];
+    cx.layer = i;
+    cx.tap("input_norm", h);
     RILL_TRY(mixer(cx, i, h, caches, delta));
+    cx.tap("mixer_out", delta);
     RILL_TRY(be.add_rms_norm({x, delta, L.post_norm, c.rms_norm_eps, h}));
+    cx.tap("post_norm", h);
     RILL_TRY(ffn(cx, i, h, delta));
+    cx.tap("ffn_out", delta);
     if (i + 1 < c.n_layers) RILL_TRY(be.add_rms_norm({x, delta, layers_[size_t(i + 1)].input_norm, c.rms_norm_eps, h}));
     else RILL_TRY(be.add({x, delta}));
   }
+  cx.layer = -1;
+  cx.tap("residual", x);
   TensorView picked = cx.ws.alloc(cx.act(), {R, H});
   RILL_TRY(be.gather_rows({x, rows, picked}));
   TensorView normed = cx.ws.alloc(cx.act(), {R, H});

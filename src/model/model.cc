@@ -75,14 +75,13 @@ Status Model::reserve_workspace(const StepLimits& limits) {
   const int n_seqs = std::min(limits.max_seqs, limits.max_tokens);
   StepBatch worst;
   const int block = 64;
-  const int blocks = (limits.max_context + block - 1) / block;
   int rows_left = limits.max_logit_rows;
   for (int s = 0; s < n_seqs; ++s) {
     SequenceStep q;
     q.n_new = s == 0 ? limits.max_tokens - (n_seqs - 1) : 1;
     q.start_pos = std::max(0, limits.max_context - q.n_new);
     q.state_slot = 0;
-    q.block_table.assign(static_cast<size_t>(blocks), 0);
+    q.block_table.assign(static_cast<size_t>((q.start_pos + q.n_new + block - 1) / block), 0);
     const int want = s == 0 ? std::min(q.n_new, rows_left - (n_seqs - 1)) : 1;
     q.logits = want >= q.n_new ? LogitsNeeded::All : LogitsNeeded::Last;
     rows_left -= q.logits == LogitsNeeded::All ? q.n_new : 1;
@@ -129,7 +128,7 @@ Result<TensorView> Model::forward(const StepBatch& batch, const ModelCaches& cac
 Status Model::run(const StepBatch& batch, const ModelCaches& caches, Arena& ws, TensorView* logits) {
   RILL_TRY(batch.to_layout(caches.block_size, &layout_host_));
   RILL_TRY(be_->upload_layout(layout_host_, caches.block_size, &layout_));
-  ForwardContext cx{*be_, ws, layout_};
+  ForwardContext cx{*be_, ws, layout_, be_->dry_run() ? nullptr : taps_};
   const int64_t T = batch.n_tokens();
   const std::vector<int32_t> rows_host = batch.logit_token_rows();
   TensorView ids = ws.alloc(DType::I32, {T});

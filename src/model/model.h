@@ -60,6 +60,9 @@ class Model {
   // next call. Every token id must be inside the vocabulary.
   Result<TensorView> forward(const StepBatch& batch, const ModelCaches& caches);
 
+  // Records every named intermediate of the following forward passes (tests, debugging); nullptr to stop.
+  void set_tap_recorder(TapRecorder* taps) { taps_ = taps; }
+
   // One token per logits row (sampling on the backend; only the ids come back to the host).
   Status sample(TensorView logits, std::span<const backend::SamplingRow> rows, std::vector<int32_t>* ids);
 
@@ -85,6 +88,7 @@ class Model {
   Status run(const StepBatch& batch, const ModelCaches& caches, Arena& ws, TensorView* logits);
 
   StepLimits limits_;
+  TapRecorder* taps_ = nullptr;
   backend::DeviceAllocation workspace_;
   Arena arena_;
   backend::BatchLayoutHost layout_host_;

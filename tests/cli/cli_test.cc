@@ -99,7 +99,7 @@ TEST(TinyModel, BuildsValidatesAndGenerates) {
   EXPECT_NE(r.out.find("validation   ok"), std::string::npos) << r.out;
   r = run_rill("generate " + d.string() + " --device cpu --prompt-ids 1,2,3 --max-tokens 5 --ignore-eos --json");
   EXPECT_EQ(r.code, 0) << r.out;
-  EXPECT_NE(r.out.find("\"finish_reason\": \"length\""), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\"finish_reason\":\"length\""), std::string::npos) << r.out;
   fs::remove_all(d);
 }
 

@@ -36,10 +36,12 @@ Status kda_forward(ForwardContext& cx, const ModelConfig& c, const KdaWeights& w
 
   TensorView qkv = cx.ws.alloc(act, {T, 3 * P});
   RILL_TRY(be.gemm({u, &w.qkv_proj, qkv}));
+  cx.tap("kda.qkv", qkv);
   TensorView fa = cx.ws.alloc(act, {T, d});
   RILL_TRY(be.gemm({u, &w.f_a_proj, fa}));
   TensorView graw = cx.ws.alloc(act, {T, P});
   RILL_TRY(be.gemm({fa, &w.f_b_proj, graw}));
+  cx.tap("kda.graw", graw);
   TensorView braw = cx.ws.alloc(act, {T, Hk});
   RILL_TRY(be.gemm({u, &w.b_proj, braw}));
 
@@ -61,9 +63,15 @@ Status kda_forward(ForwardContext& cx, const ModelConfig& c, const KdaWeights& w
   prep.g = cx.ws.alloc(DType::F32, {T, Hk, d});
   prep.beta = cx.ws.alloc(DType::F32, {T, Hk});
   RILL_TRY(be.kda_prepare(prep));
+  cx.tap("kda.q", prep.q);
+  cx.tap("kda.k", prep.k);
+  cx.tap("kda.v", prep.v);
+  cx.tap("kda.g", prep.g);
+  cx.tap("kda.beta", prep.beta);
 
   TensorView o = cx.ws.alloc(act, {T, Hk, d});
   RILL_TRY(be.kda_attention({prep.q, prep.k, prep.v, prep.g, prep.beta, cache.kda_state, &cx.layout, o, &cx.ws}));
+  cx.tap("kda.o", o);
 
   TensorView gate = cx.ws.alloc(act, {T, P});
   if (c.kda.full_rank_output_gate) {
@@ -75,6 +83,8 @@ Status kda_forward(ForwardContext& cx, const ModelConfig& c, const KdaWeights& w
   }
   TensorView normed = cx.ws.alloc(act, {T, P});
   RILL_TRY(be.kda_output({o, gate, w.o_norm, c.rms_norm_eps, normed}));
+  cx.tap("kda.gate", gate);
+  cx.tap("kda.normed", normed);
   return be.gemm({normed, &w.o_proj, out});
 }
 

@@ -40,6 +40,8 @@ Status mla_forward(ForwardContext& cx, const ModelConfig& c, const MlaWeights& w
   }
   TensorView ckv = cx.ws.alloc(act, {T, m.cache_width()});
   RILL_TRY(be.gemm({u, &w.kv_a_proj, ckv}));
+  cx.tap("mla.q", q);
+  cx.tap("mla.ckv", ckv);
   RILL_TRY(be.mla_cache_write({ckv, w.kv_a_norm, m.latent_norm_eps, cache.mla_kv, &cx.layout}));
 
   backend::MlaAttentionArgs att;
@@ -56,6 +58,7 @@ Status mla_forward(ForwardContext& cx, const ModelConfig& c, const MlaWeights& w
   att.out = cx.ws.alloc(act, {T, m.n_heads * m.v_head_dim});
   att.scratch = &cx.ws;
   RILL_TRY(be.mla_attention(att));
+  cx.tap("mla.attn", att.out);
   if (m.output_gate) {
     TensorView gate = cx.ws.alloc(act, {T, m.n_heads * m.v_head_dim});
     RILL_TRY(be.gemm({u, &w.g_proj, gate}));

@@ -45,6 +45,8 @@ Status moe_forward(ForwardContext& cx, const ModelConfig& c, const MoeWeights& w
   route.ids = cx.ws.alloc(DType::I32, {T, k});
   route.weights = cx.ws.alloc(DType::F32, {T, k});
   RILL_TRY(be.moe_route(route));
+  cx.tap("moe.ids", route.ids);
+  cx.tap("moe.weights", route.weights);
 
   backend::MoeExpertsArgs ex;
   ex.ids = route.ids;
@@ -66,9 +68,11 @@ Status moe_forward(ForwardContext& cx, const ModelConfig& c, const MoeWeights& w
     ex.out = out;
     RILL_TRY(be.moe_experts(ex));
   }
+  cx.tap("moe.routed", out);
   if (m.n_shared_experts > 0) {
     TensorView shared = cx.ws.alloc(cx.act(), {T, c.hidden_size});
     RILL_TRY(mlp_forward(cx, w.shared, glu, x, shared));
+    cx.tap("moe.shared", shared);
     RILL_TRY(be.add({out, shared}));
   }
   return {};

@@ -7,22 +7,6 @@
 
 namespace rill::text {
 
-size_t utf8_incomplete_tail(std::string_view text) {
-  // Walk back over at most three continuation bytes to the lead byte of the last sequence.
-  size_t n = text.size();
-  for (size_t back = 1; back <= std::min<size_t>(4, n); ++back) {
-    auto byte = static_cast<unsigned char>(text[n - back]);
-    if ((byte & 0xC0) == 0x80) continue;  // continuation byte
-    size_t need = byte < 0x80             ? 1
-                  : (byte & 0xE0) == 0xC0 ? 2
-                  : (byte & 0xF0) == 0xE0 ? 3
-                  : (byte & 0xF8) == 0xF0 ? 4
-                                          : 0;
-    return need > back ? back : 0;  // need == 0: not a lead byte, nothing sensible to wait for
-  }
-  return 0;
-}
-
 std::string quote_excerpt(std::string_view text, size_t max_bytes) {
   if (text.size() <= max_bytes) return fmt::format("\"{}\"", text);
   std::string_view head = text.substr(0, max_bytes);

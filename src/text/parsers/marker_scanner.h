@@ -13,6 +13,8 @@
 #include <string_view>
 #include <vector>
 
+#include "text/tokenizer/utf8.h"  // utf8_incomplete_tail: shared with the streaming detokenizer
+
 namespace rill::text {
 
 class MarkerScanner {
@@ -57,6 +59,5 @@ std::string quote_excerpt(std::string_view text, size_t max_bytes = 40);
 
 // Length of the incomplete UTF-8 sequence that ends `text` (0 when the last sequence is complete
 // or the bytes are not a valid sequence start), so a caller can hold it back.
-size_t utf8_incomplete_tail(std::string_view text);
 
 }  // namespace rill::text

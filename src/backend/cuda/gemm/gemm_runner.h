@@ -1,5 +1,6 @@
-// GemmRunner: y = x W^T through cuBLASLt (bf16 in, fp32 accumulate, bf16 or f32 out), with the heuristic's
-// best algorithm cached per shape; MXFP4 weights go through the weight-only kernel (K3).
+// GemmRunner: y = x W^T through cuBLASLt (bf16 in, fp32 accumulate, bf16 or f32 out), with a plan
+// (descriptors and the chosen algorithm) cached per shape, strides and pointer alignment; MXFP4 weights go
+// through the weight-only kernel (K3, not written yet: run() answers Unimplemented).
 #pragma once
 
 #include <memory>
@@ -11,9 +12,15 @@ namespace rill::cuda {
 
 class GemmRunner {
  public:
+  // Creates the cuBLASLt handle and its workspace on `device` (the current device).
   static Result<std::unique_ptr<GemmRunner>> create(int device);
   virtual ~GemmRunner() = default;
+  // Enqueues the GEMM on `stream`; never synchronises, except the one-off timing of a new shape when
+  // autotuning is on and the stream is not being captured.
   virtual Status run(const backend::GemmArgs& a, cudaStream_t stream) = 0;
+  // Off (default): a new shape keeps the heuristic's first algorithm that runs. On: the first call of a shape
+  // times the heuristic's top candidates once and keeps the fastest. Also on with RILL_GEMM_AUTOTUNE=1.
+  virtual void set_autotune(bool on) = 0;
 };
 
 }  // namespace rill::cuda

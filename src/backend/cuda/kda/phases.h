@@ -1,0 +1,30 @@
+// Internal launchers of the KDA phases (host-only declarations). kda.cc validates the Args, fills the
+// parameter blocks (params.h) and calls them on the compute stream: prepare; then for attention the
+// recurrent step over single-token sequences and plan -> intra -> recurrence over multi-token sequences.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+#include "backend/cuda/context.h"
+#include "backend/cuda/kda/params.h"
+#include "core/status.h"
+
+namespace rill::cuda::kda {
+
+// Conv + SiLU + window update (conv CTAs) and gate + beta (gate CTAs), 16-token tiles.
+Status launch_prepare(const PrepareParams& p, cudaStream_t stream);
+// Fused recurrent step for every sequence with n_new == 1 (others exit); n_decode sizes the column split.
+Status launch_recurrent_step(const AttentionIo& io, int n_decode, const CudaContext& cx);
+// Lists the prefill sequences and their chunks into p.plan (one CTA).
+Status launch_chunk_plan(const ChunkParams& p, cudaStream_t stream);
+// Per (chunk, head): Γ, L, Aqk, the unit-lower solve, W, U, Qg, Kd, gamma. n_chunks from the host layout.
+Status launch_chunk_intra(const ChunkParams& p, int n_chunks, const CudaContext& cx);
+// Per (prefill sequence, head, v block): the inter-chunk recurrence, output and final state.
+Status launch_chunk_recurrence(const ChunkParams& p, int n_prefill, const CudaContext& cx);
+
+// Raises a kernel's dynamic shared-memory limit once per device.
+Status opt_in_smem(const void* kernel, size_t bytes, const CudaContext& cx,
+                   std::atomic<uint64_t>* done_devices);
+
+}  // namespace rill::cuda::kda

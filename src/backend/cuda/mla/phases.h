@@ -1,0 +1,29 @@
+// Internal launchers of the MLA phases (host-only declarations); launch_mla_attention in attention.cc runs
+// them in order: plan, then decode (absorb, split-KV, combine, W_UV), then prefill (gather, expand, flash).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+#include "backend/backend.h"
+#include "backend/cuda/context.h"
+#include "backend/cuda/mla/params.h"
+
+namespace rill::cuda::mla {
+
+// Host plan from layout->host (no device access); fails on counts that overflow the int32 plan arrays.
+Status make_plan(const backend::MlaAttentionArgs& a, int sm_count, Plan* out);
+// SM count of the current device (both the dry run and the launcher plan with it, so their sizes agree).
+int plan_sm_count();
+// Raises a kernel's dynamic shared-memory limit once per device.
+Status opt_in_smem(const void* kernel, size_t bytes, const CudaContext& cx,
+                   std::atomic<uint64_t>* done_devices);
+
+Status launch_plan(const PlanParams& p, cudaStream_t stream);
+Status launch_head_gemm(const HeadGemmParams& p, bool b_is_kn, int n_heads, cudaStream_t stream);
+Status launch_decode_splitkv(const DecodeParams& p, const CudaContext& cx);
+Status launch_decode_combine(const CombineParams& p, cudaStream_t stream);
+Status launch_gather(const GatherParams& p, cudaStream_t stream);
+Status launch_prefill(const PrefillParams& p, const CudaContext& cx);
+
+}  // namespace rill::cuda::mla

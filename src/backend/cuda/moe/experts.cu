@@ -1,0 +1,446 @@
+// Routed experts: out[t] = bf16( sum_j w[t,j] * bf16(Expert_{id[t,j]}(x_t)) ), the sum in fp32 over j in
+// order. Expert(x) = down(bf16(act(bf16(gate x), bf16(up x)))). Two paths, chosen from host-known shapes only
+// (the same choice in the planning dry run and the real run, so the scratch matches):
+//  - decode (T*k <= kDecodeMaxPairs, or shapes the grouped kernels cannot take): two gathered GEMV kernels.
+//    gate_up: grid (I/32, pairs), a warp computes 4 gate and 4 up rows for its pair with 16-byte loads (8 in
+//    flight per lane), x in shared memory. down: grid (Hx/16, T), a warp computes 2 output rows for its
+//    token over the token's k experts in order, the token's activations in shared memory, and writes the
+//    combined row. Memory-bound on the experts' weights.
+//  - grouped (prefill): plan (count per expert, exclusive scans, scatter pairs to expert-ordered slots) ->
+//    grouped gate_up GEMM with the activation in its epilogue -> grouped down GEMM -> combine per token over
+//    its k slots in order (deterministic, no atomics). Compute-bound on tensor cores.
+// Expert ids outside [0, E) contribute nothing (they cannot be reported from the device).
+#include <cub/block/block_scan.cuh>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "backend/cuda/common/check.h"
+#include "backend/cuda/moe/device.cuh"
+#include "backend/cuda/moe/moe.h"
+#include "backend/cuda/moe/params.h"
+
+namespace rill::cuda {
+namespace {
+
+using moe::Act;
+using moe::bf16;
+using moe::DecodeParams;
+using moe::GroupedGemmParams;
+
+constexpr int kGemvThreads = 256, kGemvWarps = kGemvThreads / 32;
+constexpr int kGateUpRowsPerWarp = 4;  // i values (each a gate and an up row) per warp
+constexpr int kDownRowsPerWarp = 2;
+constexpr int kPlanThreads = 1024;
+
+size_t align256(size_t b) {
+  return (b + 255) / 256 * 256;
+}
+bool aligned16(const void* p) {
+  return (reinterpret_cast<uintptr_t>(p) & 15) == 0;
+}
+
+// ---------------------------------------------------------------------------------------------- decode path
+
+// grid (I / 32, min(pairs, 65535)); blocks loop over pairs when there are more.
+template <int kVec>
+__global__ void __launch_bounds__(kGemvThreads) moe_gate_up_gemv_kernel(const DecodeParams p) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  bf16* xs = reinterpret_cast<bf16*>(smem_raw);  // [Hx]
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int i0 = (blockIdx.x * kGemvWarps + warp) * kGateUpRowsPerWarp;
+  const int n_pairs = p.T * p.k;
+  for (int pair = blockIdx.y; pair < n_pairs; pair += gridDim.y) {
+    const int t = pair / p.k, j = pair - t * p.k;
+    const bf16* x = p.x + int64_t(t) * p.ldx;
+    __syncthreads();  // the previous pair's readers of xs are done
+    for (int c = threadIdx.x * kVec; c < p.Hx; c += kGemvThreads * kVec) {
+      if constexpr (kVec == 8)
+        *reinterpret_cast<uint4*>(xs + c) = *reinterpret_cast<const uint4*>(x + c);
+      else
+        xs[c] = x[c];
+    }
+    __syncthreads();
+    const int e = p.ids[int64_t(t) * p.ld_ids + j];
+    bf16* h = p.h + int64_t(pair) * p.I;
+    if (e < 0 || e >= p.E) {
+      if (lane < kGateUpRowsPerWarp && i0 + lane < p.I) h[i0 + lane] = __float2bfloat16_rn(0.0f);
+      continue;
+    }
+    const bf16* w_e = p.gate_up + int64_t(e) * p.gu_expert_stride;
+    const bf16* rows[2 * kGateUpRowsPerWarp];  // gate rows i0.., then up rows I + i0..
+#pragma unroll
+    for (int q = 0; q < kGateUpRowsPerWarp; ++q) {
+      const int i = min(i0 + q, p.I - 1);  // rows past I compute a duplicate that is never stored
+      rows[q] = w_e + int64_t(i) * p.gu_ld;
+      rows[kGateUpRowsPerWarp + q] = w_e + int64_t(p.I + i) * p.gu_ld;
+    }
+    float acc[2 * kGateUpRowsPerWarp];
+#pragma unroll
+    for (int r = 0; r < 2 * kGateUpRowsPerWarp; ++r) acc[r] = 0.0f;
+    for (int c = lane * kVec; c < p.Hx; c += 32 * kVec) {
+      float xv[kVec], wv[2 * kGateUpRowsPerWarp][kVec];
+#pragma unroll
+      for (int r = 0; r < 2 * kGateUpRowsPerWarp; ++r) moe::load_bf16<kVec>(rows[r] + c, wv[r]);
+      moe::load_bf16<kVec>(xs + c, xv);
+#pragma unroll
+      for (int r = 0; r < 2 * kGateUpRowsPerWarp; ++r)
+#pragma unroll
+        for (int v = 0; v < kVec; ++v) acc[r] = fmaf(wv[r][v], xv[v], acc[r]);
+    }
+#pragma unroll
+    for (int r = 0; r < 2 * kGateUpRowsPerWarp; ++r) acc[r] = moe::warp_sum_f(acc[r]);
+#pragma unroll
+    for (int q = 0; q < kGateUpRowsPerWarp; ++q)
+      if (lane == q && i0 + q < p.I)
+        h[i0 + q] = __float2bfloat16_rn(moe::expert_act(p.act, moe::round_bf16(acc[q]),
+                                                        moe::round_bf16(acc[kGateUpRowsPerWarp + q]), p.beta,
+                                                        p.linear_beta));
+  }
+}
+
+// grid (Hx / 16, min(T, 65535)); blocks loop over tokens when there are more.
+template <int kVec>
+__global__ void __launch_bounds__(kGemvThreads) moe_down_gemv_kernel(const DecodeParams p) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  bf16* hs = reinterpret_cast<bf16*>(smem_raw);  // [k, I]: the token's activations, pair order
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int o0 = (blockIdx.x * kGemvWarps + warp) * kDownRowsPerWarp;
+  const int n = p.k * p.I;
+  for (int t = blockIdx.y; t < p.T; t += gridDim.y) {
+    const bf16* h = p.h + int64_t(t) * n;
+    __syncthreads();  // the previous token's readers of hs are done
+    for (int c = threadIdx.x * kVec; c < n; c += kGemvThreads * kVec) {
+      if constexpr (kVec == 8)
+        *reinterpret_cast<uint4*>(hs + c) = *reinterpret_cast<const uint4*>(h + c);
+      else
+        hs[c] = h[c];
+    }
+    __syncthreads();
+    if (o0 >= p.Hx) continue;
+    float acc[kDownRowsPerWarp];
+#pragma unroll
+    for (int r = 0; r < kDownRowsPerWarp; ++r) acc[r] = 0.0f;
+    for (int j = 0; j < p.k; ++j) {
+      const int e = p.ids[int64_t(t) * p.ld_ids + j];
+      if (e < 0 || e >= p.E) continue;
+      const float wj = p.weights[int64_t(t) * p.ld_weights + j];
+      const bf16* w_e = p.down + int64_t(e) * p.dn_expert_stride;
+      const bf16* rows[kDownRowsPerWarp];
+#pragma unroll
+      for (int r = 0; r < kDownRowsPerWarp; ++r) rows[r] = w_e + int64_t(min(o0 + r, p.Hx - 1)) * p.dn_ld;
+      float s[kDownRowsPerWarp];
+#pragma unroll
+      for (int r = 0; r < kDownRowsPerWarp; ++r) s[r] = 0.0f;
+#pragma unroll 2
+      for (int c = lane * kVec; c < p.I; c += 32 * kVec) {
+        float hv[kVec], wv[kDownRowsPerWarp][kVec];
+#pragma unroll
+        for (int r = 0; r < kDownRowsPerWarp; ++r) moe::load_bf16<kVec>(rows[r] + c, wv[r]);
+        moe::load_bf16<kVec>(hs + j * p.I + c, hv);
+#pragma unroll
+        for (int r = 0; r < kDownRowsPerWarp; ++r)
+#pragma unroll
+          for (int v = 0; v < kVec; ++v) s[r] = fmaf(wv[r][v], hv[v], s[r]);
+      }
+#pragma unroll
+      for (int r = 0; r < kDownRowsPerWarp; ++r) acc[r] += wj * moe::round_bf16(moe::warp_sum_f(s[r]));
+    }
+    if (lane == 0) {
+#pragma unroll
+      for (int r = 0; r < kDownRowsPerWarp; ++r)
+        if (o0 + r < p.Hx) p.out[int64_t(t) * p.ldo + o0 + r] = __float2bfloat16_rn(acc[r]);
+    }
+  }
+}
+
+// --------------------------------------------------------------------------------------------- grouped path
+
+struct PlanParams {
+  const int32_t* ids;  // [T, k]
+  int64_t ld_ids;
+  int T, k, E;
+  int32_t* expert_offsets;  // [E + 1]
+  int32_t* tile_offsets;    // [E + 1]
+  int32_t* pair_slot;       // [T * k]: slot of pair t*k+j, -1 for an invalid id
+  int32_t* slot_token;      // [T * k]: token feeding each slot
+};
+
+// One block: count pairs per expert, exclusive scans of counts and of 64-slot tiles, scatter pairs to slots.
+// The order of pairs inside an expert's slots depends on atomics, but no result does: each slot's row is
+// computed independently and the combine reads slots by pair.
+__global__ void __launch_bounds__(kPlanThreads) moe_plan_kernel(const PlanParams p) {
+  using Scan = cub::BlockScan<int, kPlanThreads>;
+  __shared__ typename Scan::TempStorage scan_tmp;
+  __shared__ int s_count[moe::kMaxExperts], s_fill[moe::kMaxExperts];
+  const int tid = threadIdx.x, n_pairs = p.T * p.k;
+  s_count[tid] = 0;
+  s_fill[tid] = 0;
+  __syncthreads();
+  for (int q = tid; q < n_pairs; q += kPlanThreads) {
+    const int t = q / p.k, e = p.ids[int64_t(t) * p.ld_ids + (q - t * p.k)];
+    if (e >= 0 && e < p.E) atomicAdd(&s_count[e], 1);
+  }
+  __syncthreads();
+  const int count = tid < p.E ? s_count[tid] : 0, tiles = (count + moe::kBM - 1) / moe::kBM;
+  int offset = 0, tile_offset = 0;
+  Scan(scan_tmp).ExclusiveSum(count, offset);
+  __syncthreads();
+  Scan(scan_tmp).ExclusiveSum(tiles, tile_offset);
+  if (tid < p.E) {
+    p.expert_offsets[tid] = offset;
+    p.tile_offsets[tid] = tile_offset;
+    s_count[tid] = offset;  // now the expert's first slot
+  }
+  if (tid == p.E - 1) {
+    p.expert_offsets[p.E] = offset + count;
+    p.tile_offsets[p.E] = tile_offset + tiles;
+  }
+  __syncthreads();
+  for (int q = tid; q < n_pairs; q += kPlanThreads) {
+    const int t = q / p.k, e = p.ids[int64_t(t) * p.ld_ids + (q - t * p.k)];
+    int slot = -1;
+    if (e >= 0 && e < p.E) {
+      slot = s_count[e] + atomicAdd(&s_fill[e], 1);
+      p.slot_token[slot] = t;
+    }
+    p.pair_slot[q] = slot;
+  }
+}
+
+// out[t] = bf16(sum_j w[t,j] * y[slot(t,j)]) in fp32, j in order; one block per token.
+template <int kVec>
+__global__ void moe_combine_kernel(const bf16* y, int64_t ldy, const int32_t* pair_slot, const float* weights,
+                                   int64_t ld_weights, int k, bf16* out, int64_t ldo, int Hx) {
+  const int t = blockIdx.x;
+  for (int c = threadIdx.x * kVec; c < Hx; c += blockDim.x * kVec) {
+    float acc[kVec];
+#pragma unroll
+    for (int v = 0; v < kVec; ++v) acc[v] = 0.0f;
+    for (int j = 0; j < k; ++j) {
+      const int slot = pair_slot[t * k + j];
+      if (slot < 0) continue;
+      const float wj = weights[int64_t(t) * ld_weights + j];
+      float yv[kVec];
+      moe::load_bf16<kVec>(y + int64_t(slot) * ldy + c, yv);
+#pragma unroll
+      for (int v = 0; v < kVec; ++v) acc[v] += wj * yv[v];
+    }
+    moe::store_bf16<kVec>(out + int64_t(t) * ldo + c, acc);
+  }
+}
+
+// ------------------------------------------------------------------------------------------------ host side
+
+struct ExpertsPlan {
+  bool grouped = false;
+  int64_t T = 0, k = 0, pairs = 0, E = 0, I = 0, Hx = 0;
+  int max_tiles = 0;
+  // Scratch pieces (bytes, each 256-aligned), in carving order.
+  size_t offsets = 0, pair_slot = 0, slot_token = 0, h = 0, y = 0, total = 0;
+};
+
+bool div8(int64_t v) {
+  return v % 8 == 0;
+}
+
+// The path and scratch from shapes and strides only (never pointers: the planning dry run has none).
+ExpertsPlan plan_experts(const backend::MoeExpertsArgs& a) {
+  ExpertsPlan s;
+  const backend::ExpertWeights& ex = *a.experts;
+  s.T = a.x.size(0);
+  s.k = a.ids.size(1);
+  s.pairs = s.T * s.k;
+  s.E = ex.n_experts();
+  s.I = ex.intermediate();
+  s.Hx = ex.width();
+  const bool shapes_ok = div8(s.Hx) && div8(s.I) && div8(a.x.stride(0)) && div8(a.out.stride(0)) &&
+                         div8(ex.gate_up.stride(0)) && div8(ex.gate_up.stride(1)) &&
+                         div8(ex.down.stride(0)) && div8(ex.down.stride(1)) && s.E <= moe::kMaxExperts;
+  s.grouped = s.pairs > moe::kDecodeMaxPairs && shapes_ok;
+  s.h = align256(size_t(s.pairs) * size_t(s.I) * 2);
+  if (s.grouped) {
+    s.max_tiles = int((s.pairs + moe::kBM - 1) / moe::kBM + std::min(s.E, s.pairs));
+    s.offsets = align256(size_t(s.E + 1) * 4);
+    s.pair_slot = s.slot_token = align256(size_t(s.pairs) * 4);
+    s.y = align256(size_t(s.pairs) * size_t(s.Hx) * 2);
+  }
+  s.total = 2 * s.offsets + s.pair_slot + s.slot_token + s.h + s.y;
+  return s;
+}
+
+Status set_smem(const void* kernel, size_t bytes, const CudaContext& cx, const char* name) {
+  if (bytes > cx.max_smem_per_block)
+    return invalid_argument("{}: needs {} bytes of shared memory, the device allows {}", name, bytes,
+                            cx.max_smem_per_block);
+  if (bytes > 48 * 1024)
+    RILL_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+  return {};
+}
+
+Status run_decode(const backend::MoeExpertsArgs& a, const ExpertsPlan& s, bf16* h, const CudaContext& cx) {
+  const backend::ExpertWeights& ex = *a.experts;
+  DecodeParams p;
+  p.x = static_cast<const bf16*>(a.x.data);
+  p.ldx = a.x.stride(0);
+  p.ids = a.ids.ptr<const int32_t>();
+  p.ld_ids = a.ids.stride(0);
+  p.weights = a.weights.ptr<const float>();
+  p.ld_weights = a.weights.stride(0);
+  p.gate_up = static_cast<const bf16*>(ex.gate_up.data);
+  p.gu_expert_stride = ex.gate_up.stride(0);
+  p.gu_ld = ex.gate_up.stride(1);
+  p.down = static_cast<const bf16*>(ex.down.data);
+  p.dn_expert_stride = ex.down.stride(0);
+  p.dn_ld = ex.down.stride(1);
+  p.h = h;
+  p.out = static_cast<bf16*>(a.out.data);
+  p.ldo = a.out.stride(0);
+  p.T = int(s.T);
+  p.k = int(s.k);
+  p.E = int(s.E);
+  p.Hx = int(s.Hx);
+  p.I = int(s.I);
+  p.act = a.activation == backend::Activation::Silu ? Act::Silu : Act::Situ;
+  p.beta = a.beta;
+  p.linear_beta = a.linear_beta;
+  const bool vec = div8(s.Hx) && div8(s.I) && div8(p.ldx) && div8(p.gu_expert_stride) && div8(p.gu_ld) &&
+                   div8(p.dn_expert_stride) && div8(p.dn_ld) && aligned16(p.x) && aligned16(p.gate_up) &&
+                   aligned16(p.down) && aligned16(h);
+  const size_t x_smem = size_t(s.Hx) * 2, h_smem = size_t(s.k) * size_t(s.I) * 2;
+  const dim3 grid1(unsigned((s.I + kGemvWarps * kGateUpRowsPerWarp - 1) / (kGemvWarps * kGateUpRowsPerWarp)),
+                   unsigned(std::min<int64_t>(s.pairs, 65535)));
+  const dim3 grid2(unsigned((s.Hx + kGemvWarps * kDownRowsPerWarp - 1) / (kGemvWarps * kDownRowsPerWarp)),
+                   unsigned(std::min<int64_t>(s.T, 65535)));
+  if (vec) {
+    RILL_TRY(set_smem(reinterpret_cast<const void*>(moe_gate_up_gemv_kernel<8>), x_smem, cx, "moe_experts"));
+    RILL_TRY(set_smem(reinterpret_cast<const void*>(moe_down_gemv_kernel<8>), h_smem, cx, "moe_experts"));
+    moe_gate_up_gemv_kernel<8><<<grid1, kGemvThreads, x_smem, cx.stream>>>(p);
+    RILL_CUDA_CHECK_LAUNCH("moe_gate_up_gemv");
+    moe_down_gemv_kernel<8><<<grid2, kGemvThreads, h_smem, cx.stream>>>(p);
+    RILL_CUDA_CHECK_LAUNCH("moe_down_gemv");
+  } else {
+    RILL_TRY(set_smem(reinterpret_cast<const void*>(moe_gate_up_gemv_kernel<1>), x_smem, cx, "moe_experts"));
+    RILL_TRY(set_smem(reinterpret_cast<const void*>(moe_down_gemv_kernel<1>), h_smem, cx, "moe_experts"));
+    moe_gate_up_gemv_kernel<1><<<grid1, kGemvThreads, x_smem, cx.stream>>>(p);
+    RILL_CUDA_CHECK_LAUNCH("moe_gate_up_gemv");
+    moe_down_gemv_kernel<1><<<grid2, kGemvThreads, h_smem, cx.stream>>>(p);
+    RILL_CUDA_CHECK_LAUNCH("moe_down_gemv");
+  }
+  return {};
+}
+
+Status run_grouped(const backend::MoeExpertsArgs& a, const ExpertsPlan& s, char* scratch,
+                   const CudaContext& cx) {
+  const backend::ExpertWeights& ex = *a.experts;
+  if (!aligned16(a.x.data) || !aligned16(a.out.data) || !aligned16(ex.gate_up.data) ||
+      !aligned16(ex.down.data))
+    return invalid_argument("moe_experts: x, out and the expert weights must be 16-byte aligned");
+  auto take = [&](size_t bytes) {
+    char* q = scratch;
+    scratch += bytes;
+    return q;
+  };
+  PlanParams pl;
+  pl.ids = a.ids.ptr<const int32_t>();
+  pl.ld_ids = a.ids.stride(0);
+  pl.T = int(s.T);
+  pl.k = int(s.k);
+  pl.E = int(s.E);
+  pl.expert_offsets = reinterpret_cast<int32_t*>(take(s.offsets));
+  pl.tile_offsets = reinterpret_cast<int32_t*>(take(s.offsets));
+  pl.pair_slot = reinterpret_cast<int32_t*>(take(s.pair_slot));
+  pl.slot_token = reinterpret_cast<int32_t*>(take(s.slot_token));
+  bf16* h = reinterpret_cast<bf16*>(take(s.h));
+  bf16* y = reinterpret_cast<bf16*>(take(s.y));
+  moe_plan_kernel<<<1, kPlanThreads, 0, cx.stream>>>(pl);
+  RILL_CUDA_CHECK_LAUNCH("moe_plan");
+
+  GroupedGemmParams g;
+  g.a = static_cast<const bf16*>(a.x.data);
+  g.lda = a.x.stride(0);
+  g.slot_row = pl.slot_token;
+  g.w = static_cast<const bf16*>(ex.gate_up.data);
+  g.w_expert_stride = ex.gate_up.stride(0);
+  g.ldw = ex.gate_up.stride(1);
+  g.expert_offsets = pl.expert_offsets;
+  g.tile_offsets = pl.tile_offsets;
+  g.n_experts = int(s.E);
+  g.k = int(s.Hx);
+  g.n = int(s.I);
+  g.out = h;
+  g.ldo = s.I;
+  g.act = a.activation == backend::Activation::Silu ? Act::Silu : Act::Situ;
+  g.beta = a.beta;
+  g.linear_beta = a.linear_beta;
+  RILL_TRY(moe::launch_grouped_gate_up(g, s.max_tiles, cx.stream));
+
+  g.a = h;
+  g.lda = s.I;
+  g.slot_row = nullptr;
+  g.w = static_cast<const bf16*>(ex.down.data);
+  g.w_expert_stride = ex.down.stride(0);
+  g.ldw = ex.down.stride(1);
+  g.k = int(s.I);
+  g.n = int(s.Hx);
+  g.out = y;
+  g.ldo = s.Hx;
+  RILL_TRY(moe::launch_grouped_down(g, s.max_tiles, cx.stream));
+
+  moe_combine_kernel<8><<<unsigned(s.T), 256, 0, cx.stream>>>(
+      y, s.Hx, pl.pair_slot, a.weights.ptr<const float>(), a.weights.stride(0), int(s.k),
+      static_cast<bf16*>(a.out.data), a.out.stride(0), int(s.Hx));
+  RILL_CUDA_CHECK_LAUNCH("moe_combine");
+  return {};
+}
+
+Status check_experts(const backend::MoeExpertsArgs& a) {
+  const backend::ExpertWeights& ex = *a.experts;
+  if (ex.format == backend::WeightFormat::Mxfp4)
+    return unimplemented(
+        "moe_experts: MXFP4 experts need the weight-only kernel, which the CUDA backend does not "
+        "have yet");
+  if (a.x.dtype != DType::BF16 || a.out.dtype != DType::BF16)
+    return invalid_argument("moe_experts: CUDA activations must be BF16 (x {}, out {})", a.x.describe(),
+                            a.out.describe());
+  if (ex.gate_up.dtype != DType::BF16 || ex.down.dtype != DType::BF16)
+    return invalid_argument("moe_experts: CUDA expert weights must be BF16 (gate_up {}, down {})",
+                            ex.gate_up.describe(), ex.down.describe());
+  if (a.weights.dtype != DType::F32)
+    return invalid_argument("moe_experts: weights must be F32, got {}", a.weights.describe());
+  if (ex.gate_up.rank() != 3 || ex.down.rank() != 3 || ex.gate_up.size(1) != 2 * ex.down.size(2) ||
+      ex.gate_up.size(2) != ex.down.size(1) || ex.down.size(0) != ex.gate_up.size(0))
+    return invalid_argument("moe_experts: expert shapes gate_up {} and down {} do not match",
+                            ex.gate_up.describe(), ex.down.describe());
+  if (ex.gate_up.stride(2) != 1 || ex.down.stride(2) != 1)
+    return invalid_argument("moe_experts: expert weight rows must be contiguous");
+  return {};
+}
+
+}  // namespace
+
+size_t moe_experts_scratch_bytes(const backend::MoeExpertsArgs& a) {
+  if (!a.experts || a.x.rank() != 2 || a.ids.rank() != 2) return 0;
+  return plan_experts(a).total;
+}
+
+Status launch_moe_experts(const backend::MoeExpertsArgs& a, const CudaContext& cx) {
+  RILL_TRY(check_experts(a));
+  const ExpertsPlan s = plan_experts(a);
+  if (s.T == 0) return {};
+  if (s.k == 0 || s.E == 0) {  // nothing routed: the sum is empty
+    RILL_CUDA_CHECK(cudaMemset2DAsync(a.out.data, size_t(a.out.stride(0)) * 2, 0, size_t(s.Hx) * 2,
+                                      size_t(s.T), cx.stream));
+    return {};
+  }
+  if (!a.scratch)
+    return internal_error("moe_experts: needs {} scratch bytes but has no scratch arena", s.total);
+  const size_t mark = a.scratch->used();
+  char* scratch = static_cast<char*>(a.scratch->alloc(DType::U8, {int64_t(s.total)}).data);
+  // Later work on the stream is ordered after these kernels, so the scratch can go back to the arena now.
+  a.scratch->release_to(mark);
+  if (s.grouped) return run_grouped(a, s, scratch, cx);
+  return run_decode(a, s, reinterpret_cast<bf16*>(scratch), cx);
+}
+
+}  // namespace rill::cuda

@@ -1,0 +1,76 @@
+// MoE kernels: tile sizes, path choice, and each kernel's parameter block (host and device). Pointers carry
+// their shape in a comment; strides are in elements. Internal to moe/ (the launchers are in moe.h).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/status.h"
+
+namespace rill::cuda::moe {
+
+using bf16 = __nv_bfloat16;
+
+// Decode path (gathered GEMVs) when a step has at most this many (token, expert) pairs: every pair reads its
+// expert's weights anyway, so grouping would only add launches.
+constexpr int kDecodeMaxPairs = 64;
+
+// Grouped GEMM tiles: 64 slots x 128 output rows x 32 k per stage, 3 cp.async stages, 8 warps as 2 (M) x 4
+// (N) warp tiles of 32 x 32 (mma.sync m16n8k16 bf16, fp32 accumulators). Rows are padded to 40 bf16 (80
+// bytes) so ldmatrix reads are bank-conflict free. The gate_up GEMM interleaves 8-row blocks of gate and up
+// rows in its 128 B rows, so each thread holds gate and up accumulators of the same (slot, column): 64
+// columns of I.
+constexpr int kBM = 64, kBN = 128, kBK = 32, kStages = 3, kGemmThreads = 256, kLds = kBK + 8;
+constexpr int kGateUpCols = kBN / 2;
+constexpr int kMaxExperts = 1024;  // the plan kernel scans expert counts with one 1024-thread block
+
+// Routing: one cluster of kRouteTokens CTAs per kRouteTokens tokens; CTA r computes the logits of expert
+// slice r for all the cluster's tokens, then gathers the full logit row of token r through distributed shared
+// memory.
+constexpr int kRouteTokens = 8, kRouteThreads = 256;
+constexpr int kRouteMaxGroups = 32;  // group scores live one per lane
+
+enum class Act : int { Silu = 0, Situ = 1 };
+
+struct GroupedGemmParams {
+  const bf16* a;  // rows of K: x [T, Hx] (gate_up) or h [P, I] (down)
+  int64_t lda;
+  const int32_t* slot_row;  // [P] row of `a` feeding each slot (gate_up: the token); nullptr: the slot itself
+  const bf16* w;            // stacked expert weights [E, rows, K]
+  int64_t w_expert_stride, ldw;
+  const int32_t* expert_offsets;  // [E + 1]: expert e's slots are [offsets[e], offsets[e+1])
+  const int32_t* tile_offsets;    // [E + 1]: expert e's first 64-slot tile
+  int n_experts, k, n;            // n: output columns (gate_up: I, down: Hx)
+  bf16* out;                      // [P, n] row stride ldo
+  int64_t ldo;
+  Act act;  // gate_up only
+  float beta, linear_beta;
+};
+
+struct DecodeParams {
+  const bf16* x;  // [T, Hx]
+  int64_t ldx;
+  const int32_t* ids;  // [T, k]
+  int64_t ld_ids;
+  const float* weights;  // [T, k]
+  int64_t ld_weights;
+  const bf16* gate_up;  // [E, 2I, Hx]
+  int64_t gu_expert_stride, gu_ld;
+  const bf16* down;  // [E, Hx, I]
+  int64_t dn_expert_stride, dn_ld;
+  bf16* h;    // [T * k, I]: activations of each (token, slot) pair, row = t * k + j
+  bf16* out;  // [T, Hx]
+  int64_t ldo;
+  int T, k, E, Hx, I;
+  Act act;
+  float beta, linear_beta;
+};
+
+// Grouped GEMMs (grouped_gemm.cu): grid (column tiles, max_tiles); tiles past the plan's last exit at once.
+Status launch_grouped_gate_up(const GroupedGemmParams& p, int max_tiles, cudaStream_t stream);
+Status launch_grouped_down(const GroupedGemmParams& p, int max_tiles, cudaStream_t stream);
+
+}  // namespace rill::cuda::moe

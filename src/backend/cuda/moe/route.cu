@@ -1,0 +1,275 @@
+// MoE router (spec §3.5) exactly as CpuBackend::moe_route: fp32 logits from bf16 x and bf16 W (products of
+// bf16 values are exact in fp32; only the summation order differs from the CPU), sigmoid (or softmax with an
+// fp64 sum), + bias for selection only, grouped top-k (group score = sum of its two best biased scores, keep
+// the topk_group best groups), top-k with ties to the lower index, weights from the unbiased scores,
+// renormalised (+1e-20) when asked and top_k > 1, times the routed scaling factor.
+//
+// Launch: clusters of kRouteTokens CTAs, one cluster per kRouteTokens tokens. CTA r loads the cluster's token
+// rows into shared memory and computes the logits of expert slice r (a warp per expert, 16-byte loads of the
+// weight row, fp32 accumulation for every token of the tile), so W is read once per token tile and spread
+// over 8 SMs (the decode case: a 1.2 MB router would take one SM ~10 us). After a cluster barrier, CTA r
+// gathers token r's full logit row through distributed shared memory and one warp selects its experts.
+#include <cooperative_groups.h>
+#include <cuda_bf16.h>
+
+#include <climits>
+#include <cstdint>
+
+#include "backend/cuda/common/check.h"
+#include "backend/cuda/moe/device.cuh"
+#include "backend/cuda/moe/moe.h"
+#include "backend/cuda/moe/params.h"
+
+namespace rill::cuda {
+namespace {
+
+namespace cg = cooperative_groups;
+using moe::bf16;
+using moe::kRouteThreads;
+using moe::kRouteTokens;
+
+constexpr unsigned kFull = 0xffffffffu;
+
+struct RouteParams {
+  const bf16* x;  // [T, H]
+  int64_t ldx;
+  const bf16* w;  // [E, H]
+  int64_t ldw;
+  const float* bias;  // [E] or nullptr
+  int T, H, E, top_k, n_groups, topk_group;
+  bool renormalize, softmax;
+  float scaling;
+  int32_t* ids;  // [T, top_k]
+  int64_t ld_ids;
+  float* weights;  // [T, top_k]
+  int64_t ld_weights;
+};
+
+__device__ __forceinline__ bool better(float v, int i, float bv, int bi) {
+  return v > bv || (v == bv && i < bi);
+}
+
+__device__ __forceinline__ void warp_argmax(float& v, int& i) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float ov = __shfl_xor_sync(kFull, v, o);
+    const int oi = __shfl_xor_sync(kFull, i, o);
+    if (better(ov, oi, v, i)) v = ov, i = oi;
+  }
+}
+
+// One warp routes token t from its fp32 logit row s[E] (overwritten with the scores).
+__device__ void route_select(const RouteParams& p, float* s, int t, int lane) {
+  const int E = p.E;
+  if (p.softmax) {
+    float mx = -INFINITY;
+    for (int e = lane; e < E; e += 32) mx = fmaxf(mx, s[e]);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(kFull, mx, o));
+    double sum = 0.0;
+    for (int e = lane; e < E; e += 32) {
+      const float ex = expf(s[e] - mx);
+      s[e] = ex;
+      sum += ex;
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(kFull, sum, o);
+    for (int e = lane; e < E; e += 32) s[e] = float(double(s[e]) / sum);
+  } else {
+    for (int e = lane; e < E; e += 32) s[e] = 1.0f / (1.0f + expf(-s[e]));
+  }
+  __syncwarp();
+  auto biased = [&](int e) { return s[e] + (p.bias ? p.bias[e] : 0.0f); };
+
+  // Grouped selection: lane g holds group g's score (n_groups <= 32, checked on the host).
+  const bool grouped = p.n_groups > 1 && p.topk_group < p.n_groups;
+  const int per = E / p.n_groups;
+  unsigned keep_groups = 0;
+  if (grouped) {
+    float gscore = -INFINITY;
+    for (int g = 0; g < p.n_groups; ++g) {
+      float b1 = -INFINITY, b2 = -INFINITY;  // the two largest biased scores (a multiset, as partial_sort)
+      for (int e = g * per + lane; e < (g + 1) * per; e += 32) {
+        const float v = biased(e);
+        if (v > b1)
+          b2 = b1, b1 = v;
+        else if (v > b2)
+          b2 = v;
+      }
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) {
+        const float o1 = __shfl_xor_sync(kFull, b1, o), o2 = __shfl_xor_sync(kFull, b2, o);
+        const float hi = fmaxf(b1, o1), lo = fminf(b1, o1);
+        b2 = fmaxf(lo, fmaxf(b2, o2));
+        b1 = hi;
+      }
+      if (lane == g) gscore = b1 + b2;
+    }
+    bool taken = lane >= p.n_groups;
+    for (int r = 0; r < p.topk_group; ++r) {
+      float v = taken ? -INFINITY : gscore;
+      int i = taken ? INT_MAX : lane;
+      warp_argmax(v, i);
+      if (i >= 32) break;  // only NaN scores left
+      keep_groups |= 1u << i;
+      if (lane == i) taken = true;
+    }
+  }
+  auto selection = [&](int e) {
+    return !grouped || ((keep_groups >> (e / per)) & 1u) ? biased(e) : -INFINITY;
+  };
+
+  // Top-k by repeated warp argmax; lane owns experts lane + 32q, `taken` bit q marks the chosen ones.
+  unsigned taken = 0;
+  int32_t* ids = p.ids + int64_t(t) * p.ld_ids;
+  float* w = p.weights + int64_t(t) * p.ld_weights;
+  for (int j = 0; j < p.top_k; ++j) {
+    float bv = -INFINITY;
+    int bi = INT_MAX;
+    for (int q = 0, e = lane; e < E; ++q, e += 32)
+      if (!((taken >> q) & 1u)) {
+        const float v = selection(e);
+        if (better(v, e, bv, bi)) bv = v, bi = e;
+      }
+    warp_argmax(bv, bi);
+    if (bi >= E) bi = 0;  // only NaN selections left: any in-range id
+    if ((bi & 31) == lane) taken |= 1u << (bi >> 5);
+    if (lane == 0) {
+      ids[j] = bi;
+      w[j] = s[bi];  // unbiased score (spec §8.1)
+    }
+  }
+  if (lane == 0) {
+    float wsum = 0.0f;
+    for (int j = 0; j < p.top_k; ++j) wsum += w[j];
+    for (int j = 0; j < p.top_k; ++j) {
+      float v = w[j];
+      if (p.renormalize && p.top_k > 1) v /= (wsum + 1e-20f);
+      w[j] = v * p.scaling;
+    }
+  }
+}
+
+template <int kVec>
+__global__ void __cluster_dims__(kRouteTokens, 1, 1) __launch_bounds__(kRouteThreads)
+    moe_route_kernel(const RouteParams p) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  bf16* xs = reinterpret_cast<bf16*>(smem_raw);  // [kRouteTokens, H]
+  float* logits =
+      reinterpret_cast<float*>(smem_raw + (size_t(kRouteTokens) * p.H * 2 + 15) / 16 * 16);  // [8, E]
+  float* row = logits + kRouteTokens * p.E;  // [E]: the full logit row of this CTA's token
+  cg::cluster_group cluster = cg::this_cluster();
+  const int rank = int(cluster.block_rank());
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int t0 = blockIdx.y * kRouteTokens, nt = min(kRouteTokens, p.T - t0);
+
+  const int per_row = p.H / kVec;
+  for (int idx = threadIdx.x; idx < kRouteTokens * per_row; idx += kRouteThreads) {
+    const int tt = idx / per_row, c = (idx - tt * per_row) * kVec;
+    bf16* dst = xs + tt * p.H + c;
+    const bf16* src = p.x + int64_t(t0 + tt) * p.ldx + c;
+    if constexpr (kVec == 8) {
+      *reinterpret_cast<uint4*>(dst) =
+          tt < nt ? *reinterpret_cast<const uint4*>(src) : make_uint4(0, 0, 0, 0);
+    } else {
+      dst[0] = tt < nt ? src[0] : __float2bfloat16_rn(0.0f);
+    }
+  }
+  __syncthreads();
+
+  const int slice = (p.E + kRouteTokens - 1) / kRouteTokens;
+  const int e_end = min(p.E, (rank + 1) * slice);
+  for (int e = rank * slice + warp; e < e_end; e += kRouteThreads / 32) {
+    const bf16* we = p.w + int64_t(e) * p.ldw;
+    float acc[kRouteTokens];
+#pragma unroll
+    for (int tt = 0; tt < kRouteTokens; ++tt) acc[tt] = 0.0f;
+    for (int c = lane * kVec; c < p.H; c += 32 * kVec) {
+      float wv[kVec];
+      moe::load_bf16<kVec>(we + c, wv);
+#pragma unroll
+      for (int tt = 0; tt < kRouteTokens; ++tt) {
+        if (tt >= nt) break;
+        float xv[kVec];
+        moe::load_bf16<kVec>(xs + tt * p.H + c, xv);
+#pragma unroll
+        for (int v = 0; v < kVec; ++v) acc[tt] = fmaf(wv[v], xv[v], acc[tt]);
+      }
+    }
+#pragma unroll
+    for (int tt = 0; tt < kRouteTokens; ++tt) {
+      const float sum = moe::warp_sum_f(acc[tt]);
+      if (lane == 0) logits[tt * p.E + e] = sum;
+    }
+  }
+  cluster.sync();  // every slice of every token's logits is written
+  for (int e = threadIdx.x; e < p.E; e += kRouteThreads) {
+    const float* remote = cluster.map_shared_rank(logits, unsigned(e / slice));
+    row[e] = remote[rank * p.E + e];
+  }
+  cluster.sync();  // no CTA leaves while another still reads its shared memory
+  if (rank < nt && warp == 0) route_select(p, row, t0 + rank, lane);
+}
+
+}  // namespace
+
+Status launch_moe_route(const backend::MoeRouteArgs& a, const CudaContext& cx) {
+  const int64_t T = a.x.size(0), H = a.x.size(1), E = a.gate_weight.size(0);
+  if (a.x.dtype != DType::BF16)
+    return invalid_argument("moe_route: CUDA activations must be BF16, got {}", a.x.describe());
+  if (a.gate_weight.dtype != DType::BF16)
+    return invalid_argument("moe_route: CUDA router weight must be BF16, got {}", a.gate_weight.describe());
+  if (E > moe::kMaxExperts)
+    return invalid_argument("moe_route: {} experts (the CUDA router takes up to {})", E, moe::kMaxExperts);
+  const bool grouped = a.n_groups > 1 && a.topk_group < a.n_groups;
+  if (grouped && (a.n_groups > moe::kRouteMaxGroups || E / a.n_groups < 2))
+    return invalid_argument(
+        "moe_route: {} groups of {} experts (the CUDA router takes up to {} groups of >= 2)", a.n_groups,
+        E / a.n_groups, moe::kRouteMaxGroups);
+  if (T == 0) return {};
+  RouteParams p;
+  p.x = static_cast<const bf16*>(a.x.data);
+  p.ldx = a.x.stride(0);
+  p.w = static_cast<const bf16*>(a.gate_weight.data);
+  p.ldw = a.gate_weight.stride(0);
+  p.bias = a.bias.empty() ? nullptr : a.bias.ptr<const float>();
+  p.T = int(T);
+  p.H = int(H);
+  p.E = int(E);
+  p.top_k = a.top_k;
+  p.n_groups = a.n_groups;
+  p.topk_group = a.topk_group;
+  p.renormalize = a.renormalize;
+  p.softmax = a.softmax;
+  p.scaling = a.scaling;
+  p.ids = a.ids.ptr<int32_t>();
+  p.ld_ids = a.ids.stride(0);
+  p.weights = a.weights.ptr<float>();
+  p.ld_weights = a.weights.stride(0);
+  const size_t smem =
+      (size_t(kRouteTokens) * size_t(H) * 2 + 15) / 16 * 16 + size_t(kRouteTokens + 1) * size_t(E) * 4;
+  if (smem > cx.max_smem_per_block)
+    return invalid_argument("moe_route: hidden {} x {} experts needs {} bytes of shared memory (device: {})",
+                            H, E, smem, cx.max_smem_per_block);
+  const bool vec = H % 8 == 0 && p.ldx % 8 == 0 && p.ldw % 8 == 0 &&
+                   (reinterpret_cast<uintptr_t>(p.x) & 15) == 0 &&
+                   (reinterpret_cast<uintptr_t>(p.w) & 15) == 0;
+  const dim3 grid(kRouteTokens, unsigned((T + kRouteTokens - 1) / kRouteTokens));
+  // Above 48 KB (K3's 7168 x 896 router, not Kimi Linear's) the kernel must opt in to more shared memory.
+  constexpr size_t kDefaultSmem = 48 * 1024;
+  if (vec) {
+    if (smem > kDefaultSmem)
+      RILL_CUDA_CHECK(
+          cudaFuncSetAttribute(moe_route_kernel<8>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    moe_route_kernel<8><<<grid, kRouteThreads, smem, cx.stream>>>(p);
+  } else {
+    if (smem > kDefaultSmem)
+      RILL_CUDA_CHECK(
+          cudaFuncSetAttribute(moe_route_kernel<1>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    moe_route_kernel<1><<<grid, kRouteThreads, smem, cx.stream>>>(p);
+  }
+  RILL_CUDA_CHECK_LAUNCH("moe_route");
+  return {};
+}
+
+}  // namespace rill::cuda

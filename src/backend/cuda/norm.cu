@@ -1,0 +1,215 @@
+// KimiRMSNorm, the fused residual add + RMSNorm, and KDA's gated output RMSNorm (spec §3.0).
+//
+// rms_norm / add_rms_norm: one block per row (rows may be strided), two passes over the row: the sum of
+// squares (fp32, block reduction), then y = bf16(x * rsqrt(mean + eps)) and out = bf16(w * y). The second
+// pass re-reads the row, which a block has just read (L1/L2 hit), so the kernel moves each byte once from
+// HBM: memory-bound. 16-byte accesses when width, strides and pointers allow. In add_rms_norm the residual
+// is rounded to bf16 and stored in pass one; each thread re-reads exactly the elements it wrote.
+//
+// kda_output_norm: one warp per (token, head) over d channels, all fp32, rounded once at the end.
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <initializer_list>
+
+#include "backend/cuda/common/check.h"
+#include "backend/cuda/common/device_math.cuh"
+#include "backend/cuda/norm.h"
+
+namespace rill::cuda {
+namespace {
+
+using bf16 = __nv_bfloat16;
+
+bool aligned16(const void* p) {
+  return (reinterpret_cast<uintptr_t>(p) & 15) == 0;
+}
+
+template <int kVec>
+__device__ __forceinline__ void load_vec(const bf16* p, float (&f)[kVec]) {
+  if constexpr (kVec == 8) {
+    const uint4 v = *reinterpret_cast<const uint4*>(p);
+    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&v);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float2 t = __bfloat1622float2(h[i]);
+      f[2 * i] = t.x;
+      f[2 * i + 1] = t.y;
+    }
+  } else if constexpr (kVec == 4) {
+    const uint2 v = *reinterpret_cast<const uint2*>(p);
+    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&v);
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const float2 t = __bfloat1622float2(h[i]);
+      f[2 * i] = t.x;
+      f[2 * i + 1] = t.y;
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) f[i] = __bfloat162float(p[i]);
+  }
+}
+
+template <int kVec>
+__device__ __forceinline__ void store_vec(bf16* p, const float (&f)[kVec]) {
+  if constexpr (kVec == 8) {
+    uint4 v;
+    __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&v);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) h[i] = __floats2bfloat162_rn(f[2 * i], f[2 * i + 1]);
+    *reinterpret_cast<uint4*>(p) = v;
+  } else if constexpr (kVec == 4) {
+    uint2 v;
+    __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&v);
+#pragma unroll
+    for (int i = 0; i < 2; ++i) h[i] = __floats2bfloat162_rn(f[2 * i], f[2 * i + 1]);
+    *reinterpret_cast<uint2*>(p) = v;
+  } else {
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) p[i] = __float2bfloat16_rn(f[i]);
+  }
+}
+
+__device__ __forceinline__ float round_bf16(float x) {
+  return __bfloat162float(__float2bfloat16_rn(x));
+}
+
+// kAdd: x is the residual (updated in place with bf16(x + delta)); otherwise delta is unused.
+template <int kVec, bool kAdd>
+__global__ void rms_norm_kernel(bf16* x, int64_t ldx, const bf16* delta, int64_t ldd, const float* w,
+                                float eps, bf16* out, int64_t ldo, int N) {
+  const int64_t row = blockIdx.x;
+  bf16* xr = x + row * ldx;
+  bf16* yr = out + row * ldo;
+  float ss = 0.0f;
+  for (int c = threadIdx.x * kVec; c < N; c += blockDim.x * kVec) {
+    float v[kVec];
+    load_vec<kVec>(xr + c, v);
+    if constexpr (kAdd) {
+      float d[kVec];
+      load_vec<kVec>(delta + row * ldd + c, d);
+#pragma unroll
+      for (int i = 0; i < kVec; ++i) v[i] = round_bf16(v[i] + d[i]);
+      store_vec<kVec>(xr + c, v);
+    }
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) ss += v[i] * v[i];
+  }
+  ss = block_sum(ss);
+  const float r = rsqrtf(ss / float(N) + eps);
+  for (int c = threadIdx.x * kVec; c < N; c += blockDim.x * kVec) {
+    float v[kVec];
+    load_vec<kVec>(xr + c, v);
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) v[i] = w[c + i] * round_bf16(v[i] * r);
+    store_vec<kVec>(yr + c, v);
+  }
+}
+
+// One warp per (token, head): y = o * rsqrt(mean(o^2) + eps) * w * sigmoid(gate), fp32, rounded once.
+template <int kVec>
+__global__ void kda_output_norm_kernel(const bf16* o, int64_t ld_t, int64_t ld_h, const bf16* gate,
+                                       int64_t ldg, const float* w, float eps, bf16* out, int64_t ldo,
+                                       int64_t n_rows, int n_heads, int d) {
+  const int64_t item = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  if (item >= n_rows) return;
+  const int lane = threadIdx.x & 31;
+  const int64_t t = item / n_heads, h = item - t * n_heads;
+  const bf16* x = o + t * ld_t + h * ld_h;
+  const bf16* g = gate + t * ldg + h * d;
+  bf16* y = out + t * ldo + h * d;
+  float ss = 0.0f;
+  for (int c = lane * kVec; c < d; c += 32 * kVec) {
+    float v[kVec];
+    load_vec<kVec>(x + c, v);
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) ss += v[i] * v[i];
+  }
+  ss = warp_sum(ss);
+  const float r = rsqrtf(ss / float(d) + eps);
+  for (int c = lane * kVec; c < d; c += 32 * kVec) {
+    float v[kVec], gv[kVec];
+    load_vec<kVec>(x + c, v);
+    load_vec<kVec>(g + c, gv);
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) v[i] = (v[i] * r) * w[c + i] * (1.0f / (1.0f + expf(-gv[i])));
+    store_vec<kVec>(y + c, v);
+  }
+}
+
+// Threads per row block: enough for one vector each on narrow rows, at most 256.
+int row_threads(int64_t N, int vec) {
+  const int64_t per = (N + vec - 1) / vec;
+  return int(std::clamp<int64_t>((per + 31) / 32 * 32, 32, 256));
+}
+
+Status check_bf16(const char* op, std::initializer_list<const TensorView*> views) {
+  for (const TensorView* v : views)
+    if (v->dtype != DType::BF16)
+      return invalid_argument("{}: CUDA activations must be BF16, got {}", op, v->describe());
+  return {};
+}
+
+template <bool kAdd>
+Status launch_rows(const char* name, bf16* x, int64_t ldx, const bf16* delta, int64_t ldd, const float* w,
+                   float eps, bf16* out, int64_t ldo, int64_t T, int64_t N, const CudaContext& cx) {
+  if (T == 0 || N == 0) return {};
+  const bool vec = N % 8 == 0 && ldx % 8 == 0 && ldo % 8 == 0 && aligned16(x) && aligned16(out) &&
+                   (!kAdd || (ldd % 8 == 0 && aligned16(delta)));
+  if (vec)
+    rms_norm_kernel<8, kAdd>
+        <<<unsigned(T), row_threads(N, 8), 0, cx.stream>>>(x, ldx, delta, ldd, w, eps, out, ldo, int(N));
+  else
+    rms_norm_kernel<1, kAdd>
+        <<<unsigned(T), row_threads(N, 1), 0, cx.stream>>>(x, ldx, delta, ldd, w, eps, out, ldo, int(N));
+  RILL_CUDA_CHECK_LAUNCH(name);
+  return {};
+}
+
+}  // namespace
+
+Status launch_rms_norm(const backend::RmsNormArgs& a, const CudaContext& cx) {
+  RILL_TRY(check_bf16("rms_norm", {&a.x, &a.out}));
+  // x is only read; the kernel's pointer is non-const because add_rms_norm shares it.
+  return launch_rows<false>("rms_norm", static_cast<bf16*>(a.x.data), a.x.stride(0), nullptr, 0,
+                            a.weight.ptr<const float>(), a.eps, static_cast<bf16*>(a.out.data),
+                            a.out.stride(0), a.x.size(0), a.x.size(1), cx);
+}
+
+Status launch_add_rms_norm(const backend::AddRmsNormArgs& a, const CudaContext& cx) {
+  RILL_TRY(check_bf16("add_rms_norm", {&a.residual, &a.delta, &a.out}));
+  return launch_rows<true>("add_rms_norm", static_cast<bf16*>(a.residual.data), a.residual.stride(0),
+                           static_cast<const bf16*>(a.delta.data), a.delta.stride(0),
+                           a.weight.ptr<const float>(), a.eps, static_cast<bf16*>(a.out.data),
+                           a.out.stride(0), a.residual.size(0), a.residual.size(1), cx);
+}
+
+Status launch_kda_output_norm(const backend::KdaOutputArgs& a, const CudaContext& cx) {
+  RILL_TRY(check_bf16("kda_output", {&a.o, &a.gate, &a.out}));
+  const int64_t T = a.o.size(0), Hk = a.o.size(1), d = a.o.size(2);
+  if (T == 0 || Hk == 0 || d == 0) return {};
+  const int64_t rows = T * Hk;
+  constexpr int kWarps = 8;
+  const unsigned grid = unsigned((rows + kWarps - 1) / kWarps);
+  const auto* o = static_cast<const bf16*>(a.o.data);
+  const auto* g = static_cast<const bf16*>(a.gate.data);
+  auto* out = static_cast<bf16*>(a.out.data);
+  const uint64_t bits = uint64_t(d) | uint64_t(a.o.stride(0)) | uint64_t(a.o.stride(1)) |
+                        uint64_t(a.gate.stride(0)) | uint64_t(a.out.stride(0));
+  const uint64_t addr =
+      reinterpret_cast<uintptr_t>(o) | reinterpret_cast<uintptr_t>(g) | reinterpret_cast<uintptr_t>(out);
+  if ((bits & 3) == 0 && (addr & 7) == 0)
+    kda_output_norm_kernel<4><<<grid, kWarps * 32, 0, cx.stream>>>(
+        o, a.o.stride(0), a.o.stride(1), g, a.gate.stride(0), a.weight.ptr<const float>(), a.eps, out,
+        a.out.stride(0), rows, int(Hk), int(d));
+  else
+    kda_output_norm_kernel<1><<<grid, kWarps * 32, 0, cx.stream>>>(
+        o, a.o.stride(0), a.o.stride(1), g, a.gate.stride(0), a.weight.ptr<const float>(), a.eps, out,
+        a.out.stride(0), rows, int(Hk), int(d));
+  RILL_CUDA_CHECK_LAUNCH("kda_output_norm");
+  return {};
+}
+
+}  // namespace rill::cuda

@@ -1,0 +1,110 @@
+// rill serve MODEL_DIR [--host --port ...]: the OpenAI-compatible server (server/). Flags follow vLLM /
+// trtllm-serve; `_` spellings (--max_batch_size) and the vLLM / trtllm names of the same knobs
+// (--max-num-seqs, --max-num-batched-tokens, --max-seq-len, --free-gpu-memory-fraction) are accepted.
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "cli/commands.h"
+#include "cli/common.h"
+#include "server/server.h"
+
+namespace rill::cli {
+namespace {
+
+// "--max_batch_size=8" -> "--max-batch-size=8"; other-server names -> rill's.
+std::vector<std::string> normalize_flags(int argc, char** argv) {
+  static const std::pair<const char*, const char*> kAliases[] = {
+      {"--max-num-seqs", "--max-batch-size"},
+      {"--max-num-batched-tokens", "--max-num-tokens"},
+      {"--max-seq-len", "--max-model-len"},
+      {"--free-gpu-memory-fraction", "--kv-cache-fraction"},
+      {"--kv-cache-free-gpu-memory-fraction", "--kv-cache-fraction"},
+  };
+  std::vector<std::string> out;
+  for (int i = 0; i < argc; ++i) {
+    std::string a = argv[i];
+    if (i > 0 && a.starts_with("--")) {
+      const size_t eq = a.find('=');
+      std::string name = a.substr(0, eq), rest = eq == std::string::npos ? "" : a.substr(eq);
+      for (char& c : name)
+        if (c == '_') c = '-';
+      for (const auto& [from, to] : kAliases)
+        if (name == from) name = to;
+      a = name + rest;
+    }
+    out.push_back(std::move(a));
+  }
+  return out;
+}
+
+}  // namespace
+
+int run_serve(int argc, char** argv) {
+  CLI::App app{
+      "OpenAI-compatible HTTP server: /v1/chat/completions, /v1/completions, /v1/models, /health, "
+      "/metrics, /tokenize, /detokenize. SIGINT/SIGTERM drain running requests, then exit 0.",
+      "rill serve"};
+  server::ServerOptions o;
+  DeviceOptions dev;
+  app.add_option("MODEL_DIR", o.model_dir, "Hugging Face checkpoint directory")->required();
+  app.add_option("--host", o.host, "address to listen on")->capture_default_str();
+  app.add_option("--port", o.port, "TCP port (0: any free port, printed at start)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 65535));
+  app.add_option("--served-model-name", o.served_model_name,
+                 "the model id clients send and /v1/models lists (default: MODEL_DIR's last component)");
+  app.add_option("--api-key", o.api_key, "require `Authorization: Bearer KEY` on /v1 routes (401 otherwise)");
+  app.add_option("--max-batch-size", o.engine.max_batch_size,
+                 "sequences per engine step, = KDA state slots (vLLM --max-num-seqs)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option(
+         "--max-num-tokens", o.engine.max_num_tokens,
+         "tokens per engine step; prefill chunks fill what decode leaves (vLLM --max-num-batched-tokens)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--max-model-len", o.engine.max_model_len,
+                 "context length, prompt + completion (0: the model's, capped by the cache; CPU: 8192)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--kv-cache-fraction", o.engine.kv_cache_fraction,
+                 "GPU: fraction of the memory free after the weights given to caches")
+      ->capture_default_str()
+      ->check(CLI::Range(0.01, 1.0));
+  app.add_option("--num-kv-blocks", o.engine.num_kv_blocks,
+                 "MLA KV cache blocks (overrides --kv-cache-fraction; 0: sized automatically)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--max-queue", o.engine.max_queue, "waiting requests before new ones get HTTP 429")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--shutdown-timeout", o.shutdown_timeout_s,
+                 "seconds running requests get to finish after SIGINT/SIGTERM before they are cancelled")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--http-threads", o.http_threads,
+                 "HTTP worker threads: open connections served at once (a stream holds one while it runs)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--max-request-bytes", o.max_body_bytes, "largest request body accepted (HTTP 413 above)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  add_device_options(app, dev);
+
+  std::vector<std::string> args = normalize_flags(argc, argv);
+  std::vector<char*> ptrs;
+  for (std::string& a : args) ptrs.push_back(a.data());
+  if (int rc = parse_args(app, int(ptrs.size()), ptrs.data()); rc >= 0) return rc;
+
+  auto loader = [&](const model::LoadProgress& progress) -> Result<server::LoadedModel> {
+    RILL_ASSIGN_OR_RETURN(auto backend, open_backend(dev));
+    model::LoadOptions lo;
+    lo.progress = progress;
+    RILL_ASSIGN_OR_RETURN(auto model, model::load_model(o.model_dir, *backend, lo));
+    return server::LoadedModel{std::move(backend), std::move(model)};
+  };
+  return server::run_server(o, loader);
+}
+
+}  // namespace rill::cli

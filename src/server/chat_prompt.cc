@@ -1,0 +1,75 @@
+#include "server/chat_prompt.h"
+
+#include "text/k3/k3_renderer.h"
+
+namespace rill::server {
+
+std::unique_ptr<ChatPrompt> ChatPrompt::load(const std::filesystem::path& model_dir, bool kimi_k3,
+                                             std::shared_ptr<const text::Tokenizer> tokenizer) {
+  std::unique_ptr<ChatPrompt> chat(new ChatPrompt(kimi_k3, std::move(tokenizer)));
+  if (!kimi_k3) {
+    auto tmpl = text::ChatTemplate::load(model_dir);
+    if (tmpl.ok())
+      chat->template_.emplace(std::move(tmpl).value());
+    else
+      chat->template_error_ = tmpl.status();
+  }
+  return chat;
+}
+
+ApiResult<RenderedChat> ChatPrompt::render(const ChatRequest& request) const {
+  return kimi_k3_ ? render_k3(request) : render_k2(request);
+}
+
+std::string ChatPrompt::forced_tool_prefix(const ChatRequest& request) const {
+  const char* kMarkers[] = {"<|tool_calls_section_begin|>", "<|tool_call_begin|>",
+                            "<|tool_call_argument_begin|>"};
+  for (const char* m : kMarkers)
+    if (!tokenizer_->token_id(m)) return "";  // not the Kimi control vocabulary: nothing to force with
+  std::string name = request.tool_choice_name;
+  if (request.tool_choice == ToolChoice::Required && request.n_tools == 1)
+    name = request.body["tools"][0]["function"]["name"].get<std::string>();
+  if (request.tool_choice == ToolChoice::Required && name.empty()) return "<|tool_calls_section_begin|>";
+  if (name.empty()) return "";
+  return fmt::format(
+      "<|tool_calls_section_begin|><|tool_call_begin|>functions.{}:{}<|tool_call_argument_begin|>", name,
+      request.n_prior_tool_calls);
+}
+
+ApiResult<RenderedChat> ChatPrompt::render_k2(const ChatRequest& request) const {
+  if (!template_) return bad_request("messages", "this model cannot chat: {}", template_error_.message());
+  Json body = request.body;
+  if (request.tool_choice == ToolChoice::None) body.erase("tools");
+  auto prompt = template_->render(body);
+  if (!prompt.ok()) return error_from_status(prompt.status(), "messages");
+  RenderedChat out;
+  out.forced_prefix = request.tool_choice == ToolChoice::Required || request.tool_choice == ToolChoice::Named
+                          ? forced_tool_prefix(request)
+                          : "";
+  out.text = *prompt + out.forced_prefix;
+  out.ids = tokenizer_->encode(out.text, /*allow_special=*/true);
+  out.reported_prompt_tokens = int32_t(out.ids.size());
+  out.parser.family = text::ModelFamily::KimiK2;
+  out.parser.k2_reasoning = tokenizer_->token_id("<think>").has_value();
+  std::string_view tail = *prompt;
+  while (!tail.empty() && (tail.back() == '\n' || tail.back() == ' ')) tail.remove_suffix(1);
+  out.parser.starts_in_reasoning = out.parser.k2_reasoning && tail.ends_with("<think>");
+  out.parser.first_tool_call_number = request.n_prior_tool_calls;
+  out.raw = request.tool_choice == ToolChoice::None && !out.parser.k2_reasoning;
+  return out;
+}
+
+ApiResult<RenderedChat> ChatPrompt::render_k3(const ChatRequest& request) const {
+  auto rendered = text::k3::render_chat(request.body, *tokenizer_);
+  if (!rendered.ok()) return error_from_status(rendered.status());
+  RenderedChat out;
+  out.text = std::move(rendered->text);
+  out.ids = std::move(rendered->ids);
+  out.reported_prompt_tokens = int32_t(out.ids.size()) - rendered->n_generation_stub;
+  out.parser.family = text::ModelFamily::KimiK3;
+  out.parser.starts_in_reasoning = rendered->options.thinking && rendered->options.add_generation_prompt;
+  out.parser.first_tool_call_number = request.n_prior_tool_calls;
+  return out;
+}
+
+}  // namespace rill::server

@@ -1,0 +1,58 @@
+// The chat path shared by the server and `rill chat`: an OpenAI chat request -> prompt ids, the count that
+// usage reports, and the output parser's configuration. K2-family checkpoints (Kimi Linear, the tiny
+// model) render with their Jinja chat template; kimi_k3 with the native XTML renderer (text/k3).
+#pragma once
+
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "server/openai/chat_request.h"
+#include "text/chat/chat_template.h"
+#include "text/parsers/output_parser.h"
+#include "text/tokenizer/tokenizer.h"
+
+namespace rill::server {
+
+struct RenderedChat {
+  std::string text;                    // the prompt text (with any forced prefix)
+  std::vector<int32_t> ids;            // what the engine is given
+  int32_t reported_prompt_tokens = 0;  // usage.prompt_tokens: K3 leaves out its 3-token generation stub
+  text::ParserConfig parser;
+  bool raw = false;           // no parser: the text is content (K2 family, tool_choice none, no reasoning)
+  std::string forced_prefix;  // generated-side text the prompt ends with, fed to the parser first
+};
+
+class ChatPrompt {
+ public:
+  // A K2-family checkpoint without a chat template still loads; chat requests then get a 400.
+  static std::unique_ptr<ChatPrompt> load(const std::filesystem::path& model_dir, bool kimi_k3,
+                                          std::shared_ptr<const text::Tokenizer> tokenizer);
+
+  // Errors are 400s naming the request field (template errors included, as vLLM reports them).
+  //  - tool_choice "none": K2 templates do not see the tools and the output is not parsed for calls.
+  //  - tool_choice named (or "required" with one tool), K2 family: the prompt ends with the opening of that
+  //    call
+  //    (`<|tool_calls_section_begin|><|tool_call_begin|>functions.NAME:IDX<|tool_call_argument_begin|>`), so
+  //    the model writes its arguments; "required" with several tools opens the section only. This is rill's
+  //    stand-in for grammar-constrained decoding, which it does not have.
+  ApiResult<RenderedChat> render(const ChatRequest& request) const;
+
+  bool kimi_k3() const { return kimi_k3_; }
+
+ private:
+  ChatPrompt(bool kimi_k3, std::shared_ptr<const text::Tokenizer> tokenizer)
+      : kimi_k3_(kimi_k3), tokenizer_(std::move(tokenizer)) {}
+  ApiResult<RenderedChat> render_k2(const ChatRequest& request) const;
+  ApiResult<RenderedChat> render_k3(const ChatRequest& request) const;
+  std::string forced_tool_prefix(const ChatRequest& request) const;
+
+  bool kimi_k3_;
+  std::shared_ptr<const text::Tokenizer> tokenizer_;
+  std::optional<text::ChatTemplate> template_;
+  Status template_error_;
+};
+
+}  // namespace rill::server

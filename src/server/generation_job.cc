@@ -1,0 +1,75 @@
+#include "server/generation_job.h"
+
+namespace rill::server {
+
+GenerationJob::~GenerationJob() {
+  cancel();
+}
+
+void GenerationJob::cancel() {
+  engine::Engine* engine = ctx_.engine_if_loaded();
+  const double now = std::chrono::duration<double>(Clock::now() - arrival_).count();
+  for (Choice& c : choices_) {
+    if (c.decoder.finished() || c.cancelled) continue;
+    c.cancelled = true;
+    if (engine) engine->cancel(c.stream->id());
+    ctx_.metrics().record_request(RequestRecord{"abort", c.first_token_s, now, 0, 0});
+  }
+}
+
+std::optional<ApiError> GenerationJob::submit(engine::Request request, ChoiceDecoder decoder) {
+  auto stream = ctx_.engine().submit(std::move(request));
+  if (!stream.ok()) return error_from_status(stream.status());
+  choices_.push_back(Choice{std::move(stream).value(), std::move(decoder)});
+  return std::nullopt;
+}
+
+void GenerationJob::take(int i, const engine::StreamEvent& ev, std::vector<JobFrame>* out) {
+  Choice& c = choices_[size_t(i)];
+  const double now = std::chrono::duration<double>(Clock::now() - arrival_).count();
+  if (c.first_token_s < 0 && !ev.token_ids.empty()) c.first_token_s = now;
+  for (ChoiceFrame& f : c.decoder.on_event(ev)) {
+    if (f.finish) {
+      ++n_finished_;
+      if (!c.cancelled)  // already counted as an abort
+        ctx_.metrics().record_request(RequestRecord{f.finish_reason, c.first_token_s, now,
+                                                    f.usage.prompt_tokens, f.usage.completion_tokens});
+    }
+    out->push_back(JobFrame{i, std::move(f)});
+  }
+}
+
+std::vector<JobFrame> GenerationJob::poll(std::chrono::milliseconds timeout) {
+  std::vector<JobFrame> out;
+  const int n = size();
+  if (done()) return out;
+  if (ctx_.phase() == Phase::Stopped) {  // the engine is gone: nothing more will arrive
+    for (int i = 0; i < n; ++i) {
+      if (choices_[size_t(i)].decoder.finished()) continue;
+      engine::StreamEvent ev;
+      ev.finish = engine::FinishReason::Cancelled;
+      take(i, ev, &out);
+    }
+    return out;
+  }
+  engine::StreamEvent ev;
+  // Drain what is ready on every stream without waiting, round robin so no choice starves.
+  for (int k = 0; k < n; ++k) {
+    const int i = int((next_ + size_t(k)) % size_t(n));
+    Choice& c = choices_[size_t(i)];
+    while (!c.decoder.finished() && c.stream->next(&ev, std::chrono::milliseconds(0))) take(i, ev, &out);
+  }
+  next_ = (next_ + 1) % size_t(n);
+  if (!out.empty() || done()) return out;
+  // Nothing ready: wait on one unfinished stream (n == 1: the whole timeout; n > 1: a short slice).
+  for (int i = 0; i < n; ++i) {
+    Choice& c = choices_[size_t(i)];
+    if (c.decoder.finished()) continue;
+    const auto wait = n == 1 ? timeout : std::min(timeout, std::chrono::milliseconds(2));
+    if (c.stream->next(&ev, wait)) take(i, ev, &out);
+    break;
+  }
+  return out;
+}
+
+}  // namespace rill::server

@@ -1,0 +1,39 @@
+// The route handlers (routes.cc: table, health, models, metrics, tokenizer; chat_route.cc;
+// completion_route.cc) and the pieces the generation routes share.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "server/generation_job.h"
+#include "server/http_server.h"
+#include "server/openai/sampling_request.h"
+
+namespace rill::server {
+
+std::optional<ApiError> handle_chat(ServingContext& ctx, const httplib::Request& req, httplib::Response& res);
+std::optional<ApiError> handle_completion(ServingContext& ctx, const httplib::Request& req,
+                                          httplib::Response& res);
+
+// The body as JSON (400 naming the parse error otherwise).
+ApiResult<Json> parse_body(const httplib::Request& req);
+// 404 unless `model` is empty or the served name.
+std::optional<ApiError> check_model_name(const ServingContext& ctx, const std::string& model);
+// Fits max_tokens to the context: 400 (naming `prompt_param`) when the prompt leaves no room, 400 naming
+// max_tokens when prompt + max_tokens exceed it; an absent max_tokens becomes the room left.
+std::optional<ApiError> fit_max_tokens(int64_t prompt_len, int max_model_len, const char* prompt_param,
+                                       SamplingRequest* sampling);
+// The serving stop set (ModelInfo::eos_token_ids: the config's EOS, [EOS], [EOT]) joins the request's
+// stop_token_ids unless it asked for ignore_eos.
+void add_serving_stop_ids(const ServingContext& ctx, SamplingRequest* sampling);
+// Choice i's engine parameters: max_tokens filled in, seed + i when a seed was given.
+engine::SamplingParams choice_params(const SamplingRequest& sampling, int i);
+
+// Streams `next(timeout)` as text/event-stream: each call returns SSE text (maybe empty) and sets `done`
+// when the stream is complete. A failed write (the client went away) cancels the job.
+using SsePump = std::function<std::string(std::chrono::milliseconds timeout, bool* done)>;
+void stream_sse(httplib::Response& res, std::shared_ptr<GenerationJob> job, SsePump pump);
+
+}  // namespace rill::server

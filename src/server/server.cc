@@ -1,0 +1,162 @@
+#include "server/server.h"
+
+#include <pthread.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <filesystem>
+#include <thread>
+
+#include "server/http_server.h"
+#include "server/serving_context.h"
+#include "text/tokenizer/tokenizer.h"
+
+namespace rill::server {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Signals are taken by one thread (sigtimedwait) rather than a handler, so shutdown runs as ordinary code.
+class SignalWatcher {
+ public:
+  SignalWatcher() {
+    sigemptyset(&set_);
+    sigaddset(&set_, SIGINT);
+    sigaddset(&set_, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &set_, nullptr);  // before any thread starts: all inherit the mask
+    thread_ = std::thread([this] {
+      const timespec tick{0, 100 * 1000 * 1000};
+      while (!stop_) {
+        if (sigtimedwait(&set_, nullptr, &tick) > 0) {
+          count_.fetch_add(1);
+          std::lock_guard<std::mutex> lock(mu_);
+          cv_.notify_all();
+        }
+      }
+    });
+  }
+  ~SignalWatcher() {
+    stop_ = true;
+    thread_.join();
+    pthread_sigmask(SIG_UNBLOCK, &set_, nullptr);
+  }
+  int count() const { return count_.load(); }
+  // Waits until the signal count exceeds `seen` or `pred` holds, or `deadline` passes.
+  template <typename Pred>
+  void wait(int seen, Clock::time_point deadline, Pred pred) {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (count_.load() <= seen && !pred() && Clock::now() < deadline)
+      cv_.wait_for(lock, std::chrono::milliseconds(50));
+  }
+
+ private:
+  sigset_t set_;
+  std::atomic<bool> stop_{false};
+  std::atomic<int> count_{0};
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::thread thread_;
+};
+
+void load(const ServerOptions& options, const ModelLoader& loader, ServingContext& ctx) {
+  auto fail = [&](const Status& st) {
+    std::fprintf(stderr, "rill serve: %s\n", st.message().c_str());
+    ctx.set_phase(Phase::Failed, st.message());
+  };
+  auto tokenizer = text::Tokenizer::load(options.model_dir);
+  if (!tokenizer.ok()) return fail(tokenizer.status());
+  auto shared_tokenizer = std::make_shared<const text::Tokenizer>(std::move(tokenizer).value());
+  auto loaded = loader([&ctx](int64_t done, int64_t total) { ctx.set_load_progress(done, total); });
+  if (!loaded.ok()) return fail(loaded.status());
+  const model::ModelConfig& config = loaded->model->config();
+  ModelInfo info;
+  info.kimi_k3 = config.family == model::ModelFamily::KimiK3;
+  info.vocab_size = config.vocab_size;
+  info.eos_token_ids = config.eos_token_ids;
+  // The serving stop set (serving.md §2.1): the config's EOS plus [EOS] and [EOT].
+  for (const char* name : {"[EOS]", "[EOT]", "<|im_end|>", "<|end_of_msg|>"}) {
+    auto id = shared_tokenizer->token_id(name);
+    if (id && *id < config.vocab_size &&
+        std::find(info.eos_token_ids.begin(), info.eos_token_ids.end(), *id) == info.eos_token_ids.end())
+      info.eos_token_ids.push_back(*id);
+  }
+  auto engine = engine::Engine::create(std::move(loaded->model), shared_tokenizer, options.engine);
+  if (!engine.ok()) return fail(engine.status());
+  info.max_model_len = (*engine)->max_model_len();
+  std::fprintf(stderr, "%s\n", (*engine)->memory_plan().c_str());
+  auto chat = ChatPrompt::load(options.model_dir, info.kimi_k3, shared_tokenizer);
+  ctx.set_ready(std::move(loaded->backend), std::move(engine).value(), shared_tokenizer, std::move(chat),
+                std::move(info));
+}
+
+}  // namespace
+
+std::string default_served_name(const std::string& model_dir) {
+  std::filesystem::path p = std::filesystem::path(model_dir).lexically_normal();
+  if (p.filename().empty()) p = p.parent_path();
+  const std::string name = p.filename().string();
+  return name.empty() || name == "." ? "model" : name;
+}
+
+int run_server(const ServerOptions& options, const ModelLoader& loader) {
+  signal(SIGPIPE, SIG_IGN);  // writes to a closed connection fail with EPIPE instead
+  ServingConfig config{
+      options.served_model_name.empty() ? default_served_name(options.model_dir) : options.served_model_name,
+      options.model_dir, options.api_key, options.max_body_bytes};
+  ServingContext ctx(std::move(config));
+  SignalWatcher signals;
+  HttpServer http(ctx, options.http_threads);
+  if (Status st = http.bind(options.host, options.port); !st.ok()) {
+    std::fprintf(stderr, "rill serve: %s\n", st.message().c_str());
+    return 1;
+  }
+  std::fprintf(stderr, "rill serve: listening on http://%s:%d (model '%s' loading from %s)\n",
+               options.host.c_str(), http.port(), ctx.config().served_model_name.c_str(),
+               options.model_dir.c_str());
+  std::thread listener([&http] { http.listen(); });
+  std::atomic<bool> loaded{false};
+  std::thread loading([&] {
+    load(options, loader, ctx);
+    loaded = true;
+    if (ctx.phase() == Phase::Ready)
+      std::fprintf(stderr, "rill serve: ready: http://%s:%d/v1 (model '%s', max_model_len %d)\n",
+                   options.host.c_str(), http.port(), ctx.config().served_model_name.c_str(),
+                   ctx.model_info().max_model_len);
+  });
+
+  signals.wait(0, Clock::time_point::max(), [&] { return ctx.phase() == Phase::Failed; });
+  const bool failed = ctx.phase() == Phase::Failed;
+  if (!failed && !loaded) {  // a signal during loading: nothing to drain, the load cannot be interrupted
+    std::fprintf(stderr, "rill serve: interrupted while loading\n");
+    ctx.set_phase(Phase::Draining);
+    http.stop();
+    listener.join();
+    std::fflush(nullptr);
+    std::_Exit(0);
+  }
+  loading.join();
+  if (!failed) {
+    ctx.set_phase(Phase::Draining);
+    std::fprintf(
+        stderr, "rill serve: shutting down: %d request(s) in flight, %.0f s grace (signal again to cancel)\n",
+        ctx.in_flight(), options.shutdown_timeout_s);
+    const auto grace = Clock::now() + std::chrono::milliseconds(int64_t(options.shutdown_timeout_s * 1000));
+    signals.wait(1, grace, [&] { return ctx.in_flight() == 0; });
+    if (ctx.in_flight() > 0 || signals.count() > 1) {
+      std::fprintf(stderr, "rill serve: cancelling %d request(s)\n", ctx.in_flight());
+      ctx.engine().shutdown(/*drain=*/false);
+      ctx.set_phase(Phase::Stopped);  // requests still waiting on the engine finish as server_interrupted
+      ctx.wait_idle(Clock::now() + std::chrono::seconds(10));
+    }
+  }
+  http.stop();
+  listener.join();
+  if (auto engine = ctx.release_engine(); engine && ctx.phase() != Phase::Stopped)
+    engine->shutdown(/*drain=*/true);
+  std::fprintf(stderr, "rill serve: %s\n", failed ? "exiting: the model failed to load" : "stopped");
+  return failed ? 1 : 0;
+}
+
+}  // namespace rill::server

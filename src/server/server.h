@@ -1,0 +1,43 @@
+// `rill serve`'s lifecycle: bind first (so /health answers 503 with load progress), load the model and
+// start the engine in the background, serve, and on SIGINT/SIGTERM drain: new requests get 503, running ones
+// finish within the grace period (then they are cancelled), every completed response is written, exit 0.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "backend/backend.h"
+#include "core/status.h"
+#include "engine/engine.h"
+#include "model/model.h"
+
+namespace rill::server {
+
+struct ServerOptions {
+  std::string model_dir;
+  std::string host = "127.0.0.1";
+  int port = 8000;                // 0: any free port (printed)
+  std::string served_model_name;  // "": the model directory's name
+  std::string api_key;            // "": no authentication
+  engine::EngineOptions engine;
+  double shutdown_timeout_s = 30.0;  // grace for running requests after SIGINT/SIGTERM
+  int http_threads = 256;            // one per open connection (streams hold theirs while they run)
+  size_t max_body_bytes = 16u << 20;
+};
+
+struct LoadedModel {
+  std::unique_ptr<backend::Backend> backend;  // outlives the model
+  std::unique_ptr<model::Model> model;
+};
+// Opens the backend and loads the weights, reporting (bytes done, bytes total).
+using ModelLoader = std::function<Result<LoadedModel>(const model::LoadProgress& progress)>;
+
+// The directory's last component ("models/rill-tiny/" -> "rill-tiny").
+std::string default_served_name(const std::string& model_dir);
+
+// Runs until a signal ends it; returns the process exit code (0 after a graceful shutdown, 1 when the
+// port cannot be bound or the model fails to load).
+int run_server(const ServerOptions& options, const ModelLoader& loader);
+
+}  // namespace rill::server

@@ -1,0 +1,15 @@
+// Python's arithmetic operators as jinja2 applies them (`+ - * / // % **`, unary -/+): int/float/bool
+// promotion, floor division and modulo with the divisor's sign, str/list concatenation and repetition,
+// `str % args` formatting. Results that would outgrow the render limits fail instead.
+#pragma once
+
+#include <string_view>
+
+#include "text/jinja/value.h"
+
+namespace rill::text::jinja {
+
+Value binary_op(Interpreter& in, std::string_view op, const Value& a, const Value& b);
+Value unary_op(char op, const Value& v);
+
+}  // namespace rill::text::jinja

@@ -1,0 +1,243 @@
+// The chat path: ChatPrompt (K2 template + real Kimi tokenizer; K3 native renderer) and ChoiceDecoder (engine
+// events -> frames, finish reasons, reasoning-token counts, logprob attachment). References: the Kimi
+// vocabulary's control ids (serving.md §0), the Kimi-K2 template from ../shared/chat_templates, the K3
+// generation stub of 3 ids (serving.md §1.4).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "server/chat_prompt.h"
+#include "server/choice_decoder.h"
+#include "text/tokenizer/bpe_trainer.h"
+
+namespace rill::server {
+namespace {
+
+namespace fs = std::filesystem;
+const fs::path kShared = RILL_SHARED_DIR;
+
+fs::path temp_dir(const char* tag) {
+  const fs::path dir =
+      fs::temp_directory_path() / (std::string(tag) + std::to_string(std::random_device{}()));
+  fs::create_directories(dir);
+  return dir;
+}
+
+// A K2-family model directory: the real Kimi tokenizer and the Kimi-K2 chat template.
+struct K2Dir {
+  fs::path dir = temp_dir("rill_server_k2_");
+  std::shared_ptr<const text::Tokenizer> tokenizer;
+  K2Dir() {
+    fs::copy_file(kShared / "tokenizers/kimi/tiktoken.model", dir / "tiktoken.model");
+    fs::copy_file(kShared / "tokenizers/kimi/tokenizer_config.json", dir / "tokenizer_config.json");
+    fs::copy_file(kShared / "chat_templates/moonshotai-Kimi-K2.jinja", dir / "chat_template.jinja");
+    auto t = text::Tokenizer::load(dir);
+    EXPECT_TRUE(t.ok()) << t.status().to_string();
+    tokenizer = std::make_shared<const text::Tokenizer>(std::move(t).value());
+  }
+  ~K2Dir() { fs::remove_all(dir); }
+};
+
+const K2Dir& k2() {
+  static const K2Dir* d = new K2Dir;
+  return *d;
+}
+
+ChatRequest parse(const Json& body) {
+  auto r = parse_chat_request(body, ParseLimits{163840});
+  EXPECT_TRUE(r.ok()) << r.error().message;
+  return std::move(r).value();
+}
+
+const Json kUser = Json::parse(R"([{"role": "user", "content": "What is the weather in Oslo?"}])");
+const Json kTools = Json::parse(R"([
+  {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}},
+  {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object"}}}])");
+
+TEST(ChatPromptK2, RendersWithTheTemplateAndCountsEveryId) {
+  auto chat = ChatPrompt::load(k2().dir, false, k2().tokenizer);
+  auto r = chat->render(parse({{"messages", kUser}}));
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_TRUE(r->text.ends_with("<|im_assistant|>assistant<|im_middle|>")) << r->text;
+  EXPECT_EQ(r->ids, k2().tokenizer->encode(r->text, true));
+  EXPECT_EQ(r->reported_prompt_tokens, int32_t(r->ids.size()));
+  EXPECT_EQ(r->ids.back(), 163601);  // <|im_middle|>
+  EXPECT_EQ(r->parser.family, text::ModelFamily::KimiK2);
+  EXPECT_TRUE(r->forced_prefix.empty());
+  EXPECT_TRUE(r->parser.k2_reasoning);  // this vocabulary names <think>
+  EXPECT_FALSE(r->raw);                  // so the output is parsed for reasoning even without tools
+}
+
+TEST(ChatPromptK2, ToolChoices) {
+  auto chat = ChatPrompt::load(k2().dir, false, k2().tokenizer);
+  auto with_tools = chat->render(parse({{"messages", kUser}, {"tools", kTools}}));
+  ASSERT_TRUE(with_tools.ok());
+  EXPECT_NE(with_tools->text.find("tool_declare"), std::string::npos);
+  EXPECT_FALSE(with_tools->raw);
+
+  auto none = chat->render(parse({{"messages", kUser}, {"tools", kTools}, {"tool_choice", "none"}}));
+  ASSERT_TRUE(none.ok());
+  EXPECT_EQ(none->text.find("tool_declare"), std::string::npos) << "tool_choice none hides the tools";
+
+  auto named =
+      chat->render(parse({{"messages", kUser},
+                          {"tools", kTools},
+                          {"tool_choice", {{"type", "function"}, {"function", {{"name", "get_time"}}}}}}));
+  ASSERT_TRUE(named.ok());
+  EXPECT_EQ(
+      named->forced_prefix,
+      "<|tool_calls_section_begin|><|tool_call_begin|>functions.get_time:0<|tool_call_argument_begin|>");
+  EXPECT_TRUE(named->text.ends_with(named->forced_prefix));
+  EXPECT_EQ(named->ids.back(), 163598);  // <|tool_call_argument_begin|>
+  EXPECT_EQ(named->reported_prompt_tokens, int32_t(named->ids.size()));
+
+  auto required = chat->render(parse({{"messages", kUser}, {"tools", kTools}, {"tool_choice", "required"}}));
+  ASSERT_TRUE(required.ok());
+  EXPECT_EQ(required->forced_prefix, "<|tool_calls_section_begin|>");  // several tools: the model picks
+  auto one = chat->render(parse({{"messages", kUser}, {"tools", {kTools[0]}}, {"tool_choice", "required"}}));
+  ASSERT_TRUE(one.ok());
+  EXPECT_NE(one->forced_prefix.find("functions.get_weather:0"), std::string::npos);
+}
+
+TEST(ChatPromptK2, TemplateErrorsAre400s) {
+  auto chat = ChatPrompt::load(k2().dir, false, k2().tokenizer);
+  auto r = chat->render(parse({{"messages", kUser}, {"continue_final_message", true}}));
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().http_status, 400);
+  auto none = ChatPrompt::load(temp_dir("rill_server_none_"), false, k2().tokenizer);
+  auto e = none->render(parse({{"messages", kUser}}));
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.error().http_status, 400);
+  EXPECT_NE(e.error().message.find("chat template"), std::string::npos);
+}
+
+TEST(ChatPromptK3, ExcludesTheGenerationStubAndStartsInReasoning) {
+  const fs::path dir = temp_dir("rill_server_k3_");
+  ASSERT_TRUE(
+      text::write_tokenizer_config(dir / "tokenizer_config.json", 163584, text::ControlBlockLayout::K3).ok());
+  fs::copy_file(kShared / "tokenizers/kimi/tiktoken.model", dir / "tiktoken.model");
+  auto t = text::Tokenizer::load(dir);
+  ASSERT_TRUE(t.ok());
+  auto tokenizer = std::make_shared<const text::Tokenizer>(std::move(t).value());
+  auto chat = ChatPrompt::load(dir, true, tokenizer);
+  auto r = chat->render(parse({{"messages", kUser}}));
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(r->reported_prompt_tokens, int32_t(r->ids.size()) - 3);
+  EXPECT_EQ(r->parser.family, text::ModelFamily::KimiK3);
+  EXPECT_TRUE(r->parser.starts_in_reasoning);
+  EXPECT_TRUE(r->text.ends_with("<|open|>think<|sep|>"));
+  auto off = chat->render(parse({{"messages", kUser}, {"chat_template_kwargs", {{"thinking", false}}}}));
+  ASSERT_TRUE(off.ok());
+  EXPECT_FALSE(off->parser.starts_in_reasoning);
+  auto named =
+      chat->render(parse({{"messages", kUser},
+                          {"tools", kTools},
+                          {"tool_choice", {{"type", "function"}, {"function", {{"name", "get_time"}}}}}}));
+  ASSERT_FALSE(named.ok());
+  EXPECT_EQ(named.error().http_status, 400);
+  fs::remove_all(dir);
+}
+
+// ---- ChoiceDecoder ------------------------------------------------------------------------------------
+
+engine::StreamEvent event(std::vector<int32_t> ids, std::string text) {
+  engine::StreamEvent ev;
+  ev.token_ids = std::move(ids);
+  ev.text = std::move(text);
+  for (int32_t id : ev.token_ids) ev.logprobs.push_back({id, -1.0f, {}});
+  return ev;
+}
+
+engine::StreamEvent finish(engine::FinishReason reason, int completion) {
+  engine::StreamEvent ev;
+  ev.finish = reason;
+  ev.prompt_tokens = 10;
+  ev.completion_tokens = completion;
+  return ev;
+}
+
+ChoiceDecoder k2_decoder(bool reasoning, bool starts_in_reasoning) {
+  text::ParserConfig config;
+  config.k2_reasoning = reasoning;
+  config.starts_in_reasoning = starts_in_reasoning;
+  auto p = text::make_output_parser(config);
+  EXPECT_TRUE(p.ok());
+  return ChoiceDecoder(std::move(p).value(), starts_in_reasoning, {163586}, k2().tokenizer.get());
+}
+
+TEST(ChoiceDecoder, ContentToolCallsAndFinish) {
+  ChoiceDecoder d = k2_decoder(false, false);
+  std::vector<ChoiceFrame> frames;
+  auto add = [&](std::vector<ChoiceFrame> f) { frames.insert(frames.end(), f.begin(), f.end()); };
+  add(d.on_event(event({1, 2}, "Let me check.")));
+  add(d.on_event(event({163595, 163597}, "<|tool_calls_section_begin|><|tool_call_begin|>")));
+  add(d.on_event(event({3, 4, 163598}, "functions.get_weather:0<|tool_call_argument_begin|>")));
+  add(d.on_event(
+      event({5, 163599, 163596}, "{\"city\":\"Oslo\"}<|tool_call_end|><|tool_calls_section_end|>")));
+  add(d.on_event(finish(engine::FinishReason::Stop, 8)));
+  ASSERT_GE(frames.size(), 4u);
+  EXPECT_EQ(frames[0].delta.kind, text::DeltaKind::Content);
+  EXPECT_EQ(frames[0].logprobs.size(), 2u);
+  const ChoiceFrame& last = frames.back();
+  EXPECT_TRUE(last.finish);
+  EXPECT_EQ(last.finish_reason, "tool_calls");
+  EXPECT_EQ(last.usage.prompt_tokens, 10);
+  EXPECT_EQ(last.usage.completion_tokens, 8);
+  ASSERT_EQ(d.result().tool_calls.size(), 1u);
+  EXPECT_EQ(d.result().tool_calls[0].name, "get_weather");
+  EXPECT_EQ(d.result().tool_calls[0].arguments, "{\"city\":\"Oslo\"}");
+  size_t logprobs = 0;
+  for (const ChoiceFrame& f : frames) logprobs += f.logprobs.size();
+  EXPECT_EQ(logprobs, 10u) << "every token's logprob is carried by exactly one frame";
+}
+
+TEST(ChoiceDecoder, ReasoningTokensAndLength) {
+  ChoiceDecoder d = k2_decoder(true, true);
+  d.on_event(event({1, 2, 3}, "hmm, let"));
+  d.on_event(event({4}, " me think"));
+  d.on_event(event({163607}, "</think>"));
+  d.on_event(event({5, 6}, "Hello"));
+  auto frames = d.on_event(finish(engine::FinishReason::Length, 7));
+  ASSERT_FALSE(frames.empty());
+  EXPECT_EQ(frames.back().finish_reason, "length");
+  EXPECT_EQ(frames.back().usage.reasoning_tokens, 5);  // the closing tag's event counts with the reasoning
+  EXPECT_EQ(d.result().reasoning, "hmm, let me think");
+  EXPECT_EQ(d.result().content, "Hello");
+}
+
+TEST(ChoiceDecoder, RawTextDropsTheStopNameAndMapsFinishReasons) {
+  ChoiceDecoder d(nullptr, false, {163586}, k2().tokenizer.get());
+  d.on_event(event({1}, "abc"));
+  d.on_event(event({2, 163586}, "d<|im_end|>"));
+  auto frames = d.on_event(finish(engine::FinishReason::Stop, 3));
+  EXPECT_EQ(d.result().content, "abcd");
+  EXPECT_EQ(frames.back().finish_reason, "stop");
+  ChoiceDecoder c(nullptr, false, {}, nullptr);
+  EXPECT_EQ(c.on_event(finish(engine::FinishReason::Cancelled, 0)).back().finish_reason,
+            "server_interrupted");
+  ChoiceDecoder e(nullptr, false, {}, nullptr);
+  engine::StreamEvent failed = finish(engine::FinishReason::Error, 0);
+  failed.error = internal_error("boom");
+  auto f = e.on_event(failed);
+  EXPECT_EQ(f.back().finish_reason, "error");
+  EXPECT_EQ(f.back().error.message(), "boom");
+  EXPECT_TRUE(e.finished());
+  EXPECT_TRUE(e.on_event(event({1}, "late")).empty());
+}
+
+TEST(ChoiceDecoder, LogprobEntriesSpellTokens) {
+  const text::Tokenizer& tok = *k2().tokenizer;
+  const auto ids = tok.encode("Hello", false);
+  std::vector<engine::TokenLogprob> lps{{ids[0], -0.25f, {{ids[0], -0.25f}, {163586, -3.0f}}}};
+  auto entries = logprob_entries(lps, tok);
+  ASSERT_EQ(entries.size(), 1u);
+  EXPECT_EQ(entries[0].bytes, std::string(tok.token_bytes(ids[0])));
+  EXPECT_EQ(entries[0].token, entries[0].bytes);
+  ASSERT_EQ(entries[0].top.size(), 2u);
+  EXPECT_EQ(entries[0].top[1].token, "<|im_end|>");
+}
+
+}  // namespace
+}  // namespace rill::server
