@@ -67,11 +67,14 @@ if want test; then
   note "cpu model tests: $( [[ $? == 0 ]] && echo PASS || echo FAIL )"
 fi
 if want sanitize; then
-  compute-sanitizer --tool memcheck --error-exitcode 3 $BUILD/tests/backend/backend_tests --gtest_brief=1 \
-    > "$LOGS/memcheck.log" 2>&1
-  rc=$?
-  note "compute-sanitizer memcheck (backend_tests): $( [[ $rc == 0 ]] && echo clean || echo "ERRORS rc=$rc" )"
-  grep -E "ERROR SUMMARY|Invalid|out of bounds" "$LOGS/memcheck.log" | head -10
+  for t in model_gpu_tests backend_tests; do
+    exe=$(find $BUILD/tests -name $t -type f | head -1)
+    timeout ${SANITIZE_TIMEOUT:-240} compute-sanitizer --tool memcheck --error-exitcode 3 "$exe" --gtest_brief=1 \
+      > "$LOGS/memcheck_$t.log" 2>&1
+    rc=$?
+    note "compute-sanitizer memcheck $t: $( [[ $rc == 0 ]] && echo clean || ([[ $rc == 124 ]] && echo "timed out" || echo "ERRORS rc=$rc") )"
+    grep -E "ERROR SUMMARY|Invalid|out of bounds|FAILED" "$LOGS/memcheck_$t.log" | head -8
+  done
 fi
 
 # --- benchmarks -----------------------------------------------------------------------------------------
@@ -89,6 +92,21 @@ if want bench; then
     note "rill bench: rc=$?"
     tail -40 "$LOGS/rill_bench.log"
   fi
+fi
+
+# --- serving benchmark: rill serve with dummy 48B weights and the real Kimi tokenizer (carried in .deps/kimi) -
+if want serve && [[ -x $BUILD/rill && -f .deps/kimi/tiktoken.model ]]; then
+  M=/tmp/rill-bench-48b
+  mkdir -p $M && cp .deps/kimi/* $M/ && $BUILD/rill bench --preset kimi-linear-48b --print-config > $M/config.json
+  $BUILD/rill serve $M --load-format dummy --device cuda --port 8123 --max-batch-size 64 --max-num-tokens 8192 \
+    --max-model-len 8192 > "$LOGS/serve.log" 2>&1 &
+  srv=$!
+  for i in $(seq 1 120); do curl -sf http://127.0.0.1:8123/health >/dev/null 2>&1 && break; sleep 1; done
+  timeout ${SERVE_TIMEOUT:-300} python3 tools/serving_bench.py --url http://127.0.0.1:8123 --markdown "$OUT/serving.md" \
+    > "$LOGS/serving_bench.log" 2>&1
+  note "serving bench: rc=$?"
+  cat "$LOGS/serving_bench.log" | tail -5
+  kill -INT $srv; wait $srv 2>/dev/null
 fi
 
 echo

@@ -61,6 +61,14 @@ Status reserve_scratch(Arena* scratch, size_t bytes) {
 
 }  // namespace
 
+Status Backend::copy_to_device_batch(const std::vector<CopyJob>& jobs, const std::function<void(size_t)>& progress) {
+  for (const CopyJob& j : jobs) {
+    RILL_TRY(copy_to_device(j.dst, j.src, j.bytes));
+    if (progress) progress(j.bytes);
+  }
+  return {};
+}
+
 Result<double> Backend::time_ms(const std::function<Status()>& body) {
   RILL_TRY(synchronize());
   const auto t0 = std::chrono::steady_clock::now();

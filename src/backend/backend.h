@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "backend/batch_layout.h"
 #include "core/arena.h"
@@ -219,6 +220,14 @@ struct LogprobsArgs {
   TensorView out_top_logprobs;  // F32 [R, top_n]
 };
 
+// One host-to-device copy of a bulk upload (weight loading).
+struct CopyJob {
+  void* dst = nullptr;        // device
+  const void* src = nullptr;  // host (often an mmap'd checkpoint file)
+  size_t bytes = 0;
+  int group = 0;              // jobs of one group (a shard file) are streamed in order by one worker
+};
+
 // Memory owned by a backend: released when the last handle goes.
 class DeviceAllocation {
  public:
@@ -251,6 +260,9 @@ class Backend {
   virtual Status copy_to_device(void* dst, const void* host_src, size_t bytes) = 0;  // blocking
   virtual Status copy_to_host(void* host_dst, const void* src, size_t bytes) = 0;    // blocking
   virtual Status copy_device_to_device(void* dst, const void* src, size_t bytes) = 0;
+  // Bulk upload (weights): the CUDA backend streams several groups at once through pinned staging buffers;
+  // `progress(bytes)` is called as copies complete (from any thread). Blocking.
+  virtual Status copy_to_device_batch(const std::vector<CopyJob>& jobs, const std::function<void(size_t)>& progress);
   virtual Status fill_zero(TensorView t) = 0;
   // Seeded uniform values (the --load-format dummy path): floats in [lo, hi); U8 integers in [lo, hi].
   // Element i depends only on (seed, i), so every backend fills the same values.

@@ -18,7 +18,7 @@ int run_bench(int argc, char** argv) {
                "the fraction of the measured ceilings."};
   std::string dir, load_format = "auto", preset, markdown;
   bench::BenchOptions o;
-  bool skip_model = false, skip_ops = false;
+  bool skip_model = false, skip_ops = false, print_config = false;
   DeviceOptions dev;
   app.add_option("MODEL_DIR", dir, "checkpoint directory (omit with --load-format dummy --preset NAME)");
   app.add_option("--load-format", load_format, "auto (read MODEL_DIR) or dummy (random weights on the device)")
@@ -31,8 +31,15 @@ int run_bench(int argc, char** argv) {
   app.add_option("--markdown", markdown, "also write the results as a markdown table to this file");
   app.add_flag("--skip-model", skip_model, "only the per-op benchmarks");
   app.add_flag("--skip-ops", skip_ops, "only the whole-model benchmarks");
+  app.add_flag("--print-config", print_config, "print the --preset's config.json and exit (to serve it with dummy weights)");
   add_device_options(app, dev);
   if (int rc = parse_args(app, argc, argv); rc >= 0) return rc;
+  if (print_config) {
+    auto json = model::preset_config(preset);
+    if (!json.ok()) return report_error("bench", json.status());
+    std::printf("%s\n", json->dump(2).c_str());
+    return 0;
+  }
   if (load_format == "dummy" && preset.empty() && dir.empty())
     return report_error("bench", invalid_argument("--load-format dummy needs --preset NAME or a MODEL_DIR with a config.json"));
   if (load_format != "dummy" && dir.empty())

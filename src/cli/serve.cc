@@ -90,6 +90,12 @@ int run_serve(int argc, char** argv) {
   app.add_option("--max-request-bytes", o.max_body_bytes, "largest request body accepted (HTTP 413 above)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  std::string load_format = "auto";
+  app.add_option("--load-format", load_format,
+                 "auto: weights from MODEL_DIR; dummy: seeded random weights on the device (MODEL_DIR needs only "
+                 "config.json and the tokenizer files) for benchmarks without a download")
+      ->check(CLI::IsMember({"auto", "dummy"}))
+      ->capture_default_str();
   add_device_options(app, dev);
 
   std::vector<std::string> args = normalize_flags(argc, argv);
@@ -101,6 +107,7 @@ int run_serve(int argc, char** argv) {
     RILL_ASSIGN_OR_RETURN(auto backend, open_backend(dev));
     model::LoadOptions lo;
     lo.progress = progress;
+    lo.dummy_weights = load_format == "dummy";
     RILL_ASSIGN_OR_RETURN(auto model, model::load_model(o.model_dir, *backend, lo));
     return server::LoadedModel{std::move(backend), std::move(model)};
   };

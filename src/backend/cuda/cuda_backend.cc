@@ -1,6 +1,8 @@
 #include "backend/cuda/cuda_backend.h"
 
 #include <cstring>
+#include <thread>
+#include <vector>
 
 #include "backend/cuda/common/check.h"
 #include "backend/cuda/elementwise.h"
@@ -87,6 +89,59 @@ Status CudaBackend::copy_to_host(void* host_dst, const void* src, size_t bytes) 
 
 Status CudaBackend::copy_device_to_device(void* dst, const void* src, size_t bytes) {
   RILL_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, ctx_.stream));
+  return {};
+}
+
+// Weight upload: a few worker threads, each with its own stream and two pinned buffers, take whole groups
+// (shard files) so several shards stream at once: a worker copies a chunk of the mmap'd file into one pinned
+// buffer (faulting the pages in) while its previous chunk travels to the GPU from the other.
+Status CudaBackend::copy_to_device_batch(const std::vector<backend::CopyJob>& jobs,
+                                         const std::function<void(size_t)>& progress) {
+  constexpr int kWorkers = 4;
+  constexpr size_t kChunk = size_t(32) << 20;
+  RILL_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
+  std::vector<Status> errors(kWorkers);
+  std::vector<std::thread> workers;
+  for (int w = 0; w < kWorkers; ++w) {
+    workers.emplace_back([&, w] {
+      auto fail = [&](cudaError_t e, const char* what) {
+        errors[size_t(w)] = internal_error("weight upload: {} failed: {}", what, cudaGetErrorString(e));
+      };
+      if (cudaError_t e = cudaSetDevice(ctx_.device); e != cudaSuccess) return fail(e, "cudaSetDevice");
+      cudaStream_t stream = nullptr;
+      void* pinned[2] = {nullptr, nullptr};
+      cudaEvent_t done[2] = {nullptr, nullptr};
+      cudaError_t e = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+      for (int b = 0; b < 2 && e == cudaSuccess; ++b) {
+        e = cudaMallocHost(&pinned[b], kChunk);
+        if (e == cudaSuccess) e = cudaEventCreateWithFlags(&done[b], cudaEventDisableTiming);
+      }
+      int next = 0;
+      for (const backend::CopyJob& j : jobs) {
+        if (e != cudaSuccess) break;
+        if (j.group % kWorkers != w) continue;
+        for (size_t off = 0; off < j.bytes && e == cudaSuccess; off += kChunk) {
+          const size_t n = std::min(kChunk, j.bytes - off);
+          e = cudaEventSynchronize(done[next]);  // the buffer's previous chunk has reached the GPU
+          if (e != cudaSuccess) break;
+          std::memcpy(pinned[next], static_cast<const char*>(j.src) + off, n);
+          e = cudaMemcpyAsync(static_cast<char*>(j.dst) + off, pinned[next], n, cudaMemcpyHostToDevice, stream);
+          if (e == cudaSuccess) e = cudaEventRecord(done[next], stream);
+          next ^= 1;
+          if (progress) progress(n);
+        }
+      }
+      if (e == cudaSuccess) e = cudaStreamSynchronize(stream);
+      if (e != cudaSuccess) fail(e, "copy");
+      for (int b = 0; b < 2; ++b) {
+        if (done[b]) cudaEventDestroy(done[b]);
+        if (pinned[b]) cudaFreeHost(pinned[b]);
+      }
+      if (stream) cudaStreamDestroy(stream);
+    });
+  }
+  for (auto& t : workers) t.join();
+  for (const Status& s : errors) RILL_TRY(s);
   return {};
 }
 

@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <atomic>
+#include <map>
+#include <mutex>
 #include <set>
 
 #include "core/rng.h"
@@ -145,8 +148,11 @@ Result<LoadedWeights> load_weights(const WeightTable& table, std::shared_ptr<con
   for (size_t k = 0; k < stacks.size(); ++k)
     *stacks[k].dest = TensorView::make(base + stack_offset[k], stack_dtype[k], stacks[k].shape, be.device());
 
-  int64_t done = 0, all_bytes = int64_t(ckpt->total_bytes());
-  std::vector<char> staging;
+  // Copies go through the backend's bulk upload (several shards streaming at once on CUDA); tensors whose dtype
+  // changes are converted on the host first and kept alive until the upload ends.
+  std::vector<backend::CopyJob> jobs;
+  std::vector<std::vector<char>> converted;
+  std::map<const io::SafetensorsFile*, int> group_of;
   for (size_t i = 0; i < specs.size(); ++i) {
     const WeightSpec& s = specs[i];
     const io::Checkpoint::Entry* e = ckpt->find(s.name);
@@ -155,22 +161,31 @@ Result<LoadedWeights> load_weights(const WeightTable& table, std::shared_ptr<con
     char* dst = nullptr;
     if (s.stack >= 0) dst = base + stack_offset[s.stack] + s.stack_offset * int64_t(dtype_size(t));
     else if (offset[i] >= 0) dst = base + offset[i];
-    if (dst) {
-      const size_t bytes = size_t(s.shape.numel()) * dtype_size(t);
-      const void* host = src.data;
-      if (t != src.dtype) {
-        staging.resize(bytes);
-        convert(src.data, src.dtype, staging.data(), t, s.shape.numel());
-        host = staging.data();
-      }
-      RILL_TRY(be.copy_to_device(dst, host, bytes).with_context(s.name));
-      if (s.dest) *s.dest = TensorView::make(dst, t, s.shape, be.device());
-    } else {
+    if (!dst) {
       *s.dest = TensorView::make(src.data, src.dtype, s.shape, Device::Cpu);  // zero-copy
+      continue;
     }
-    done += int64_t(src.nbytes());
-    if (progress) progress(done, all_bytes);
+    const size_t bytes = size_t(s.shape.numel()) * dtype_size(t);
+    const void* host = src.data;
+    if (t != src.dtype) {
+      converted.emplace_back(bytes);
+      convert(src.data, src.dtype, converted.back().data(), t, s.shape.numel());
+      host = converted.back().data();
+    }
+    const int group = group_of.emplace(e->file, int(group_of.size())).first->second;
+    jobs.push_back({dst, host, bytes, group});
+    if (s.dest) *s.dest = TensorView::make(dst, t, s.shape, be.device());
   }
+  std::atomic<int64_t> done{0};
+  int64_t upload_bytes = 0;
+  for (const auto& j : jobs) upload_bytes += int64_t(j.bytes);
+  std::mutex progress_mu;
+  RILL_TRY(be.copy_to_device_batch(jobs, [&](size_t n) {
+    const int64_t now = done += int64_t(n);
+    if (!progress) return;
+    std::lock_guard lock(progress_mu);
+    progress(now, upload_bytes);
+  }));
   return out;
 }
 

@@ -23,6 +23,7 @@
 
 #include "backend/cuda/common/check.h"
 #include "backend/cuda/gemm/gemm_runner.h"
+#include "backend/cuda/gemm/gemv.h"
 
 namespace rill::cuda {
 namespace {
@@ -108,6 +109,7 @@ class CublasLtRunner final : public GemmRunner {
       return invalid_argument("gemm [{} x {}] x [{} x {}]^T: weight rows must be contiguous", M, K, N, K);
     if (M == 0) return {};
     if (N == 0 || K == 0) return invalid_argument("gemm [{} x {}] x [{} x {}]^T: empty operand", M, K, N, K);
+    if (gemv_eligible(a)) return launch_gemv(a, stream);  // decode-sized M: the bandwidth-bound kernel
 
     const size_t out_size = dtype_size(a.out.dtype);
     PlanKey key;

@@ -30,7 +30,7 @@ constexpr int kMaxExperts = 1024;  // the plan kernel scans expert counts with o
 // Routing: one cluster of kRouteTokens CTAs per kRouteTokens tokens; CTA r computes the logits of expert
 // slice r for all the cluster's tokens, then gathers the full logit row of token r through distributed shared
 // memory.
-constexpr int kRouteTokens = 8, kRouteThreads = 256;
+constexpr int kRouteTokens = 8, kRouteThreads = 512;
 constexpr int kRouteMaxGroups = 32;  // group scores live one per lane
 
 enum class Act : int { Silu = 0, Situ = 1 };

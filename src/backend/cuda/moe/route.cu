@@ -184,16 +184,33 @@ __global__ void __cluster_dims__(kRouteTokens, 1, 1) __launch_bounds__(kRouteThr
     float acc[kRouteTokens];
 #pragma unroll
     for (int tt = 0; tt < kRouteTokens; ++tt) acc[tt] = 0.0f;
-    for (int c = lane * kVec; c < p.H; c += 32 * kVec) {
-      float wv[kVec];
-      moe::load_bf16<kVec>(we + c, wv);
+    // Four weight chunks are loaded before any is used: at decode the router is latency-bound, and a load per
+    // iteration left each warp waiting on memory for every 16 bytes.
+    constexpr int kInFlight = 4;
+    for (int c0 = lane * kVec; c0 < p.H; c0 += 32 * kVec * kInFlight) {
+      float wv[kInFlight][kVec];
 #pragma unroll
-      for (int tt = 0; tt < kRouteTokens; ++tt) {
-        if (tt >= nt) break;
-        float xv[kVec];
-        moe::load_bf16<kVec>(xs + tt * p.H + c, xv);
+      for (int u = 0; u < kInFlight; ++u) {
+        const int c = c0 + u * 32 * kVec;
+        if (c < p.H) {
+          moe::load_bf16<kVec>(we + c, wv[u]);
+        } else {
 #pragma unroll
-        for (int v = 0; v < kVec; ++v) acc[tt] = fmaf(wv[v], xv[v], acc[tt]);
+          for (int v = 0; v < kVec; ++v) wv[u][v] = 0.0f;
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kInFlight; ++u) {
+        const int c = c0 + u * 32 * kVec;
+        if (c >= p.H) break;
+#pragma unroll
+        for (int tt = 0; tt < kRouteTokens; ++tt) {
+          if (tt >= nt) break;
+          float xv[kVec];
+          moe::load_bf16<kVec>(xs + tt * p.H + c, xv);
+#pragma unroll
+          for (int v = 0; v < kVec; ++v) acc[tt] = fmaf(wv[u][v], xv[v], acc[tt]);
+        }
       }
     }
 #pragma unroll

@@ -1,0 +1,17 @@
+// Launcher: the decode GEMV (a handful of rows of x against a bf16 weight), memory-bound on the weight.
+// cuBLASLt's GEMM kernels reach ~50% of HBM bandwidth at M = 1 on this shape class; this one streams each
+// weight row once with 16-byte loads and keeps several loads in flight per lane.
+#pragma once
+
+#include "backend/backend.h"
+#include "backend/cuda/context.h"
+
+namespace rill::cuda {
+
+inline constexpr int kGemvMaxRows = 4;
+
+// True when `a` fits the GEMV: M <= kGemvMaxRows, dense bf16 weight, 16-byte aligned rows, K % 8 == 0.
+bool gemv_eligible(const backend::GemmArgs& a);
+Status launch_gemv(const backend::GemmArgs& a, cudaStream_t stream);
+
+}  // namespace rill::cuda
