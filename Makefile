@@ -1,13 +1,13 @@
 # rill — the two commands of the README, and the pieces they are made of.
-#   make demo   build rill, build the project's own small model, run it   (the main job)
-#   make serve-demo   the same model behind the OpenAI-compatible server on 127.0.0.1:8000, with a curl line
-#   make test   build everything and run the whole test suite              (what .ci/run calls)
+#   make demo   build rill and the project's own small model, serve it on 127.0.0.1:8000 (the main job)
+#   make test   build everything and run the whole test suite               (what .ci/run calls)
+#   make generate-demo   one completion from the small model, without the server
 BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 TINY_MODEL ?= models/rill-tiny
 
-.PHONY: all setup build test demo serve-demo tiny-model clean format
+.PHONY: all setup build test demo serve-demo generate-demo tiny-model clean format
 
 all: build
 
@@ -27,8 +27,10 @@ test: build
 tiny-model: build
 	$(BUILD)/rill tiny-model $(TINY_MODEL)
 
-demo: tiny-model
-	$(BUILD)/rill generate $(TINY_MODEL) --prompt-ids 1,2,3,4,5 --max-tokens 24 --temperature 0.8 --seed 7
+demo: serve-demo
+
+generate-demo: tiny-model
+	$(BUILD)/rill generate $(TINY_MODEL) --prompt "The license grants" --max-tokens 24 --temperature 0.8 --seed 7
 
 serve-demo: tiny-model
 	@echo

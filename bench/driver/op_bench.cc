@@ -102,7 +102,7 @@ Result<std::vector<BenchRow>> bench_ops(backend::Backend& be, const model::Model
       RILL_ASSIGN_OR_RETURN(TensorView y, pool.zeros(act, {M, 3 * P}));
       RILL_ASSIGN_OR_RETURN(double ms, time_op(be, reps, [&] { return be.gemm({x, &lw, y}); }));
       rows.push_back({"op", fmt::format("gemm qkv [{} x {}] x [{} x {}]^T", M, H, 3 * P, H), ms,
-                      2.0 * double(M * H + 3 * P * H + M * 3 * P), 2.0 * double(M) * double(3 * P) * double(H), "cuBLASLt"});
+                      2.0 * double(M * H + 3 * P * H + M * 3 * P), 2.0 * double(M) * double(3 * P) * double(H), M <= 4 ? "rill GEMV (M <= 4)" : "cuBLASLt"});
     }
   }
 

@@ -3,6 +3,7 @@
 // decode tokens mix freely in one layout.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -40,5 +41,22 @@ struct BatchLayout {
   const int32_t* token_pos = nullptr;        // [n_tokens]
   const BatchLayoutHost* host = nullptr;
 };
+
+// The host-known scalars of a layout (counts, largest step and context); every backend's upload_layout
+// starts from these, then points the arrays at its own copies.
+inline BatchLayout layout_scalars(const BatchLayoutHost& host, int block_size) {
+  BatchLayout l;
+  l.n_seqs = host.n_seqs();
+  l.n_tokens = host.n_tokens();
+  l.max_blocks_per_seq = host.max_blocks_per_seq;
+  l.block_size = block_size;
+  for (int s = 0; s < l.n_seqs; ++s) {
+    l.max_new_tokens = l.max_new_tokens > host.n_new(s) ? l.max_new_tokens : host.n_new(s);
+    const int ctx = host.seq_start_pos[static_cast<std::size_t>(s)] + host.n_new(s);
+    l.max_context = l.max_context > ctx ? l.max_context : ctx;
+  }
+  l.host = &host;
+  return l;
+}
 
 }  // namespace rill::backend

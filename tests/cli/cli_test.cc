@@ -6,6 +6,8 @@
 #include <fstream>
 
 #include "cli/run_rill.h"
+#include <nlohmann/json.hpp>
+
 #include "io/safetensors.h"
 #include "model/fixture.h"
 #include "model/kimi_linear_48b_config.h"
@@ -100,6 +102,34 @@ TEST(TinyModel, BuildsValidatesAndGenerates) {
   r = run_rill("generate " + d.string() + " --device cpu --prompt-ids 1,2,3 --max-tokens 5 --ignore-eos --json");
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("\"finish_reason\":\"length\""), std::string::npos) << r.out;
+  fs::remove_all(d);
+}
+
+TEST(TextCommands, TokenizeDetokenizeRenderRoundTrip) {
+  const fs::path d = temp_dir("text");
+  ASSERT_EQ(run_rill("tiny-model " + d.string() + " --force").code, 0);
+  const fs::path in = d / "in.txt";
+  std::ofstream(in) << "Licensed under the Apache License, 版本 2.0 🚀";
+  auto r = run_rill("tokenize " + d.string() + " < " + in.string());
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto ids = nlohmann::json::parse(r.out);
+  ASSERT_TRUE(ids.is_array());
+  EXPECT_GT(ids.size(), 5u);
+  std::ofstream(d / "ids.json") << ids.dump();
+  r = run_rill("detokenize " + d.string() + " < " + (d / "ids.json").string());
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("Licensed under the Apache License, 版本 2.0 🚀"), std::string::npos) << r.out;
+  std::ofstream(d / "req.json") << R"({"messages": [{"role": "user", "content": "hi"}]})";
+  r = run_rill("render " + d.string() + " < " + (d / "req.json").string());
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto rendered = nlohmann::json::parse(r.out);
+  EXPECT_EQ(rendered["prompt"].get<std::string>().rfind("<|im_assistant|>assistant<|im_middle|>"),
+            rendered["prompt"].get<std::string>().size() - std::string("<|im_assistant|>assistant<|im_middle|>").size());
+  EXPECT_EQ(rendered["prompt_token_ids"].back().get<int>(), 1024 + 17);  // <|im_middle|>: control block id +17
+  std::ofstream(d / "bad.json") << R"({"messages": "not a list"})";
+  r = run_rill("render " + d.string() + " < " + (d / "bad.json").string());
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.out.find("messages"), std::string::npos) << r.out;
   fs::remove_all(d);
 }
 

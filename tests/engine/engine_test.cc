@@ -78,7 +78,10 @@ void concurrent_equals_alone(EngineOptions o, bool expect_preemption) {
   std::mt19937 rng(seed);
   std::vector<std::vector<int32_t>> prompts;
   for (int i = 0; i < 12; ++i) {
-    std::vector<int32_t> p(static_cast<size_t>(1 + rng() % 150));
+    // For preemption every prompt fits one 64-token block but its 10 generated tokens cross into a second:
+    // running sequences must grow while the cache is full, whatever the seed and the arrival timing.
+    const size_t len = expect_preemption ? 56 + rng() % 8 : 1 + rng() % 150;
+    std::vector<int32_t> p(len);
     for (auto& x : p) x = int32_t(rng() % 512);
     prompts.push_back(p);
   }
@@ -102,8 +105,8 @@ TEST(Engine, ConcurrentChunkedRequestsEqualAlone) {
 }
 
 TEST(Engine, PreemptionUnderATinyCacheStillEqualsAlone) {
-  // 3 blocks of 64 tokens for up to 8 sequences of up to 160 tokens: blocks run out, the newest requests are
-  // recomputed.
+  // 3 blocks of 64 tokens for up to 8 sequences that each grow from one block to two: blocks run out, the
+  // newest requests are recomputed.
   concurrent_equals_alone(EngineOptions{.max_batch_size = 8, .max_num_tokens = 64, .num_kv_blocks = 3}, true);
 }
 

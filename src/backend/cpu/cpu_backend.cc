@@ -53,22 +53,13 @@ Status CpuBackend::fill_random(TensorView t, uint64_t seed, float lo, float hi) 
 
 Status CpuBackend::upload_layout(const BatchLayoutHost& host, int block_size, BatchLayout* out) {
   BatchLayout& l = *out;
-  l = BatchLayout{};
-  l.n_seqs = host.n_seqs();
-  l.n_tokens = host.n_tokens();
-  l.max_blocks_per_seq = host.max_blocks_per_seq;
-  l.block_size = block_size;
-  for (int s = 0; s < l.n_seqs; ++s) {
-    l.max_new_tokens = std::max(l.max_new_tokens, host.n_new(s));
-    l.max_context = std::max(l.max_context, host.seq_start_pos[s] + host.n_new(s));
-  }
+  l = layout_scalars(host, block_size);  // the CPU reads the host arrays directly
   l.seq_token_start = host.seq_token_start.data();
   l.seq_start_pos = host.seq_start_pos.data();
   l.seq_state_slot = host.seq_state_slot.data();
   l.block_tables = host.block_tables.data();
   l.token_seq = host.token_seq.data();
   l.token_pos = host.token_pos.data();
-  l.host = &host;
   return {};
 }
 

@@ -203,16 +203,7 @@ Status CudaBackend::upload_async(void* dst, const void* host_src, size_t bytes) 
 
 Status CudaBackend::upload_layout(const backend::BatchLayoutHost& host, int block_size, backend::BatchLayout* out) {
   backend::BatchLayout& l = *out;
-  l = backend::BatchLayout{};
-  l.n_seqs = host.n_seqs();
-  l.n_tokens = host.n_tokens();
-  l.max_blocks_per_seq = host.max_blocks_per_seq;
-  l.block_size = block_size;
-  for (int s = 0; s < l.n_seqs; ++s) {
-    l.max_new_tokens = std::max(l.max_new_tokens, host.n_new(s));
-    l.max_context = std::max(l.max_context, host.seq_start_pos[s] + host.n_new(s));
-  }
-  l.host = &host;
+  l = backend::layout_scalars(host, block_size);
   const std::vector<int32_t>* arrays[] = {&host.seq_token_start, &host.seq_start_pos, &host.seq_state_slot,
                                           &host.block_tables,    &host.token_seq,     &host.token_pos};
   size_t total = 0;

@@ -30,37 +30,6 @@ unsigned grid_for(int64_t n, const CudaContext& cx) {
   return unsigned(std::max<int64_t>(1, std::min<int64_t>(blocks, int64_t(std::max(cx.sm_count, 1)) * 16)));
 }
 
-template <int kVec>
-__device__ __forceinline__ void load_row(const bf16* p, float (&f)[kVec]) {
-  if constexpr (kVec == 8) {
-    const uint4 v = *reinterpret_cast<const uint4*>(p);
-    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&v);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const float2 t = __bfloat1622float2(h[i]);
-      f[2 * i] = t.x;
-      f[2 * i + 1] = t.y;
-    }
-  } else {
-#pragma unroll
-    for (int i = 0; i < kVec; ++i) f[i] = __bfloat162float(p[i]);
-  }
-}
-
-template <int kVec>
-__device__ __forceinline__ void store_row(bf16* p, const float (&f)[kVec]) {
-  if constexpr (kVec == 8) {
-    uint4 v;
-    __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&v);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) h[i] = __floats2bfloat162_rn(f[2 * i], f[2 * i + 1]);
-    *reinterpret_cast<uint4*>(p) = v;
-  } else {
-#pragma unroll
-    for (int i = 0; i < kVec; ++i) p[i] = __float2bfloat16_rn(f[i]);
-  }
-}
-
 // out = op(a, b) elementwise over [M, N] bf16 rows (each with its own row stride).
 template <int kVec, typename Op>
 __global__ void binary_rows_kernel(const bf16* a, int64_t lda, const bf16* b, int64_t ldb, bf16* out,
@@ -70,11 +39,11 @@ __global__ void binary_rows_kernel(const bf16* a, int64_t lda, const bf16* b, in
        i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t r = i / per_row, c = (i - r * per_row) * kVec;
     float x[kVec], y[kVec];
-    load_row<kVec>(a + r * lda + c, x);
-    load_row<kVec>(b + r * ldb + c, y);
+    load_bf16<kVec>(a + r * lda + c, x);
+    load_bf16<kVec>(b + r * ldb + c, y);
 #pragma unroll
     for (int j = 0; j < kVec; ++j) x[j] = op(x[j], y[j]);
-    store_row<kVec>(out + r * ldo + c, x);
+    store_bf16<kVec>(out + r * ldo + c, x);
   }
 }
 

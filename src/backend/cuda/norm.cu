@@ -26,52 +26,6 @@ bool aligned16(const void* p) {
   return (reinterpret_cast<uintptr_t>(p) & 15) == 0;
 }
 
-template <int kVec>
-__device__ __forceinline__ void load_vec(const bf16* p, float (&f)[kVec]) {
-  if constexpr (kVec == 8) {
-    const uint4 v = *reinterpret_cast<const uint4*>(p);
-    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&v);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const float2 t = __bfloat1622float2(h[i]);
-      f[2 * i] = t.x;
-      f[2 * i + 1] = t.y;
-    }
-  } else if constexpr (kVec == 4) {
-    const uint2 v = *reinterpret_cast<const uint2*>(p);
-    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&v);
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const float2 t = __bfloat1622float2(h[i]);
-      f[2 * i] = t.x;
-      f[2 * i + 1] = t.y;
-    }
-  } else {
-#pragma unroll
-    for (int i = 0; i < kVec; ++i) f[i] = __bfloat162float(p[i]);
-  }
-}
-
-template <int kVec>
-__device__ __forceinline__ void store_vec(bf16* p, const float (&f)[kVec]) {
-  if constexpr (kVec == 8) {
-    uint4 v;
-    __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&v);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) h[i] = __floats2bfloat162_rn(f[2 * i], f[2 * i + 1]);
-    *reinterpret_cast<uint4*>(p) = v;
-  } else if constexpr (kVec == 4) {
-    uint2 v;
-    __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&v);
-#pragma unroll
-    for (int i = 0; i < 2; ++i) h[i] = __floats2bfloat162_rn(f[2 * i], f[2 * i + 1]);
-    *reinterpret_cast<uint2*>(p) = v;
-  } else {
-#pragma unroll
-    for (int i = 0; i < kVec; ++i) p[i] = __float2bfloat16_rn(f[i]);
-  }
-}
-
 __device__ __forceinline__ float round_bf16(float x) {
   return __bfloat162float(__float2bfloat16_rn(x));
 }
@@ -86,13 +40,13 @@ __global__ void rms_norm_kernel(bf16* x, int64_t ldx, const bf16* delta, int64_t
   float ss = 0.0f;
   for (int c = threadIdx.x * kVec; c < N; c += blockDim.x * kVec) {
     float v[kVec];
-    load_vec<kVec>(xr + c, v);
+    load_bf16<kVec>(xr + c, v);
     if constexpr (kAdd) {
       float d[kVec];
-      load_vec<kVec>(delta + row * ldd + c, d);
+      load_bf16<kVec>(delta + row * ldd + c, d);
 #pragma unroll
       for (int i = 0; i < kVec; ++i) v[i] = round_bf16(v[i] + d[i]);
-      store_vec<kVec>(xr + c, v);
+      store_bf16<kVec>(xr + c, v);
     }
 #pragma unroll
     for (int i = 0; i < kVec; ++i) ss += v[i] * v[i];
@@ -101,10 +55,10 @@ __global__ void rms_norm_kernel(bf16* x, int64_t ldx, const bf16* delta, int64_t
   const float r = rsqrtf(ss / float(N) + eps);
   for (int c = threadIdx.x * kVec; c < N; c += blockDim.x * kVec) {
     float v[kVec];
-    load_vec<kVec>(xr + c, v);
+    load_bf16<kVec>(xr + c, v);
 #pragma unroll
     for (int i = 0; i < kVec; ++i) v[i] = w[c + i] * round_bf16(v[i] * r);
-    store_vec<kVec>(yr + c, v);
+    store_bf16<kVec>(yr + c, v);
   }
 }
 
@@ -123,7 +77,7 @@ __global__ void kda_output_norm_kernel(const bf16* o, int64_t ld_t, int64_t ld_h
   float ss = 0.0f;
   for (int c = lane * kVec; c < d; c += 32 * kVec) {
     float v[kVec];
-    load_vec<kVec>(x + c, v);
+    load_bf16<kVec>(x + c, v);
 #pragma unroll
     for (int i = 0; i < kVec; ++i) ss += v[i] * v[i];
   }
@@ -131,11 +85,11 @@ __global__ void kda_output_norm_kernel(const bf16* o, int64_t ld_t, int64_t ld_h
   const float r = rsqrtf(ss / float(d) + eps);
   for (int c = lane * kVec; c < d; c += 32 * kVec) {
     float v[kVec], gv[kVec];
-    load_vec<kVec>(x + c, v);
-    load_vec<kVec>(g + c, gv);
+    load_bf16<kVec>(x + c, v);
+    load_bf16<kVec>(g + c, gv);
 #pragma unroll
     for (int i = 0; i < kVec; ++i) v[i] = (v[i] * r) * w[c + i] * (1.0f / (1.0f + expf(-gv[i])));
-    store_vec<kVec>(y + c, v);
+    store_bf16<kVec>(y + c, v);
   }
 }
 

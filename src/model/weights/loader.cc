@@ -8,7 +8,6 @@
 #include <mutex>
 #include <set>
 
-#include "core/rng.h"
 
 namespace rill::model {
 namespace {

@@ -3,8 +3,44 @@
 
 #include <cuda_bf16.h>
 #include <cstdint>
+#include <type_traits>
 
 namespace rill::cuda {
+
+// kVec consecutive bf16 widened to fp32: kVec 8 is one 16-byte load, 4 one 8-byte load, else scalar loads.
+template <int kVec>
+__device__ __forceinline__ void load_bf16(const __nv_bfloat16* p, float (&f)[kVec]) {
+  if constexpr (kVec == 8 || kVec == 4) {
+    using Word = std::conditional_t<kVec == 8, uint4, uint2>;
+    const Word v = *reinterpret_cast<const Word*>(p);
+    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&v);
+#pragma unroll
+    for (int i = 0; i < kVec / 2; ++i) {
+      const float2 t = __bfloat1622float2(h[i]);
+      f[2 * i] = t.x;
+      f[2 * i + 1] = t.y;
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) f[i] = __bfloat162float(p[i]);
+  }
+}
+
+// kVec fp32 values rounded (to nearest even) and stored as consecutive bf16, vectorised like load_bf16.
+template <int kVec>
+__device__ __forceinline__ void store_bf16(__nv_bfloat16* p, const float (&f)[kVec]) {
+  if constexpr (kVec == 8 || kVec == 4) {
+    using Word = std::conditional_t<kVec == 8, uint4, uint2>;
+    Word v;
+    __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&v);
+#pragma unroll
+    for (int i = 0; i < kVec / 2; ++i) h[i] = __floats2bfloat162_rn(f[2 * i], f[2 * i + 1]);
+    *reinterpret_cast<Word*>(p) = v;
+  } else {
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) p[i] = __float2bfloat16_rn(f[i]);
+  }
+}
 
 __device__ __forceinline__ float to_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
 __device__ __forceinline__ float to_f32(float x) { return x; }
