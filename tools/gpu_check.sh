@@ -4,7 +4,7 @@
 # goes under $OUT; the last lines printed are a summary table.
 #
 #   here:  tools/fetch_gpu_deps.sh
-#   run:   tools/gpu_check.sh [all|test|bench|sanitize]...   (device tool, carry: [".deps"])
+#   run:   tools/gpu_check.sh [all|test|bench|sanitize|serve|profile]...   (device tool, carry: [".deps"])
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/rill-gpu-out}
@@ -14,7 +14,7 @@ mkdir -p "$OUT" $LOGS
 trap 'tar czf "$OUT/logs.tgz" -C $LOGS . 2>/dev/null' EXIT
 what=("$@")
 [[ ${#what[@]} -eq 0 ]] && what=(all)
-want() { for w in "${what[@]}"; do [[ $w == all || $w == "$1" ]] && return 0; done; return 1; }
+want() { for w in "${what[@]}"; do [[ ($w == all && $1 != profile) || $w == "$1" ]] && return 0; done; return 1; }
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1  # never NVLink multicast
 summary=()
 note() { summary+=("$1"); echo "== $1"; }
@@ -49,11 +49,13 @@ all_targets=$(ninja -C $BUILD -t targets all 2>/dev/null)  # (not piped into gre
 want bench && for t in kda_bench mla_bench kernel_lab; do
   [[ $'\n'"$all_targets" == *$'\n'"$t: "* ]] && GPU_TARGETS+=" $t"
 done
-if ! timeout ${BUILD_TIMEOUT:-420} ninja -C $BUILD -j16 $GPU_TARGETS > "$LOGS/build.log" 2>&1; then
-  note "build FAILED (see build.log)"; grep -E "error|Error" "$LOGS/build.log" | head -40; exit 1
+if want test || want sanitize || want bench; then
+  if ! timeout ${BUILD_TIMEOUT:-420} ninja -C $BUILD -j16 $GPU_TARGETS > "$LOGS/build.log" 2>&1; then
+    note "build FAILED (see build.log)"; grep -E "error|Error" "$LOGS/build.log" | head -40; exit 1
+  fi
+  note "build ok ($GPU_TARGETS)"
 fi
-note "build ok ($GPU_TARGETS)"
-if want bench; then
+if want bench || want serve || want profile; then
   timeout 300 ninja -C $BUILD -j16 rill > "$LOGS/build_rill.log" 2>&1 && note "rill built" || note "rill build FAILED"
 fi
 
@@ -80,7 +82,7 @@ fi
 # --- benchmarks -----------------------------------------------------------------------------------------
 if want bench; then
   for lab in $BUILD/bench/kernels/*_bench $BUILD/bench/kernels/kernel_lab; do
-    [[ -x $lab ]] || continue
+    [[ -x $lab && ${LABS:-1} == 1 ]] || continue  # LABS=0: only the whole-model bench
     name=$(basename "$lab")
     timeout ${LAB_TIMEOUT:-120} "$lab" --quick > "$LOGS/$name.log" 2>&1
     note "kernel lab $name: rc=$?"
@@ -92,6 +94,16 @@ if want bench; then
     note "rill bench: rc=$?"
     tail -40 "$LOGS/rill_bench.log"
   fi
+fi
+
+# --- profile: per-kernel device time of one batch-1 decode step (ncu, NVTX range from rill bench) -----------
+if want profile && [[ -x $BUILD/rill ]]; then
+  range="decode batch ${PROFILE_BATCH:-1} at 4096 context"
+  timeout ${PROFILE_TIMEOUT:-300} ncu --clock-control none --nvtx --nvtx-include "$range/" --metrics gpu__time_duration.sum \
+    --csv --page raw $BUILD/rill bench --load-format dummy --preset kimi-linear-48b --skip-ops --repeats 1 \
+    --prefill-tokens 64 --decode-batches ${PROFILE_BATCH:-1} > "$LOGS/profile_raw.csv" 2> "$LOGS/profile.err"
+  note "ncu profile of '$range': rc=$?"
+  python3 tools/kernel_profile.py "$LOGS/profile_raw.csv" | tee "$OUT/profile.txt" | head -60
 fi
 
 # --- serving benchmark: rill serve with dummy 48B weights and the real Kimi tokenizer (carried in .deps/kimi) -

@@ -100,16 +100,20 @@ Result<std::vector<BenchRow>> bench_model(model::Model& m, const BenchOptions& o
     return v;
   };
   std::vector<BenchRow> rows;
-  auto time_step = [&](const model::StepBatch& b, bool sample) -> Result<double> {
+  // `name` labels the timed (not the warm-up) runs for profilers: ncu --nvtx --nvtx-include "<name>/".
+  auto time_step = [&](const model::StepBatch& b, bool sample, const std::string& name) -> Result<double> {
     std::vector<double> ms;
     std::vector<backend::SamplingRow> srows(b.seqs.size());
     std::vector<int32_t> ids;
     for (int i = 0; i <= o.repeats; ++i) {
-      RILL_ASSIGN_OR_RETURN(double t, be.time_ms([&]() -> Status {
+      if (i) be.trace_push(name.c_str());
+      auto t_or = be.time_ms([&]() -> Status {
         RILL_ASSIGN_OR_RETURN(TensorView logits, m.forward(b, caches));
         if (sample) return m.sample(logits, srows, &ids);
         return {};
-      }));
+      });
+      if (i) be.trace_pop();
+      RILL_ASSIGN_OR_RETURN(double t, std::move(t_or));
       if (i) ms.push_back(t);  // the first run warms up (cuBLASLt heuristics, module load)
     }
     return median(ms);
@@ -128,8 +132,9 @@ Result<std::vector<BenchRow>> bench_model(model::Model& m, const BenchOptions& o
       b.token_ids.insert(b.token_ids.end(), ids.begin(), ids.end());
       b.seqs.push_back(q);
     }
-    RILL_ASSIGN_OR_RETURN(double ms, time_step(b, false));
-    BenchRow r{"prefill", fmt::format("{} x {} tokens", n_seq, len), ms, 0, 0, ""};
+    const std::string what = fmt::format("{} x {} tokens", n_seq, len);
+    RILL_ASSIGN_OR_RETURN(double ms, time_step(b, false, "prefill " + what));
+    BenchRow r{"prefill", what, ms, 0, 0, ""};
     r.flops = prefill_flops(m, p, int64_t(n_seq) * len, std::vector<int>(size_t(n_seq), len));
     r.bytes = 2.0 * (p.dense + p.lm_head + p.one_expert * c.moe.n_experts *
                                                 double(std::count(c.ffn_kinds.begin(), c.ffn_kinds.end(), model::FfnKind::Moe)));
@@ -149,8 +154,9 @@ Result<std::vector<BenchRow>> bench_model(model::Model& m, const BenchOptions& o
       b.token_ids.push_back(int32_t(rng() % uint32_t(c.vocab_size)));
       b.seqs.push_back(q);
     }
-    RILL_ASSIGN_OR_RETURN(double ms, time_step(b, true));
-    BenchRow r{"decode", fmt::format("batch {} at {} context", batch, o.decode_context), ms, 0, 0, ""};
+    const std::string what = fmt::format("batch {} at {} context", batch, o.decode_context);
+    RILL_ASSIGN_OR_RETURN(double ms, time_step(b, true, "decode " + what));
+    BenchRow r{"decode", what, ms, 0, 0, ""};
     r.bytes = decode_bytes(m, p, batch, o.decode_context);
     r.flops = 2.0 * batch * (p.dense + p.lm_head + c.moe.n_experts_per_token * p.one_expert *
                                                        double(std::count(c.ffn_kinds.begin(), c.ffn_kinds.end(), model::FfnKind::Moe)));

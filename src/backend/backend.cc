@@ -81,7 +81,8 @@ Status Backend::embed(const EmbedArgs& a) {
   if (dry_run_) return {};
   Check c("embed");
   c.tensor(a.table, "table", 2).tensor(a.ids, "ids", 1).dtype(a.ids, "ids", DType::I32).tensor(a.out, "out", 2)
-      .dtype(a.out, "out", act_dtype()).dim(a.out, "out", 0, a.ids.size(0)).dim(a.out, "out", 1, a.table.size(1));
+      .that(a.out.dtype == act_dtype() || a.out.dtype == DType::F32, "out is the activation dtype or F32")
+      .dim(a.out, "out", 0, a.ids.size(0)).dim(a.out, "out", 1, a.table.size(1));
   RILL_TRY(c.done());
   return embed_impl(a);
 }
@@ -90,7 +91,8 @@ Status Backend::rms_norm(const RmsNormArgs& a) {
   if (dry_run_) return {};
   Check c("rms_norm");
   c.tensor(a.x, "x", 2).tensor(a.out, "out", 2).tensor(a.weight, "weight", 1).dtype(a.weight, "weight", DType::F32)
-      .same_shape(a.x, "x", a.out, "out").dim(a.weight, "weight", 0, a.x.size(1)).dtype(a.x, "x", act_dtype())
+      .same_shape(a.x, "x", a.out, "out").dim(a.weight, "weight", 0, a.x.size(1))
+      .that(a.x.dtype == act_dtype() || a.x.dtype == DType::F32, "x is the activation dtype or F32")
       .dtype(a.out, "out", act_dtype());
   RILL_TRY(c.done());
   return rms_norm_impl(a);
@@ -102,7 +104,10 @@ Status Backend::add_rms_norm(const AddRmsNormArgs& a) {
   c.tensor(a.residual, "residual", 2).tensor(a.delta, "delta", 2).tensor(a.out, "out", 2)
       .tensor(a.weight, "weight", 1).dtype(a.weight, "weight", DType::F32)
       .same_shape(a.residual, "residual", a.delta, "delta").same_shape(a.residual, "residual", a.out, "out")
-      .dim(a.weight, "weight", 0, a.residual.size(1)).dtype(a.residual, "residual", act_dtype());
+      .dim(a.weight, "weight", 0, a.residual.size(1)).dtype(a.delta, "delta", act_dtype())
+      .dtype(a.out, "out", act_dtype())
+      .that(a.residual.dtype == act_dtype() || a.residual.dtype == DType::F32,
+            "residual is the activation dtype or F32");
   RILL_TRY(c.done());
   return add_rms_norm_impl(a);
 }

@@ -54,12 +54,12 @@ struct SamplingRow {
 struct EmbedArgs {
   TensorView table;  // [V, H] weight dtype
   TensorView ids;    // I32 [T]
-  TensorView out;    // act [T, H]
+  TensorView out;    // act or F32 [T, H]
 };
 
 // KimiRMSNorm (spec §3.0): y = x * rsqrt(mean(x^2) + eps) in fp32, rounded to the activation dtype, times w.
 struct RmsNormArgs {
-  TensorView x;       // act [T, N] (rows may be strided)
+  TensorView x;       // act or F32 [T, N] (rows may be strided)
   TensorView weight;  // F32 [N]
   float eps = 1e-5f;
   TensorView out;     // act [T, N]
@@ -67,7 +67,7 @@ struct RmsNormArgs {
 
 // residual += delta (rounded to act), then out = RmsNorm(residual): the pre-norm decoder's join point.
 struct AddRmsNormArgs {
-  TensorView residual;  // act [T, H], updated in place
+  TensorView residual;  // act or F32 [T, H] (the residual stream), updated in place
   TensorView delta;     // act [T, H]
   TensorView weight;    // F32 [H]
   float eps = 1e-5f;
@@ -197,6 +197,8 @@ struct SampleArgs {
   const SamplingRow* rows = nullptr;  // [R], in device memory
   TensorView out_ids;               // I32 [R], device
   Arena* scratch = nullptr;
+  // Every row greedy (temperature <= 0 or top_k == 1), known on the host: the GPU then skips the sort.
+  bool all_greedy = false;
 };
 
 // Repetition, frequency and presence penalties on raw logits (vLLM order: repetition over prompt and output
@@ -274,6 +276,10 @@ class Backend {
   virtual Status synchronize() = 0;
   // Milliseconds `body` takes on the device (CUDA events around it; a host clock on the CPU). For benchmarks.
   virtual Result<double> time_ms(const std::function<Status()>& body);
+  // Named ranges for profilers around a region of launches (NVTX on CUDA, so that e.g.
+  // `ncu --nvtx --nvtx-include "decode batch 1/"` profiles just that region); nothing elsewhere.
+  virtual void trace_push(const char* /*name*/) {}
+  virtual void trace_pop() {}
 
   // Dry run: ops return at once without touching memory, but still take the scratch they would use from
   // their arena, so a forward pass over a measuring Arena yields the workspace size (plan, then run).

@@ -37,14 +37,17 @@ Status KimiLinearModel::ffn(ForwardContext& cx, int i, TensorView x, TensorView 
   return moe_forward(cx, config_, layers_[size_t(i)].moe, x, out);
 }
 
-// x is the residual stream; h the normed input of the next sublayer. Each residual add is fused with the
-// norm that follows it (x += a; h = norm(x)), which is exactly the reference's order of operations.
+// x is the residual stream, kept in fp32 on every backend (the bf16 CUDA path rounded it at every add, and
+// those roundings were the largest share of its error against the fp32 reference); h is the normed input of
+// the next sublayer, in the activation dtype. Each residual add is fused with the norm that follows it
+// (x += a; h = norm(x)), which is exactly the reference's order of operations. The last layer's add and the
+// final norm run only on the rows whose logits are wanted.
 Status KimiLinearModel::forward_impl(ForwardContext& cx, TensorView ids, TensorView rows, const ModelCaches& caches,
                                      TensorView logits) {
   const ModelConfig& c = config_;
   const int64_t T = ids.size(0), H = c.hidden_size, R = rows.size(0);
   auto& be = cx.be;
-  TensorView x = cx.ws.alloc(cx.act(), {T, H});
+  TensorView x = cx.ws.alloc(DType::F32, {T, H});
   TensorView h = cx.ws.alloc(cx.act(), {T, H});
   TensorView delta = cx.ws.alloc(cx.act(), {T, H});
   RILL_TRY(be.embed({embed_.weight, ids, x}));
@@ -61,14 +64,15 @@ Status KimiLinearModel::forward_impl(ForwardContext& cx, TensorView ids, TensorV
     RILL_TRY(ffn(cx, i, h, delta));
     cx.tap("ffn_out", delta);
     if (i + 1 < c.n_layers) RILL_TRY(be.add_rms_norm({x, delta, layers_[size_t(i + 1)].input_norm, c.rms_norm_eps, h}));
-    else RILL_TRY(be.add({x, delta}));
   }
   cx.layer = -1;
-  cx.tap("residual", x);
-  TensorView picked = cx.ws.alloc(cx.act(), {R, H});
+  TensorView picked = cx.ws.alloc(DType::F32, {R, H});
+  TensorView picked_delta = cx.ws.alloc(cx.act(), {R, H});
   RILL_TRY(be.gather_rows({x, rows, picked}));
+  RILL_TRY(be.gather_rows({delta, rows, picked_delta}));
   TensorView normed = cx.ws.alloc(cx.act(), {R, H});
-  RILL_TRY(be.rms_norm({picked, final_norm_, c.rms_norm_eps, normed}));
+  RILL_TRY(be.add_rms_norm({picked, picked_delta, final_norm_, c.rms_norm_eps, normed}));
+  cx.tap("residual", picked);
   return be.gemm({normed, &lm_head_, logits});
 }
 

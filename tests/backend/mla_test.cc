@@ -216,6 +216,16 @@ TEST(MlaCuda, DecodeBatch16MixedContexts) {
   check_attention(h, seqs, 32, 64);
 }
 
+// 40 sequences x 32 heads = 1280 combine rows: the warp-per-row combine (below 1024 rows it is block-per-row).
+TEST(MlaCuda, DecodeBatch40TakesTheManyRowsCombine) {
+  OpHarness h("cuda");
+  RILL_REQUIRE_BACKEND(h);
+  std::vector<Seq> seqs;
+  std::uniform_int_distribution<int> ctx(1, 2000);
+  for (int i = 0; i < 40; ++i) seqs.push_back({ctx(h.rng()) - 1, 1});
+  check_attention(h, seqs, 32, 64);
+}
+
 TEST(MlaCuda, DecodeMultiTokenCausal) {
   OpHarness h("cuda");
   RILL_REQUIRE_BACKEND(h);

@@ -68,6 +68,29 @@ TEST_P(NormTest, AddRmsNorm) {
     }
 }
 
+// The model's fp32 residual stream: F32 residual (updated exactly, no rounding), bf16 delta and output on the
+// device; then rms_norm reading the F32 residual.
+TEST_P(NormTest, AddRmsNormFp32Residual) {
+  OpHarness h(GetParam());
+  RILL_REQUIRE_BACKEND(h);
+  for (int64_t N : {64, 2304, 100})
+    for (int64_t T : {1, 7, 300}) {
+      SCOPED_TRACE(::testing::Message() << "N " << N << " T " << T);
+      auto [rc, rd] = h.put_both(h.randn(T * N, 2.0f), DType::F32, DType::F32, {T, N});
+      auto [dc, dd] = h.put_both(h.randn(T * N), DType::F32, DType::BF16, {T, N});
+      auto [gc, gd] = h.put_both(h.uniform(N, 0.5f, 1.5f, false), DType::F32, DType::F32, {N});
+      BackendTensor yc = h.empty(h.cpu(), DType::F32, {T, N}), yd = h.empty(h.dev(), DType::BF16, {T, N});
+      ASSERT_TRUE(h.cpu().add_rms_norm({rc.view, dc.view, gc.view, 1e-5f, yc.view}).ok());
+      ASSERT_TRUE(h.dev().add_rms_norm({rd.view, dd.view, gd.view, 1e-5f, yd.view}).ok());
+      // Both add the same two values (delta is exact in bf16 after put_both) in fp32: identical residuals.
+      EXPECT_EQ(h.get(h.dev(), rd.view), h.get(h.cpu(), rc.view)) << "residual";
+      EXPECT_LE(rel_l2(h.get(h.dev(), yd.view), h.get(h.cpu(), yc.view)), kNormTol);
+      ASSERT_TRUE(h.cpu().rms_norm({rc.view, gc.view, 1e-5f, yc.view}).ok());
+      ASSERT_TRUE(h.dev().rms_norm({rd.view, gd.view, 1e-5f, yd.view}).ok());
+      EXPECT_LE(rel_l2(h.get(h.dev(), yd.view), h.get(h.cpu(), yc.view)), kNormTol);
+    }
+}
+
 // o may be a view with a head stride wider than d (here: the first half of [T, Hk, 2d]).
 TEST_P(NormTest, KdaOutputNorm) {
   OpHarness h(GetParam());

@@ -33,7 +33,8 @@ std::vector<float> make_logits(OpHarness& h, int64_t R, int64_t V, Shape shape) 
 // Runs sample on both backends for `rows` and returns (cpu ids, device ids).
 std::pair<std::vector<float>, std::vector<float>> run(OpHarness& h, const std::vector<float>& logits,
                                                       int64_t V,
-                                                      const std::vector<backend::SamplingRow>& rows) {
+                                                      const std::vector<backend::SamplingRow>& rows,
+                                                      bool all_greedy = false) {
   const int64_t R = int64_t(rows.size());
   auto [lc, ld] = h.put_both(logits, DType::F32, DType::F32, {R, V});
   BackendTensor oc = h.empty(h.cpu(), DType::I32, {R}), od = h.empty(h.dev(), DType::I32, {R});
@@ -44,7 +45,7 @@ std::pair<std::vector<float>, std::vector<float>> run(OpHarness& h, const std::v
   EXPECT_TRUE(h.cpu().sample({lc.view, rows.data(), oc.view, nullptr}).ok());
   // Scratch sized by a dry run, as the model plans its workspace; filled with junk first.
   backend::SampleArgs a{ld.view, static_cast<const backend::SamplingRow*>(dev_rows->data()), od.view,
-                        nullptr};
+                        nullptr, all_greedy};
   Arena measure(nullptr, 0, Device::Cuda);
   h.dev().set_dry_run(true);
   a.scratch = &measure;
@@ -81,9 +82,12 @@ class SampleTest : public ::testing::TestWithParam<std::string> {};
 TEST_P(SampleTest, GreedyTakesTheFirstMaximum) {
   OpHarness h(GetParam());
   RILL_REQUIRE_BACKEND(h);
-  for (int64_t V : {512, 163840})
+  // all_greedy: the host says every row is greedy, so the GPU takes its split-argmax path (V >= 32) or the
+  // prepare kernel alone (V < 32).
+  for (bool all_greedy : {false, true})
+  for (int64_t V : {16, 512, 163840})
     for (Shape shape : {Shape::Normal, Shape::Tied}) {
-      SCOPED_TRACE(::testing::Message() << "V " << V << " shape " << int(shape));
+      SCOPED_TRACE(::testing::Message() << "V " << V << " shape " << int(shape) << " all_greedy " << all_greedy);
       const int64_t R = 37;
       std::vector<float> l = make_logits(h, R, V, shape);
       for (int64_t i = 0; i < V; i += 97) l[size_t(i)] = 50.0f;  // row 0: many equal maxima
@@ -92,7 +96,7 @@ TEST_P(SampleTest, GreedyTakesTheFirstMaximum) {
         if (r % 3 == 1) rows[r].temperature = -1.0f;
         if (r % 3 == 2) rows[r] = {0.9f, 0.5f, 0.1f, 1, 17, r};  // top_k = 1 is greedy too
       }
-      auto [cpu, dev] = run(h, l, V, rows);
+      auto [cpu, dev] = run(h, l, V, rows, all_greedy);
       expect_same(cpu, dev, rows);
     }
 }

@@ -13,6 +13,9 @@ struct CudaContext {
   int sm_count = 0;
   size_t max_smem_per_block = 0;  // opt-in limit (cudaDevAttrMaxSharedMemoryPerBlockOptin)
   GemmRunner* gemm = nullptr;     // cuBLASLt handle, plans and algorithm cache
+  // Router logits of a decode step ([kGemvMaxRows, moe::kMaxExperts] F32), allocated with the backend: the
+  // small-batch router computes them with the split GEMV and selects experts in a second kernel.
+  float* route_logits = nullptr;
 };
 
 }  // namespace rill::cuda

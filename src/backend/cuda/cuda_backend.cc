@@ -1,5 +1,7 @@
 #include "backend/cuda/cuda_backend.h"
 
+#include <nvtx3/nvToolsExt.h>
+
 #include <cstring>
 #include <thread>
 #include <vector>
@@ -7,10 +9,12 @@
 #include "backend/cuda/common/check.h"
 #include "backend/cuda/elementwise.h"
 #include "backend/cuda/gemm/gemm_runner.h"
+#include "backend/cuda/gemm/gemv.h"
 #include "backend/cuda/kda/kda.h"
 #include "backend/cuda/make_cuda_backend.h"
 #include "backend/cuda/mla/mla.h"
 #include "backend/cuda/moe/moe.h"
+#include "backend/cuda/moe/params.h"
 #include "backend/cuda/norm.h"
 #include "backend/cuda/sample.h"
 
@@ -41,6 +45,7 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::create(int device) {
   for (auto& ev : b->pinned_free_) RILL_CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
   RILL_ASSIGN_OR_RETURN(b->gemm_, GemmRunner::create(device));
   b->ctx_.gemm = b->gemm_.get();
+  RILL_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&b->ctx_.route_logits), size_t(kGemvMaxRows) * moe::kMaxExperts * sizeof(float)));
   return b;
 }
 
@@ -51,6 +56,7 @@ CudaBackend::~CudaBackend() {
     if (ev) cudaEventDestroy(ev);
   if (pinned_) cudaFreeHost(pinned_);
   if (layout_dev_) cudaFree(layout_dev_);
+  if (ctx_.route_logits) cudaFree(ctx_.route_logits);
   if (ctx_.stream) cudaStreamDestroy(ctx_.stream);
 }
 
@@ -175,6 +181,9 @@ Result<double> CudaBackend::time_ms(const std::function<Status()>& body) {
   RILL_TRY(st);
   return double(ms);
 }
+
+void CudaBackend::trace_push(const char* name) { nvtxRangePushA(name); }
+void CudaBackend::trace_pop() { nvtxRangePop(); }
 
 // Copies host bytes into the pinned ring and enqueues the copy to `dst`. A half of the ring is reused only
 // after the copies that read it have completed (its event), so the host never overwrites bytes in flight.

@@ -34,6 +34,8 @@ class CudaBackend final : public backend::Backend {
   Status upload_async(void* dst, const void* host_src, size_t bytes) override;
   Status synchronize() override;
   Result<double> time_ms(const std::function<Status()>& body) override;
+  void trace_push(const char* name) override;
+  void trace_pop() override;
 
  protected:
   size_t kda_attention_scratch_bytes(const backend::KdaAttentionArgs& a) const override;

@@ -94,17 +94,18 @@ Status launch_binary(const char* name, const TensorView& a, const TensorView& b,
 }
 
 // Rows of a [V, H] table gathered by id; an id outside [0, V) yields a zero row (the host cannot see ids).
-template <typename T, int kVec>
-__global__ void embed_kernel(const T* table, int64_t ldt, int64_t V, const int32_t* ids, bf16* out,
+// O: bf16 activations, or fp32 (the model's residual stream).
+template <typename T, int kVec, typename O = bf16>
+__global__ void embed_kernel(const T* table, int64_t ldt, int64_t V, const int32_t* ids, O* out,
                              int64_t ldo, int64_t n_tokens, int64_t H) {
   const int64_t per_row = H / kVec, total = n_tokens * per_row;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
        i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t t = i / per_row, c = (i - t * per_row) * kVec;
     const int64_t id = ids[t];
-    bf16* dst = out + t * ldo + c;
+    O* dst = out + t * ldo + c;
     if constexpr (kVec == 8) {
-      static_assert(sizeof(T) == 2, "the vector path copies bf16 rows");
+      static_assert(sizeof(T) == 2 && sizeof(O) == 2, "the vector path copies bf16 rows");
       uint4 v = make_uint4(0, 0, 0, 0);
       if (id >= 0 && id < V) v = *reinterpret_cast<const uint4*>(table + id * ldt + c);
       *reinterpret_cast<uint4*>(dst) = v;
@@ -118,7 +119,10 @@ __global__ void embed_kernel(const T* table, int64_t ldt, int64_t V, const int32
         else
           x = __bfloat162float(table[id * ldt + c]);
       }
-      dst[0] = __float2bfloat16_rn(x);
+      if constexpr (std::is_same_v<O, float>)
+        dst[0] = x;
+      else
+        dst[0] = __float2bfloat16_rn(x);
     }
   }
 }
@@ -164,11 +168,34 @@ __global__ void fill_random_kernel(void* data, int64_t n, uint64_t seed, float l
 }  // namespace
 
 Status launch_embed(const backend::EmbedArgs& a, const CudaContext& cx) {
-  if (a.out.dtype != DType::BF16)
-    return invalid_argument("embed: CUDA activations must be BF16, got {}", a.out.describe());
+  if (a.out.dtype != DType::BF16 && a.out.dtype != DType::F32)
+    return invalid_argument("embed: CUDA output must be BF16 or F32, got {}", a.out.describe());
   const int64_t T = a.ids.size(0), H = a.table.size(1), V = a.table.size(0);
   if (T == 0 || H == 0) return {};
   const auto* ids = a.ids.ptr<const int32_t>();
+  if (a.out.dtype == DType::F32) {  // the fp32 residual stream: exact widening of the table's values
+    auto* out32 = static_cast<float*>(a.out.data);
+    const int64_t ldt = a.table.stride(0), ldo = a.out.stride(0);
+    const unsigned grid = grid_for(T * H, cx);
+    switch (a.table.dtype) {
+      case DType::BF16:
+        embed_kernel<bf16, 1, float><<<grid, kThreads, 0, cx.stream>>>(static_cast<const bf16*>(a.table.data),
+                                                                       ldt, V, ids, out32, ldo, T, H);
+        break;
+      case DType::F16:
+        embed_kernel<__half, 1, float><<<grid, kThreads, 0, cx.stream>>>(
+            static_cast<const __half*>(a.table.data), ldt, V, ids, out32, ldo, T, H);
+        break;
+      case DType::F32:
+        embed_kernel<float, 1, float><<<grid, kThreads, 0, cx.stream>>>(static_cast<const float*>(a.table.data),
+                                                                        ldt, V, ids, out32, ldo, T, H);
+        break;
+      default:
+        return invalid_argument("embed: unsupported table dtype {}", dtype_name(a.table.dtype));
+    }
+    RILL_CUDA_CHECK_LAUNCH("embed");
+    return {};
+  }
   auto* out = static_cast<bf16*>(a.out.data);
   const int64_t ldt = a.table.stride(0), ldo = a.out.stride(0);
   switch (a.table.dtype) {

@@ -3,8 +3,9 @@
 // rms_norm / add_rms_norm: one block per row (rows may be strided), two passes over the row: the sum of
 // squares (fp32, block reduction), then y = bf16(x * rsqrt(mean + eps)) and out = bf16(w * y). The second
 // pass re-reads the row, which a block has just read (L1/L2 hit), so the kernel moves each byte once from
-// HBM: memory-bound. 16-byte accesses when width, strides and pointers allow. In add_rms_norm the residual
-// is rounded to bf16 and stored in pass one; each thread re-reads exactly the elements it wrote.
+// HBM: memory-bound. 16-byte accesses when width, strides and pointers allow. The residual (x) is bf16 or
+// fp32 (the model keeps its residual stream in fp32); in add_rms_norm it is updated (rounded to bf16 when
+// bf16) and stored in pass one; each thread re-reads exactly the elements it wrote.
 //
 // kda_output_norm: one warp per (token, head) over d channels, all fp32, rounded once at the end.
 #include <cuda_bf16.h>
@@ -12,6 +13,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <initializer_list>
+#include <type_traits>
 
 #include "backend/cuda/common/check.h"
 #include "backend/cuda/common/device_math.cuh"
@@ -30,23 +32,59 @@ __device__ __forceinline__ float round_bf16(float x) {
   return __bfloat162float(__float2bfloat16_rn(x));
 }
 
-// kAdd: x is the residual (updated in place with bf16(x + delta)); otherwise delta is unused.
-template <int kVec, bool kAdd>
-__global__ void rms_norm_kernel(bf16* x, int64_t ldx, const bf16* delta, int64_t ldd, const float* w,
+// Loads / stores kVec consecutive values of a row in bf16 or fp32 (the residual stream may be either).
+template <int kVec>
+__device__ __forceinline__ void load_row(const bf16* p, float (&v)[kVec]) {
+  load_bf16<kVec>(p, v);
+}
+template <int kVec>
+__device__ __forceinline__ void load_row(const float* p, float (&v)[kVec]) {
+  if constexpr (kVec % 4 == 0) {
+#pragma unroll
+    for (int i = 0; i < kVec; i += 4) {
+      const float4 q = *reinterpret_cast<const float4*>(p + i);
+      v[i] = q.x, v[i + 1] = q.y, v[i + 2] = q.z, v[i + 3] = q.w;
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) v[i] = p[i];
+  }
+}
+template <int kVec>
+__device__ __forceinline__ void store_row(float* p, const float (&v)[kVec]) {
+  if constexpr (kVec % 4 == 0) {
+#pragma unroll
+    for (int i = 0; i < kVec; i += 4) *reinterpret_cast<float4*>(p + i) = make_float4(v[i], v[i + 1], v[i + 2], v[i + 3]);
+  } else {
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) p[i] = v[i];
+  }
+}
+
+// kAdd: x is the residual (updated in place with x + delta: rounded to bf16 when X is bf16, exact in fp32
+// when the residual stream is fp32); otherwise delta is unused.
+template <int kVec, bool kAdd, typename X>
+__global__ void rms_norm_kernel(X* x, int64_t ldx, const bf16* delta, int64_t ldd, const float* w,
                                 float eps, bf16* out, int64_t ldo, int N) {
   const int64_t row = blockIdx.x;
-  bf16* xr = x + row * ldx;
+  X* xr = x + row * ldx;
   bf16* yr = out + row * ldo;
   float ss = 0.0f;
   for (int c = threadIdx.x * kVec; c < N; c += blockDim.x * kVec) {
     float v[kVec];
-    load_bf16<kVec>(xr + c, v);
+    load_row<kVec>(xr + c, v);
     if constexpr (kAdd) {
       float d[kVec];
       load_bf16<kVec>(delta + row * ldd + c, d);
+      if constexpr (std::is_same_v<X, bf16>) {
 #pragma unroll
-      for (int i = 0; i < kVec; ++i) v[i] = round_bf16(v[i] + d[i]);
-      store_bf16<kVec>(xr + c, v);
+        for (int i = 0; i < kVec; ++i) v[i] = round_bf16(v[i] + d[i]);
+        store_bf16<kVec>(xr + c, v);
+      } else {
+#pragma unroll
+        for (int i = 0; i < kVec; ++i) v[i] += d[i];
+        store_row<kVec>(xr + c, v);
+      }
     }
 #pragma unroll
     for (int i = 0; i < kVec; ++i) ss += v[i] * v[i];
@@ -55,7 +93,7 @@ __global__ void rms_norm_kernel(bf16* x, int64_t ldx, const bf16* delta, int64_t
   const float r = rsqrtf(ss / float(N) + eps);
   for (int c = threadIdx.x * kVec; c < N; c += blockDim.x * kVec) {
     float v[kVec];
-    load_bf16<kVec>(xr + c, v);
+    load_row<kVec>(xr + c, v);
 #pragma unroll
     for (int i = 0; i < kVec; ++i) v[i] = w[c + i] * round_bf16(v[i] * r);
     store_bf16<kVec>(yr + c, v);
@@ -106,38 +144,57 @@ Status check_bf16(const char* op, std::initializer_list<const TensorView*> views
   return {};
 }
 
-template <bool kAdd>
-Status launch_rows(const char* name, bf16* x, int64_t ldx, const bf16* delta, int64_t ldd, const float* w,
+template <bool kAdd, typename X>
+Status launch_rows(const char* name, X* x, int64_t ldx, const bf16* delta, int64_t ldd, const float* w,
                    float eps, bf16* out, int64_t ldo, int64_t T, int64_t N, const CudaContext& cx) {
   if (T == 0 || N == 0) return {};
   const bool vec = N % 8 == 0 && ldx % 8 == 0 && ldo % 8 == 0 && aligned16(x) && aligned16(out) &&
                    (!kAdd || (ldd % 8 == 0 && aligned16(delta)));
   if (vec)
-    rms_norm_kernel<8, kAdd>
+    rms_norm_kernel<8, kAdd, X>
         <<<unsigned(T), row_threads(N, 8), 0, cx.stream>>>(x, ldx, delta, ldd, w, eps, out, ldo, int(N));
   else
-    rms_norm_kernel<1, kAdd>
+    rms_norm_kernel<1, kAdd, X>
         <<<unsigned(T), row_threads(N, 1), 0, cx.stream>>>(x, ldx, delta, ldd, w, eps, out, ldo, int(N));
   RILL_CUDA_CHECK_LAUNCH(name);
+  return {};
+}
+
+// The residual stream (norm input) is bf16 or fp32; the normed output and delta are bf16 activations.
+Status check_residual(const char* op, const TensorView& x) {
+  if (x.dtype != DType::BF16 && x.dtype != DType::F32)
+    return invalid_argument("{}: CUDA residual must be BF16 or F32, got {}", op, x.describe());
   return {};
 }
 
 }  // namespace
 
 Status launch_rms_norm(const backend::RmsNormArgs& a, const CudaContext& cx) {
-  RILL_TRY(check_bf16("rms_norm", {&a.x, &a.out}));
+  RILL_TRY(check_bf16("rms_norm", {&a.out}));
+  RILL_TRY(check_residual("rms_norm", a.x));
   // x is only read; the kernel's pointer is non-const because add_rms_norm shares it.
-  return launch_rows<false>("rms_norm", static_cast<bf16*>(a.x.data), a.x.stride(0), nullptr, 0,
-                            a.weight.ptr<const float>(), a.eps, static_cast<bf16*>(a.out.data),
+  const float* w = a.weight.ptr<const float>();
+  auto* out = static_cast<bf16*>(a.out.data);
+  if (a.x.dtype == DType::F32)
+    return launch_rows<false>("rms_norm", static_cast<float*>(a.x.data), a.x.stride(0), nullptr, 0, w, a.eps, out,
+                              a.out.stride(0), a.x.size(0), a.x.size(1), cx);
+  return launch_rows<false>("rms_norm", static_cast<bf16*>(a.x.data), a.x.stride(0), nullptr, 0, w, a.eps, out,
                             a.out.stride(0), a.x.size(0), a.x.size(1), cx);
 }
 
 Status launch_add_rms_norm(const backend::AddRmsNormArgs& a, const CudaContext& cx) {
-  RILL_TRY(check_bf16("add_rms_norm", {&a.residual, &a.delta, &a.out}));
-  return launch_rows<true>("add_rms_norm", static_cast<bf16*>(a.residual.data), a.residual.stride(0),
-                           static_cast<const bf16*>(a.delta.data), a.delta.stride(0),
-                           a.weight.ptr<const float>(), a.eps, static_cast<bf16*>(a.out.data),
-                           a.out.stride(0), a.residual.size(0), a.residual.size(1), cx);
+  RILL_TRY(check_bf16("add_rms_norm", {&a.delta, &a.out}));
+  RILL_TRY(check_residual("add_rms_norm", a.residual));
+  const auto* delta = static_cast<const bf16*>(a.delta.data);
+  const float* w = a.weight.ptr<const float>();
+  auto* out = static_cast<bf16*>(a.out.data);
+  if (a.residual.dtype == DType::F32)
+    return launch_rows<true>("add_rms_norm", static_cast<float*>(a.residual.data), a.residual.stride(0), delta,
+                             a.delta.stride(0), w, a.eps, out, a.out.stride(0), a.residual.size(0),
+                             a.residual.size(1), cx);
+  return launch_rows<true>("add_rms_norm", static_cast<bf16*>(a.residual.data), a.residual.stride(0), delta,
+                           a.delta.stride(0), w, a.eps, out, a.out.stride(0), a.residual.size(0),
+                           a.residual.size(1), cx);
 }
 
 Status launch_kda_output_norm(const backend::KdaOutputArgs& a, const CudaContext& cx) {

@@ -14,6 +14,9 @@
 //  2. cub::DeviceSegmentedRadixSort sorts each segment by logit, descending. It is stable, and S is in id
 //     order, so ties come out lowest id first: the CPU's order.
 //  3. finish (one warp per row) runs the CPU rule over the sorted S: fp64 probabilities, warp prefix sums.
+// A step whose rows are all greedy (known on the host, SampleArgs::all_greedy) skips all of that: a split
+// argmax (kArgmaxBlocks blocks per row, then one warp per row merges their winners) replaces the one-CTA
+// prepare, which streamed a 163,840-wide row through a single SM (18 us at batch 1).
 // The only differences from the CPU are the order of fp64 additions (Z over the whole row when top_k is off,
 // the prefix sums): a decision can flip only when top_p, min_p or u lands within ~1e-15 (relative) of a
 // cumulative sum, which is vanishingly rare. Typical settings give S of tens to thousands of tokens; a
@@ -76,6 +79,52 @@ __device__ __forceinline__ double warp_inclusive_scan(double v, int lane) {
     if (lane >= o) v += n;
   }
   return v;
+}
+
+constexpr int kArgmaxBlocks = 32, kArgmaxThreads = 256;
+
+// Block b of row blockIdx.y finds the best (value, lowest index) of its slice of the row.
+__global__ void __launch_bounds__(kArgmaxThreads) argmax_partial_kernel(const float* logits, int64_t ld, int V,
+                                                                         float* part_v, int32_t* part_i) {
+  __shared__ float s_val[kArgmaxThreads / 32];
+  __shared__ int s_idx[kArgmaxThreads / 32];
+  const int row = blockIdx.y, b = blockIdx.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int span = (V + kArgmaxBlocks - 1) / kArgmaxBlocks, end = min(V, (b + 1) * span);
+  const float* l = logits + int64_t(row) * ld;
+  float bv = -INFINITY;
+  int bi = INT_MAX;
+  for (int i = b * span + tid; i < end; i += kArgmaxThreads) {
+    const float v = l[i];
+    if (better(v, i, bv, bi)) bv = v, bi = i;
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float ov = __shfl_xor_sync(kFull, bv, o);
+    const int oi = __shfl_xor_sync(kFull, bi, o);
+    if (better(ov, oi, bv, bi)) bv = ov, bi = oi;
+  }
+  if (lane == 0) s_val[warp] = bv, s_idx[warp] = bi;
+  __syncthreads();
+  if (tid != 0) return;
+  for (int w = 1; w < kArgmaxThreads / 32; ++w)
+    if (better(s_val[w], s_idx[w], bv, bi)) bv = s_val[w], bi = s_idx[w];
+  part_v[row * kArgmaxBlocks + b] = bv;
+  part_i[row * kArgmaxBlocks + b] = bi;
+}
+
+// One warp per row merges the kArgmaxBlocks winners (the same order rule, so the lowest index wins ties).
+__global__ void __launch_bounds__(32) argmax_final_kernel(const float* part_v, const int32_t* part_i, int row0,
+                                                          int32_t* out_ids) {
+  const int row = blockIdx.x, lane = threadIdx.x;
+  float bv = lane < kArgmaxBlocks ? part_v[row * kArgmaxBlocks + lane] : -INFINITY;
+  int bi = lane < kArgmaxBlocks ? part_i[row * kArgmaxBlocks + lane] : INT_MAX;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float ov = __shfl_xor_sync(kFull, bv, o);
+    const int oi = __shfl_xor_sync(kFull, bi, o);
+    if (better(ov, oi, bv, bi)) bv = ov, bi = oi;
+  }
+  if (lane == 0) out_ids[row0 + row] = bi;
 }
 
 struct PrepParams {
@@ -387,10 +436,25 @@ Status launch_sample(const backend::SampleArgs& a, const CudaContext& cx) {
   const unsigned finish_blocks = unsigned((s.chunk_rows + kFinishRowsPerBlock - 1) / kFinishRowsPerBlock);
   // Scratch goes back to the arena at once: later work on the stream is ordered after these kernels.
   a.scratch->release_to(mark);
+  if (a.all_greedy && V >= kArgmaxBlocks) {  // the partial winners of a chunk fit the keys/vals scratch
+    for (int row0 = 0; row0 < R; row0 += s.chunk_rows) {
+      const int rows = int(std::min<int64_t>(s.chunk_rows, R - row0));
+      argmax_partial_kernel<<<dim3(kArgmaxBlocks, unsigned(rows)), kArgmaxThreads, 0, cx.stream>>>(
+          pp.logits + int64_t(row0) * pp.ld, pp.ld, int(V), pp.keys, pp.vals);
+      argmax_final_kernel<<<unsigned(rows), 32, 0, cx.stream>>>(pp.keys, pp.vals, row0, pp.out_ids);
+      if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess)
+        return internal_error("sample (greedy): {}", cudaGetErrorString(e));
+    }
+    return {};
+  }
   for (int row0 = 0; row0 < R; row0 += s.chunk_rows) {
     pp.row0 = fp.row0 = row0;
     sample_prepare_kernel<<<unsigned(s.chunk_rows), kPrepThreads, 0, cx.stream>>>(pp);
     err = cudaGetLastError();
+    if (a.all_greedy) {  // (a row narrower than kArgmaxBlocks) prepare wrote every argmax: nothing to sort
+      if (err != cudaSuccess) return internal_error("sample: {}", cudaGetErrorString(err));
+      continue;
+    }
     cub::DoubleBuffer<float> keys(pp.keys, keys_alt);
     cub::DoubleBuffer<int32_t> ids(pp.vals, ids_alt);
     if (err == cudaSuccess)

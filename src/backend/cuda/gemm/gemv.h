@@ -1,6 +1,7 @@
 // Launcher: the decode GEMV (a handful of rows of x against a bf16 weight), memory-bound on the weight.
 // cuBLASLt's GEMM kernels reach ~50% of HBM bandwidth at M = 1 on this shape class; this one streams each
-// weight row once with 16-byte loads and keeps several loads in flight per lane.
+// weight row once with 16-byte loads, keeps several loads in flight per lane, and splits rows across warps
+// when N is short.
 #pragma once
 
 #include "backend/backend.h"
@@ -13,5 +14,7 @@ inline constexpr int kGemvMaxRows = 4;
 // True when `a` fits the GEMV: M <= kGemvMaxRows, dense bf16 weight, 16-byte aligned rows, K % 8 == 0.
 bool gemv_eligible(const backend::GemmArgs& a);
 Status launch_gemv(const backend::GemmArgs& a, cudaStream_t stream);
+// Warps per output row (1, 2, 4 or 8) for an [N, K] weight: more for short N, never below one 32-lane pass.
+int gemv_split(int64_t N, int64_t K);
 
 }  // namespace rill::cuda

@@ -2,10 +2,11 @@
 // order. Expert(x) = down(bf16(act(bf16(gate x), bf16(up x)))). Two paths, chosen from host-known shapes only
 // (the same choice in the planning dry run and the real run, so the scratch matches):
 //  - decode (T*k <= kDecodeMaxPairs, or shapes the grouped kernels cannot take): two gathered GEMV kernels.
-//    gate_up: grid (I/32, pairs), a warp computes 4 gate and 4 up rows for its pair with 16-byte loads (8 in
-//    flight per lane), x in shared memory. down: grid (Hx/16, T), a warp computes 2 output rows for its
-//    token over the token's k experts in order, the token's activations in shared memory, and writes the
-//    combined row. Memory-bound on the experts' weights.
+//    gate_up: grid (I/16, pairs), a warp computes 2 gate and 2 up rows for its pair with 16-byte loads (8 in
+//    flight per lane), x in shared memory. down: grid (Hx/4, T), warp w computes the block's 4 output rows
+//    for experts j = w, w + 8, ..., the token's activations read through L1; the k rows are combined in
+//    order in shared memory. Memory-bound on the experts' weights (more, smaller blocks than before: the
+//    first version's 144 down blocks ran at ~50% of bandwidth).
 //  - grouped (prefill): plan (count per expert, exclusive scans, scatter pairs to expert-ordered slots) ->
 //    grouped gate_up GEMM with the activation in its epilogue -> grouped down GEMM -> combine per token over
 //    its k slots in order (deterministic, no atomics). Compute-bound on tensor cores.
@@ -29,8 +30,8 @@ using moe::DecodeParams;
 using moe::GroupedGemmParams;
 
 constexpr int kGemvThreads = 256, kGemvWarps = kGemvThreads / 32;
-constexpr int kGateUpRowsPerWarp = 4;  // i values (each a gate and an up row) per warp
-constexpr int kDownRowsPerWarp = 2;
+constexpr int kGateUpRowsPerWarp = 2;  // i values (each a gate and an up row) per warp
+constexpr int kDownRows = 4;           // output rows per block of the down GEMV
 constexpr int kPlanThreads = 1024;
 
 size_t align256(size_t b) {
@@ -78,6 +79,7 @@ __global__ void __launch_bounds__(kGemvThreads) moe_gate_up_gemv_kernel(const De
     float acc[2 * kGateUpRowsPerWarp];
 #pragma unroll
     for (int r = 0; r < 2 * kGateUpRowsPerWarp; ++r) acc[r] = 0.0f;
+#pragma unroll 2
     for (int c = lane * kVec; c < p.Hx; c += 32 * kVec) {
       float xv[kVec], wv[2 * kGateUpRowsPerWarp][kVec];
 #pragma unroll
@@ -99,57 +101,57 @@ __global__ void __launch_bounds__(kGemvThreads) moe_gate_up_gemv_kernel(const De
   }
 }
 
-// grid (Hx / 16, min(T, 65535)); blocks loop over tokens when there are more.
+// grid (Hx / kDownRows, min(T, 65535)); blocks loop over tokens when there are more. Warp w computes the
+// kDownRows output rows for the token's experts j = w, w + 8, ... (all of a warp's loads for one expert are
+// in flight together), each expert's row rounded to bf16 into shared memory; then one thread per row adds
+// the k experts in order j = 0, 1, ... with their weights in fp32 (the reference's order).
 template <int kVec>
 __global__ void __launch_bounds__(kGemvThreads) moe_down_gemv_kernel(const DecodeParams p) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  bf16* hs = reinterpret_cast<bf16*>(smem_raw);  // [k, I]: the token's activations, pair order
+  float* part = reinterpret_cast<float*>(smem_raw);  // [k, kDownRows]
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int o0 = (blockIdx.x * kGemvWarps + warp) * kDownRowsPerWarp;
+  const int o0 = blockIdx.x * kDownRows;
   const int n = p.k * p.I;
   for (int t = blockIdx.y; t < p.T; t += gridDim.y) {
-    const bf16* h = p.h + int64_t(t) * n;
-    __syncthreads();  // the previous token's readers of hs are done
-    for (int c = threadIdx.x * kVec; c < n; c += kGemvThreads * kVec) {
-      if constexpr (kVec == 8)
-        *reinterpret_cast<uint4*>(hs + c) = *reinterpret_cast<const uint4*>(h + c);
-      else
-        hs[c] = h[c];
-    }
-    __syncthreads();
-    if (o0 >= p.Hx) continue;
-    float acc[kDownRowsPerWarp];
-#pragma unroll
-    for (int r = 0; r < kDownRowsPerWarp; ++r) acc[r] = 0.0f;
-    for (int j = 0; j < p.k; ++j) {
+    const bf16* hs = p.h + int64_t(t) * n;  // [k, I]: the token's activations, pair order (read through L1)
+    __syncthreads();  // the previous token's readers of part are done
+    for (int j = warp; j < p.k; j += kGemvWarps) {
       const int e = p.ids[int64_t(t) * p.ld_ids + j];
       if (e < 0 || e >= p.E) continue;
-      const float wj = p.weights[int64_t(t) * p.ld_weights + j];
       const bf16* w_e = p.down + int64_t(e) * p.dn_expert_stride;
-      const bf16* rows[kDownRowsPerWarp];
+      const bf16* rows[kDownRows];
 #pragma unroll
-      for (int r = 0; r < kDownRowsPerWarp; ++r) rows[r] = w_e + int64_t(min(o0 + r, p.Hx - 1)) * p.dn_ld;
-      float s[kDownRowsPerWarp];
+      for (int r = 0; r < kDownRows; ++r) rows[r] = w_e + int64_t(min(o0 + r, p.Hx - 1)) * p.dn_ld;
+      float s[kDownRows];
 #pragma unroll
-      for (int r = 0; r < kDownRowsPerWarp; ++r) s[r] = 0.0f;
-#pragma unroll 2
+      for (int r = 0; r < kDownRows; ++r) s[r] = 0.0f;
+#pragma unroll 4  // I = 1024: the whole row's 16 loads per lane in flight at once
       for (int c = lane * kVec; c < p.I; c += 32 * kVec) {
-        float hv[kVec], wv[kDownRowsPerWarp][kVec];
+        float hv[kVec], wv[kDownRows][kVec];
 #pragma unroll
-        for (int r = 0; r < kDownRowsPerWarp; ++r) moe::load_bf16<kVec>(rows[r] + c, wv[r]);
+        for (int r = 0; r < kDownRows; ++r) moe::load_bf16<kVec>(rows[r] + c, wv[r]);
         moe::load_bf16<kVec>(hs + j * p.I + c, hv);
 #pragma unroll
-        for (int r = 0; r < kDownRowsPerWarp; ++r)
+        for (int r = 0; r < kDownRows; ++r)
 #pragma unroll
           for (int v = 0; v < kVec; ++v) s[r] = fmaf(wv[r][v], hv[v], s[r]);
       }
 #pragma unroll
-      for (int r = 0; r < kDownRowsPerWarp; ++r) acc[r] += wj * moe::round_bf16(moe::warp_sum_f(s[r]));
+      for (int r = 0; r < kDownRows; ++r) {
+        const float sum = moe::warp_sum_f(s[r]);
+        if (lane == 0) part[j * kDownRows + r] = moe::round_bf16(sum);
+      }
     }
-    if (lane == 0) {
-#pragma unroll
-      for (int r = 0; r < kDownRowsPerWarp; ++r)
-        if (o0 + r < p.Hx) p.out[int64_t(t) * p.ldo + o0 + r] = __float2bfloat16_rn(acc[r]);
+    __syncthreads();
+    const int r = threadIdx.x;
+    if (r < kDownRows && o0 + r < p.Hx) {
+      float acc = 0.0f;
+      for (int j = 0; j < p.k; ++j) {
+        const int e = p.ids[int64_t(t) * p.ld_ids + j];
+        if (e < 0 || e >= p.E) continue;
+        acc += p.weights[int64_t(t) * p.ld_weights + j] * part[j * kDownRows + r];
+      }
+      p.out[int64_t(t) * p.ldo + o0 + r] = __float2bfloat16_rn(acc);
     }
   }
 }
@@ -307,10 +309,11 @@ Status run_decode(const backend::MoeExpertsArgs& a, const ExpertsPlan& s, bf16* 
   const bool vec = div8(s.Hx) && div8(s.I) && div8(p.ldx) && div8(p.gu_expert_stride) && div8(p.gu_ld) &&
                    div8(p.dn_expert_stride) && div8(p.dn_ld) && aligned16(p.x) && aligned16(p.gate_up) &&
                    aligned16(p.down) && aligned16(h);
-  const size_t x_smem = size_t(s.Hx) * 2, h_smem = size_t(s.k) * size_t(s.I) * 2;
+  const size_t x_smem = size_t(s.Hx) * 2,
+               h_smem = size_t(s.k) * kDownRows * 4;
   const dim3 grid1(unsigned((s.I + kGemvWarps * kGateUpRowsPerWarp - 1) / (kGemvWarps * kGateUpRowsPerWarp)),
                    unsigned(std::min<int64_t>(s.pairs, 65535)));
-  const dim3 grid2(unsigned((s.Hx + kGemvWarps * kDownRowsPerWarp - 1) / (kGemvWarps * kDownRowsPerWarp)),
+  const dim3 grid2(unsigned((s.Hx + kDownRows - 1) / kDownRows),
                    unsigned(std::min<int64_t>(s.T, 65535)));
   if (vec) {
     RILL_TRY(set_smem(reinterpret_cast<const void*>(moe_gate_up_gemv_kernel<8>), x_smem, cx, "moe_experts"));

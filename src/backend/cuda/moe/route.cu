@@ -4,7 +4,11 @@
 // the topk_group best groups), top-k with ties to the lower index, weights from the unbiased scores,
 // renormalised (+1e-20) when asked and top_k > 1, times the routed scaling factor.
 //
-// Launch: clusters of kRouteTokens CTAs, one cluster per kRouteTokens tokens. CTA r loads the cluster's token
+// Decode (T <= kGemvMaxRows): the logits come from the split GEMV (gemm/gemv.cu, F32 out, the router rows
+// spread over every SM) into CudaContext::route_logits, then moe_select_kernel routes each token with one
+// warp: two short kernels instead of one cluster kernel whose 8 SMs read the whole 1.2 MB router (19 us).
+//
+// Prefill launch: clusters of kRouteTokens CTAs, one cluster per kRouteTokens tokens. CTA r loads the cluster's token
 // rows into shared memory and computes the logits of expert slice r (a warp per expert, 16-byte loads of the
 // weight row, fp32 accumulation for every token of the tile), so W is read once per token tile and spread
 // over 8 SMs (the decode case: a 1.2 MB router would take one SM ~10 us). After a cluster barrier, CTA r
@@ -16,6 +20,7 @@
 #include <cstdint>
 
 #include "backend/cuda/common/check.h"
+#include "backend/cuda/gemm/gemv.h"
 #include "backend/cuda/moe/device.cuh"
 #include "backend/cuda/moe/moe.h"
 #include "backend/cuda/moe/params.h"
@@ -123,6 +128,10 @@ __device__ void route_select(const RouteParams& p, float* s, int t, int lane) {
   unsigned taken = 0;
   int32_t* ids = p.ids + int64_t(t) * p.ld_ids;
   float* w = p.weights + int64_t(t) * p.ld_weights;
+  // Lane j keeps the j-th choice in registers (top_k <= 32): reading the weights back from global memory
+  // for the normalisation cost a dependent L2 round trip per expert.
+  float my_w = 0.0f;
+  int my_id = 0;
   for (int j = 0; j < p.top_k; ++j) {
     float bv = -INFINITY;
     int bi = INT_MAX;
@@ -134,10 +143,23 @@ __device__ void route_select(const RouteParams& p, float* s, int t, int lane) {
     warp_argmax(bv, bi);
     if (bi >= E) bi = 0;  // only NaN selections left: any in-range id
     if ((bi & 31) == lane) taken |= 1u << (bi >> 5);
-    if (lane == 0) {
+    if (p.top_k <= 32) {
+      if (lane == j) my_w = s[bi], my_id = bi;  // unbiased score (spec §8.1)
+    } else if (lane == 0) {
       ids[j] = bi;
-      w[j] = s[bi];  // unbiased score (spec §8.1)
+      w[j] = s[bi];
     }
+  }
+  if (p.top_k <= 32) {
+    float wsum = 0.0f;  // in order j = 0, 1, ... as the reference adds them
+    for (int j = 0; j < p.top_k; ++j) wsum += __shfl_sync(kFull, my_w, j);
+    if (lane < p.top_k) {
+      float v = my_w;
+      if (p.renormalize && p.top_k > 1) v /= (wsum + 1e-20f);
+      ids[lane] = my_id;
+      w[lane] = v * p.scaling;
+    }
+    return;
   }
   if (lane == 0) {
     float wsum = 0.0f;
@@ -228,6 +250,21 @@ __global__ void __cluster_dims__(kRouteTokens, 1, 1) __launch_bounds__(kRouteThr
   if (rank < nt && warp == 0) route_select(p, row, t0 + rank, lane);
 }
 
+// One warp per token (blockIdx.x) routes from its logit row in `logits` ([T, E], row stride E), copied to
+// shared memory with the bias first: the selection rereads every score once per chosen expert (from global
+// memory this kernel took 15 us).
+__global__ void __launch_bounds__(32) moe_select_kernel(RouteParams p, const float* logits) {
+  __shared__ float row[moe::kMaxExperts], bias[moe::kMaxExperts];
+  const int t = blockIdx.x;
+  for (int e = threadIdx.x; e < p.E; e += 32) {
+    row[e] = logits[int64_t(t) * p.E + e];
+    if (p.bias) bias[e] = p.bias[e];
+  }
+  if (p.bias) p.bias = bias;  // the selection reads each biased score once per round
+  __syncwarp();
+  route_select(p, row, t, threadIdx.x);
+}
+
 }  // namespace
 
 Status launch_moe_route(const backend::MoeRouteArgs& a, const CudaContext& cx) {
@@ -244,6 +281,13 @@ Status launch_moe_route(const backend::MoeRouteArgs& a, const CudaContext& cx) {
         "moe_route: {} groups of {} experts (the CUDA router takes up to {} groups of >= 2)", a.n_groups,
         E / a.n_groups, moe::kRouteMaxGroups);
   if (T == 0) return {};
+  // Decode: split GEMV into the backend's logits buffer, then one selecting warp per token.
+  backend::LinearWeight gate;
+  gate.weight = a.gate_weight;
+  const backend::GemmArgs logits_gemm{a.x, &gate,
+                                      TensorView::make(cx.route_logits, DType::F32, {T, E}, Device::Cuda)};
+  const bool small = T <= kGemvMaxRows && cx.route_logits != nullptr && gemv_eligible(logits_gemm);
+  if (small) RILL_TRY(launch_gemv(logits_gemm, cx.stream));
   RouteParams p;
   p.x = static_cast<const bf16*>(a.x.data);
   p.ldx = a.x.stride(0);
@@ -263,6 +307,11 @@ Status launch_moe_route(const backend::MoeRouteArgs& a, const CudaContext& cx) {
   p.ld_ids = a.ids.stride(0);
   p.weights = a.weights.ptr<float>();
   p.ld_weights = a.weights.stride(0);
+  if (small) {
+    moe_select_kernel<<<unsigned(T), 32, 0, cx.stream>>>(p, cx.route_logits);
+    RILL_CUDA_CHECK_LAUNCH("moe_select");
+    return {};
+  }
   const size_t smem =
       (size_t(kRouteTokens) * size_t(H) * 2 + 15) / 16 * 16 + size_t(kRouteTokens + 1) * size_t(E) * 4;
   if (smem > cx.max_smem_per_block)
