@@ -263,6 +263,22 @@ Status Backend::gather_rows(const GatherRowsArgs& a) {
   return gather_rows_impl(a);
 }
 
+Status Backend::attn_res_mix(const AttnResMixArgs& a) {
+  if (dry_run_) return {};
+  Check c("attn_res_mix");
+  c.tensor(a.candidates, "candidates", 3).tensor(a.out, "out", 2).tensor(a.norm_weight, "norm_weight", 1)
+      .tensor(a.proj_weight, "proj_weight", 1).dtype(a.norm_weight, "norm_weight", DType::F32)
+      .dtype(a.proj_weight, "proj_weight", DType::F32).dtype(a.candidates, "candidates", act_dtype())
+      .dtype(a.out, "out", act_dtype());
+  RILL_TRY(c.done());
+  const int64_t H = a.candidates.size(2);
+  c.that(a.candidates.size(0) >= 1, "needs at least one candidate").dim(a.out, "out", 0, a.candidates.size(1))
+      .dim(a.out, "out", 1, H).dim(a.norm_weight, "norm_weight", 0, H).dim(a.proj_weight, "proj_weight", 0, H)
+      .that(a.eps > 0, "eps must be positive");
+  RILL_TRY(c.done());
+  return attn_res_mix_impl(a);
+}
+
 Status Backend::sample(const SampleArgs& a) {
   if (dry_run_) return reserve_scratch(a.scratch, sample_scratch_bytes(a));
   Check c("sample");

@@ -186,6 +186,17 @@ struct MoeExpertsArgs {
   Arena* scratch = nullptr;
 };
 
+// K3 Block Attention Residuals depth mix (spec §3.9), per token and all in fp32: candidate j's logit is
+// z_j = rsqrt(mean(V_j^2) + eps) * sum_c V_j[c] * norm[c] * proj[c] (a weightless RMSNorm key against the
+// pseudo-query norm * proj), p = softmax_j(z), out = sum_j p_j * V_j over the raw candidates.
+struct AttnResMixArgs {
+  TensorView candidates;   // act [N, T, H]: the block snapshots in order, then the partial sum (N >= 1)
+  TensorView norm_weight;  // F32 [H]: *_res_norm.weight
+  TensorView proj_weight;  // F32 [H]: *_res_proj.weight (stored [1, H])
+  float eps = 1e-5f;
+  TensorView out;  // act [T, H]
+};
+
 struct GatherRowsArgs {
   TensorView x;     // [T, N]
   TensorView rows;  // I32 [R]
@@ -302,6 +313,7 @@ class Backend {
   Status moe_route(const MoeRouteArgs& a);
   Status moe_experts(const MoeExpertsArgs& a);
   Status gather_rows(const GatherRowsArgs& a);
+  Status attn_res_mix(const AttnResMixArgs& a);
   Status sample(const SampleArgs& a);
   Status apply_penalties(const PenaltyArgs& a);
   Status logprobs(const LogprobsArgs& a);
@@ -331,6 +343,7 @@ class Backend {
   virtual Status moe_route_impl(const MoeRouteArgs& a) = 0;
   virtual Status moe_experts_impl(const MoeExpertsArgs& a) = 0;
   virtual Status gather_rows_impl(const GatherRowsArgs& a) = 0;
+  virtual Status attn_res_mix_impl(const AttnResMixArgs& a) = 0;
   virtual Status sample_impl(const SampleArgs& a) = 0;
   virtual Status apply_penalties_impl(const PenaltyArgs& a) = 0;
   virtual Status logprobs_impl(const LogprobsArgs& a) = 0;

@@ -5,33 +5,54 @@
 namespace rill::cache {
 
 std::string MemoryPlan::describe() const {
-  return fmt::format("{} sequence slots ({:.1f} MiB of KDA state and conv windows), {} MLA blocks of {} tokens "
-                     "({:.1f} MiB, {} tokens in all)", n_slots, double(state_bytes) / (1 << 20), n_blocks,
-                     block_size, double(kv_bytes) / (1 << 20), int64_t(n_blocks) * block_size);
+  std::string s = fmt::format(
+      "{} sequence slots ({:.1f} MiB of KDA state and conv windows), {} MLA blocks of {} "
+      "tokens ({:.1f} MiB, {} tokens in all)",
+      n_slots, double(state_bytes) / (1 << 20), n_blocks, block_size, double(kv_bytes) / (1 << 20),
+      int64_t(n_blocks) * block_size);
+  if (n_snapshots > 0)
+    s += fmt::format(", {} KDA snapshots for prefix caching ({:.1f} MiB)", n_snapshots,
+                     double(snapshot_bytes) / (1 << 20));
+  return s;
 }
 
-Result<MemoryPlan> plan_memory(backend::Backend& be, const model::ModelConfig& c, int n_slots, int max_model_len,
-                               double kv_fraction, int n_blocks, int block_size) {
+Result<MemoryPlan> plan_memory(backend::Backend& be, const model::ModelConfig& c, int n_slots,
+                               int max_model_len, double kv_fraction, int n_blocks, int block_size,
+                               const PrefixCacheOptions& prefix) {
   if (n_slots < 1) return invalid_argument("--max-batch-size must be at least 1");
   if (block_size < 1) return invalid_argument("block size must be positive");
+  if (prefix.enabled && (prefix.snapshot_interval < block_size || prefix.snapshot_interval % block_size != 0))
+    return invalid_argument("--kda-snapshot-interval {} must be a positive multiple of the block size {}",
+                            prefix.snapshot_interval, block_size);
+  if (prefix.enabled && prefix.snapshot_budget_bytes < 0)
+    return invalid_argument("--kda-snapshot-budget must not be negative");
   MemoryPlan p;
   p.n_slots = n_slots;
   p.block_size = block_size;
   const DType act = be.act_dtype();
-  const int64_t state = model::ModelCaches::bytes_needed(c, act, n_slots, 1, block_size) -
-                        model::ModelCaches::bytes_needed(c, act, 0, 1, block_size);
+  auto state_bytes = [&](int slots) {
+    return model::ModelCaches::bytes_needed(c, act, slots, 1, block_size) -
+           model::ModelCaches::bytes_needed(c, act, 0, 1, block_size);
+  };
+  const int64_t state = state_bytes(n_slots);
   const int64_t per_block = model::ModelCaches::bytes_needed(c, act, 0, 2, block_size) -
                             model::ModelCaches::bytes_needed(c, act, 0, 1, block_size);
+  const int64_t per_slot = std::max<int64_t>(state_bytes(1), 1);
+  int n_snapshots =
+      prefix.enabled ? int(std::min<int64_t>(prefix.snapshot_budget_bytes / per_slot, 1 << 20)) : 0;
   p.state_bytes = state;
   if (n_blocks > 0) {
     p.n_blocks = n_blocks;
   } else if (auto mem = be.device_memory()) {
     if (kv_fraction <= 0 || kv_fraction > 1) return invalid_argument("--kv-cache-fraction must be in (0, 1]");
-    const double budget = double(mem->first) * kv_fraction - double(state);
+    const double budget = double(mem->first) * kv_fraction - double(state_bytes(n_slots + n_snapshots));
     if (budget < double(per_block))
-      return resource_exhausted("no device memory left for the KV cache: {:.2f} GiB free x {} leaves less than the "
-                                "{:.2f} GiB of KDA state for {} sequences; lower --max-batch-size",
-                                double(mem->first) / (1 << 30), kv_fraction, double(state) / (1 << 30), n_slots);
+      return resource_exhausted(
+          "no device memory left for the KV cache: {:.2f} GiB free x {} leaves less than the "
+          "{:.2f} GiB of KDA state for {} sequences and {} snapshots; lower --max-batch-size "
+          "or --kda-snapshot-budget",
+          double(mem->first) / (1 << 30), kv_fraction, double(state_bytes(n_slots + n_snapshots)) / (1 << 30),
+          n_slots, n_snapshots);
     p.n_blocks = int(std::min<double>(budget / double(per_block), 1 << 30));
   } else {
     // Host memory (CPU backend): every slot can hold 2048 tokens at once, and one sequence the whole context;
@@ -41,30 +62,77 @@ Result<MemoryPlan> plan_memory(backend::Backend& be, const model::ModelConfig& c
   }
   p.n_blocks = std::max(p.n_blocks, 1);
   p.kv_bytes = per_block * p.n_blocks;
+  if (prefix.enabled) {
+    // One snapshot per interval of cached tokens plus one per slot: a larger pool could never fill.
+    const int64_t useful = int64_t(p.n_blocks) * block_size / prefix.snapshot_interval + n_slots;
+    p.n_snapshots = int(std::min<int64_t>(n_snapshots, useful));
+    p.snapshot_bytes = state_bytes(n_slots + p.n_snapshots) - state;
+  }
   return p;
 }
 
-Result<CacheManager> CacheManager::create(backend::Backend& be, const model::ModelConfig& c, const MemoryPlan& plan) {
-  RILL_ASSIGN_OR_RETURN(model::ModelCaches caches,
-                        model::ModelCaches::allocate(be, c, plan.n_slots, plan.n_blocks, plan.block_size));
-  return CacheManager(std::move(caches), plan.n_slots, plan.n_blocks);
+Result<CacheManager> CacheManager::create(backend::Backend& be, const model::ModelConfig& c,
+                                          const MemoryPlan& plan, const PrefixCacheOptions& prefix) {
+  RILL_ASSIGN_OR_RETURN(
+      model::ModelCaches caches,
+      model::ModelCaches::allocate(be, c, plan.n_slots + plan.n_snapshots, plan.n_blocks, plan.block_size));
+  return CacheManager(be, std::move(caches), plan, prefix);
 }
 
-bool CacheManager::can_admit(int first_step_tokens) const {
-  return slots_.free_count() >= 1 && blocks_.free_count() >= blocks_for(first_step_tokens);
+PrefixHit CacheManager::find_prefix(std::span<const int32_t> tokens) const {
+  PrefixHit hit;
+  if (!prefix_.enabled || tokens.size() < 2) return hit;
+  const int B = block_size();
+  // At most up to the last token: it is always computed, since its logits sample the next one.
+  std::vector<PrefixIndex::EntryId> chain = index_.match(tokens, B, (int(tokens.size()) - 1) / B);
+  while (!chain.empty() && index_.entry(chain.back()).snapshot < 0) chain.pop_back();
+  if (chain.empty()) return hit;
+  hit.snapshot = index_.entry(chain.back()).snapshot;
+  for (PrefixIndex::EntryId id : chain) {
+    const PrefixIndex::Entry& e = index_.entry(id);
+    hit.blocks.push_back(e.block);
+    hit.n_idle += e.refs == 0;
+  }
+  hit.entries = std::move(chain);
+  return hit;
 }
 
-Status CacheManager::admit(SequenceCache* seq, int first_step_tokens) {
+int CacheManager::next_snapshot_at(int n_computed, int n_prompt, int n_tokens) const {
+  if (!prefix_.enabled) return n_tokens;
+  const int B = block_size(), I = prefix_.snapshot_interval;
+  int stop = (n_computed / I + 1) * I;
+  for (int last : {n_prompt / B * B, n_tokens / B * B})
+    if (last > n_computed) stop = std::min(stop, last);
+  return std::min(stop, n_tokens);
+}
+
+bool CacheManager::can_admit(const PrefixHit& hit, int first_step_tokens) const {
+  const int fresh = blocks_for(first_step_tokens) - int(hit.entries.size());
+  return slots_.free_count() >= 1 && fresh <= available_blocks() - hit.n_idle;
+}
+
+Status CacheManager::admit(SequenceCache* seq, const PrefixHit& hit, int first_step_tokens) {
   if (seq->slot >= 0) return internal_error("admit: sequence already holds slot {}", seq->slot);
-  if (!can_admit(first_step_tokens)) return resource_exhausted("no free state slot or cache blocks");
+  if (!can_admit(hit, first_step_tokens)) return resource_exhausted("no free state slot or cache blocks");
   RILL_ASSIGN_OR_RETURN(auto slot, slots_.allocate(1));
-  auto blocks = blocks_.allocate(blocks_for(first_step_tokens));
-  if (!blocks.ok()) {
+  index_.acquire(hit.entries);  // before allocating: held blocks are never evicted
+  auto fresh = allocate_blocks(blocks_for(first_step_tokens) - int(hit.entries.size()));
+  if (!fresh.ok()) {
+    index_.release(hit.entries);
     RILL_TRY(slots_.release(slot));
-    return blocks.status();
+    return fresh.status();
+  }
+  if (hit.snapshot >= 0) {
+    RILL_TRY(copy_kda_slot(*be_, caches_, snapshots_.slot(hit.snapshot), slot[0]));
+    snapshots_.touch(hit.snapshot);
   }
   seq->slot = slot[0];
-  seq->blocks = std::move(blocks).value();
+  seq->blocks = hit.blocks;
+  seq->blocks.insert(seq->blocks.end(), fresh->begin(), fresh->end());
+  seq->shared = hit.entries;
+  seq->unpublishable = false;
+  seq->tail_entry = 0;
+  seq->tail_snapshot = -1;
   return {};
 }
 
@@ -75,16 +143,112 @@ int CacheManager::blocks_to_grow(const SequenceCache& seq, int total_tokens) con
 Status CacheManager::grow(SequenceCache* seq, int total_tokens) {
   const int n = blocks_to_grow(*seq, total_tokens);
   if (n == 0) return {};
-  RILL_ASSIGN_OR_RETURN(auto more, blocks_.allocate(n));
+  RILL_ASSIGN_OR_RETURN(auto more, allocate_blocks(n));
   seq->blocks.insert(seq->blocks.end(), more.begin(), more.end());
   return {};
 }
 
+Result<std::vector<int32_t>> CacheManager::allocate_blocks(int n) {
+  while (blocks_.free_count() < n && index_.n_idle() > 0) RILL_TRY(evict_block());
+  return blocks_.allocate(n);
+}
+
+Status CacheManager::evict_block() {
+  const auto ev = index_.evict_one();
+  if (!ev) return internal_error("prefix cache: {} idle blocks but none at a chain end", index_.n_idle());
+  RILL_TRY(blocks_.release(std::span<const int32_t>(&ev->block, 1)));
+  evicted_blocks_++;
+  if (ev->snapshot >= 0) {
+    RILL_TRY(snapshots_.release(ev->snapshot));
+    evicted_snapshots_++;
+  }
+  return {};
+}
+
+Result<int32_t> CacheManager::save_snapshot(int32_t slot, PrefixIndex::EntryId at) {
+  if (index_.entry(at).snapshot >= 0 || snapshots_.capacity() == 0) return -1;
+  std::optional<int32_t> s = snapshots_.allocate(at);
+  if (!s) {
+    // Full: the least recently used snapshot goes (no running sequence needs one after its admission).
+    const auto [victim, owner] = *snapshots_.least_recently_used();
+    index_.set_snapshot(owner, -1);
+    RILL_TRY(snapshots_.release(victim));
+    evicted_snapshots_++;
+    s = snapshots_.allocate(at);
+  }
+  if (Status st = copy_kda_slot(*be_, caches_, slot, snapshots_.slot(*s)); !st.ok()) {
+    (void)snapshots_.release(*s);
+    return st;
+  }
+  index_.set_snapshot(at, *s);
+  return *s;
+}
+
+Status CacheManager::drop_tail_snapshot(SequenceCache* seq) {
+  // Only if it is still the one this sequence took (it may have been evicted, and the id reused since).
+  if (seq->tail_snapshot >= 0 && index_.entry(seq->tail_entry).snapshot == seq->tail_snapshot) {
+    index_.set_snapshot(seq->tail_entry, -1);
+    RILL_TRY(snapshots_.release(seq->tail_snapshot));
+  }
+  seq->tail_entry = 0;
+  seq->tail_snapshot = -1;
+  return {};
+}
+
+Status CacheManager::commit(SequenceCache* seq, std::span<const int32_t> tokens, int n_prompt,
+                            int n_computed) {
+  if (!prefix_.enabled || seq->slot < 0) return {};
+  const int B = block_size();
+  const int n_full = std::min(n_computed, int(tokens.size())) / B;
+  while (!seq->unpublishable && int(seq->shared.size()) < n_full) {
+    const size_t i = seq->shared.size();
+    const PrefixIndex::EntryId parent = i ? seq->shared.back() : 0;
+    const auto block_tokens = tokens.subspan(i * size_t(B), size_t(B));
+    if (PrefixIndex::EntryId id = index_.find(parent, block_tokens)) {
+      // Another sequence cached the same block first: share theirs and give ours back. Both are full, so
+      // neither is written again; later tokens read theirs (equal up to rounding if chunked differently).
+      index_.acquire(std::span(&id, 1));
+      RILL_TRY(blocks_.release(std::span<const int32_t>(&seq->blocks[i], 1)));
+      seq->blocks[i] = index_.entry(id).block;
+      seq->shared.push_back(id);
+    } else if (PrefixIndex::EntryId added = index_.insert(parent, block_tokens, seq->blocks[i])) {
+      seq->shared.push_back(added);
+    } else {
+      seq->unpublishable = true;
+    }
+  }
+  // Snapshots at block boundaries whose chain is indexed (elsewhere one could never be found).
+  if (n_computed == 0 || n_computed % B != 0 || int(seq->shared.size()) < n_computed / B) return {};
+  const PrefixIndex::EntryId at = seq->shared[size_t(n_computed / B - 1)];
+  if (at == seq->tail_entry) return {};
+  // Interval positions and the prompt's last block boundary are kept; any other boundary is this sequence's
+  // tail, kept only until it reaches the next one, so a finished request leaves its last full block.
+  const bool keep = n_computed % prefix_.snapshot_interval == 0 || n_computed == n_prompt / B * B;
+  RILL_TRY(drop_tail_snapshot(seq));
+  RILL_ASSIGN_OR_RETURN(const int32_t s, save_snapshot(seq->slot, at));
+  if (s >= 0 && !keep) {
+    seq->tail_entry = at;
+    seq->tail_snapshot = s;
+  }
+  return {};
+}
+
 Status CacheManager::release(SequenceCache* seq) {
-  if (!seq->blocks.empty()) RILL_TRY(blocks_.release(seq->blocks));
+  const size_t n_shared = std::min(seq->shared.size(), seq->blocks.size());
+  index_.release(seq->shared);
+  if (seq->blocks.size() > n_shared)
+    RILL_TRY(blocks_.release(std::span<const int32_t>(seq->blocks).subspan(n_shared)));
   if (seq->slot >= 0) RILL_TRY(slots_.release(std::span<const int32_t>(&seq->slot, 1)));
   seq->blocks.clear();
+  seq->shared.clear();
   seq->slot = -1;
+  seq->tail_entry = 0;
+  seq->tail_snapshot = -1;  // a finished sequence's last snapshot stays cached for its next turn
+  return {};
+}
+
+Status CacheManager::evict_all() {
+  while (index_.n_idle() > 0) RILL_TRY(evict_block());
   return {};
 }
 

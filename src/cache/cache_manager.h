@@ -1,12 +1,23 @@
-// CacheManager: the device caches of a model (MLA latent blocks, KDA state slots) and the verbs the scheduler
-// uses on them (style.md §7.3): can_admit / admit / blocks_to_grow / grow / release. Planning (the `can_`
-// and `*_to_*` queries) never mutates; only admit, grow and release do.
+// CacheManager: the device caches of a model (MLA latent blocks, KDA state slots, KDA snapshots) and the
+// verbs the scheduler uses on them (style.md §7.3): find_prefix / can_admit / admit / blocks_to_grow / grow /
+// commit / release. Planning (`find_*`, `can_*`, `*_to_*`, `next_snapshot_at`) never mutates; admit, grow,
+// commit and release do.
+//
+// Prefix caching (opt-in, `PrefixCacheOptions`): every full block a sequence computes goes into a PrefixIndex
+// (hash chain over exact token ids, ref-counted), and the KDA state is snapshotted at block-aligned
+// positions: every `snapshot_interval` tokens, and at the last block boundary a sequence reached (a finished
+// request's turn, so the next turn of a conversation resumes there). A new sequence takes the longest cached
+// chain that has a snapshot at its end, restores the snapshot into its slot and computes only the rest.
+// Blocks it shares are full, so nobody writes them again. Unreferenced blocks and snapshots stay until memory
+// runs short.
 #pragma once
 
 #include <string>
 #include <vector>
 
 #include "cache/id_pool.h"
+#include "cache/prefix_index.h"
+#include "cache/snapshot_pool.h"
 #include "model/model.h"
 
 namespace rill::cache {
@@ -15,43 +26,119 @@ namespace rill::cache {
 struct SequenceCache {
   int32_t slot = -1;
   std::vector<int32_t> blocks;  // covers positions [0, blocks.size() * block_size)
+  // Prefix caching: the index entries of blocks [0, shared.size()), held by this sequence (a prefix hit, then
+  // the blocks it filled itself); blocks past them are its own.
+  std::vector<PrefixIndex::EntryId> shared;
+  bool unpublishable = false;  // a hash collision stopped its chain: its later blocks stay private
+  // The snapshot this sequence took at its last block boundary off the interval; dropped when it takes a
+  // later one.
+  PrefixIndex::EntryId tail_entry = 0;
+  int32_t tail_snapshot = -1;
+};
+
+struct PrefixCacheOptions {
+  bool enabled = false;
+  int snapshot_interval = 256;  // tokens between KDA snapshots while prefilling; a multiple of block_size
+  int64_t snapshot_budget_bytes = 2048ll << 20;  // device memory for snapshots
+  PrefixIndex::HashFn block_hash = nullptr;  // tests only: a weak hash that collides (nullptr: the real one)
+};
+
+// A cached prefix a sequence can resume from: a chain of blocks ending where a KDA snapshot was taken.
+struct PrefixHit {
+  std::vector<PrefixIndex::EntryId> entries;
+  std::vector<int32_t> blocks;
+  int32_t snapshot = -1;
+  int n_idle = 0;  // blocks of the hit no running sequence holds (they stop counting as evictable once taken)
+  int n_tokens(int block_size) const { return int(entries.size()) * block_size; }
 };
 
 struct MemoryPlan {
-  int n_slots = 0, n_blocks = 0, block_size = 64;
-  int64_t state_bytes = 0, kv_bytes = 0;
+  int n_slots = 0, n_blocks = 0, block_size = 64, n_snapshots = 0;
+  int64_t state_bytes = 0, kv_bytes = 0, snapshot_bytes = 0;
   std::string describe() const;
 };
 
 class CacheManager {
  public:
-  static Result<CacheManager> create(backend::Backend& be, const model::ModelConfig& c, const MemoryPlan& plan);
+  static Result<CacheManager> create(backend::Backend& be, const model::ModelConfig& c,
+                                     const MemoryPlan& plan, const PrefixCacheOptions& prefix = {});
 
   const model::ModelCaches& caches() const { return caches_; }
   int block_size() const { return caches_.block_size; }
   int blocks_for(int n_tokens) const { return (n_tokens + block_size() - 1) / block_size(); }
+  bool prefix_caching() const { return prefix_.enabled; }
 
-  bool can_admit(int first_step_tokens) const;
-  Status admit(SequenceCache* seq, int first_step_tokens);
+  // The deepest cached prefix of `tokens` with a snapshot, leaving at least the last token to compute (its
+  // logits are needed). Empty without prefix caching. Valid until the next mutating call.
+  PrefixHit find_prefix(std::span<const int32_t> tokens) const;
+  // Where a chunk that starts at `n_computed` of `n_tokens` must stop so that a snapshot position is reached:
+  // the next multiple of the interval, or the last block boundary of the prompt or of all tokens (n_tokens if
+  // none comes first, or without prefix caching).
+  int next_snapshot_at(int n_computed, int n_prompt, int n_tokens) const;
+
+  bool can_admit(int first_step_tokens) const { return can_admit(PrefixHit{}, first_step_tokens); }
+  bool can_admit(const PrefixHit& hit, int first_step_tokens) const;
+  // Takes a slot, the hit's blocks (restoring its snapshot into the slot) and fresh blocks up to
+  // `first_step_tokens` positions.
+  Status admit(SequenceCache* seq, int first_step_tokens) {
+    return admit(seq, PrefixHit{}, first_step_tokens);
+  }
+  Status admit(SequenceCache* seq, const PrefixHit& hit, int first_step_tokens);
   // Blocks `seq` still needs to hold `total_tokens` positions.
   int blocks_to_grow(const SequenceCache& seq, int total_tokens) const;
   Status grow(SequenceCache* seq, int total_tokens);
+  // After a step computed `tokens[0, n_computed)`: indexes the blocks that became full and takes the
+  // snapshots due at `n_computed` (copies queued on the backend stream after the step). No-op without prefix
+  // caching.
+  Status commit(SequenceCache* seq, std::span<const int32_t> tokens, int n_prompt, int n_computed);
   Status release(SequenceCache* seq);
+  // Evicts every cached block and snapshot no running sequence holds (vLLM's reset_prefix_cache).
+  Status evict_all();
 
+  // Blocks free now or freeable by evicting unreferenced cached blocks.
+  int available_blocks() const { return blocks_.free_count() + index_.n_idle(); }
+  // Blocks running sequences hold (cached blocks nobody holds are not counted).
+  int blocks_in_use() const { return blocks_.used_count() - index_.n_idle(); }
   const IdPool& blocks() const { return blocks_; }
   const IdPool& slots() const { return slots_; }
+  const PrefixIndex& index() const { return index_; }
+  const SnapshotPool& snapshots() const { return snapshots_; }
+  uint64_t evicted_blocks() const { return evicted_blocks_; }
+  uint64_t evicted_snapshots() const { return evicted_snapshots_; }
 
  private:
-  CacheManager(model::ModelCaches caches, int n_slots, int n_blocks)
-      : caches_(std::move(caches)), blocks_("MLA cache blocks", n_blocks), slots_("KDA state slots", n_slots) {}
+  CacheManager(backend::Backend& be, model::ModelCaches caches, const MemoryPlan& plan,
+               const PrefixCacheOptions& prefix)
+      : be_(&be),
+        caches_(std::move(caches)),
+        prefix_(prefix),
+        blocks_("MLA cache blocks", plan.n_blocks),
+        slots_("KDA state slots", plan.n_slots),
+        snapshots_(plan.n_snapshots, plan.n_slots),
+        index_(prefix.block_hash) {}
+  // n blocks, evicting unreferenced cached ones when too few are free.
+  Result<std::vector<int32_t>> allocate_blocks(int n);
+  Status evict_block();
+  // Takes a snapshot of `slot` for entry `at` unless it has one; returns the snapshot taken, or -1.
+  Result<int32_t> save_snapshot(int32_t slot, PrefixIndex::EntryId at);
+  Status drop_tail_snapshot(SequenceCache* seq);
+
+  backend::Backend* be_;
   model::ModelCaches caches_;
+  PrefixCacheOptions prefix_;
   MlaBlockPool blocks_;
   KdaStateSlots slots_;
+  SnapshotPool snapshots_;
+  PrefixIndex index_;
+  uint64_t evicted_blocks_ = 0, evicted_snapshots_ = 0;
 };
 
-// Sizes the caches: `n_slots` sequences; blocks from `kv_fraction` of the device memory left after weights
-// and workspace (GPU), or enough for every slot to reach `max_model_len` (CPU), unless `n_blocks` is given.
-Result<MemoryPlan> plan_memory(backend::Backend& be, const model::ModelConfig& c, int n_slots, int max_model_len,
-                               double kv_fraction, int n_blocks, int block_size);
+// Sizes the caches: `n_slots` sequences; blocks from `kv_fraction` of the device memory left after weights,
+// workspace and snapshots (GPU), or enough for every slot to reach `max_model_len` (CPU), unless `n_blocks`
+// is given; with prefix caching, as many snapshots as `prefix.snapshot_budget_bytes` holds (at most one per
+// interval of the cache plus one per slot: more could never be found).
+Result<MemoryPlan> plan_memory(backend::Backend& be, const model::ModelConfig& c, int n_slots,
+                               int max_model_len, double kv_fraction, int n_blocks, int block_size,
+                               const PrefixCacheOptions& prefix = {});
 
 }  // namespace rill::cache

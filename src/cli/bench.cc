@@ -7,11 +7,45 @@
 #include <fstream>
 
 #include "bench/driver/model_bench.h"
+#include "bench/driver/prefix_bench.h"
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "model/presets.h"
 
 namespace rill::cli {
+
+namespace {
+
+std::string today() {
+  const std::time_t now = std::time(nullptr);
+  char date[32];
+  std::strftime(date, sizeof date, "%Y-%m-%d", std::gmtime(&now));
+  return date;
+}
+
+int run_prefix_reuse(backend::Backend& be, const model::ModelConfig& cfg, const std::string& dir,
+                     const std::string& label, const std::string& load_format, bench::PrefixBenchOptions po, const bench::BenchOptions& o,
+                     int prefix_cached, const std::string& markdown) {
+  po.prompt_tokens = o.prefill_long;
+  po.cached_tokens = prefix_cached >= 0 ? prefix_cached : o.prefill_long / 8 * 7;
+  po.repeats = o.repeats;
+  std::fprintf(stderr, "loading the model (%s) ...\n", load_format == "dummy" ? "dummy weights" : dir.c_str());
+  auto m = load_format == "dummy" ? model::load_dummy_model(cfg, be, 1234) : load_model_with_progress(dir, be);
+  if (!m.ok()) return report_error("bench", m.status());
+  auto r = bench::bench_prefix_reuse(std::move(m).value(), po);
+  if (!r.ok()) return report_error("bench", r.status());
+  std::printf("%s", r->describe(po).c_str());
+  if (!markdown.empty()) {
+    std::ofstream f(markdown);
+    f << fmt::format("`rill bench --prefix-reuse` on {} ({}), {}\n\n| scenario | prompt | cold, caching off | "
+                     "cold, caching on | warm | cold on / warm | cold off / warm |\n|---|---|---|---|---|---|---|\n",
+                     be.name(), label, today())
+      << r->markdown_row(po);
+  }
+  return 0;
+}
+
+}  // namespace
 
 int run_bench(int argc, char** argv) {
   CLI::App app{"Benchmark prefill, decode and the per-op kernels of a model; prints time, bytes, FLOPs and "
@@ -32,6 +66,18 @@ int run_bench(int argc, char** argv) {
   app.add_flag("--skip-model", skip_model, "only the per-op benchmarks");
   app.add_flag("--skip-ops", skip_ops, "only the whole-model benchmarks");
   app.add_flag("--print-config", print_config, "print the --preset's config.json and exit (to serve it with dummy weights)");
+  bool prefix_reuse = false;
+  bench::PrefixBenchOptions po;
+  int prefix_cached = -1;
+  app.add_flag("--prefix-reuse", prefix_reuse,
+               "only the prefix-caching scenario: time to first token of a --prefill-tokens prompt cold, then of one "
+               "whose first --prefix-cached-tokens are cached (through the engine, caching on)");
+  app.add_option("--prefix-cached-tokens", prefix_cached, "--prefix-reuse: shared prefix (default 7/8 of --prefill-tokens)");
+  app.add_option("--max-num-tokens", po.max_num_tokens, "--prefix-reuse: engine tokens per step")->capture_default_str();
+  app.add_option("--kda-snapshot-interval", po.snapshot_interval, "--prefix-reuse: tokens between KDA snapshots")
+      ->capture_default_str();
+  app.add_option("--kda-snapshot-budget", po.snapshot_budget_mib, "--prefix-reuse: MiB for KDA snapshots")
+      ->capture_default_str();
   add_device_options(app, dev);
   if (int rc = parse_args(app, argc, argv); rc >= 0) return rc;
   if (print_config) {
@@ -56,6 +102,9 @@ int run_bench(int argc, char** argv) {
     cfg = model::ModelConfig::load(dir);
   }
   if (!cfg.ok()) return report_error("bench", cfg.status());
+
+  if (prefix_reuse)
+    return run_prefix_reuse(**be, *cfg, dir, preset.empty() ? dir : preset, load_format, po, o, prefix_cached, markdown);
 
   std::fprintf(stderr, "measuring ceilings on %s ...\n", (*be)->name().c_str());
   auto ceil = bench::measure_ceilings(**be);

@@ -60,8 +60,9 @@ int run_inspect(int argc, char** argv) {
               c.moe.n_experts, c.moe.n_experts_per_token, c.moe.n_shared_experts, c.moe.intermediate_size,
               c.moe.topk_group, c.moe.n_groups, c.moe.renormalize ? "yes" : "no", c.moe.routed_scaling_factor);
   const int64_t params = table.n_params();
-  std::printf("parameters   %s (%.1f B), %zu tensors, %s in bf16\n", with_commas(params).c_str(), double(params) / 1e9,
-              table.specs().size(), human_bytes(double(params) * 2).c_str());
+  std::printf("parameters   %s (%.1f B), %zu tensors, %s in bf16%s\n", with_commas(params).c_str(),
+              double(params) / 1e9, table.specs().size(), human_bytes(double(table.stored_bytes())).c_str(),
+              c.mxfp4_experts ? " with MXFP4 routed experts" : "");
   std::printf("per token    %s B of MLA latent KV (bf16, %d layers x %d)\n", with_commas(c.kv_bytes_per_token(2)).c_str(),
               c.n_layers_of(model::LayerKind::Mla), c.mla.cache_width());
   std::printf("per sequence %s of fp32 KDA state + %s of conv windows (bf16)\n",

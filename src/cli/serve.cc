@@ -76,6 +76,18 @@ int run_serve(int argc, char** argv) {
                  "MLA KV cache blocks (overrides --kv-cache-fraction; 0: sized automatically)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  app.add_flag("--enable-prefix-caching", o.engine.enable_prefix_caching,
+               "keep full KV blocks and KDA state snapshots after each request and resume requests that start "
+               "with the same tokens from them (usage.prompt_tokens_details.cached_tokens counts the reuse)");
+  app.add_option("--kda-snapshot-interval", o.engine.kda_snapshot_interval,
+                 "with prefix caching: tokens between KDA state snapshots while prefilling (a multiple of 64); "
+                 "prefill chunks end at each snapshot position")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--kda-snapshot-budget", o.engine.kda_snapshot_budget_mib,
+                 "with prefix caching: MiB of device memory for KDA state snapshots (taken from the KV cache)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--max-queue", o.engine.max_queue, "waiting requests before new ones get HTTP 429")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);

@@ -16,8 +16,11 @@ int run_tiny_model(int argc, char** argv) {
   CLI::App app{"Write the project's own small random Kimi Linear model (config, weights, tokenizer)."};
   std::string out_dir;
   uint64_t seed = 20261130;
-  bool force = false;
+  bool force = false, k3 = false;
   app.add_option("OUT_DIR", out_dir, "directory to create")->required();
+  app.add_flag(
+      "--kimi-k3", k3,
+      "a tiny Kimi K3 instead (nested config, AttnRes, latent MoE, MXFP4 experts; CPU only for now)");
   app.add_option("--seed", seed, "weight seed")->capture_default_str();
   app.add_flag("--force", force, "overwrite an existing model");
   if (int rc = parse_args(app, argc, argv); rc >= 0) return rc;
@@ -27,12 +30,13 @@ int run_tiny_model(int argc, char** argv) {
     std::fprintf(stderr, "rill tiny-model: %s already holds a model (use --force to rebuild)\n", out_dir.c_str());
     return 0;
   }
-  const nlohmann::ordered_json config = tiny_model_config();
+  const nlohmann::ordered_json config = k3 ? tiny_k3_model_config() : tiny_model_config();
   if (Status st = model::write_random_checkpoint(dir, config, seed); !st.ok()) return report_error("tiny-model", st);
-  if (Status st = write_tiny_tokenizer(dir); !st.ok()) return report_error("tiny-model", st);
+  if (Status st = write_tiny_tokenizer(dir, k3); !st.ok()) return report_error("tiny-model", st);
   auto cfg = model::ModelConfig::from_json(config, "tiny-model");
-  std::fprintf(stderr, "wrote %s: kimi_linear, %d layers, hidden %d, vocab %d (seed %llu)\n", out_dir.c_str(),
-               cfg->n_layers, cfg->hidden_size, cfg->vocab_size, static_cast<unsigned long long>(seed));
+  std::fprintf(stderr, "wrote %s: %s, %d layers, hidden %d, vocab %d (seed %llu)\n", out_dir.c_str(),
+               model::family_name(cfg->family), cfg->n_layers, cfg->hidden_size, cfg->vocab_size,
+               static_cast<unsigned long long>(seed));
   return 0;
 }
 

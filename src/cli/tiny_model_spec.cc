@@ -3,6 +3,7 @@
 #include <fstream>
 
 #include "io/checkpoint.h"
+#include "model/random_checkpoint.h"
 #include "text/tokenizer/bpe_trainer.h"
 
 namespace rill::cli {
@@ -89,12 +90,17 @@ nlohmann::ordered_json tiny_model_config() {
   };
 }
 
-Status write_tiny_tokenizer(const std::filesystem::path& dir) {
+nlohmann::ordered_json tiny_k3_model_config() {
+  return model::tiny_kimi_k3_config(kRanks + 256, kRanks + 0, kRanks + 2);  // <|end_of_msg|> is offset 2
+}
+
+Status write_tiny_tokenizer(const std::filesystem::path& dir, bool k3) {
   const std::vector<std::string> ranks = text::train_bpe(kLicenseText, kRanks);
   if (int(ranks.size()) != kRanks)
     return internal_error("the BPE trainer produced {} ranks, {} wanted", ranks.size(), kRanks);
   RILL_TRY(text::write_tiktoken_model(dir / "tiktoken.model", ranks));
   const auto config_path = dir / "tokenizer_config.json";
+  if (k3) return text::write_tokenizer_config(config_path, kRanks, text::ControlBlockLayout::K3);
   RILL_TRY(text::write_tokenizer_config(config_path, kRanks, text::ControlBlockLayout::KimiLinear));
   RILL_ASSIGN_OR_RETURN(auto json, io::read_json_file(config_path));
   json["chat_template"] = kChatTemplate;

@@ -55,6 +55,7 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain, const std::function<void
     return;
   }
   const int64_t chunk = (n + parts - 1) / parts;
+  std::lock_guard call(call_mu_);  // a second caller waits here instead of overwriting the job in flight
   {
     std::lock_guard lock(mu_);
     job_ = &fn;

@@ -20,13 +20,15 @@ class ThreadPool {
   int size() const { return int(workers_.size()) + 1; }
 
   // Calls fn(begin, end) on disjoint ranges covering [0, n), each at least `grain` long (except the last),
-  // on the pool's threads and the caller's; returns when all are done. Not reentrant from inside fn.
+  // on the pool's threads and the caller's; returns when all are done. Calls from several threads at once take
+  // turns (two CPU engines in one process share the pool). Not reentrant from inside fn.
   void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
 
  private:
   void worker_loop(int index);
 
   std::vector<std::thread> workers_;
+  std::mutex call_mu_;  // one parallel_for at a time: the job slot below holds a single job
   std::mutex mu_;
   std::condition_variable work_cv_, done_cv_;
   const std::function<void(int64_t, int64_t)>* job_ = nullptr;

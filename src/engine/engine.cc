@@ -39,17 +39,28 @@ struct Engine::Impl {
   void finish_all(FinishReason reason, const Status& error);  // shutdown without drain
   void emit_finished(std::map<uint64_t, StreamEvent>& pending);
   void update_stats();
+  Status call_logits_hook(const StepPlan& plan, const TensorView& logits);
+  // reset_prefix_cache requests, served by the engine thread (it owns the caches).
+  uint64_t resets_asked = 0, resets_done = 0;
+  Status reset_status;
 };
 
 void Engine::Impl::update_stats() {
   std::lock_guard lock(stats_mu);
   stats.running = sched->n_running();
   stats.waiting = sched->n_waiting();
-  stats.kv_blocks_used = caches->blocks().used_count();
+  stats.kv_blocks_used = caches->blocks_in_use();
   stats.kv_blocks_total = caches->blocks().capacity();
   stats.state_slots_used = caches->slots().used_count();
   stats.state_slots_total = caches->slots().capacity();
   stats.preemptions = sched->preemptions();
+  stats.prefix_cache_queries = sched->prefix_queries();
+  stats.prefix_cache_hits = sched->prefix_hits();
+  stats.prefix_cache_blocks = caches->index().n_entries();
+  stats.kda_snapshots_used = caches->snapshots().used_count();
+  stats.kda_snapshots_total = caches->snapshots().capacity();
+  stats.prefix_cache_evicted_blocks = caches->evicted_blocks();
+  stats.kda_snapshots_evicted = caches->evicted_snapshots();
 }
 
 // Final events: the held-back text, the finish reason and usage; the sequence's caches are already free.
@@ -65,7 +76,7 @@ void Engine::Impl::emit_finished(std::map<uint64_t, StreamEvent>& pending) {
     if (f.reason == FinishReason::Error) ev.error = Status(StatusCode::Internal, f.detail);
     ev.prompt_tokens = s.reported_prompt_tokens;
     ev.completion_tokens = s.n_generated();
-    ev.cached_tokens = 0;
+    ev.cached_tokens = std::clamp(s.n_cached, 0, s.reported_prompt_tokens);
     s.stream->push(std::move(ev));
     queued--;
     std::lock_guard lock(stats_mu);
@@ -105,6 +116,7 @@ void Engine::Impl::step() {
     if (p.samples) rows.push_back(p.seq);
   std::vector<SampledToken> sampled;
   Status st = logits.ok() ? sampler->run(*logits, rows, &sampled) : logits.status();
+  if (st.ok() && opts.logits_hook) st = call_logits_hook(plan, *logits);
   if (!st.ok()) {
     RILL_LOG_ERROR("step failed: {}", st.to_string());
     for (const auto& p : plan.seqs) sched->finish(p.seq->id, FinishReason::Error, st.message());
@@ -139,11 +151,32 @@ void Engine::Impl::step() {
   update_stats();
 }
 
+Status Engine::Impl::call_logits_hook(const StepPlan& plan, const TensorView& logits) {
+  std::vector<float> host(static_cast<size_t>(logits.numel()));
+  RILL_TRY(model->backend().copy_to_host(host.data(), logits.data, logits.nbytes()));
+  const size_t vocab = static_cast<size_t>(logits.size(1));
+  size_t row = 0;
+  for (const auto& p : plan.seqs) {
+    if (!p.samples) continue;
+    opts.logits_hook(p.seq->id, p.seq->n_computed + p.n_new - 1, std::span<const float>(host).subspan(row * vocab, vocab));
+    ++row;
+  }
+  return {};
+}
+
 void Engine::Impl::loop() {
   for (;;) {
     {
       std::unique_lock lock(mu);
-      cv.wait(lock, [&] { return stopping || !incoming.empty() || !cancels.empty() || !sched->idle(); });
+      cv.wait(lock, [&] {
+        return stopping || !incoming.empty() || !cancels.empty() || !sched->idle() || resets_asked > resets_done;
+      });
+      if (resets_asked > resets_done) {
+        reset_status = caches->evict_all();
+        update_stats();
+        resets_done = resets_asked;
+        cv.notify_all();
+      }
       while (!incoming.empty()) {
         sched->add(std::move(incoming.front()));
         incoming.pop_front();
@@ -186,9 +219,13 @@ Result<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<model::Model> mod
   lim.max_logit_rows = o.max_batch_size;
   lim.max_context = want_len;
   RILL_TRY(model->reserve_workspace(lim));
+  cache::PrefixCacheOptions prefix;
+  prefix.enabled = o.enable_prefix_caching;
+  prefix.snapshot_interval = o.kda_snapshot_interval;
+  prefix.snapshot_budget_bytes = int64_t(o.kda_snapshot_budget_mib) << 20;
   RILL_ASSIGN_OR_RETURN(impl->plan, cache::plan_memory(model->backend(), c, o.max_batch_size, want_len,
-                                                       o.kv_cache_fraction, o.num_kv_blocks, o.block_size));
-  RILL_ASSIGN_OR_RETURN(cache::CacheManager cm, cache::CacheManager::create(model->backend(), c, impl->plan));
+                                                       o.kv_cache_fraction, o.num_kv_blocks, o.block_size, prefix));
+  RILL_ASSIGN_OR_RETURN(cache::CacheManager cm, cache::CacheManager::create(model->backend(), c, impl->plan, prefix));
   impl->caches = std::make_unique<cache::CacheManager>(std::move(cm));
   // One sequence must always fit in the cache on its own, so recompute preemption always makes progress.
   impl->max_model_len = std::min<int>(want_len, impl->plan.n_blocks * impl->plan.block_size);
@@ -209,6 +246,7 @@ Engine::~Engine() { shutdown(false); }
 
 Result<std::shared_ptr<RequestStream>> Engine::submit(Request r) {
   Impl& m = *impl_;
+  if (!m.model) return unavailable("the engine has handed its model back");
   const model::ModelConfig& c = m.model->config();
   if (r.prompt.empty()) return invalid_argument("prompt: must contain at least one token");
   for (int32_t id : r.prompt)
@@ -259,6 +297,21 @@ EngineStats Engine::stats() const {
   return s;
 }
 
+Status Engine::reset_prefix_cache() {
+  Impl& m = *impl_;
+  Status st;
+  {
+    std::unique_lock lock(m.mu);
+    if (!m.thread.joinable() || m.stopping) return unavailable("the engine is shutting down");
+    const uint64_t ticket = ++m.resets_asked;
+    m.cv.notify_all();
+    m.cv.wait(lock, [&] { return m.resets_done >= ticket || m.stopping; });
+    if (m.resets_done < ticket) return unavailable("the engine is shutting down");
+    st = m.reset_status;
+  }
+  return st;
+}
+
 void Engine::shutdown(bool drain) {
   if (!impl_ || !impl_->thread.joinable()) return;
   {
@@ -269,6 +322,11 @@ void Engine::shutdown(bool drain) {
   }
   impl_->cv.notify_all();
   impl_->thread.join();
+}
+
+std::unique_ptr<model::Model> Engine::release_model() {
+  shutdown(false);
+  return std::move(impl_->model);
 }
 
 const model::Model& Engine::model() const { return *impl_->model; }

@@ -8,9 +8,11 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -96,6 +98,13 @@ struct EngineOptions {
   double kv_cache_fraction = 0.9;  // GPU: fraction of free memory (after weights) for caches
   int num_kv_blocks = 0;           // explicit MLA block count (overrides the fraction; CPU default: from limits)
   int block_size = 64;
+  // Prefix caching (--enable-prefix-caching): full blocks and KDA state snapshots are kept after a request
+  // and reused by requests that start with the same tokens.
+  bool enable_prefix_caching = false;
+  int kda_snapshot_interval = 256;   // tokens between KDA snapshots while prefilling (a multiple of block_size)
+  int kda_snapshot_budget_mib = 2048;  // memory for KDA snapshots
+  // Tests only: called on the engine thread with every sampled row's logits (copied to the host: slow).
+  std::function<void(uint64_t request_id, int32_t position, std::span<const float> logits)> logits_hook;
 };
 
 struct EngineStats {
@@ -104,6 +113,11 @@ struct EngineStats {
   int state_slots_used = 0, state_slots_total = 0;
   uint64_t prompt_tokens_total = 0, generation_tokens_total = 0;
   uint64_t requests_finished = 0, preemptions = 0, steps = 0;
+  // Prefix caching: prompt tokens looked up at admission and those found; blocks in the index (held by
+  // running requests or idle); KDA snapshots in use out of the pool; evictions under memory pressure.
+  uint64_t prefix_cache_queries = 0, prefix_cache_hits = 0;
+  int prefix_cache_blocks = 0, kda_snapshots_used = 0, kda_snapshots_total = 0;
+  uint64_t prefix_cache_evicted_blocks = 0, kda_snapshots_evicted = 0;
 };
 
 class Engine {
@@ -120,8 +134,15 @@ class Engine {
   // Ends a request now (finish = Cancelled); its blocks and slot are freed in the next step. Unknown ids: no-op.
   void cancel(uint64_t id);
   EngineStats stats() const;
+  // Evicts every cached block and snapshot no running request holds; returns once done (vLLM's
+  // /reset_prefix_cache). A no-op without prefix caching.
+  Status reset_prefix_cache();
   // Stops accepting; with `drain`, lets running and waiting requests finish, else cancels them; joins the thread.
   void shutdown(bool drain);
+
+  // Shuts down (cancelling what runs) and hands the model back, so a benchmark can compare engine settings on
+  // one loaded model; the engine's caches are freed when it is destroyed. The engine serves nothing after.
+  std::unique_ptr<model::Model> release_model();
 
   const model::Model& model() const;
   int max_model_len() const;

@@ -45,6 +45,15 @@ bool Scheduler::preempt_newest(const std::function<bool(const Sequence*)>& may_p
   return false;
 }
 
+// Prefill tokens for `s` from `from` under `budget`; with prefix caching the chunk stops at the next snapshot
+// position, so the KDA state there can be saved.
+int Scheduler::chunk_size(const Sequence& s, int from, int budget) const {
+  const int n_tokens = int(s.tokens.size());
+  int end = std::min(n_tokens, from + budget);
+  if (limits_.chunked_prefill) end = std::min(end, caches_.next_snapshot_at(from, s.n_prompt, n_tokens));
+  return end - from;
+}
+
 StepPlan Scheduler::schedule() {
   StepPlan plan;
   int budget = limits_.max_num_tokens;
@@ -53,7 +62,7 @@ StepPlan Scheduler::schedule() {
   };
   // A running sequence may only take the blocks it can get; others not yet in the plan are preempted for it.
   auto make_room = [&](Sequence* s, int total_tokens) {
-    while (caches_.blocks_to_grow(s->cache, total_tokens) > caches_.blocks().free_count())
+    while (caches_.blocks_to_grow(s->cache, total_tokens) > caches_.available_blocks())
       if (!preempt_newest([&](const Sequence* o) { return o != s && !in_plan(o); })) return false;
     return caches_.grow(&s->cache, total_tokens).ok();
   };
@@ -70,7 +79,7 @@ StepPlan Scheduler::schedule() {
   for (size_t i = 0; i < running_.size() && int(plan.seqs.size()) < limits_.max_batch_size && budget > 0; ++i) {
     Sequence* s = running_[i].get();
     if (s->n_remaining() <= 1 || in_plan(s)) continue;
-    int n = std::min(s->n_remaining(), budget);
+    const int n = chunk_size(*s, s->n_computed, budget);
     if (!limits_.chunked_prefill && n < s->n_remaining()) continue;
     if (!make_room(s, s->n_computed + n)) continue;
     plan.seqs.push_back({s, n, s->n_computed + n == int(s->tokens.size())});
@@ -79,10 +88,19 @@ StepPlan Scheduler::schedule() {
   // 3. Admit waiting requests in arrival order while their first chunk fits.
   while (!waiting_.empty() && int(plan.seqs.size()) < limits_.max_batch_size && budget > 0) {
     Sequence* s = waiting_.front().get();
-    int n = std::min(s->n_remaining(), budget);
-    if (!limits_.chunked_prefill && n < s->n_remaining()) break;
-    if (!caches_.can_admit(s->n_computed + n)) break;
-    if (!caches_.admit(&s->cache, s->n_computed + n).ok()) break;
+    // A cached prefix (prefix caching) lets it start past position 0, from a restored KDA snapshot.
+    const cache::PrefixHit hit = caches_.find_prefix(s->tokens);
+    const int start = hit.n_tokens(caches_.block_size());
+    const int n = chunk_size(*s, start, budget);
+    if (!limits_.chunked_prefill && start + n < int(s->tokens.size())) break;
+    if (!caches_.can_admit(hit, start + n)) break;
+    if (!caches_.admit(&s->cache, hit, start + n).ok()) break;
+    s->n_computed = start;
+    if (s->n_cached < 0) {  // first admission: what usage reports as cached prompt tokens
+      s->n_cached = std::min(start, s->n_prompt);
+      prefix_queries_ += uint64_t(s->n_prompt);
+      prefix_hits_ += uint64_t(s->n_cached);
+    }
     running_.push_back(std::move(waiting_.front()));
     waiting_.pop_front();
     plan.seqs.push_back({s, n, s->n_computed + n == int(s->tokens.size())});
@@ -96,6 +114,9 @@ void Scheduler::postprocess(const StepPlan& plan, const std::vector<int32_t>& sa
   for (const ScheduledSeq& p : plan.seqs) {
     Sequence* s = p.seq;
     s->n_computed += p.n_new;
+    // Index the blocks this step filled and take the snapshots due here (prefix caching). Its errors (device
+    // copies) only cost cache entries: the sequence's own blocks and slot are left as they are.
+    (void)caches_.commit(&s->cache, s->tokens, s->n_prompt, s->n_computed);
     if (!p.samples) continue;
     const int32_t id = sampled[k++];
     s->tokens.push_back(id);

@@ -2,8 +2,9 @@
 // shape). No threads, no device code, no I/O: unit-tested on the CPU against small caches.
 //   schedule():    decode tokens first (one per running sequence), then prefill chunks from running and then
 //                  waiting sequences under --max-num-tokens and --max-batch-size; a request is admitted only
-//                  when its first chunk's blocks and a state slot can be had; when blocks run out for a running
-//                  sequence, the newest running sequence is preempted (recomputed later from scratch).
+//                  when its first chunk's blocks and a state slot can be had, starting after its longest cached
+//                  prefix (prefix caching); when blocks run out for a running sequence, unreferenced cached
+//                  blocks are evicted, then the newest running sequence is preempted (recomputed later).
 //   postprocess(): advances counters, appends sampled tokens, applies the token-level stop conditions.
 #pragma once
 
@@ -64,10 +65,14 @@ class Scheduler {
   int n_waiting() const { return int(waiting_.size()); }
   bool idle() const { return running_.empty() && waiting_.empty(); }
   uint64_t preemptions() const { return preemptions_; }
+  // Prompt tokens of admitted requests, and how many of them came from the prefix cache.
+  uint64_t prefix_queries() const { return prefix_queries_; }
+  uint64_t prefix_hits() const { return prefix_hits_; }
   Sequence* find(uint64_t id);
 
  private:
   bool preempt_newest(const std::function<bool(const Sequence*)>& may_preempt);
+  int chunk_size(const Sequence& s, int from, int budget) const;
   void finish_at(std::vector<std::unique_ptr<Sequence>>::iterator it, FinishReason reason, std::string detail);
 
   cache::CacheManager& caches_;
@@ -76,7 +81,7 @@ class Scheduler {
   std::deque<std::unique_ptr<Sequence>> waiting_;
   std::vector<std::unique_ptr<Sequence>> running_;  // admission order (newest last)
   std::vector<Finished> finished_;
-  uint64_t preemptions_ = 0;
+  uint64_t preemptions_ = 0, prefix_queries_ = 0, prefix_hits_ = 0;
 };
 
 }  // namespace rill::engine

@@ -25,6 +25,7 @@ struct Sequence {
   int32_t n_prompt = 0;
   int32_t reported_prompt_tokens = 0;
   int32_t n_computed = 0;
+  int32_t n_cached = -1;  // prompt tokens taken from the prefix cache at its first admission; -1: not admitted yet
   SamplingParams params;
   uint64_t seed = 0;
   cache::SequenceCache cache;

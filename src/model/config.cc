@@ -290,6 +290,9 @@ void parse_kimi_linear(const Json& json, ModelConfig& c, FieldReader& r) {
     m.latent_norm = r.boolean({"latent_moe_use_norm"}, m.latent_size > 0);
   }
   c.attn_res_block_size = r.optional_integer({"attn_res_block_size"}).value_or(0);
+  c.n_mtp_layers = r.integer({"num_nextn_predict_layers", "num_mtp_layers"}, 0);
+  if (c.n_mtp_layers < 0)
+    r.error(fmt::format("num_nextn_predict_layers must not be negative, got {}", c.n_mtp_layers));
 }
 
 void validate(ModelConfig& c, FieldReader& r) {
@@ -334,8 +337,108 @@ void validate(ModelConfig& c, FieldReader& r) {
     else if (m.grouped() && m.topk_group * (m.n_experts / m.n_groups) < m.n_experts_per_token)
       r.error("topk_group groups hold fewer experts than num_experts_per_token");
   }
+  if (c.mxfp4_experts && std::count(c.ffn_kinds.begin(), c.ffn_kinds.end(), FfnKind::Moe) > 0) {
+    const int width = c.moe.latent_size > 0 ? c.moe.latent_size : c.hidden_size;
+    if (width % 32 != 0 || c.moe.intermediate_size % 32 != 0)
+      r.error(
+          fmt::format("MXFP4 experts need the expert input widths divisible by the group size 32: "
+                      "routed_expert_hidden_size/hidden_size = {}, moe_intermediate_size = {}",
+                      width, c.moe.intermediate_size));
+  }
   for (int32_t id : c.eos_token_ids)
     if (id < 0) r.error(fmt::format("eos_token_id {} is negative", id));
+}
+
+// K3's `quantization_config` (spec §1.4): compressed-tensors `mxfp4-pack-quantized`, FP4 weights in groups of
+// 32 along the input dimension with E8M0 scales, weight-only. Anything else is refused here rather than
+// misread at load time.
+void parse_quantization(const Json& q, const std::string& path, ModelConfig& c, FieldReader& r) {
+  if (!q.is_object()) {
+    r.error(fmt::format("{} must be an object, got {}", path, q.dump()));
+    return;
+  }
+  FieldReader qr(q, path + ".");
+  const std::string method = qr.string({"quant_method"}, "");
+  const std::string format = qr.string({"format"}, "");
+  if (method != "compressed-tensors" || format != "mxfp4-pack-quantized")
+    r.error(fmt::format(
+        "{}: quant_method \"{}\" with format \"{}\" is not supported (Kimi K3 ships compressed-tensors "
+        "\"mxfp4-pack-quantized\")",
+        path, method, format));
+  const std::string status = qr.string({"quantization_status"}, "compressed");
+  if (status != "compressed")
+    r.error(fmt::format("{}.quantization_status must be \"compressed\" (packed tensors), got \"{}\"", path,
+                        status));
+  auto groups = q.find("config_groups");
+  if (groups != q.end() && !groups->is_null()) {
+    if (!groups->is_object())
+      r.error(fmt::format("{}.config_groups must be an object", path));
+    else
+      for (const auto& [name, g] : groups->items()) {
+        const std::string gp = fmt::format("{}.config_groups.{}", path, name);
+        if (!g.is_object()) {
+          r.error(fmt::format("{} must be an object", gp));
+          continue;
+        }
+        if (g.contains("format") && g["format"] != "mxfp4-pack-quantized")
+          r.error(fmt::format("{}.format {} is not supported (expected \"mxfp4-pack-quantized\")", gp,
+                              g["format"].dump()));
+        for (const char* act : {"input_activations", "output_activations"})
+          if (g.contains(act) && !g[act].is_null())
+            r.error(fmt::format("{}.{} must be null: only weight-only (W4A16) MXFP4 is supported", gp, act));
+        auto w = g.find("weights");
+        if (w == g.end() || !w->is_object()) {
+          r.error(fmt::format("{}.weights must be an object", gp));
+          continue;
+        }
+        auto expect = [&](const char* key, const Json& want) {
+          auto it = w->find(key);
+          if (it != w->end() && *it != want)
+            r.error(fmt::format("{}.weights.{} = {} is not MXFP4 (expected {})", gp, key, it->dump(),
+                                want.dump()));
+        };
+        expect("num_bits", 4);
+        expect("type", "float");
+        expect("group_size", 32);
+        expect("strategy", "group");
+      }
+  }
+  for (auto& e : qr.errors()) r.error(e);
+  c.mxfp4_experts = true;
+}
+
+// Kimi K3 (spec §1.2): a multimodal root whose text decoder is `text_config` (itself kimi_linear-like) with
+// the quantization config nested inside it; tensors live under `language_model.`.
+void parse_kimi_k3(const Json& root, ModelConfig& c, FieldReader& r) {
+  const Json& text = root["text_config"];
+  c.family = ModelFamily::KimiK3;
+  c.tensor_prefix = "language_model.";
+  auto tmt = text.find("model_type");
+  if (tmt != text.end() && *tmt != "kimi_linear")
+    r.error(fmt::format("text_config.model_type must be \"kimi_linear\" (the K3 text decoder), got {}",
+                        tmt->dump()));
+  parse_kimi_linear(text, c, r);
+  // Token ids: the text config's own, else the root's (both carry them in the released config).
+  FieldReader rr(root, "");
+  if (!c.bos_token_id) c.bos_token_id = rr.optional_integer({"bos_token_id"});
+  if (c.eos_token_ids.empty())
+    if (auto eos = rr.optional_integer({"eos_token_id"})) c.eos_token_ids = {*eos};
+  for (auto& e : rr.errors()) r.error(e);
+  auto in_text = text.find("quantization_config");
+  auto in_root = root.find("quantization_config");
+  const bool have_text = in_text != text.end() && !in_text->is_null();
+  const bool have_root = in_root != root.end() && !in_root->is_null();
+  if (have_text && have_root && *in_text != *in_root)
+    r.error("quantization_config at the root contradicts text_config.quantization_config");
+  if (have_text)
+    parse_quantization(*in_text, "text_config.quantization_config", c, r);
+  else if (have_root)
+    parse_quantization(*in_root, "quantization_config", c, r);
+  if (c.attn_res_block_size <= 0)
+    r.error(
+        fmt::format("text_config.attn_res_block_size must be a positive integer for kimi_k3 (Block AttnRes), "
+                    "got {}",
+                    c.attn_res_block_size));
 }
 
 }  // namespace
@@ -362,18 +465,26 @@ Result<ModelConfig> ModelConfig::from_json(const nlohmann::ordered_json& json, s
   if (mt == json.end() || !mt->is_string())
     return invalid_argument("{}: missing \"model_type\" (expected \"kimi_linear\" or \"kimi_k3\")", label);
   const std::string model_type = mt->get<std::string>();
-  if (model_type == "kimi_k3") {
-    if (!json.contains("text_config") || !json["text_config"].is_object())
-      return invalid_argument("{}: model_type \"kimi_k3\" needs a \"text_config\" object", label);
-    return unimplemented("{}: model_type \"kimi_k3\" (Kimi K3) is recognised but not supported yet", label);
-  }
-  if (model_type != "kimi_linear")
+  const bool k3 = model_type == "kimi_k3";
+  if (k3 && (!json.contains("text_config") || !json["text_config"].is_object()))
+    return invalid_argument(
+        "{}: model_type \"kimi_k3\" needs a \"text_config\" object (the text decoder's config)", label);
+  if (!k3 && model_type != "kimi_linear")
     return invalid_argument("{}: unsupported model_type \"{}\" (rill serves \"kimi_linear\" and \"kimi_k3\")", label,
                             model_type);
   ModelConfig c;
   c.family = ModelFamily::KimiLinear;
-  FieldReader r(json, "");
-  parse_kimi_linear(json, c, r);
+  FieldReader r(k3 ? json["text_config"] : json, k3 ? "text_config." : "");
+  if (k3) {
+    parse_kimi_k3(json, c, r);
+  } else {
+    parse_kimi_linear(json, c, r);
+    // The plain-residual Kimi Linear composition would silently ignore AttnRes weights.
+    if (c.attn_res_block_size > 0)
+      r.error("attn_res_block_size (Block AttnRes) is only supported with model_type \"kimi_k3\"");
+    if (json.contains("quantization_config") && !json["quantization_config"].is_null())
+      r.error("quantization_config is not supported for kimi_linear (the released checkpoints are BF16)");
+  }
   validate(c, r);
   if (!r.errors().empty()) {
     std::string msg = fmt::format("{}: invalid config", label);

@@ -78,6 +78,12 @@ struct ModelConfig {
   MlaConfig mla;
   MoeConfig moe;
   int attn_res_block_size = 0;  // K3 Block AttnRes; 0 = plain residuals
+  // K3: the routed experts are stored as compressed-tensors `mxfp4-pack-quantized` (weight_packed U8 [out,
+  // in/2] + weight_scale E8M0 [out, in/32]), weight-only; everything else stays dense (spec §1.4, §2.4).
+  bool mxfp4_experts = false;
+  // num_nextn_predict_layers: MTP draft layers stored after the decoder (layers n_layers..); loaded by nobody
+  // yet, so K3 checkpoints that carry them are accepted and the layers skipped (spec §5).
+  int n_mtp_layers = 0;
   bool tie_word_embeddings = false;
   std::optional<int32_t> bos_token_id;
   std::vector<int32_t> eos_token_ids;
@@ -93,6 +99,10 @@ struct ModelConfig {
   // Per-sequence KDA state: fp32 recurrent state of every KDA layer; conv windows at the given element size.
   int64_t kda_state_bytes_per_sequence() const;
   int64_t kda_conv_bytes_per_sequence(int elem_bytes) const;
+  // K3 Block AttnRes: how many block snapshots a forward pass holds at most (ceil(n_layers / S)).
+  int attn_res_max_blocks() const {
+    return attn_res_block_size > 0 ? (n_layers + attn_res_block_size - 1) / attn_res_block_size : 0;
+  }
 };
 
 }  // namespace rill::model

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/log.h"
+#include "model/kimi_k3.h"
 #include "model/kimi_linear.h"
 
 namespace rill::model {
@@ -163,7 +164,7 @@ Result<std::unique_ptr<Model>> build_model(const ModelConfig& config, backend::B
   std::unique_ptr<Model> m;
   switch (config.family) {
     case ModelFamily::KimiLinear: m = std::make_unique<KimiLinearModel>(config, be); break;
-    case ModelFamily::KimiK3: return unimplemented("Kimi K3 is recognised but not supported yet");
+    case ModelFamily::KimiK3: m = std::make_unique<KimiK3Model>(config, be); break;
   }
   m->declare_weights();
   return m;

@@ -114,6 +114,19 @@ std::string Metrics::render(const engine::EngineStats* stats) const {
   counter("rill:generation_tokens_total", "Tokens generated.", s.generation_tokens_total);
   counter("rill:num_preemptions_total", "Sequences preempted for lack of cache.", s.preemptions);
   counter("rill:engine_steps_total", "Engine steps run.", s.steps);
+  counter("rill:prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache at admission.",
+          s.prefix_cache_queries);
+  counter("rill:prefix_cache_hits_total", "Prompt tokens served from the prefix cache.", s.prefix_cache_hits);
+  gauge("rill:prefix_cache_hit_rate", "Prefix cache hits / queries since start, in tokens (0-1).",
+        s.prefix_cache_queries > 0 ? double(s.prefix_cache_hits) / double(s.prefix_cache_queries) : 0.0);
+  gauge("rill:prefix_cache_blocks", "MLA KV blocks in the prefix cache (held by running requests or idle).",
+        s.prefix_cache_blocks);
+  gauge("rill:kda_snapshots_used", "KDA state snapshots held by the prefix cache.", s.kda_snapshots_used);
+  gauge("rill:kda_snapshots_total", "KDA state snapshot capacity.", s.kda_snapshots_total);
+  counter("rill:prefix_cache_evicted_blocks_total", "Cached blocks evicted under memory pressure.",
+          s.prefix_cache_evicted_blocks);
+  counter("rill:kda_snapshots_evicted_total", "KDA state snapshots evicted under memory pressure.",
+          s.kda_snapshots_evicted);
 
   std::lock_guard<std::mutex> lock(mu_);
   header(out, "rill:request_success_total", "counter", "Requests finished, by finish reason.");

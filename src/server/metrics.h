@@ -1,5 +1,6 @@
 // Prometheus metrics for GET /metrics, named like vLLM's with a `rill:` prefix (serving.md §1.6): engine
-// gauges (running / waiting requests, MLA KV blocks, KDA state slots) read from Engine::stats() at scrape
+// gauges (running / waiting requests, MLA KV blocks, KDA state slots, prefix cache blocks, snapshots and hit
+// rate) read from Engine::stats() at scrape
 // time, token counters, request outcomes and latency histograms recorded by the routes. Thread-safe.
 #pragma once
 

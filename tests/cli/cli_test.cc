@@ -11,6 +11,7 @@
 #include "io/safetensors.h"
 #include "model/fixture.h"
 #include "model/kimi_linear_48b_config.h"
+#include "model/sequence_session.h"
 
 namespace rill {
 namespace {
@@ -102,6 +103,39 @@ TEST(TinyModel, BuildsValidatesAndGenerates) {
   r = run_rill("generate " + d.string() + " --device cpu --prompt-ids 1,2,3 --max-tokens 5 --ignore-eos --json");
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("\"finish_reason\":\"length\""), std::string::npos) << r.out;
+  fs::remove_all(d);
+}
+
+TEST(TinyModel, KimiK3InspectsAndGeneratesGreedilyOnTheCpu) {
+  const fs::path d = temp_dir("tiny_k3");
+  auto r = run_rill("tiny-model " + d.string() + " --kimi-k3 --force");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("kimi_k3, 7 layers"), std::string::npos) << r.out;
+  r = run_rill("inspect " + d.string());
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("validation   ok"), std::string::npos) << r.out;
+  // Greedy through the engine (rill generate) equals greedy through a bare SequenceSession.
+  const std::vector<int32_t> prompt = {1, 2, 3, 500, 77};
+  r = run_rill("generate " + d.string() + " --device cpu --prompt-ids " + join(prompt) +
+               " --max-tokens 6 --ignore-eos --json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("\"finish_reason\":\"length\""), std::string::npos) << r.out;
+  auto be = backend::make_cpu_backend();
+  auto m = model::load_model(d, *be);
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  ASSERT_TRUE((*m)->reserve_workspace({16, 1, 16, 64}).ok());
+  auto s = model::SequenceSession::create(**m, 64);
+  ASSERT_TRUE(s.ok());
+  ASSERT_TRUE(s->feed(prompt, 0, false).ok());
+  std::vector<int32_t> want;
+  for (int i = 0; i < 6; ++i) {
+    auto next = s->sample(backend::SamplingRow{});
+    ASSERT_TRUE(next.ok());
+    want.push_back(*next);
+    ASSERT_TRUE(s->feed(std::span<const int32_t>(&want.back(), 1), 1, false).ok());
+  }
+  EXPECT_NE(r.out.find("\"completion_ids\":[" + join(want) + "]"), std::string::npos)
+      << r.out << "\nwant " << join(want);
   fs::remove_all(d);
 }
 

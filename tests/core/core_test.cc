@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include "core/arena.h"
@@ -94,6 +95,27 @@ TEST(ThreadPool, CoversTheRangeExactlyOnce) {
       for (int64_t i = b; i < e; ++i) hits[size_t(i)]++;
     });
     for (auto& h : hits) ASSERT_EQ(h.load(), 1);
+  }
+}
+
+// Two threads calling parallel_for at once (two CPU engines in one process) each get their whole range: the
+// calls take turns instead of one overwriting the other's job (which used to hang).
+TEST(ThreadPool, ConcurrentCallersEachCoverTheirRange) {
+  ThreadPool pool(4);
+  constexpr int64_t kN = 20000;
+  std::vector<std::atomic<int>> a(kN), b(kN);
+  auto run = [&](std::vector<std::atomic<int>>& hits) {
+    for (int rep = 0; rep < 200; ++rep)
+      pool.parallel_for(kN, 64, [&](int64_t lo, int64_t hi) {
+        for (int64_t i = lo; i < hi; ++i) hits[size_t(i)]++;
+      });
+  };
+  std::thread ta([&] { run(a); }), tb([&] { run(b); });
+  ta.join();
+  tb.join();
+  for (int64_t i = 0; i < kN; ++i) {
+    ASSERT_EQ(a[size_t(i)].load(), 200) << i;
+    ASSERT_EQ(b[size_t(i)].load(), 200) << i;
   }
 }
 

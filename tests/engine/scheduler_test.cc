@@ -12,11 +12,15 @@ struct Fixture {
   std::unique_ptr<backend::Backend> be = backend::make_cpu_backend();
   model::ModelConfig cfg = *model::ModelConfig::load(testing::data_dir() / "kimi_linear_tiny_a");
   std::unique_ptr<cache::CacheManager> caches;
-  Fixture(int slots, int blocks) {
+  Fixture(int slots, int blocks, int snapshot_interval = 0) {
     cache::MemoryPlan p;
     p.n_slots = slots;
     p.n_blocks = blocks;
-    caches = std::make_unique<cache::CacheManager>(*cache::CacheManager::create(*be, cfg, p));
+    cache::PrefixCacheOptions prefix;
+    prefix.enabled = snapshot_interval > 0;
+    prefix.snapshot_interval = snapshot_interval;
+    p.n_snapshots = prefix.enabled ? 8 : 0;
+    caches = std::make_unique<cache::CacheManager>(*cache::CacheManager::create(*be, cfg, p, prefix));
   }
 };
 
@@ -100,6 +104,36 @@ TEST(Scheduler, PreemptsTheNewestWhenBlocksRunOut) {
   s.finish_all(FinishReason::Cancelled);
   EXPECT_EQ(s.take_finished().size(), 4u);
   EXPECT_EQ(f.caches->blocks().used_count(), 0);
+  EXPECT_EQ(f.caches->slots().used_count(), 0);
+}
+
+// Prefix caching: prefill chunks end at snapshot positions (multiples of the interval, the prompt's last full
+// block) whatever the budget, and an identical prompt is admitted past its cached prefix.
+TEST(Scheduler, PrefixCachingCutsChunksAtSnapshotsAndResumesFromThem) {
+  Fixture f(2, 64, 128);
+  Scheduler s(*f.caches, {2, 100, 4096, true}, {2});
+  auto run_prompt = [&](uint64_t id) {
+    auto q = seq(id, 300, 1);
+    for (size_t i = 0; i < q->tokens.size(); ++i) q->tokens[i] = int32_t(i % 500);
+    s.add(std::move(q));
+    std::vector<int> starts, sizes;
+    for (StepPlan p = s.schedule(); !p.empty(); p = s.schedule()) {
+      starts.push_back(p.seqs[0].seq->n_computed);
+      sizes.push_back(p.seqs[0].n_new);
+      s.postprocess(p, ones(p));
+    }
+    EXPECT_EQ(s.take_finished().size(), 1u);
+    return std::pair{starts, sizes};
+  };
+  const auto [starts, sizes] = run_prompt(1);
+  EXPECT_EQ(starts, (std::vector<int>{0, 100, 128, 228, 256}));  // budget 100; stops at 128, 256 (= last block)
+  EXPECT_EQ(sizes, (std::vector<int>{100, 28, 100, 28, 44}));
+  const auto [starts2, sizes2] = run_prompt(2);
+  EXPECT_EQ(starts2, (std::vector<int>{256}));  // the same prompt: from the snapshot at its last full block
+  EXPECT_EQ(sizes2, (std::vector<int>{44}));
+  EXPECT_EQ(s.prefix_queries(), 600u);
+  EXPECT_EQ(s.prefix_hits(), 256u);
+  EXPECT_EQ(f.caches->blocks_in_use(), 0);
   EXPECT_EQ(f.caches->slots().used_count(), 0);
 }
 

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <random>
 
@@ -169,6 +170,7 @@ TEST(CudaTaps, EveryIntermediateMatchesTheCpu) {
     ASSERT_EQ(cpu_taps.taps().size(), gpu_taps.taps().size());
     std::string first_bad;
     double worst = 0;
+    std::vector<std::pair<double, std::string>> by_error;  // printed: where the bf16 error enters
     for (size_t i = 0; i < cpu_taps.taps().size(); ++i) {
       const auto& c = cpu_taps.taps()[i];
       const auto& g = gpu_taps.taps()[i];
@@ -180,9 +182,13 @@ TEST(CudaTaps, EveryIntermediateMatchesTheCpu) {
       }
       const double rel = std::sqrt(num / std::max(den, 1e-30));
       worst = std::max(worst, rel);
+      by_error.emplace_back(rel, c.name);
       if (!(rel <= kWorstRelL2) && first_bad.empty()) first_bad = c.name;
     }
     std::printf("step at %zu (+%zu): %zu taps, worst rel L2 %.3g\n", off, n, cpu_taps.taps().size(), worst);
+    std::sort(by_error.begin(), by_error.end(), std::greater<>());
+    for (size_t i = 0; i < by_error.size() && i < 6; ++i)
+      std::printf("    %-28s rel L2 %.3g\n", by_error[i].second.c_str(), by_error[i].first);
     EXPECT_TRUE(first_bad.empty()) << "step at " << off << ": first diverging tensor " << first_bad;
   }
 }

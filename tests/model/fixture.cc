@@ -1,5 +1,6 @@
 #include "model/fixture.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -12,6 +13,20 @@ Reference::Reference(const std::filesystem::path& dir) {
   if (!f.ok()) throw std::runtime_error(f.status().to_string());
   file_ = std::make_unique<io::SafetensorsFile>(std::move(f).value());
 }
+
+std::vector<std::string> kimi_k3_fixtures() {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(data_dir(), ec)) {
+    const std::string name = e.path().filename().string();
+    if (e.is_directory() && name.rfind("kimi_k3_", 0) == 0 && std::filesystem::exists(e.path() / "reference.safetensors"))
+      out.push_back(name);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+bool Reference::has(const std::string& name) const { return file_->find(name) != nullptr; }
 
 int Reference::n_prompts() const {
   int n = 0;

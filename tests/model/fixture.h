@@ -17,11 +17,16 @@ inline const std::vector<std::string>& kimi_linear_fixtures() {
   return names;
 }
 
+// The Kimi K3 fixtures present in tests/data (kimi_k3_tiny_*/ with a reference.safetensors, made by
+// tools/reference/make_kimi_k3_fixtures.py on the GPU machine), sorted; empty until they are committed.
+std::vector<std::string> kimi_k3_fixtures();
+
 // The recorded reference of one fixture (reference.safetensors).
 class Reference {
  public:
   explicit Reference(const std::filesystem::path& dir);
   int n_prompts() const;
+  bool has(const std::string& name) const;
   std::vector<int32_t> ints(const std::string& name) const;
   std::vector<float> floats(const std::string& name) const;
   Shape shape(const std::string& name) const;

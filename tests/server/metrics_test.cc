@@ -28,6 +28,11 @@ TEST(Metrics, EngineGaugesAndCounters) {
   s.state_slots_total = 8;
   s.prompt_tokens_total = 100;
   s.generation_tokens_total = 40;
+  s.prefix_cache_queries = 200;
+  s.prefix_cache_hits = 50;
+  s.prefix_cache_blocks = 7;
+  s.kda_snapshots_used = 2;
+  s.kda_snapshots_total = 9;
   const std::string text = m.render(&s);
   const std::string l = "{model_name=\"tiny\"}";
   EXPECT_EQ(sample(text, "rill:num_requests_running" + l), 3);
@@ -39,6 +44,12 @@ TEST(Metrics, EngineGaugesAndCounters) {
   EXPECT_EQ(sample(text, "rill:state_slots_total" + l), 8);
   EXPECT_EQ(sample(text, "rill:prompt_tokens_total" + l), 100);
   EXPECT_EQ(sample(text, "rill:generation_tokens_total" + l), 40);
+  EXPECT_EQ(sample(text, "rill:prefix_cache_queries_total" + l), 200);
+  EXPECT_EQ(sample(text, "rill:prefix_cache_hits_total" + l), 50);
+  EXPECT_DOUBLE_EQ(sample(text, "rill:prefix_cache_hit_rate" + l), 0.25);
+  EXPECT_EQ(sample(text, "rill:prefix_cache_blocks" + l), 7);
+  EXPECT_EQ(sample(text, "rill:kda_snapshots_used" + l), 2);
+  EXPECT_EQ(sample(text, "rill:kda_snapshots_total" + l), 9);
   EXPECT_NE(text.find("# TYPE rill:num_requests_running gauge\n"), std::string::npos);
   EXPECT_NE(text.find("# TYPE rill:prompt_tokens_total counter\n"), std::string::npos);
 }

@@ -39,6 +39,7 @@ class CpuBackend final : public Backend {
   Status moe_route_impl(const MoeRouteArgs& a) override;
   Status moe_experts_impl(const MoeExpertsArgs& a) override;
   Status gather_rows_impl(const GatherRowsArgs& a) override;
+  Status attn_res_mix_impl(const AttnResMixArgs& a) override;
   Status sample_impl(const SampleArgs& a) override;
   Status apply_penalties_impl(const PenaltyArgs& a) override;
   Status logprobs_impl(const LogprobsArgs& a) override;

@@ -60,6 +60,7 @@ class CudaBackend final : public backend::Backend {
   Status moe_route_impl(const backend::MoeRouteArgs& a) override;
   Status moe_experts_impl(const backend::MoeExpertsArgs& a) override;
   Status gather_rows_impl(const backend::GatherRowsArgs& a) override;
+  Status attn_res_mix_impl(const backend::AttnResMixArgs& a) override;
   Status sample_impl(const backend::SampleArgs& a) override;
   Status apply_penalties_impl(const backend::PenaltyArgs& a) override;
   Status logprobs_impl(const backend::LogprobsArgs& a) override;

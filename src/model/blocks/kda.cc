@@ -14,7 +14,8 @@ void declare_kda_weights(WeightTable& t, const std::string& p, const ModelConfig
   }
   t.matrix(p + "f_a_proj.weight", {d, H}, &w.f_a_proj);
   t.matrix(p + "f_b_proj.weight", {P, d}, &w.f_b_proj);
-  t.vector(p + "A_log", {Hk}, &w.a_log, {{1, 1, Hk, 1}});
+  // K3 stores A_log as [128] with the heads first and a zero tail (spec §2.5.1); only the heads are used.
+  t.vector(p + "A_log", {Hk}, &w.a_log, {{1, 1, Hk, 1}}).zero_padded = c.family == ModelFamily::KimiK3;
   t.vector(p + "dt_bias", {P}, &w.dt_bias, {{Hk, d}});
   t.matrix(p + "b_proj.weight", {Hk, H}, &w.b_proj);
   if (c.kda.full_rank_output_gate) {

@@ -2,6 +2,31 @@
 
 namespace rill::model {
 
+namespace {
+
+// compressed-tensors mxfp4-pack-quantized experts (spec §2.3-§2.4): per logical [out, in] matrix a U8
+// `weight_packed` [out, in/2] (low nibble = even column) and a U8 E8M0 `weight_scale` [out, in/32], stacked
+// like the dense experts (w1 | w3 rows per expert, then w2) and kept packed bit for bit.
+void declare_mxfp4_experts(WeightTable& t, const std::string& p, int E, int I, int Hx, backend::ExpertWeights& x) {
+  x.format = backend::WeightFormat::Mxfp4;
+  const int gu = t.stack({E, 2 * I, Hx / 2}, WeightRole::Packed, &x.gate_up);
+  const int gus = t.stack({E, 2 * I, Hx / 32}, WeightRole::Packed, &x.gate_up_scales);
+  const int dn = t.stack({E, Hx, I / 2}, WeightRole::Packed, &x.down);
+  const int dns = t.stack({E, Hx, I / 32}, WeightRole::Packed, &x.down_scales);
+  for (int e = 0; e < E; ++e) {
+    const std::string ex = p + "experts." + std::to_string(e) + ".";
+    const int64_t row0 = int64_t(e) * 2 * I;  // first gate_up row of expert e
+    t.stack_part(gu, ex + "w1.weight_packed", {I, Hx / 2}, row0 * (Hx / 2));
+    t.stack_part(gus, ex + "w1.weight_scale", {I, Hx / 32}, row0 * (Hx / 32));
+    t.stack_part(gu, ex + "w3.weight_packed", {I, Hx / 2}, (row0 + I) * (Hx / 2));
+    t.stack_part(gus, ex + "w3.weight_scale", {I, Hx / 32}, (row0 + I) * (Hx / 32));
+    t.stack_part(dn, ex + "w2.weight_packed", {Hx, I / 2}, int64_t(e) * Hx * (I / 2));
+    t.stack_part(dns, ex + "w2.weight_scale", {Hx, I / 32}, int64_t(e) * Hx * (I / 32));
+  }
+}
+
+}  // namespace
+
 void declare_moe_weights(WeightTable& t, const std::string& p, const ModelConfig& c, MoeWeights& w) {
   const MoeConfig& m = c.moe;
   const int H = c.hidden_size, E = m.n_experts, I = m.intermediate_size;
@@ -9,13 +34,17 @@ void declare_moe_weights(WeightTable& t, const std::string& p, const ModelConfig
   // The router weight is a Matrix so CUDA keeps it bf16; logits are still computed in fp32.
   t.matrix(p + "gate.weight", {E, H}, &w.router);
   t.vector(p + "gate.e_score_correction_bias", {E}, &w.router_bias);
-  const int gu = t.stack({E, 2 * I, Hx}, WeightRole::Matrix, &w.experts.gate_up);
-  const int dn = t.stack({E, Hx, I}, WeightRole::Matrix, &w.experts.down);
-  for (int e = 0; e < E; ++e) {
-    const std::string ex = p + "experts." + std::to_string(e) + ".";
-    t.stack_part(gu, ex + "w1.weight", {I, Hx}, (int64_t(e) * 2 * I) * Hx);
-    t.stack_part(gu, ex + "w3.weight", {I, Hx}, (int64_t(e) * 2 * I + I) * Hx);
-    t.stack_part(dn, ex + "w2.weight", {Hx, I}, int64_t(e) * Hx * I);
+  if (c.mxfp4_experts) {
+    declare_mxfp4_experts(t, p, E, I, Hx, w.experts);
+  } else {
+    const int gu = t.stack({E, 2 * I, Hx}, WeightRole::Matrix, &w.experts.gate_up);
+    const int dn = t.stack({E, Hx, I}, WeightRole::Matrix, &w.experts.down);
+    for (int e = 0; e < E; ++e) {
+      const std::string ex = p + "experts." + std::to_string(e) + ".";
+      t.stack_part(gu, ex + "w1.weight", {I, Hx}, (int64_t(e) * 2 * I) * Hx);
+      t.stack_part(gu, ex + "w3.weight", {I, Hx}, (int64_t(e) * 2 * I + I) * Hx);
+      t.stack_part(dn, ex + "w2.weight", {Hx, I}, int64_t(e) * Hx * I);
+    }
   }
   if (m.n_shared_experts > 0) declare_mlp_weights(t, p + "shared_experts.", H, m.n_shared_experts * I, w.shared);
   if (m.latent_size > 0) {

@@ -32,6 +32,7 @@ const char* role_dtypes(WeightRole role) {
 
 bool shape_ok(const WeightSpec& s, const Shape& stored) {
   if (stored == s.shape) return true;
+  if (s.zero_padded && s.shape.rank() == 1 && stored.rank() == 1 && stored[0] > s.shape[0]) return true;
   return std::any_of(s.alt_shapes.begin(), s.alt_shapes.end(), [&](const Shape& a) { return a == stored; });
 }
 
@@ -62,6 +63,57 @@ void convert(const void* src, DType from, void* dst, DType to, int64_t n) {
   }
 }
 
+// The stored entry of a spec under any of its spellings (nullptr if none), and the name it was found under.
+const io::Checkpoint::Entry* find_entry(const WeightTable& t, const WeightSpec& s, const io::Checkpoint& c,
+                                        std::string* found) {
+  if (const io::Checkpoint::Entry* e = c.find(s.name)) {  // the common case, without building the name list
+    if (found) *found = s.name;
+    return e;
+  }
+  for (const std::string& n : t.candidate_names(s))
+    if (const io::Checkpoint::Entry* e = c.find(n)) {
+      if (found) *found = n;
+      return e;
+    }
+  return nullptr;
+}
+
+// A zero-padded tensor's tail must be exactly zero: anything else means the file is not what we think it is.
+std::string padded_tail_problem(const WeightSpec& s, const std::string& stored_name, const TensorView& v) {
+  const int64_t used = s.shape.numel();
+  for (int64_t i = used; i < v.numel(); ++i) {
+    const float x = load_as_f32(v.data, v.dtype, size_t(i));
+    if (x != 0.0f)
+      return fmt::format(
+          "{}: stored {} is zero-padded past its {} used values, but element {} is {} (a non-zero "
+          "tail means a wrong or mis-converted file)",
+          stored_name, v.shape.to_string(), used, i, x);
+  }
+  return {};
+}
+
+bool ends_with(const std::string& s, std::string_view tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+// Why an unexpected tensor is there, where we can tell (quantized payloads where the model wants dense).
+std::string describe_unexpected(const std::string& name, const std::set<std::string>& declared) {
+  for (std::string_view suffix : {".weight_packed", ".weight_scale"}) {
+    if (!ends_with(name, suffix)) continue;
+    const std::string dense = name.substr(0, name.size() - suffix.size()) + ".weight";
+    if (declared.count(dense))
+      return fmt::format(
+          "{} (quantized, but {} is a dense weight here: MXFP4 packs only the routed experts' "
+          "w1/w2/w3, and only with an mxfp4-pack-quantized quantization_config)",
+          name, dense);
+    return fmt::format(
+        "{} (a quantized tensor this model does not declare: MXFP4 packs only the routed experts, "
+        "and only with an mxfp4-pack-quantized quantization_config)",
+        name);
+  }
+  return name;
+}
+
 constexpr size_t kAlign = 256;
 size_t align_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
@@ -69,21 +121,28 @@ size_t align_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
 Status check_weights(const WeightTable& table, const io::Checkpoint& ckpt) {
   std::vector<std::string> missing, misshaped, unexpected;
-  std::set<std::string> claimed;
+  std::set<std::string> claimed, declared;
   for (const WeightSpec& s : table.specs()) {
-    claimed.insert(s.name);
-    const io::Checkpoint::Entry* e = ckpt.find(s.name);
+    declared.insert(s.name);
+    std::string name;
+    const io::Checkpoint::Entry* e = find_entry(table, s, ckpt, &name);
     if (!e) {
       missing.push_back(fmt::format("{} {}", s.name, s.shape.to_string()));
       continue;
     }
+    claimed.insert(name);
     if (!shape_ok(s, e->info->shape))
-      misshaped.push_back(fmt::format("{}: shape {} (expected {})", s.name, e->info->shape.to_string(), s.shape.to_string()));
+      misshaped.push_back(
+          fmt::format("{}: shape {} (expected {})", name, e->info->shape.to_string(), s.shape.to_string()));
     else if (!dtype_ok(s.role, e->info->dtype))
-      misshaped.push_back(fmt::format("{}: dtype {} (expected {})", s.name, dtype_name(e->info->dtype), role_dtypes(s.role)));
+      misshaped.push_back(
+          fmt::format("{}: dtype {} (expected {})", name, dtype_name(e->info->dtype), role_dtypes(s.role)));
+    else if (s.zero_padded && e->info->shape.numel() > s.shape.numel())
+      if (std::string why = padded_tail_problem(s, name, ckpt.view(*e)); !why.empty())
+        misshaped.push_back(why);
   }
   for (const std::string& n : ckpt.names())
-    if (!claimed.count(n) && !table.ignored(n)) unexpected.push_back(n);
+    if (!claimed.count(n) && !table.ignored(n)) unexpected.push_back(describe_unexpected(n, declared));
   if (missing.empty() && misshaped.empty() && unexpected.empty()) return {};
   std::string msg = fmt::format("{}: checkpoint does not match the model", ckpt.dir().string());
   auto list = [&](const char* what, const std::vector<std::string>& v) {
@@ -103,13 +162,16 @@ Result<LoadedWeights> load_weights(const WeightTable& table, std::shared_ptr<con
   RILL_TRY(check_weights(table, *ckpt));
   const auto& specs = table.specs();
   const auto& stacks = table.stacks();
+  std::vector<const io::Checkpoint::Entry*> entry(specs.size());  // every one present: checked above
+  for (size_t i = 0; i < specs.size(); ++i) entry[i] = find_entry(table, specs[i], *ckpt, nullptr);
 
   // Stacks take the dtype of their parts (all parts of a stack must agree, else F32 for vectors).
   std::vector<DType> stack_dtype(stacks.size(), DType::F32);
   std::vector<bool> stack_seen(stacks.size(), false);
-  for (const WeightSpec& s : specs) {
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const WeightSpec& s = specs[i];
     if (s.stack < 0) continue;
-    const DType t = target_dtype(s.role, ckpt->find(s.name)->info->dtype, be);
+    const DType t = target_dtype(s.role, entry[i]->info->dtype, be);
     if (stack_seen[s.stack] && stack_dtype[s.stack] != t)
       return invalid_argument("{}: {} is stored as {} but the tensors fused with it are {}", ckpt->dir().string(),
                               s.name, dtype_name(t), dtype_name(stack_dtype[s.stack]));
@@ -124,7 +186,7 @@ Result<LoadedWeights> load_weights(const WeightTable& table, std::shared_ptr<con
   for (size_t i = 0; i < specs.size(); ++i) {
     const WeightSpec& s = specs[i];
     if (s.stack >= 0) continue;
-    const DType stored = ckpt->find(s.name)->info->dtype;
+    const DType stored = entry[i]->info->dtype;
     const DType t = target_dtype(s.role, stored, be);
     if (cpu && t == stored) continue;  // zero-copy view into the mmap
     offset[i] = int64_t(total);
@@ -154,7 +216,7 @@ Result<LoadedWeights> load_weights(const WeightTable& table, std::shared_ptr<con
   std::map<const io::SafetensorsFile*, int> group_of;
   for (size_t i = 0; i < specs.size(); ++i) {
     const WeightSpec& s = specs[i];
-    const io::Checkpoint::Entry* e = ckpt->find(s.name);
+    const io::Checkpoint::Entry* e = entry[i];
     const TensorView src = ckpt->view(*e);
     const DType t = s.stack >= 0 ? stack_dtype[s.stack] : target_dtype(s.role, src.dtype, be);
     char* dst = nullptr;
@@ -216,13 +278,17 @@ Result<LoadedWeights> load_dummy_weights(const WeightTable& table, backend::Back
     const DType t = dtype_of(s.role);
     char* dst = s.stack >= 0 ? base + stack_offset[s.stack] + s.stack_offset * int64_t(dtype_size(t)) : base + offset[i];
     const TensorView v = TensorView::make(dst, t, s.shape, be.device());
-    // Matrices uniform with variance 1/in_features (activations stay O(1)); vectors near 1; packed bytes
-    // small E2M1 codes or E8M0 scales near 2^-7.
+    // Matrices uniform with variance 1/in_features (activations stay O(1)); vectors near 1.
     const float a = std::sqrt(3.0f / float(s.shape[s.shape.rank() - 1]));
     switch (s.role) {
       case WeightRole::Matrix: RILL_TRY(be.fill_random(v, seed + i, -a, a)); break;
       case WeightRole::Vector: RILL_TRY(be.fill_random(v, seed + i, 0.9f, 1.1f)); break;
-      case WeightRole::Packed: RILL_TRY(be.fill_random(v, seed + i, 118.0f, 122.0f)); break;
+      case WeightRole::Packed:  // E8M0 scales near 2^-7; FP4 code bytes uniform over all code pairs
+        if (ends_with(s.name, ".weight_scale"))
+          RILL_TRY(be.fill_random(v, seed + i, 118.0f, 122.0f));
+        else
+          RILL_TRY(be.fill_random(v, seed + i, 0.0f, 255.0f));
+        break;
     }
     if (s.dest) *s.dest = v;
   }

@@ -27,6 +27,10 @@ struct WeightSpec {
   TensorView* dest = nullptr;   // filled by the loader (unless part of a stack)
   int stack = -1;               // >= 0: this tensor fills elements of stacks[stack]
   int64_t stack_offset = 0;     // element offset inside the stack
+  std::vector<std::string> alt_names;  // other spellings of the same tensor (converted mirrors)
+  // The stored tensor may be 1-D and longer than `shape`: only the leading elements are used and the tail
+  // must be exactly zero (K3's A_log [128] holding num_heads values, spec §2.5.1).
+  bool zero_padded = false;
 };
 
 // A destination assembled from several checkpoint tensors (fused q|k|v, stacked experts).
@@ -38,9 +42,11 @@ struct WeightStack {
 
 class WeightTable {
  public:
-  void matrix(std::string name, Shape shape, backend::LinearWeight* dst);
-  void vector(std::string name, Shape shape, TensorView* dst, std::vector<Shape> alt_shapes = {});
-  void packed(std::string name, Shape shape, TensorView* dst);
+  // Each returns the new spec so a block can add alternative spellings or padding (valid until the next
+  // call).
+  WeightSpec& matrix(std::string name, Shape shape, backend::LinearWeight* dst);
+  WeightSpec& vector(std::string name, Shape shape, TensorView* dst, std::vector<Shape> alt_shapes = {});
+  WeightSpec& packed(std::string name, Shape shape, TensorView* dst);
 
   // A stack of `shape`; parts are added with stack_part in element order.
   int stack(Shape shape, WeightRole role, TensorView* dst);
@@ -49,16 +55,25 @@ class WeightTable {
 
   // Names the loader may meet and skip (e.g. K3's vision tower); matched as prefixes.
   void ignore_prefix(std::string prefix) { ignored_.push_back(std::move(prefix)); }
+  // Names starting with `canonical` may also be stored starting with `alt` (K3 mirrors that drop the
+  // `language_model.model.layers.` -> `language_model.layers.` level, spec §2.1).
+  void alias_prefix(std::string canonical, std::string alt) {
+    prefix_aliases_.emplace_back(std::move(canonical), std::move(alt));
+  }
+  // Every spelling a spec may be stored under, the declared name first.
+  std::vector<std::string> candidate_names(const WeightSpec& s) const;
 
   const std::vector<WeightSpec>& specs() const { return specs_; }
   const std::vector<WeightStack>& stacks() const { return stacks_; }
   bool ignored(const std::string& name) const;
-  int64_t n_params() const;  // elements of every declared tensor
+  int64_t n_params() const;      // parameters of every declared tensor (an MXFP4 byte holds two)
+  int64_t stored_bytes() const;  // bf16 for dense tensors, packed bytes and scales as they are
 
  private:
   std::vector<WeightSpec> specs_;
   std::vector<WeightStack> stacks_;
   std::vector<std::string> ignored_;
+  std::vector<std::pair<std::string, std::string>> prefix_aliases_;
 };
 
 }  // namespace rill::model

@@ -1,0 +1,115 @@
+#include "cache/prefix_index.h"
+
+#include <algorithm>
+
+namespace rill::cache {
+namespace {
+
+// MurmurHash3's 64-bit finaliser: a bijection with full avalanche, so every token id moves every bit.
+uint64_t fmix64(uint64_t x) {
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdull;
+  x ^= x >> 33;
+  x *= 0xc4ceb9fe1a85ec53ull;
+  x ^= x >> 33;
+  return x;
+}
+
+}  // namespace
+
+uint64_t PrefixIndex::chain_hash(uint64_t parent_hash, std::span<const int32_t> tokens) {
+  uint64_t h = fmix64(parent_hash ^ (0x9e3779b97f4a7c15ull * (tokens.size() + 1)));
+  for (int32_t t : tokens) h = fmix64(h + 0x9e3779b97f4a7c15ull * (uint64_t(uint32_t(t)) + 1));
+  return h;
+}
+
+PrefixIndex::EntryId PrefixIndex::find(EntryId parent, std::span<const int32_t> tokens) const {
+  const uint64_t parent_hash = parent ? entries_.at(parent).hash : 0;
+  const auto it = by_hash_.find(hash_(parent_hash, tokens));
+  if (it == by_hash_.end()) return 0;
+  const Entry& e = entries_.at(it->second);
+  // Equal hashes are not trusted: the parent and every token id must match too.
+  if (e.parent != parent || !std::equal(e.tokens.begin(), e.tokens.end(), tokens.begin(), tokens.end()))
+    return 0;
+  return it->second;
+}
+
+std::vector<PrefixIndex::EntryId> PrefixIndex::match(std::span<const int32_t> tokens, int block_size,
+                                                     int max_blocks) const {
+  std::vector<EntryId> chain;
+  EntryId parent = 0;
+  for (int b = 0; b < max_blocks && size_t(b + 1) * size_t(block_size) <= tokens.size(); ++b) {
+    parent = find(parent, tokens.subspan(size_t(b) * size_t(block_size), size_t(block_size)));
+    if (!parent) break;
+    chain.push_back(parent);
+  }
+  return chain;
+}
+
+void PrefixIndex::relink(EntryId id, uint64_t old_last_use) {
+  const Entry& e = entries_.at(id);
+  evictable_.erase({old_last_use, id});
+  if (e.refs == 0 && e.n_children == 0) evictable_.insert({e.last_use, id});
+}
+
+PrefixIndex::EntryId PrefixIndex::insert(EntryId parent, std::span<const int32_t> tokens, int32_t block) {
+  const uint64_t hash = hash_(parent ? entries_.at(parent).hash : 0, tokens);
+  if (by_hash_.count(hash)) return 0;
+  const EntryId id = next_id_++;
+  Entry e;
+  e.hash = hash;
+  e.parent = parent;
+  e.tokens.assign(tokens.begin(), tokens.end());
+  e.block = block;
+  e.refs = 1;
+  e.last_use = ++clock_;
+  entries_.emplace(id, std::move(e));
+  by_hash_.emplace(hash, id);
+  if (parent) {
+    at(parent).n_children++;
+    relink(parent, at(parent).last_use);
+  }
+  return id;
+}
+
+void PrefixIndex::acquire(std::span<const EntryId> ids) {
+  for (EntryId id : ids) {
+    Entry& e = at(id);
+    if (e.refs++ == 0) n_idle_--;
+    relink(id, e.last_use);
+  }
+}
+
+void PrefixIndex::release(std::span<const EntryId> ids) {
+  const uint64_t now = ++clock_;
+  for (EntryId id : ids) {
+    Entry& e = at(id);
+    const uint64_t old = e.last_use;
+    e.last_use = now;
+    if (--e.refs == 0) n_idle_++;
+    relink(id, old);
+  }
+}
+
+void PrefixIndex::set_snapshot(EntryId id, int32_t snapshot) {
+  at(id).snapshot = snapshot;
+}
+
+std::optional<PrefixIndex::Evicted> PrefixIndex::evict_one() {
+  if (evictable_.empty()) return std::nullopt;
+  const EntryId id = evictable_.begin()->second;
+  evictable_.erase(evictable_.begin());
+  const Entry& e = at(id);
+  const Evicted out{e.block, e.snapshot};
+  if (e.parent) {
+    Entry& p = at(e.parent);
+    p.n_children--;
+    relink(e.parent, p.last_use);
+  }
+  by_hash_.erase(e.hash);
+  entries_.erase(id);
+  n_idle_--;
+  return out;
+}
+
+}  // namespace rill::cache

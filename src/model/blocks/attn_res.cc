@@ -1,0 +1,42 @@
+#include "model/blocks/attn_res.h"
+
+namespace rill::model {
+
+void declare_attn_res_weights(WeightTable& t, const std::string& prefix, const std::string& name, int hidden,
+                              AttnResWeights& w) {
+  t.vector(prefix + name + "_norm.weight", {hidden}, &w.norm).alt_names = {prefix + name + ".norm_weight"};
+  t.vector(prefix + name + "_proj.weight", {hidden}, &w.proj, {{1, hidden}}).alt_names = {prefix + name +
+                                                                                          ".proj_weight"};
+}
+
+BlockResiduals::BlockResiduals(ForwardContext& cx, const ModelConfig& c, int64_t n_tokens)
+    : cx_(cx), eps_(c.rms_norm_eps) {
+  all_ = cx.ws.alloc(cx.act(), {c.attn_res_max_blocks() + 1, n_tokens, c.hidden_size});
+}
+
+Status BlockResiduals::accumulate(const TensorView& out) {
+  const TensorView p = partial();
+  if (partial_empty_) {
+    partial_empty_ = false;
+    if (out.data != p.data)
+      return internal_error("AttnRes: a new block's first output must be written into P");
+    return {};
+  }
+  return cx_.be.add({p, out});  // bf16 add on CUDA, as the reference keeps P in the activation dtype
+}
+
+Status BlockResiduals::push() {
+  if (partial_empty_) return internal_error("AttnRes: pushing an empty partial sum");
+  if (n_blocks_ + 1 >= all_.size(0))
+    return internal_error("AttnRes: more than {} block snapshots", all_.size(0) - 1);
+  ++n_blocks_;
+  partial_empty_ = true;
+  return {};
+}
+
+Status BlockResiduals::mix(const AttnResWeights& w, TensorView out) {
+  if (partial_empty_) return internal_error("AttnRes: mixing with an empty partial sum");
+  return cx_.be.attn_res_mix({all_.narrow(0, 0, n_blocks_ + 1), w.norm, w.proj, eps_, out});
+}
+
+}  // namespace rill::model

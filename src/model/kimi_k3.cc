@@ -1,0 +1,109 @@
+#include "model/kimi_k3.h"
+
+namespace rill::model {
+
+KimiK3Model::KimiK3Model(ModelConfig config, backend::Backend& be) : Model(std::move(config), be) {
+  layers_.resize(static_cast<size_t>(config_.n_layers));
+}
+
+void KimiK3Model::declare_weights() {
+  const ModelConfig& c = config_;
+  const std::string root = c.tensor_prefix + "model.";  // "language_model.model."
+  const int H = c.hidden_size, V = c.vocab_size;
+  // Text-only: the vision tower and its projector are skipped; some mirrors drop the `model.` level of the
+  // layer names (spec §2.1).
+  table_.ignore_prefix("vision_tower.");
+  table_.ignore_prefix("mm_projector.");
+  table_.alias_prefix(root + "layers.", c.tensor_prefix + "layers.");
+  for (int i = c.n_layers; i < c.n_layers + c.n_mtp_layers; ++i) {  // MTP draft layers: not run (yet)
+    table_.ignore_prefix(root + "layers." + std::to_string(i) + ".");
+    table_.ignore_prefix(c.tensor_prefix + "layers." + std::to_string(i) + ".");
+  }
+  table_.matrix(root + "embed_tokens.weight", {V, H}, &embed_);
+  table_.vector(root + "norm.weight", {H}, &final_norm_);
+  declare_attn_res_weights(table_, root, "output_attn_res", H, output_res_);
+  table_.matrix(c.tensor_prefix + "lm_head.weight", {V, H}, &lm_head_);
+  for (int i = 0; i < c.n_layers; ++i) {
+    const std::string p = root + "layers." + std::to_string(i) + ".";
+    K3LayerWeights& L = layers_[size_t(i)];
+    table_.vector(p + "input_layernorm.weight", {H}, &L.input_norm);
+    table_.vector(p + "post_attention_layernorm.weight", {H}, &L.post_norm);
+    declare_attn_res_weights(table_, p, "self_attention_res", H, L.attn_res);
+    declare_attn_res_weights(table_, p, "mlp_res", H, L.mlp_res);
+    // KDA and MLA layers both have a `self_attn.g_proj.weight`; the layer kind says which gate it is.
+    if (c.layer_kinds[size_t(i)] == LayerKind::Kda)
+      declare_kda_weights(table_, p + "self_attn.", c, L.kda);
+    else
+      declare_mla_weights(table_, p + "self_attn.", c, L.mla);
+    if (c.ffn_kinds[size_t(i)] == FfnKind::Dense)
+      declare_mlp_weights(table_, p + "mlp.", H, c.intermediate_size, L.mlp);
+    else
+      declare_moe_weights(table_, p + "block_sparse_moe.", c, L.moe);
+  }
+}
+
+Status KimiK3Model::mixer(ForwardContext& cx, int i, TensorView u, const ModelCaches& caches,
+                          TensorView out) {
+  const LayerCache& cache = caches.layers[size_t(i)];
+  if (config_.layer_kinds[size_t(i)] == LayerKind::Kda)
+    return kda_forward(cx, config_, layers_[size_t(i)].kda, u, cache, out);
+  return mla_forward(cx, config_, layers_[size_t(i)].mla, u, cache, out);
+}
+
+Status KimiK3Model::ffn(ForwardContext& cx, int i, TensorView x, TensorView out) {
+  if (config_.ffn_kinds[size_t(i)] == FfnKind::Dense)
+    return mlp_forward(cx, layers_[size_t(i)].mlp, glu_spec(config_), x, out);
+  return moe_forward(cx, config_, layers_[size_t(i)].moe, x, out);
+}
+
+// Spec §3.11, per layer L with block size S:
+//   h = P if B is empty else Mix(B, P; attn_res);  if L % S == 0: B.append(P), P = None
+//   P = Mixer(input_norm(h)) [+ P];  P += FFN(post_norm(Mix(B, P; mlp_res)))
+// and after the last layer logits = lm_head(norm(Mix(B, P; output_res))). The stream between layers is P.
+Status KimiK3Model::forward_impl(ForwardContext& cx, TensorView ids, TensorView rows,
+                                 const ModelCaches& caches, TensorView logits) {
+  const ModelConfig& c = config_;
+  const int64_t T = ids.size(0), H = c.hidden_size, R = rows.size(0);
+  auto& be = cx.be;
+  BlockResiduals res(cx, c, T);
+  TensorView h = cx.ws.alloc(cx.act(), {T, H});  // a mixed sublayer input
+  TensorView normed = cx.ws.alloc(cx.act(), {T, H});
+  TensorView delta = cx.ws.alloc(cx.act(), {T, H});  // a sublayer output added into P
+  RILL_TRY(be.embed({embed_.weight, ids, res.partial()}));
+  cx.tap("embed", res.partial());
+  for (int i = 0; i < c.n_layers; ++i) {
+    const K3LayerWeights& L = layers_[size_t(i)];
+    cx.layer = i;
+    TensorView in = res.partial();
+    if (res.n_blocks() > 0) {
+      RILL_TRY(res.mix(L.attn_res, h));
+      in = h;
+    }
+    cx.tap("attn_res", in);
+    if (i % c.attn_res_block_size == 0) RILL_TRY(res.push());
+    RILL_TRY(be.rms_norm({in, L.input_norm, c.rms_norm_eps, normed}));
+    cx.tap("input_norm", normed);
+    TensorView a = res.output_for(delta);
+    RILL_TRY(mixer(cx, i, normed, caches, a));
+    cx.tap("mixer_out", a);
+    RILL_TRY(res.accumulate(a));
+    RILL_TRY(res.mix(L.mlp_res, h));
+    cx.tap("mlp_res", h);
+    RILL_TRY(be.rms_norm({h, L.post_norm, c.rms_norm_eps, normed}));
+    cx.tap("post_norm", normed);
+    RILL_TRY(ffn(cx, i, normed, delta));
+    cx.tap("ffn_out", delta);
+    RILL_TRY(res.accumulate(delta));
+    cx.tap("partial", res.partial());
+  }
+  cx.layer = -1;
+  RILL_TRY(res.mix(output_res_, h));
+  cx.tap("residual", h);
+  TensorView picked = cx.ws.alloc(cx.act(), {R, H});
+  RILL_TRY(be.gather_rows({h, rows, picked}));
+  TensorView final_normed = cx.ws.alloc(cx.act(), {R, H});
+  RILL_TRY(be.rms_norm({picked, final_norm_, c.rms_norm_eps, final_normed}));
+  return be.gemm({final_normed, &lm_head_, logits});
+}
+
+}  // namespace rill::model

@@ -1,0 +1,276 @@
+// CacheManager with prefix caching on the CPU backend, without a model: "steps" write a value that stands for
+// the exact token prefix into the MLA cache (per position) and the KDA slot (the state after it), so every
+// prefix hit can be checked to restore exactly the state and blocks of the tokens it matched, also under a
+// colliding hash and eviction pressure; held blocks are never written by others or evicted; and after the
+// load everything evicts back to empty pools.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <optional>
+#include <random>
+#include <set>
+
+#include "cache/cache_manager.h"
+#include "model/fixture.h"
+
+namespace rill::cache {
+namespace {
+
+// A value standing for a token prefix (exact in float: 24 bits).
+float prefix_value(std::span<const int32_t> tokens) {
+  uint64_t h = 1469598103934665603ull;
+  for (int32_t t : tokens) h = (h ^ uint64_t(uint32_t(t))) * 1099511628211ull;
+  return float((h >> 40) & 0xffffff);
+}
+
+struct Caches {
+  std::unique_ptr<backend::Backend> be = backend::make_cpu_backend();
+  model::ModelConfig cfg = *model::ModelConfig::load(testing::data_dir() / "kimi_linear_tiny_a");
+  std::unique_ptr<CacheManager> cm;
+
+  Caches(int slots, int blocks, int snapshots, int interval, PrefixIndex::HashFn hash = nullptr) {
+    MemoryPlan p;
+    p.n_slots = slots;
+    p.n_blocks = blocks;
+    p.n_snapshots = snapshots;
+    PrefixCacheOptions o;
+    o.enabled = true;
+    o.snapshot_interval = interval;
+    o.block_hash = hash;
+    auto m = CacheManager::create(*be, cfg, p, o);
+    EXPECT_TRUE(m.ok()) << m.status().to_string();
+    cm = std::make_unique<CacheManager>(std::move(m).value());
+  }
+  // Every float of the slot's KDA state and conv window in every KDA layer.
+  void set_state(int slot, float v) {
+    for (const auto& L : cm->caches().layers)
+      for (const TensorView* t : {&L.kda_state, &L.kda_conv}) {
+        if (t->empty()) continue;
+        const int64_t n = t->numel() / t->size(0);
+        std::fill_n(t->ptr<float>() + slot * n, n, v);
+      }
+  }
+  // The slot's value if all its floats agree, else NaN.
+  float state(int slot) const {
+    float v = -1;
+    bool first = true;
+    for (const auto& L : cm->caches().layers)
+      for (const TensorView* t : {&L.kda_state, &L.kda_conv}) {
+        if (t->empty()) continue;
+        const int64_t n = t->numel() / t->size(0);
+        const float* p = t->ptr<float>() + slot * n;
+        for (int64_t i = 0; i < n; ++i) {
+          if (first) v = p[i], first = false;
+          if (p[i] != v) return std::numeric_limits<float>::quiet_NaN();
+        }
+      }
+    return v;
+  }
+  // Position p of a sequence: element 0 of its latent in every MLA layer.
+  void set_kv(const SequenceCache& c, int p, float v) {
+    for (const auto& L : cm->caches().layers)
+      if (!L.mla_kv.empty())
+        L.mla_kv.ptr<float>()[(int64_t(c.blocks[size_t(p / 64)]) * 64 + p % 64) * L.mla_kv.size(2)] = v;
+  }
+  float kv(const SequenceCache& c, int p) const {
+    for (const auto& L : cm->caches().layers)
+      if (!L.mla_kv.empty())
+        return L.mla_kv.ptr<float>()[(int64_t(c.blocks[size_t(p / 64)]) * 64 + p % 64) * L.mla_kv.size(2)];
+    return -1;
+  }
+};
+
+std::vector<int32_t> random_tokens(std::mt19937& rng, size_t n) {
+  std::vector<int32_t> t(n);
+  for (auto& x : t) x = int32_t(rng() % 512);
+  return t;
+}
+
+TEST(CacheManager, PrefixHitRestoresTheStateAndBlocksOfExactlyTheMatchedTokens) {
+  const uint32_t seed = std::random_device{}();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  Caches s(8, 16, 8, 64);
+  CacheManager& cm = *s.cm;
+  const auto a = random_tokens(rng, 150);
+  EXPECT_EQ(cm.next_snapshot_at(0, 150, 150), 64);
+  EXPECT_EQ(cm.next_snapshot_at(70, 150, 150), 128);
+  EXPECT_EQ(cm.next_snapshot_at(128, 150, 150), 150);
+  EXPECT_EQ(cm.next_snapshot_at(0, 150, 150 + 40), 64);
+  EXPECT_EQ(cm.next_snapshot_at(150, 150, 230), 192);  // a preempted sequence: its tokens' last boundary
+  EXPECT_TRUE(cm.find_prefix(a).entries.empty());
+  SequenceCache ca;
+  ASSERT_TRUE(cm.admit(&ca, 64).ok());
+  s.set_state(ca.slot, 64);
+  ASSERT_TRUE(cm.commit(&ca, a, 150, 64).ok());
+  ASSERT_TRUE(cm.grow(&ca, 128).ok());
+  s.set_state(ca.slot, 128);
+  ASSERT_TRUE(cm.commit(&ca, a, 150, 128).ok());
+  ASSERT_TRUE(cm.grow(&ca, 150).ok());
+  s.set_state(ca.slot, 150);
+  ASSERT_TRUE(cm.commit(&ca, a, 150, 150).ok());
+  EXPECT_EQ(cm.snapshots().used_count(), 2);
+  EXPECT_EQ(cm.index().n_entries(), 2);
+
+  auto resumed_at = [&](std::vector<int32_t> t, int want_tokens, std::optional<float> want_state) {
+    const PrefixHit hit = cm.find_prefix(t);
+    EXPECT_EQ(hit.n_tokens(64), want_tokens);
+    SequenceCache c;
+    EXPECT_TRUE(cm.admit(&c, hit, int(t.size())).ok());
+    if (want_state) {
+      EXPECT_EQ(s.state(c.slot), *want_state);
+    }
+    for (int b = 0; b < want_tokens / 64; ++b) EXPECT_EQ(c.blocks[size_t(b)], ca.blocks[size_t(b)]);
+    return c;
+  };
+  std::vector<int32_t> b(a.begin(), a.begin() + 140), d(a.begin(), a.begin() + 128),
+      e(a.begin(), a.begin() + 129);
+  b.push_back(7);
+  auto cb = resumed_at(b, 128, 128);
+  auto cd = resumed_at(d, 64, 64);  // the whole prompt cached: the last token is computed
+  auto ce = resumed_at(e, 128, 128);
+  std::vector<int32_t> f = a;
+  f[100] = (f[100] + 1) % 512;  // differs in the second block
+  auto cf = resumed_at(f, 64, 64);
+  f[0] = (f[0] + 1) % 512;
+  auto cg = resumed_at(f, 0, std::nullopt);  // no hit: starts from position 0
+  for (SequenceCache* c : {&ca, &cb, &cd, &ce, &cf, &cg}) ASSERT_TRUE(cm.release(c).ok());
+  EXPECT_EQ(cm.blocks_in_use(), 0);
+  EXPECT_EQ(cm.index().n_idle(), 2);
+  ASSERT_TRUE(cm.evict_all().ok());
+  EXPECT_EQ(cm.blocks().used_count(), 0);
+  EXPECT_EQ(cm.snapshots().used_count(), 0);
+  EXPECT_EQ(cm.slots().used_count(), 0);
+}
+
+struct Sim {
+  SequenceCache c;
+  std::vector<int32_t> tokens;
+  int n_prompt = 0, n_computed = 0, n_decode = 0;
+};
+
+// Random admissions, chunked steps, decode, finishes and preemptions over a few shared prefixes, with a block
+// pool and a snapshot pool far too small for all of it.
+void random_load(PrefixIndex::HashFn hash, bool expect_evictions) {
+  const uint32_t seed = std::random_device{}();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  Caches s(4, 24, 5, 128, hash);
+  CacheManager& cm = *s.cm;
+  std::vector<std::vector<int32_t>> bases;
+  for (int i = 0; i < 3; ++i) bases.push_back(random_tokens(rng, 300));
+  std::vector<std::unique_ptr<Sim>> running;
+  int hits = 0, evictions_seen = 0;
+
+  // Writes the step's positions and the state after it, as the model would; only ever into the sequence's
+  // own blocks.
+  auto step = [&](Sim& q, int n) {
+    for (int p = q.n_computed; p < q.n_computed + n; ++p) {
+      ASSERT_GE(p / 64, int(q.c.shared.size())) << "writing a shared block";
+      s.set_kv(q.c, p, prefix_value(std::span(q.tokens).first(size_t(p) + 1)));
+    }
+    q.n_computed += n;
+    s.set_state(q.c.slot, prefix_value(std::span(q.tokens).first(size_t(q.n_computed))));
+    ASSERT_TRUE(cm.commit(&q.c, q.tokens, q.n_prompt, q.n_computed).ok());
+  };
+  auto check_disjoint = [&] {
+    std::set<int32_t> own, shared;
+    for (const auto& q : running) {
+      for (size_t b = 0; b < q->c.blocks.size(); ++b)
+        if (b < q->c.shared.size()) {
+          EXPECT_EQ(cm.index().entry(q->c.shared[b]).block,
+                    q->c.blocks[b]);  // held entries are never evicted
+          shared.insert(q->c.blocks[b]);
+        } else {
+          EXPECT_TRUE(own.insert(q->c.blocks[b]).second) << "block " << q->c.blocks[b] << " owned twice";
+        }
+    }
+    for (int32_t b : own) EXPECT_FALSE(shared.count(b)) << "own block " << b << " is shared";
+    EXPECT_EQ(cm.blocks().used_count(), int(own.size() + shared.size()) + cm.index().n_idle());
+  };
+
+  for (int it = 0; it < 3000 && !::testing::Test::HasFailure(); ++it) {
+    const int op = int(rng() % 10);
+    if (op < 3 && running.size() < 4) {  // admit
+      auto q = std::make_unique<Sim>();
+      const auto& base = bases[rng() % bases.size()];
+      q->tokens.assign(base.begin(), base.begin() + long(rng() % base.size()));
+      const auto tail = random_tokens(rng, 1 + rng() % 80);
+      q->tokens.insert(q->tokens.end(), tail.begin(), tail.end());
+      q->n_prompt = int(q->tokens.size());
+      q->n_decode = int(rng() % 70);
+      const PrefixHit hit = cm.find_prefix(q->tokens);
+      const int start = hit.n_tokens(64);
+      ASSERT_LT(start, q->n_prompt);
+      const int n =
+          std::min<int>(1 + int(rng() % 100), cm.next_snapshot_at(start, q->n_prompt, q->n_prompt) - start);
+      if (!cm.can_admit(hit, start + n)) continue;
+      ASSERT_TRUE(cm.admit(&q->c, hit, start + n).ok());
+      q->n_computed = start;
+      if (start > 0) {
+        ++hits;
+        // Exactly the matched tokens' state and latent KV.
+        ASSERT_EQ(s.state(q->c.slot), prefix_value(std::span(q->tokens).first(size_t(start))));
+        for (int p = 0; p < start; ++p)
+          ASSERT_EQ(s.kv(q->c, p), prefix_value(std::span(q->tokens).first(size_t(p) + 1)))
+              << "position " << p;
+      }
+      step(*q, n);
+      running.push_back(std::move(q));
+    } else if (op < 9 && !running.empty()) {  // a step of one sequence: prefill chunk or decode
+      Sim& q = *running[rng() % running.size()];
+      const int len = int(q.tokens.size());
+      if (q.n_computed == len) {
+        if (q.n_decode-- <= 0) continue;
+        q.tokens.push_back(int32_t(rng() % 512));  // a sampled token
+        continue;
+      }
+      const int n = std::min<int>(1 + int(rng() % 100),
+                                  cm.next_snapshot_at(q.n_computed, q.n_prompt, len) - q.n_computed);
+      const int before = cm.index().n_entries();
+      if (cm.blocks_to_grow(q.c, q.n_computed + n) > cm.available_blocks()) {  // preempt it
+        ASSERT_TRUE(cm.release(&q.c).ok());
+        running.erase(std::find_if(running.begin(), running.end(), [&](auto& p) { return p.get() == &q; }));
+        continue;
+      }
+      ASSERT_TRUE(cm.grow(&q.c, q.n_computed + n).ok());
+      evictions_seen += cm.index().n_entries() < before;
+      step(q, n);
+    } else if (!running.empty()) {  // finish one
+      const size_t i = rng() % running.size();
+      ASSERT_TRUE(cm.release(&running[i]->c).ok());
+      running.erase(running.begin() + long(i));
+    }
+    check_disjoint();
+    EXPECT_LE(cm.snapshots().used_count(), cm.snapshots().capacity());
+  }
+  EXPECT_GT(hits, 0);
+  if (expect_evictions) {
+    EXPECT_GT(evictions_seen, 0);
+  }
+  for (auto& q : running) ASSERT_TRUE(cm.release(&q->c).ok());
+  EXPECT_EQ(cm.blocks_in_use(), 0);
+  EXPECT_EQ(cm.slots().used_count(), 0);
+  ASSERT_TRUE(cm.evict_all().ok());
+  EXPECT_EQ(cm.index().n_entries(), 0);
+  EXPECT_EQ(cm.blocks().used_count(), 0);
+  EXPECT_EQ(cm.snapshots().used_count(), 0);
+}
+
+TEST(CacheManager, RandomLoadUnderPressureIsExactAndLeavesNothingBehind) {
+  random_load(nullptr, true);
+}
+
+// Only the first token of each block and the parent's hash: blocks collide all the time (so few chains get
+// far enough to be evicted under pressure).
+uint64_t weak_hash(uint64_t parent_hash, std::span<const int32_t> tokens) {
+  return parent_hash * 31 + uint64_t(tokens[0] % 4);
+}
+
+TEST(CacheManager, CollidingHashesStillResumeOnlyExactPrefixes) {
+  random_load(&weak_hash, false);
+}
+
+}  // namespace
+}  // namespace rill::cache

@@ -1,0 +1,298 @@
+// Prefix caching is sound on the CPU backend: with it on, every request's greedy tokens and the logits of
+// every sampled position equal the same request with it off — the same prompt again, shared prefixes ending
+// mid-block / at a block / at a snapshot / one past it, multi-turn chat, many concurrent requests, chunk
+// sizes that do and do not divide the snapshot interval, preemption, and eviction pressure — and after a load
+// run and a reset every pool is empty again.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <mutex>
+#include <random>
+
+#include "engine/engine.h"
+#include "model/fixture.h"
+#include "model/model.h"
+
+namespace rill::engine {
+namespace {
+
+// Caching on changes where prefill chunks end (at snapshot positions) and lets a request read KV that another
+// request computed in other chunks, so on the fp32 CPU backend logits agree up to rounding, not bit for bit.
+// Measured on the tiny fixtures over many seeds: at most 1.3e-6 of the row's largest |logit|, max |diff|
+// over the row; 1e-5 leaves margin without hiding a wrong state (a stale or shifted state moves logits by
+// orders of magnitude more).
+constexpr double kRelTol = 1e-5;
+
+struct Outcome {
+  std::vector<int32_t> ids;
+  std::vector<std::vector<float>> logits;  // one row per sampled position
+  int cached = -1;
+  FinishReason reason = FinishReason::Error;
+};
+
+struct LogitsLog {
+  std::mutex mu;
+  std::map<uint64_t, std::vector<std::vector<float>>> rows;
+};
+
+class Harness {
+ public:
+  Harness(const std::string& fixture, EngineOptions o) : log_(std::make_shared<LogitsLog>()) {
+    be_ = backend::make_cpu_backend();
+    auto m = model::load_model(testing::data_dir() / fixture, *be_);
+    EXPECT_TRUE(m.ok()) << m.status().to_string();
+    std::shared_ptr<LogitsLog> log = log_;
+    o.logits_hook = [log](uint64_t id, int32_t, std::span<const float> row) {
+      std::lock_guard lock(log->mu);
+      log->rows[id].emplace_back(row.begin(), row.end());
+    };
+    auto e = Engine::create(std::move(m).value(), nullptr, o);
+    EXPECT_TRUE(e.ok()) << e.status().to_string();
+    engine_ = std::move(e).value();
+  }
+  ~Harness() { engine_->shutdown(false); }
+
+  std::shared_ptr<RequestStream> submit(const std::vector<int32_t>& prompt, int max_tokens) {
+    SamplingParams p;
+    p.temperature = 0;
+    p.max_tokens = max_tokens;
+    p.ignore_eos = true;
+    auto s = engine_->submit({prompt, p});
+    EXPECT_TRUE(s.ok()) << s.status().to_string();
+    return *s;
+  }
+  Outcome collect(const std::shared_ptr<RequestStream>& s) {
+    Outcome r;
+    StreamEvent ev;
+    while (s->next(&ev, std::chrono::seconds(120))) {
+      r.ids.insert(r.ids.end(), ev.token_ids.begin(), ev.token_ids.end());
+      if (ev.finish) {
+        r.reason = *ev.finish;
+        r.cached = ev.cached_tokens;
+        std::lock_guard lock(log_->mu);
+        r.logits = std::move(log_->rows[s->id()]);
+        return r;
+      }
+    }
+    ADD_FAILURE() << "request timed out";
+    return r;
+  }
+  Outcome run(const std::vector<int32_t>& prompt, int max_tokens) {
+    return collect(submit(prompt, max_tokens));
+  }
+  Engine& engine() { return *engine_; }
+
+ private:
+  std::unique_ptr<backend::Backend> be_;  // outlives the engine (declared first)
+  std::shared_ptr<LogitsLog> log_;
+  std::unique_ptr<Engine> engine_;
+};
+
+EngineOptions caching(int max_num_tokens, int interval, int max_batch_size = 4) {
+  EngineOptions o{.max_batch_size = max_batch_size, .max_num_tokens = max_num_tokens};
+  o.enable_prefix_caching = true;
+  o.kda_snapshot_interval = interval;
+  return o;
+}
+
+// Off: one request at a time, whole prompts in one step (no chunking), no cache: the plainest computation.
+Outcome reference(const std::vector<int32_t>& prompt, int max_tokens,
+                  const std::string& fixture = "kimi_linear_tiny_b") {
+  static std::map<std::string, std::unique_ptr<Harness>> off;
+  auto& h = off[fixture];
+  if (!h) h = std::make_unique<Harness>(fixture, EngineOptions{.max_batch_size = 1, .max_num_tokens = 1024});
+  return h->run(prompt, max_tokens);
+}
+
+void expect_same(const Outcome& on, const Outcome& off, const std::string& what) {
+  SCOPED_TRACE(what);
+  EXPECT_EQ(on.reason, FinishReason::Length);
+  EXPECT_EQ(on.ids, off.ids);
+  ASSERT_EQ(on.logits.size(), off.logits.size());
+  for (size_t r = 0; r < on.logits.size(); ++r) {
+    ASSERT_EQ(on.logits[r].size(), off.logits[r].size());
+    double diff = 0, scale = 0;
+    for (size_t i = 0; i < on.logits[r].size(); ++i) {
+      diff = std::max(diff, std::abs(double(on.logits[r][i]) - off.logits[r][i]));
+      scale = std::max(scale, std::abs(double(off.logits[r][i])));
+    }
+    EXPECT_LE(diff, kRelTol * scale) << "sampled position " << r;
+  }
+}
+
+std::vector<int32_t> random_tokens(std::mt19937& rng, size_t n) {
+  std::vector<int32_t> t(n);
+  for (auto& x : t) x = int32_t(3 + rng() % 500);  // no EOS / special ids
+  return t;
+}
+
+std::vector<int32_t> concat(std::vector<int32_t> a, const std::vector<int32_t>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+TEST(PrefixCache, SamePromptAgainIsServedFromTheCache) {
+  const uint32_t seed = std::random_device{}();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  Harness on("kimi_linear_tiny_b", caching(64, 64));
+  const auto prompt = random_tokens(rng, 200);
+  const Outcome want = reference(prompt, 8);
+  const Outcome first = on.run(prompt, 8), again = on.run(prompt, 8);
+  expect_same(first, want, "first");
+  expect_same(again, want, "again");
+  EXPECT_EQ(first.cached, 0);
+  EXPECT_EQ(again.cached, 192);  // the prompt's last full block; its last token is always recomputed
+  const EngineStats st = on.engine().stats();
+  EXPECT_EQ(st.prefix_cache_queries, 400u);
+  EXPECT_EQ(st.prefix_cache_hits, 192u);
+  EXPECT_EQ(st.kv_blocks_used, 0);
+}
+
+// Request A = prefix + 100 tokens, then B = prefix + other tokens: B resumes from the deepest snapshot inside
+// the shared full blocks (interval 128: A's prompt end and decode lie past the prefix).
+void shared_prefix(int max_num_tokens) {
+  const uint32_t seed = std::random_device{}();
+  SCOPED_TRACE("seed " + std::to_string(seed) + ", max_num_tokens " + std::to_string(max_num_tokens));
+  std::mt19937 rng(seed);
+  Harness on("kimi_linear_tiny_b", caching(max_num_tokens, 128));
+  // mid-block, exactly at a block, exactly at a snapshot, one token past a snapshot
+  for (const auto& [len, want_cached] :
+       std::vector<std::pair<int, int>>{{200, 128}, {192, 128}, {256, 256}, {257, 256}}) {
+    const auto prefix = random_tokens(rng, size_t(len));
+    auto a = concat(prefix, random_tokens(rng, 100)), b = concat(prefix, random_tokens(rng, 40));
+    b[size_t(len)] = a[size_t(len)] == 3 ? 4 : 3;  // the suffixes differ at their first token
+    const Outcome ra = on.run(a, 6), rb = on.run(b, 6);
+    expect_same(ra, reference(a, 6), "A, prefix " + std::to_string(len));
+    expect_same(rb, reference(b, 6), "B, prefix " + std::to_string(len));
+    EXPECT_EQ(rb.cached, want_cached) << "prefix " << len;
+  }
+  // A prompt that is all cached (a prefix of an earlier prompt, ending at a snapshot): the last block is
+  // recomputed for the logits.
+  const auto a = random_tokens(rng, 300);
+  const std::vector<int32_t> head(a.begin(), a.begin() + 256);
+  expect_same(on.run(a, 4), reference(a, 4), "long");
+  const Outcome rh = on.run(head, 4);
+  expect_same(rh, reference(head, 4), "its head");
+  EXPECT_EQ(rh.cached, 128);
+}
+
+TEST(PrefixCache, SharedPrefixChunksDividingTheInterval) {
+  shared_prefix(64);
+}
+TEST(PrefixCache, SharedPrefixChunksNotDividingTheInterval) {
+  shared_prefix(48);
+}
+
+TEST(PrefixCache, MultiTurnChatResumesFromThePreviousTurn) {
+  const uint32_t seed = std::random_device{}();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  Harness on("kimi_linear_tiny_b", caching(96, 128));
+  std::vector<int32_t> conversation = random_tokens(rng, 150);
+  // Turn 1 computes 150 + 49 tokens: its last full block ends at 192 (off the interval: the turn-end
+  // snapshot). Turn 2 computes 240 + 49: last full block at 256 (an interval snapshot). Turn 3: 330 + 49 ->
+  // 320.
+  const int want_cached[] = {0, 192, 256, 320};
+  for (int turn = 0; turn < 4; ++turn) {
+    const Outcome r = on.run(conversation, 50);
+    expect_same(r, reference(conversation, 50), "turn " + std::to_string(turn));
+    EXPECT_EQ(r.cached, want_cached[turn]) << "turn " << turn;
+    conversation = concat(concat(conversation, r.ids), random_tokens(rng, 40));
+  }
+}
+
+TEST(PrefixCache, ConcurrentRequestsSharingAPrefixThenEverythingEvicts) {
+  const uint32_t seed = std::random_device{}();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  Harness on("kimi_linear_tiny_b", caching(80, 64, 4));
+  const auto prefix = random_tokens(rng, 230);
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 10; ++i) prompts.push_back(concat(prefix, random_tokens(rng, 1 + rng() % 60)));
+  std::vector<Outcome> want;  // first (the two engines would only take turns on the shared CPU thread pool)
+  for (const auto& p : prompts) want.push_back(reference(p, 8));
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  for (const auto& p : prompts) streams.push_back(on.submit(p, 8));
+  int hits = 0;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const Outcome r = on.collect(streams[i]);
+    expect_same(r, want[i], "request " + std::to_string(i));
+    hits += r.cached > 0;
+  }
+  EXPECT_GT(hits, 0);  // at most 4 run at once: later ones find the prefix cached
+  EngineStats st = on.engine().stats();
+  EXPECT_EQ(st.kv_blocks_used, 0);
+  EXPECT_EQ(st.state_slots_used, 0);
+  EXPECT_GT(st.prefix_cache_blocks, 0);
+  EXPECT_GT(st.kda_snapshots_used, 0);
+  ASSERT_TRUE(on.engine().reset_prefix_cache().ok());
+  st = on.engine().stats();
+  EXPECT_EQ(st.prefix_cache_blocks, 0);
+  EXPECT_EQ(st.kda_snapshots_used, 0);
+  EXPECT_EQ(st.kv_blocks_used, 0);
+  // Nothing cached any more: the same prompt is computed from scratch, still equal.
+  const Outcome again = on.run(prompts[0], 8);
+  expect_same(again, reference(prompts[0], 8), "after the reset");
+  EXPECT_EQ(again.cached, 0);
+}
+
+// A cache of 3 blocks for up to 8 sequences that each grow into a second block: running sequences are
+// preempted and recomputed (resuming from their own cached prefix when it survived).
+TEST(PrefixCache, PreemptionWithCachingStillEqualsAlone) {
+  const uint32_t seed = std::random_device{}();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  EngineOptions o = caching(64, 64, 8);
+  o.num_kv_blocks = 3;
+  Harness on("kimi_linear_tiny_b", o);
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 8; ++i) prompts.push_back(random_tokens(rng, 56 + rng() % 8));
+  std::vector<Outcome> want;
+  for (const auto& p : prompts) want.push_back(reference(p, 10));
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  for (const auto& p : prompts) streams.push_back(on.submit(p, 10));
+  for (size_t i = 0; i < prompts.size(); ++i)
+    expect_same(on.collect(streams[i]), want[i], "request " + std::to_string(i));
+  EXPECT_GT(on.engine().stats().preemptions, 0u);
+  ASSERT_TRUE(on.engine().reset_prefix_cache().ok());
+  const EngineStats st = on.engine().stats();
+  EXPECT_EQ(st.kv_blocks_used + st.prefix_cache_blocks + st.kda_snapshots_used + st.state_slots_used, 0);
+}
+
+// 12 blocks and 2 snapshots for prompts of up to 5 blocks: every new request evicts blocks and snapshots of
+// earlier chains (tails first), and later requests resume from whatever part of their chain survived.
+TEST(PrefixCache, EvictionPressureKeepsOutputsEqual) {
+  const uint32_t seed = std::random_device{}();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  EngineOptions o = caching(64, 64, 2);
+  o.num_kv_blocks = 12;
+  o.kda_snapshot_budget_mib = 1;  // tiny_b: 3 KDA layers x 2 heads x 128 x 128 fp32 = 384 KiB a snapshot -> 2
+  Harness on("kimi_linear_tiny_b", o);
+  std::vector<std::vector<int32_t>> prefixes;
+  for (int i = 0; i < 3; ++i) prefixes.push_back(random_tokens(rng, 200));
+  int hits = 0;
+  for (int i = 0; i < 9; ++i) {
+    const auto& p = prefixes[size_t(rng() % prefixes.size())];
+    const auto prompt = concat(std::vector<int32_t>(p.begin(), p.begin() + long(64 + rng() % 137)),
+                               random_tokens(rng, 1 + rng() % 100));
+    const Outcome r = on.run(prompt, 5);
+    expect_same(r, reference(prompt, 5), "request " + std::to_string(i));
+    hits += r.cached > 0;
+  }
+  const EngineStats st = on.engine().stats();
+  EXPECT_EQ(st.kda_snapshots_total, 2);
+  EXPECT_GT(st.prefix_cache_evicted_blocks, 0u);
+  EXPECT_GT(st.kda_snapshots_evicted, 0u);
+  EXPECT_LE(st.prefix_cache_blocks, 12);
+  ASSERT_TRUE(on.engine().reset_prefix_cache().ok());
+  EXPECT_EQ(on.engine().stats().prefix_cache_blocks, 0);
+  EXPECT_EQ(on.engine().stats().kda_snapshots_used, 0);
+  (void)hits;
+}
+
+}  // namespace
+}  // namespace rill::engine
