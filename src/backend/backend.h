@@ -291,6 +291,9 @@ class Backend {
   // `ncu --nvtx --nvtx-include "decode batch 1/"` profiles just that region); nothing elsewhere.
   virtual void trace_push(const char* /*name*/) {}
   virtual void trace_pop() {}
+  // Whether kda_attention writes the KDA snapshots a layout asks for inside a step (BatchLayoutHost::kda_snap_*).
+  // Where not, prefix caching ends prefill chunks at the snapshot positions instead (one step per snapshot).
+  virtual bool kda_snapshots_in_step() const { return false; }
 
   // Dry run: ops return at once without touching memory, but still take the scratch they would use from
   // their arena, so a forward pass over a measuring Arena yields the workspace size (plan, then run).

@@ -17,6 +17,12 @@ struct BatchLayoutHost {
   std::vector<int32_t> block_tables;     // [n_seqs * max_blocks_per_seq] MLA cache block ids, -1 padded
   std::vector<int32_t> token_seq;        // [n_tokens] sequence index of each token
   std::vector<int32_t> token_pos;        // [n_tokens] absolute position of each token
+  // KDA snapshots taken inside the step (prefix caching): sequence s asks for the KDA state right after
+  // position kda_snap_pos[j] in state slot kda_snap_slot[j], j in [kda_snap_start[s], kda_snap_start[s + 1]).
+  // Each position is a 64-token chunk boundary of the step (start_pos < pos < start_pos + n_new). Host only:
+  // only backends whose kda_snapshots_in_step() is true read them.
+  std::vector<int32_t> kda_snap_start;   // [n_seqs + 1]
+  std::vector<int32_t> kda_snap_pos, kda_snap_slot;
   int max_blocks_per_seq = 0;
 
   int n_seqs() const { return int(seq_start_pos.size()); }

@@ -11,8 +11,8 @@ std::string MemoryPlan::describe() const {
       n_slots, double(state_bytes) / (1 << 20), n_blocks, block_size, double(kv_bytes) / (1 << 20),
       int64_t(n_blocks) * block_size);
   if (n_snapshots > 0)
-    s += fmt::format(", {} KDA snapshots for prefix caching ({:.1f} MiB)", n_snapshots,
-                     double(snapshot_bytes) / (1 << 20));
+    s += fmt::format(", {} KDA snapshots for prefix caching (+{} staging slots; {:.1f} MiB)", n_snapshots,
+                     n_staging, double(snapshot_bytes) / (1 << 20));
   return s;
 }
 
@@ -40,12 +40,17 @@ Result<MemoryPlan> plan_memory(backend::Backend& be, const model::ModelConfig& c
   const int64_t per_slot = std::max<int64_t>(state_bytes(1), 1);
   int n_snapshots =
       prefix.enabled ? int(std::min<int64_t>(prefix.snapshot_budget_bytes / per_slot, 1 << 20)) : 0;
+  // Staging slots (in-step snapshots) come on top of the snapshot budget: one state slot per snapshot position a
+  // step can pass. (Writing the snapshots straight into pool slots reserved before the step would save this
+  // memory and the copy after the step.)
+  p.n_staging = prefix.enabled ? std::max(prefix.staging_slots, 0) : 0;
   p.state_bytes = state;
   if (n_blocks > 0) {
     p.n_blocks = n_blocks;
   } else if (auto mem = be.device_memory()) {
     if (kv_fraction <= 0 || kv_fraction > 1) return invalid_argument("--kv-cache-fraction must be in (0, 1]");
-    const double budget = double(mem->first) * kv_fraction - double(state_bytes(n_slots + n_snapshots));
+    const double budget =
+        double(mem->first) * kv_fraction - double(state_bytes(n_slots + n_snapshots + p.n_staging));
     if (budget < double(per_block))
       return resource_exhausted(
           "no device memory left for the KV cache: {:.2f} GiB free x {} leaves less than the "
@@ -66,7 +71,7 @@ Result<MemoryPlan> plan_memory(backend::Backend& be, const model::ModelConfig& c
     // One snapshot per interval of cached tokens plus one per slot: a larger pool could never fill.
     const int64_t useful = int64_t(p.n_blocks) * block_size / prefix.snapshot_interval + n_slots;
     p.n_snapshots = int(std::min<int64_t>(n_snapshots, useful));
-    p.snapshot_bytes = state_bytes(n_slots + p.n_snapshots) - state;
+    p.snapshot_bytes = state_bytes(n_slots + p.n_snapshots + p.n_staging) - state;
   }
   return p;
 }
@@ -75,7 +80,8 @@ Result<CacheManager> CacheManager::create(backend::Backend& be, const model::Mod
                                           const MemoryPlan& plan, const PrefixCacheOptions& prefix) {
   RILL_ASSIGN_OR_RETURN(
       model::ModelCaches caches,
-      model::ModelCaches::allocate(be, c, plan.n_slots + plan.n_snapshots, plan.n_blocks, plan.block_size));
+      model::ModelCaches::allocate(be, c, plan.n_slots + plan.n_snapshots + (prefix.enabled ? plan.n_staging : 0),
+                                   plan.n_blocks, plan.block_size));
   return CacheManager(be, std::move(caches), plan, prefix);
 }
 
@@ -104,6 +110,15 @@ int CacheManager::next_snapshot_at(int n_computed, int n_prompt, int n_tokens) c
   for (int last : {n_prompt / B * B, n_tokens / B * B})
     if (last > n_computed) stop = std::min(stop, last);
   return std::min(stop, n_tokens);
+}
+
+std::vector<int32_t> CacheManager::snapshot_positions_inside(int from, int n, int n_prompt) const {
+  std::vector<int32_t> out;
+  if (!in_step_snapshots()) return out;
+  const int B = block_size(), I = prefix_.snapshot_interval, last_prompt_block = n_prompt / B * B;
+  for (int p = (from / B + 1) * B; p < from + n; p += B)
+    if ((p - from) % model::kKdaChunk == 0 && (p % I == 0 || p == last_prompt_block)) out.push_back(p);
+  return out;
 }
 
 bool CacheManager::can_admit(const PrefixHit& hit, int first_step_tokens) const {
@@ -196,7 +211,7 @@ Status CacheManager::drop_tail_snapshot(SequenceCache* seq) {
 }
 
 Status CacheManager::commit(SequenceCache* seq, std::span<const int32_t> tokens, int n_prompt,
-                            int n_computed) {
+                            int n_computed, int32_t state_slot) {
   if (!prefix_.enabled || seq->slot < 0) return {};
   const int B = block_size();
   const int n_full = std::min(n_computed, int(tokens.size())) / B;
@@ -225,7 +240,7 @@ Status CacheManager::commit(SequenceCache* seq, std::span<const int32_t> tokens,
   // tail, kept only until it reaches the next one, so a finished request leaves its last full block.
   const bool keep = n_computed % prefix_.snapshot_interval == 0 || n_computed == n_prompt / B * B;
   RILL_TRY(drop_tail_snapshot(seq));
-  RILL_ASSIGN_OR_RETURN(const int32_t s, save_snapshot(seq->slot, at));
+  RILL_ASSIGN_OR_RETURN(const int32_t s, save_snapshot(state_slot >= 0 ? state_slot : seq->slot, at));
   if (s >= 0 && !keep) {
     seq->tail_entry = at;
     seq->tail_snapshot = s;

@@ -40,6 +40,10 @@ struct PrefixCacheOptions {
   bool enabled = false;
   int snapshot_interval = 256;  // tokens between KDA snapshots while prefilling; a multiple of block_size
   int64_t snapshot_budget_bytes = 2048ll << 20;  // device memory for snapshots
+  // State slots that receive the snapshots a prefill step takes inside itself (the backend's
+  // kda_snapshots_in_step()); committed into the snapshot pool after the step. 0: chunks end at every snapshot
+  // position instead (one step per snapshot, which costs a full weight sweep of the model each).
+  int staging_slots = 0;
   PrefixIndex::HashFn block_hash = nullptr;  // tests only: a weak hash that collides (nullptr: the real one)
 };
 
@@ -53,7 +57,7 @@ struct PrefixHit {
 };
 
 struct MemoryPlan {
-  int n_slots = 0, n_blocks = 0, block_size = 64, n_snapshots = 0;
+  int n_slots = 0, n_blocks = 0, block_size = 64, n_snapshots = 0, n_staging = 0;
   int64_t state_bytes = 0, kv_bytes = 0, snapshot_bytes = 0;
   std::string describe() const;
 };
@@ -75,6 +79,13 @@ class CacheManager {
   // the next multiple of the interval, or the last block boundary of the prompt or of all tokens (n_tokens if
   // none comes first, or without prefix caching).
   int next_snapshot_at(int n_computed, int n_prompt, int n_tokens) const;
+  // In-step snapshots: whether a prefill chunk may run past snapshot positions, taking them inside the step
+  // into staging slots (staging_slot(0 .. n_staging() - 1)); and the snapshot positions strictly inside a chunk
+  // [from, from + n) that are 64-token chunk boundaries of it.
+  bool in_step_snapshots() const { return prefix_.enabled && n_staging_ > 0; }
+  int n_staging() const { return n_staging_; }
+  int32_t staging_slot(int k) const { return first_staging_ + k; }
+  std::vector<int32_t> snapshot_positions_inside(int from, int n, int n_prompt) const;
 
   bool can_admit(int first_step_tokens) const { return can_admit(PrefixHit{}, first_step_tokens); }
   bool can_admit(const PrefixHit& hit, int first_step_tokens) const;
@@ -88,9 +99,11 @@ class CacheManager {
   int blocks_to_grow(const SequenceCache& seq, int total_tokens) const;
   Status grow(SequenceCache* seq, int total_tokens);
   // After a step computed `tokens[0, n_computed)`: indexes the blocks that became full and takes the
-  // snapshots due at `n_computed` (copies queued on the backend stream after the step). No-op without prefix
-  // caching.
-  Status commit(SequenceCache* seq, std::span<const int32_t> tokens, int n_prompt, int n_computed);
+  // snapshots due at `n_computed` (copies queued on the backend stream after the step) from the sequence's
+  // slot, or from `state_slot` when the step saved the state at n_computed there (in-step snapshots). No-op
+  // without prefix caching.
+  Status commit(SequenceCache* seq, std::span<const int32_t> tokens, int n_prompt, int n_computed,
+                int32_t state_slot = -1);
   Status release(SequenceCache* seq);
   // Evicts every cached block and snapshot no running sequence holds (vLLM's reset_prefix_cache).
   Status evict_all();
@@ -115,7 +128,9 @@ class CacheManager {
         blocks_("MLA cache blocks", plan.n_blocks),
         slots_("KDA state slots", plan.n_slots),
         snapshots_(plan.n_snapshots, plan.n_slots),
-        index_(prefix.block_hash) {}
+        index_(prefix.block_hash),
+        n_staging_(prefix.enabled ? plan.n_staging : 0),
+        first_staging_(plan.n_slots + plan.n_snapshots) {}
   // n blocks, evicting unreferenced cached ones when too few are free.
   Result<std::vector<int32_t>> allocate_blocks(int n);
   Status evict_block();
@@ -130,6 +145,7 @@ class CacheManager {
   KdaStateSlots slots_;
   SnapshotPool snapshots_;
   PrefixIndex index_;
+  int n_staging_ = 0, first_staging_ = 0;
   uint64_t evicted_blocks_ = 0, evicted_snapshots_ = 0;
 };
 

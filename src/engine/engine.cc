@@ -223,6 +223,11 @@ Result<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<model::Model> mod
   prefix.enabled = o.enable_prefix_caching;
   prefix.snapshot_interval = o.kda_snapshot_interval;
   prefix.snapshot_budget_bytes = int64_t(o.kda_snapshot_budget_mib) << 20;
+  // Enough staging slots for every snapshot position one step can pass (interval multiples and a prompt's last
+  // full block, for each sequence of the step) — with fewer, some positions just go unsaved.
+  if (o.enable_prefix_caching && o.kda_snapshots_in_step && model->backend().kda_snapshots_in_step() &&
+      o.kda_snapshot_interval > 0)
+    prefix.staging_slots = o.max_num_tokens / o.kda_snapshot_interval + std::min(o.max_batch_size, 8);
   RILL_ASSIGN_OR_RETURN(impl->plan, cache::plan_memory(model->backend(), c, o.max_batch_size, want_len,
                                                        o.kv_cache_fraction, o.num_kv_blocks, o.block_size, prefix));
   RILL_ASSIGN_OR_RETURN(cache::CacheManager cm, cache::CacheManager::create(model->backend(), c, impl->plan, prefix));

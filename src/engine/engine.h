@@ -103,6 +103,9 @@ struct EngineOptions {
   bool enable_prefix_caching = false;
   int kda_snapshot_interval = 256;   // tokens between KDA snapshots while prefilling (a multiple of block_size)
   int kda_snapshot_budget_mib = 2048;  // memory for KDA snapshots
+  // Take KDA snapshots inside prefill steps where the backend can (else chunks end at every snapshot
+  // position). Tests turn it off to cover the chunk-cutting path on the CPU.
+  bool kda_snapshots_in_step = true;
   // Tests only: called on the engine thread with every sampled row's logits (copied to the host: slow).
   std::function<void(uint64_t request_id, int32_t position, std::span<const float> logits)> logits_hook;
 };

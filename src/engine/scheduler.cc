@@ -13,6 +13,7 @@ model::StepBatch StepPlan::to_batch() const {
     q.state_slot = s.seq->cache.slot;
     q.block_table = s.seq->cache.blocks;
     q.logits = s.samples ? model::LogitsNeeded::Last : model::LogitsNeeded::None;
+    q.kda_snapshots = s.kda_snapshots;
     b.token_ids.insert(b.token_ids.end(), s.seq->tokens.begin() + s.seq->n_computed,
                        s.seq->tokens.begin() + s.seq->n_computed + s.n_new);
     b.seqs.push_back(std::move(q));
@@ -45,18 +46,36 @@ bool Scheduler::preempt_newest(const std::function<bool(const Sequence*)>& may_p
   return false;
 }
 
-// Prefill tokens for `s` from `from` under `budget`; with prefix caching the chunk stops at the next snapshot
-// position, so the KDA state there can be saved.
+// Prefill tokens for `s` from `from` under `budget`. With prefix caching, the KDA state must be saved at the
+// snapshot positions: where the backend takes snapshots inside a step, a chunk only ends on a 64-token chunk
+// boundary (so every later snapshot position is one); otherwise the chunk stops at the next snapshot position.
 int Scheduler::chunk_size(const Sequence& s, int from, int budget) const {
   const int n_tokens = int(s.tokens.size());
   int end = std::min(n_tokens, from + budget);
-  if (limits_.chunked_prefill) end = std::min(end, caches_.next_snapshot_at(from, s.n_prompt, n_tokens));
+  if (!limits_.chunked_prefill || !caches_.prefix_caching()) return end - from;
+  if (caches_.in_step_snapshots()) {
+    const int aligned = end / model::kKdaChunk * model::kKdaChunk;
+    if (end < n_tokens && aligned > from) end = aligned;
+  } else {
+    end = std::min(end, caches_.next_snapshot_at(from, s.n_prompt, n_tokens));
+  }
   return end - from;
+}
+
+std::vector<model::KdaSnapshotRequest> Scheduler::plan_snapshots(const Sequence& s, int from, int n,
+                                                                 int* staging_used) const {
+  std::vector<model::KdaSnapshotRequest> out;
+  for (int32_t pos : caches_.snapshot_positions_inside(from, n, s.n_prompt)) {
+    if (*staging_used >= caches_.n_staging()) break;  // fewer snapshots this step: still exact, fewer hits
+    out.push_back({pos, caches_.staging_slot((*staging_used)++)});
+  }
+  return out;
 }
 
 StepPlan Scheduler::schedule() {
   StepPlan plan;
   int budget = limits_.max_num_tokens;
+  int staging_used = 0;
   auto in_plan = [&](const Sequence* s) {
     return std::any_of(plan.seqs.begin(), plan.seqs.end(), [&](const ScheduledSeq& p) { return p.seq == s; });
   };
@@ -82,7 +101,8 @@ StepPlan Scheduler::schedule() {
     const int n = chunk_size(*s, s->n_computed, budget);
     if (!limits_.chunked_prefill && n < s->n_remaining()) continue;
     if (!make_room(s, s->n_computed + n)) continue;
-    plan.seqs.push_back({s, n, s->n_computed + n == int(s->tokens.size())});
+    plan.seqs.push_back({s, n, s->n_computed + n == int(s->tokens.size()),
+                         plan_snapshots(*s, s->n_computed, n, &staging_used)});
     budget -= n;
   }
   // 3. Admit waiting requests in arrival order while their first chunk fits.
@@ -103,7 +123,8 @@ StepPlan Scheduler::schedule() {
     }
     running_.push_back(std::move(waiting_.front()));
     waiting_.pop_front();
-    plan.seqs.push_back({s, n, s->n_computed + n == int(s->tokens.size())});
+    plan.seqs.push_back({s, n, s->n_computed + n == int(s->tokens.size()),
+                         plan_snapshots(*s, s->n_computed, n, &staging_used)});
     budget -= n;
   }
   return plan;
@@ -114,8 +135,11 @@ void Scheduler::postprocess(const StepPlan& plan, const std::vector<int32_t>& sa
   for (const ScheduledSeq& p : plan.seqs) {
     Sequence* s = p.seq;
     s->n_computed += p.n_new;
-    // Index the blocks this step filled and take the snapshots due here (prefix caching). Its errors (device
-    // copies) only cost cache entries: the sequence's own blocks and slot are left as they are.
+    // Index the blocks this step filled and take the snapshots due here (prefix caching): first those the step
+    // saved inside itself (staging slots), in order, then the one at its end. Errors (device copies) only cost
+    // cache entries: the sequence's own blocks and slot are left as they are.
+    for (const model::KdaSnapshotRequest& r : p.kda_snapshots)
+      (void)caches_.commit(&s->cache, s->tokens, s->n_prompt, r.pos, r.slot);
     (void)caches_.commit(&s->cache, s->tokens, s->n_prompt, s->n_computed);
     if (!p.samples) continue;
     const int32_t id = sampled[k++];

@@ -24,6 +24,8 @@ struct ScheduledSeq {
   Sequence* seq = nullptr;
   int32_t n_new = 0;
   bool samples = false;  // this chunk reaches the end of the sequence: sample a token from its logits
+  // Prefix caching: KDA snapshots the step takes inside this chunk (into staging slots), committed after it.
+  std::vector<model::KdaSnapshotRequest> kda_snapshots;
 };
 
 struct StepPlan {
@@ -73,6 +75,8 @@ class Scheduler {
  private:
   bool preempt_newest(const std::function<bool(const Sequence*)>& may_preempt);
   int chunk_size(const Sequence& s, int from, int budget) const;
+  // The in-step snapshots of a chunk [from, from + n) of `s`, while staging slots last in this step.
+  std::vector<model::KdaSnapshotRequest> plan_snapshots(const Sequence& s, int from, int n, int* staging_used) const;
   void finish_at(std::vector<std::unique_ptr<Sequence>>::iterator it, FinishReason reason, std::string detail);
 
   cache::CacheManager& caches_;

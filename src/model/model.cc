@@ -117,9 +117,16 @@ Result<TensorView> Model::forward(const StepBatch& batch, const ModelCaches& cac
   for (int32_t id : batch.token_ids)
     if (id < 0 || id >= config_.vocab_size)
       return invalid_argument("token id {} is outside the vocabulary [0, {})", id, config_.vocab_size);
-  for (const auto& s : batch.seqs)
+  for (const auto& s : batch.seqs) {
     if (s.state_slot < 0 || s.state_slot >= caches.n_slots)
       return invalid_argument("state slot {} is outside [0, {})", s.state_slot, caches.n_slots);
+    for (const KdaSnapshotRequest& r : s.kda_snapshots)
+      if (r.slot < 0 || r.slot >= caches.n_slots || r.slot == s.state_slot)
+        return invalid_argument("KDA snapshot slot {} is outside [0, {}) or the sequence's own", r.slot,
+                                caches.n_slots);
+    if (!s.kda_snapshots.empty() && !be_->kda_snapshots_in_step())
+      return invalid_argument("the {} backend cannot take KDA snapshots inside a step", be_->name());
+  }
   arena_.reset();
   TensorView logits;
   RILL_TRY(run(batch, caches, arena_, &logits));

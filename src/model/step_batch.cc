@@ -38,6 +38,14 @@ Status StepBatch::to_layout(int block_size, backend::BatchLayoutHost* out) const
                               q.start_pos + q.n_new, q.block_table.size(), block_size);
     max_blocks = std::max(max_blocks, int(q.block_table.size()));
     total += q.n_new;
+    int32_t prev = q.start_pos;
+    for (const KdaSnapshotRequest& r : q.kda_snapshots) {
+      if (r.pos <= prev || r.pos >= q.start_pos + q.n_new || (r.pos - q.start_pos) % kKdaChunk != 0 || r.slot < 0)
+        return invalid_argument("step: sequence {} asks for a KDA snapshot after position {} in slot {} (its step "
+                                "covers [{}, {}); snapshots must be increasing {}-token chunk boundaries inside it)",
+                                s, r.pos, r.slot, q.start_pos, q.start_pos + q.n_new, kKdaChunk);
+      prev = r.pos;
+    }
   }
   if (total != int64_t(token_ids.size()))
     return invalid_argument("step: sequences hold {} tokens but the batch has {} ids", total, token_ids.size());
@@ -54,6 +62,14 @@ Status StepBatch::to_layout(int block_size, backend::BatchLayoutHost* out) const
       l.token_pos.push_back(q.start_pos + i);
     }
     l.seq_token_start.push_back(l.seq_token_start.back() + q.n_new);
+  }
+  l.kda_snap_start.push_back(0);
+  for (const SequenceStep& q : seqs) {
+    for (const KdaSnapshotRequest& r : q.kda_snapshots) {
+      l.kda_snap_pos.push_back(r.pos);
+      l.kda_snap_slot.push_back(r.slot);
+    }
+    l.kda_snap_start.push_back(int32_t(l.kda_snap_pos.size()));
   }
   return {};
 }

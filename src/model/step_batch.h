@@ -13,12 +13,25 @@ namespace rill::model {
 
 enum class LogitsNeeded : uint8_t { None, Last, All };
 
+// The chunk length of the chunked KDA algorithm (spec §3.3): states exist between steps and at multiples of it
+// from a step's start.
+inline constexpr int32_t kKdaChunk = 64;
+
+// Save the KDA state and conv window as they are right after position `pos` (exclusive end of the tokens
+// folded in) into state slot `slot`: prefix caching's snapshots, taken inside a prefill step.
+struct KdaSnapshotRequest {
+  int32_t pos = 0;
+  int32_t slot = 0;
+};
+
 struct SequenceStep {
   int32_t start_pos = 0;  // tokens of this sequence already in the caches
   int32_t n_new = 0;      // tokens in this step (their ids are consecutive in StepBatch::token_ids)
   int32_t state_slot = 0;
   std::vector<int32_t> block_table;  // MLA blocks for positions [0, start_pos + n_new), in order
   LogitsNeeded logits = LogitsNeeded::Last;
+  // In increasing pos; each a multiple of the KDA chunk (64) past start_pos and before start_pos + n_new.
+  std::vector<KdaSnapshotRequest> kda_snapshots;
 };
 
 struct StepBatch {

@@ -186,6 +186,35 @@ TEST(PrefixCache, SharedPrefixChunksNotDividingTheInterval) {
   shared_prefix(48);
 }
 
+// One 512-token budget, interval 64: a 300-token prompt is prefilled in one step, so its snapshots at 64, 128,
+// 192 and 256 are taken inside the step (the CPU backend's in-step KDA snapshots) — and, for comparison, with
+// in-step snapshots off, where the chunks end at each of them instead. Prompts sharing 130, 200 and 299 tokens
+// of it resume from the deepest of those snapshots and still equal the uncached computation.
+void snapshots_inside_one_step(bool in_step) {
+  const uint32_t seed = std::random_device{}();
+  SCOPED_TRACE("seed " + std::to_string(seed) + (in_step ? ", in-step snapshots" : ", chunks cut at snapshots"));
+  std::mt19937 rng(seed);
+  EngineOptions o = caching(512, 64);
+  o.kda_snapshots_in_step = in_step;
+  Harness on("kimi_linear_tiny_b", o);
+  const auto first = random_tokens(rng, 300);
+  expect_same(on.run(first, 4), reference(first, 4), "the first prompt");
+  for (const auto& [shared, want_cached] : std::vector<std::pair<int, int>>{{130, 128}, {200, 192}, {299, 256}}) {
+    auto p = concat(std::vector<int32_t>(first.begin(), first.begin() + shared), random_tokens(rng, 50));
+    p[size_t(shared)] = first[size_t(shared)] == 3 ? 4 : 3;  // differs right after the shared part
+    const Outcome r = on.run(p, 4);
+    expect_same(r, reference(p, 4), "sharing " + std::to_string(shared));
+    EXPECT_EQ(r.cached, want_cached) << "sharing " << shared;
+  }
+}
+
+TEST(PrefixCache, SnapshotsTakenInsideOneStep) {
+  snapshots_inside_one_step(true);
+}
+TEST(PrefixCache, SnapshotsWhereChunksEndAtEachPosition) {
+  snapshots_inside_one_step(false);
+}
+
 TEST(PrefixCache, MultiTurnChatResumesFromThePreviousTurn) {
   const uint32_t seed = std::random_device{}();
   SCOPED_TRACE("seed " + std::to_string(seed));
@@ -262,8 +291,8 @@ TEST(PrefixCache, PreemptionWithCachingStillEqualsAlone) {
   EXPECT_EQ(st.kv_blocks_used + st.prefix_cache_blocks + st.kda_snapshots_used + st.state_slots_used, 0);
 }
 
-// 12 blocks and 2 snapshots for prompts of up to 5 blocks: every new request evicts blocks and snapshots of
-// earlier chains (tails first), and later requests resume from whatever part of their chain survived.
+// 12 blocks and 2 snapshots for prompts of up to 5 blocks: new requests evict blocks and snapshots of earlier
+// chains (tails first), and later requests resume from whatever part of their chain survived.
 TEST(PrefixCache, EvictionPressureKeepsOutputsEqual) {
   const uint32_t seed = std::random_device{}();
   SCOPED_TRACE("seed " + std::to_string(seed));
@@ -276,9 +305,12 @@ TEST(PrefixCache, EvictionPressureKeepsOutputsEqual) {
   for (int i = 0; i < 3; ++i) prefixes.push_back(random_tokens(rng, 200));
   int hits = 0;
   for (int i = 0; i < 9; ++i) {
-    const auto& p = prefixes[size_t(rng() % prefixes.size())];
-    const auto prompt = concat(std::vector<int32_t>(p.begin(), p.begin() + long(64 + rng() % 137)),
-                               random_tokens(rng, 1 + rng() % 100));
+    // The first three take each whole prefix plus 100 tokens (4 full blocks cached each: the third already
+    // needs evictions, whatever the seed); then random prefixes of random chains.
+    const auto& p = prefixes[size_t(i < 3 ? i : int(rng() % prefixes.size()))];
+    const long keep = i < 3 ? long(p.size()) : long(64 + rng() % 137);
+    const auto prompt = concat(std::vector<int32_t>(p.begin(), p.begin() + keep),
+                               random_tokens(rng, i < 3 ? 100 : 1 + rng() % 100));
     const Outcome r = on.run(prompt, 5);
     expect_same(r, reference(prompt, 5), "request " + std::to_string(i));
     hits += r.cached > 0;

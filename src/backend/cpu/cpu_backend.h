@@ -12,6 +12,7 @@ class CpuBackend final : public Backend {
   Device device() const override { return Device::Cpu; }
   DType act_dtype() const override { return DType::F32; }
   std::optional<DType> matrix_dtype() const override { return std::nullopt; }
+  bool kda_snapshots_in_step() const override { return true; }
 
   Result<DeviceAllocation> allocate(size_t bytes) override;
   Status copy_to_device(void* dst, const void* host_src, size_t bytes) override;

@@ -180,6 +180,10 @@ Status CpuBackend::kda_attention_impl(const KdaAttentionArgs& a) {
   for (int s = 0; s < l.n_seqs; ++s)
     if (l.seq_state_slot[s] < 0 || l.seq_state_slot[s] >= a.state.size(0))
       return internal_error("kda_attention: state slot {} outside [0, {})", l.seq_state_slot[s], a.state.size(0));
+  if (l.host)
+    for (int32_t slot : l.host->kda_snap_slot)
+      if (slot < 0 || slot >= a.state.size(0))
+        return internal_error("kda_attention: snapshot slot {} outside [0, {})", slot, a.state.size(0));
   cpu::pool().parallel_for(int64_t(l.n_seqs) * Hk, 1, [&](int64_t b, int64_t e) {
     for (int64_t job = b; job < e; ++job) {
       const int s = int(job / Hk);
@@ -200,9 +204,19 @@ Status CpuBackend::kda_attention_impl(const KdaAttentionArgs& a) {
       if (n == 1) {
         recurrent_step(S, q.data(), k.data(), v.data(), g.data(), beta[0], d, o.data());
       } else {
+        // Snapshots asked for inside the step (prefix caching) are chunk boundaries: copy S out as it passes.
+        const BatchLayoutHost* host = l.host;
+        const bool snaps = host && !host->kda_snap_start.empty();
+        int j = snaps ? host->kda_snap_start[size_t(s)] : 0;
+        const int j_end = snaps ? host->kda_snap_start[size_t(s) + 1] : 0;
         for (int c0 = 0; c0 < n; c0 += kChunk) {
           const int C = std::min(kChunk, n - c0);
           chunk_step(S, &q[c0 * d], &k[c0 * d], &v[c0 * d], &g[c0 * d], &beta[c0], C, d, &o[c0 * d]);
+          for (; j < j_end && host->kda_snap_pos[size_t(j)] - l.seq_start_pos[s] == c0 + C; ++j) {
+            float* dst = a.state.ptr<float>() + host->kda_snap_slot[size_t(j)] * a.state.stride(0) +
+                         h * a.state.stride(1);
+            std::copy(S, S + d * d, dst);
+          }
         }
       }
       for (int i = 0; i < n; ++i)
