@@ -10,6 +10,7 @@
 
 #include "model/fixture.h"
 #include "model/k3_checkpoint.h"
+#include "model/ragged_batch.h"
 #include "model/sequence_session.h"
 
 namespace rill {
@@ -239,74 +240,23 @@ TEST_F(KimiK3Model, ChunkedOneShotAndTokenByTokenAgree) {
     EXPECT_LE(max_abs_diff(prompt_logits(*m, ids, chunk), one_shot), 1e-4f) << "chunk " << chunk;
 }
 
-struct Piece {
-  int seq, n;
-};
 
 TEST_F(KimiK3Model, RaggedBatchEqualsSequencesAlone) {
   auto be = backend::make_cpu_backend();
   auto model = load(*be, dir_->path());
   ASSERT_TRUE(model);
-  const int64_t V = model->config().vocab_size;
   std::mt19937 rng(seed_ + 3);
   const std::vector<int> lengths = {150, 7, 70, 33};
   std::vector<std::vector<int32_t>> tokens;
   for (int n : lengths) tokens.push_back(random_tokens(n, rng));
-  const std::vector<std::vector<Piece>> steps = {
+  const std::vector<std::vector<testing::RaggedPiece>> steps = {
       {{0, 40}, {1, 3}},
       {{0, 64}, {1, 1}, {2, 50}},
       {{1, 1}, {2, 20}, {3, 33}, {0, 10}},
       {{0, 36}, {1, 1}, {3, 0}},
       {{1, 1}},
   };
-  const int block = 64, blocks_per_seq = 4;
-  auto caches = model::ModelCaches::allocate(*be, model->config(), 4, 4 * blocks_per_seq, block);
-  ASSERT_TRUE(caches.ok());
-  std::vector<int> pos(4, 0);
-  std::vector<std::vector<float>> batched(4);
-  std::vector<std::vector<int>> chunks(4);
-  for (const auto& step : steps) {
-    model::StepBatch b;
-    for (const Piece& p : step) {
-      if (p.n == 0) continue;
-      model::SequenceStep s;
-      s.start_pos = pos[size_t(p.seq)];
-      s.n_new = p.n;
-      s.state_slot = p.seq;
-      for (int k = 0; k < blocks_per_seq; ++k) s.block_table.push_back(p.seq * blocks_per_seq + k);
-      s.logits = model::LogitsNeeded::All;
-      b.token_ids.insert(b.token_ids.end(), tokens[size_t(p.seq)].begin() + s.start_pos,
-                         tokens[size_t(p.seq)].begin() + s.start_pos + p.n);
-      b.seqs.push_back(s);
-      chunks[size_t(p.seq)].push_back(p.n);
-      pos[size_t(p.seq)] += p.n;
-    }
-    auto logits = model->forward(b, *caches);
-    ASSERT_TRUE(logits.ok()) << logits.status().to_string();
-    std::vector<float> host(static_cast<size_t>(logits->numel()));
-    ASSERT_TRUE(be->copy_to_host(host.data(), logits->data, host.size() * 4).ok());
-    size_t row = 0;
-    for (const auto& s : b.seqs) {
-      auto& dst = batched[size_t(s.state_slot)];
-      dst.insert(dst.end(), host.begin() + int64_t(row * V),
-                 host.begin() + int64_t((row + size_t(s.n_new)) * V));
-      row += size_t(s.n_new);
-    }
-  }
-  for (int s = 0; s < 4; ++s) {
-    ASSERT_EQ(pos[size_t(s)], lengths[size_t(s)]);
-    auto alone = model::SequenceSession::create(*model, 512);
-    ASSERT_TRUE(alone.ok());
-    std::vector<float> got;
-    size_t off = 0;
-    for (int n : chunks[size_t(s)]) {
-      auto l = alone->feed(std::span<const int32_t>(tokens[size_t(s)].data() + off, size_t(n)), n, true);
-      ASSERT_TRUE(l.ok());
-      got.insert(got.end(), l->begin(), l->end());
-      off += size_t(n);
-    }
-    EXPECT_EQ(max_abs_diff(got, batched[size_t(s)]), 0.0f) << "sequence " << s;
-  }
+  testing::expect_ragged_batch_equals_alone(*be, *model, tokens, steps);
 }
 
 }  // namespace
