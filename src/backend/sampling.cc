@@ -10,7 +10,7 @@
 namespace rill::backend {
 
 int32_t sample_row(const float* logits, int32_t V, const SamplingRow& row) {
-  if (row.temperature <= 0.0f || row.top_k == 1) {
+  if (is_greedy(row)) {
     int32_t best = 0;
     for (int32_t i = 1; i < V; ++i)
       if (logits[i] > logits[best]) best = i;

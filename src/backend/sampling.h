@@ -10,6 +10,9 @@
 
 namespace rill::backend {
 
+// A row that always takes the argmax (temperature <= 0, or top_k == 1).
+inline bool is_greedy(const SamplingRow& row) { return row.temperature <= 0.0f || row.top_k == 1; }
+
 int32_t sample_row(const float* logits, int32_t vocab, const SamplingRow& row);
 
 }  // namespace rill::backend

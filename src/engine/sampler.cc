@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "backend/sampling.h"
+
 namespace rill::engine {
 
 Result<Sampler> Sampler::create(backend::Backend& be, int max_rows) {
@@ -69,7 +71,8 @@ Status Sampler::run(TensorView logits, const std::vector<const Sequence*>& seqs,
   RILL_TRY(be_->upload_async(rows_.data(), rows.data(), rows.size() * sizeof(backend::SamplingRow)));
   const TensorView ids = TensorView::make(ids_.data(), DType::I32, {R}, be_->device());
   // Sampling scratch (CUB sorts on the GPU) is sized on first use by a dry run and kept.
-  backend::SampleArgs sa{logits, static_cast<const backend::SamplingRow*>(rows_.data()), ids, nullptr};
+  backend::SampleArgs sa{logits, static_cast<const backend::SamplingRow*>(rows_.data()), ids, nullptr,
+                         std::all_of(rows.begin(), rows.end(), backend::is_greedy)};
   {
     Arena measure(nullptr, 0, be_->device());
     sa.scratch = &measure;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "backend/sampling.h"
 #include "core/log.h"
 #include "model/kimi_k3.h"
 #include "model/kimi_linear.h"
@@ -156,9 +157,7 @@ Status Model::sample(TensorView logits, std::span<const backend::SamplingRow> ro
   TensorView dev_rows = arena_.alloc(DType::U8, {int64_t(rows.size_bytes())});
   TensorView out = arena_.alloc(DType::I32, {R});
   RILL_TRY(be_->upload_async(dev_rows.data, rows.data(), rows.size_bytes()));
-  const bool all_greedy = std::all_of(rows.begin(), rows.end(), [](const backend::SamplingRow& r) {
-    return r.temperature <= 0.0f || r.top_k == 1;
-  });
+  const bool all_greedy = std::all_of(rows.begin(), rows.end(), backend::is_greedy);
   RILL_TRY(be_->sample(
       {logits, static_cast<const backend::SamplingRow*>(dev_rows.data), out, &arena_, all_greedy}));
   ids->resize(static_cast<size_t>(R));
