@@ -4,7 +4,8 @@
 # goes under $OUT; the last lines printed are a summary table.
 #
 #   here:  tools/fetch_gpu_deps.sh
-#   run:   tools/gpu_check.sh [all|test|bench|sanitize|serve|profile]...   (device tool, carry: [".deps"])
+#   run:   tools/gpu_check.sh [all|test|sanitize|reference|bench|prefix|k3bench|serve|profile]...
+#          (device tool, carry: [".deps"]; `all` is everything but profile)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/rill-gpu-out}
@@ -44,7 +45,7 @@ if ! cmake -S . -B $BUILD -G Ninja -DRILL_CUDA=ON -DCCACHE_PROGRAM=OFF -DRILL_WE
 fi
 # The GPU-relevant targets first (tests, kernel labs); the rill binary separately, so a server-side build
 # problem cannot hide kernel results.
-GPU_TARGETS="backend_tests model_gpu_tests model_tests"
+GPU_TARGETS="backend_tests model_gpu_tests engine_gpu_tests model_tests"
 all_targets=$(ninja -C $BUILD -t targets all 2>/dev/null)  # (not piped into grep -q: pipefail + SIGPIPE)
 want bench && for t in kda_bench mla_bench kernel_lab; do
   [[ $'\n'"$all_targets" == *$'\n'"$t: "* ]] && GPU_TARGETS+=" $t"
@@ -55,7 +56,7 @@ if want test || want sanitize || want bench; then
   fi
   note "build ok ($GPU_TARGETS)"
 fi
-if want bench || want serve || want profile; then
+if want bench || want serve || want profile || want prefix || want k3bench || want reference; then
   timeout 300 ninja -C $BUILD -j16 rill > "$LOGS/build_rill.log" 2>&1 && note "rill built" || note "rill build FAILED"
 fi
 
@@ -69,14 +70,33 @@ if want test; then
   note "cpu model tests: $( [[ $? == 0 ]] && echo PASS || echo FAIL )"
 fi
 if want sanitize; then
-  for t in model_gpu_tests backend_tests; do
+  for t in model_gpu_tests engine_gpu_tests backend_tests; do
     exe=$(find $BUILD/tests -name $t -type f | head -1)
-    timeout ${SANITIZE_TIMEOUT:-240} compute-sanitizer --tool memcheck --error-exitcode 3 "$exe" --gtest_brief=1 \
+    # SANITIZE_FILTER (a gtest filter) narrows backend_tests to the kernels that changed, to fit a short run.
+    filter=(); [[ $t == backend_tests && -n ${SANITIZE_FILTER:-} ]] && filter=(--gtest_filter="$SANITIZE_FILTER")
+    timeout ${SANITIZE_TIMEOUT:-240} compute-sanitizer --tool memcheck --error-exitcode 3 "$exe" --gtest_brief=1 "${filter[@]}" \
       > "$LOGS/memcheck_$t.log" 2>&1
     rc=$?
     note "compute-sanitizer memcheck $t: $( [[ $rc == 0 ]] && echo clean || ([[ $rc == 124 ]] && echo "timed out" || echo "ERRORS rc=$rc") )"
     grep -E "ERROR SUMMARY|Invalid|out of bounds|FAILED" "$LOGS/memcheck_$t.log" | head -8
   done
+fi
+
+# --- independent references (PyTorch + transformers on this machine; nothing of rill but its checkpoints) -
+if want reference; then
+  # How far transformers' own bf16 run is from its fp32 run on the same tiny checkpoints (design.md §5 bound).
+  tiny=/tmp/rill-tiny-ref && rm -rf $tiny && [[ -x $BUILD/rill ]] && $BUILD/rill tiny-model $tiny --force > /dev/null 2>&1
+  timeout ${REF_TIMEOUT:-240} python3 tools/reference/transformers_bf16_error.py tests/data/kimi_linear_tiny_a \
+    tests/data/kimi_linear_tiny_b $tiny > "$LOGS/bf16_yardstick.log" 2>&1
+  note "transformers bf16 vs fp32 yardstick: rc=$?"
+  grep -E "positions|worst|not loadable|Error" "$LOGS/bf16_yardstick.log" | head -8
+  if [[ -f tools/reference/kimi_k3_transformers.py ]]; then
+    timeout ${REF_TIMEOUT:-240} python3 tools/reference/kimi_k3_transformers.py --check tests/data/kimi_k3_tiny_a \
+      tests/data/kimi_k3_tiny_b --bf16-yardstick tests/data/kimi_k3_tiny_a tests/data/kimi_k3_tiny_b \
+      > "$LOGS/k3_transformers_reference.log" 2>&1
+    note "K3 reference on transformers' kimi_linear modules vs the K3 fixtures: rc=$?"
+    grep -E "RESULT|YARDSTICK|ALL PASS|FAILED" "$LOGS/k3_transformers_reference.log"
+  fi
 fi
 
 # --- benchmarks -----------------------------------------------------------------------------------------
@@ -94,6 +114,22 @@ if want bench; then
     note "rill bench: rc=$?"
     tail -40 "$LOGS/rill_bench.log"
   fi
+fi
+
+# --- prefix reuse: TTFT of an 8K prompt with 7K cached vs cold (dummy 48B) ----------------------------------
+if want prefix && [[ -x $BUILD/rill ]]; then
+  timeout ${BENCH_TIMEOUT:-240} $BUILD/rill bench --load-format dummy --preset kimi-linear-48b --prefix-reuse \
+    --markdown "$OUT/prefix.md" > "$LOGS/prefix_bench.log" 2>&1
+  note "prefix reuse bench: rc=$?"
+  tail -8 "$LOGS/prefix_bench.log"
+fi
+
+# --- Kimi K3 layer slice at full width (dummy MXFP4 weights) ------------------------------------------------
+if want k3bench && [[ -x $BUILD/rill ]] && $BUILD/rill bench --preset kimi-k3-slice --print-config > /dev/null 2>&1; then
+  timeout ${BENCH_TIMEOUT:-240} $BUILD/rill bench --load-format dummy --preset kimi-k3-slice --markdown "$OUT/k3_slice.md" \
+    > "$LOGS/k3_slice_bench.log" 2>&1
+  note "K3 slice bench: rc=$?"
+  tail -30 "$LOGS/k3_slice_bench.log"
 fi
 
 # --- profile: per-kernel device time of one batch-1 decode step (ncu, NVTX range from rill bench) -----------

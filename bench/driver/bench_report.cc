@@ -1,6 +1,7 @@
 #include "bench/driver/bench_report.h"
 
 #include <algorithm>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -17,6 +18,10 @@ const char* BenchRow::bound(const Ceilings& c) const {
   const double t_mem = c.copy_gbps > 0 ? bytes / (c.copy_gbps * 1e9) : 0;
   const double t_cmp = c.gemm_tflops > 0 ? flops / (c.gemm_tflops * 1e12) : 0;
   return t_cmp > t_mem ? "compute" : "memory";
+}
+
+BenchRow not_run(std::string section, std::string name, const std::string& why) {
+  return {std::move(section), std::move(name), 0, 0, 0, "not run: " + why};
 }
 
 namespace {

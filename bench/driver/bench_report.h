@@ -14,7 +14,7 @@ struct Ceilings {
 };
 
 struct BenchRow {
-  std::string section;  // "ceiling", "prefill", "decode", "op"
+  std::string section;  // "ceiling", "prefill", "decode", "op", "layer"
   std::string name;
   double ms = 0;
   double bytes = 0;  // bytes that must move (each input read once, each output written once)
@@ -24,6 +24,10 @@ struct BenchRow {
   double fraction(const Ceilings& c) const;
   const char* bound(const Ceilings& c) const;  // "memory" or "compute"
 };
+
+// A measurement the backend cannot make yet (StatusCode::Unimplemented, e.g. a kernel path still missing): a
+// row without a time that says why, so one missing path does not hide the rest of the report.
+BenchRow not_run(std::string section, std::string name, const std::string& why);
 
 std::string format_table(const std::vector<BenchRow>& rows, const Ceilings& c);
 std::string format_markdown(const std::vector<BenchRow>& rows, const Ceilings& c, const std::string& header);

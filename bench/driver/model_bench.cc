@@ -3,8 +3,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <numeric>
 #include <random>
+#include <string>
+#include <utility>
 
 namespace rill::bench {
 namespace {
@@ -14,26 +17,42 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-// Parameter groups of the model's weight table: what a token touches and what a step must read.
+// Parameter groups of the model's weight table: what a token touches (parameters, for FLOPs) and what a step
+// must read (bytes: 2 per dense parameter, as stored on the GPU; MXFP4 experts their packed codes and scales).
 struct ParamCounts {
   double dense = 0;       // every matmul parameter outside routed experts, embedding and lm_head
   double one_expert = 0;  // parameters of one routed expert
   double lm_head = 0;
+  double dense_bytes = 0, one_expert_bytes = 0, lm_head_bytes = 0;
 };
 
 ParamCounts count_params(const model::Model& m) {
   ParamCounts p;
-  double experts = 0;
+  double experts = 0, expert_bytes = 0;
   for (const auto& s : m.weight_table().specs()) {
     const double n = double(s.shape.numel());
+    // A packed MXFP4 tensor holds two weights per byte; its E8M0 scales are bytes without weights.
+    const bool packed = s.role == model::WeightRole::Packed;
+    const double params = !packed ? n : s.name.ends_with(".weight_packed") ? 2 * n : 0;
+    const double bytes = packed ? n : 2 * n;
     if (s.name.find("embed_tokens") != std::string::npos) continue;
-    if (s.name.find("lm_head") != std::string::npos) p.lm_head += n;
-    else if (s.name.find(".experts.") != std::string::npos && s.name.find("shared_experts") == std::string::npos) experts += n;
-    else p.dense += n;
+    if (s.name.find("lm_head") != std::string::npos) {
+      p.lm_head += params;
+      p.lm_head_bytes += bytes;
+    } else if (s.name.find(".experts.") != std::string::npos && s.name.find("shared_experts") == std::string::npos) {
+      experts += params;
+      expert_bytes += bytes;
+    } else {
+      p.dense += params;
+      p.dense_bytes += bytes;
+    }
   }
   const auto& c = m.config();
   const int moe_layers = int(std::count(c.ffn_kinds.begin(), c.ffn_kinds.end(), model::FfnKind::Moe));
-  if (moe_layers && c.moe.n_experts) p.one_expert = experts / (double(moe_layers) * c.moe.n_experts);
+  if (moe_layers && c.moe.n_experts) {
+    p.one_expert = experts / (double(moe_layers) * c.moe.n_experts);
+    p.one_expert_bytes = expert_bytes / (double(moe_layers) * c.moe.n_experts);
+  }
   return p;
 }
 
@@ -58,7 +77,7 @@ double decode_bytes(const model::Model& m, const ParamCounts& p, int batch, int 
   const int moe_layers = int(std::count(c.ffn_kinds.begin(), c.ffn_kinds.end(), model::FfnKind::Moe));
   const double E = c.moe.n_experts, k = c.moe.n_experts_per_token;
   const double unique = E > 0 ? E * (1.0 - std::pow(1.0 - k / E, batch)) : 0;  // uniform routing
-  double b = 2.0 * (p.dense + p.lm_head + unique * p.one_expert * moe_layers);
+  double b = p.dense_bytes + p.lm_head_bytes + unique * p.one_expert_bytes * moe_layers;
   b += 2.0 * double(batch) * double(c.kda_state_bytes_per_sequence());  // state read + write
   b += double(batch) * double(ctx) * double(c.kv_bytes_per_token(2));
   return b;
@@ -119,8 +138,9 @@ Result<std::vector<BenchRow>> bench_model(model::Model& m, const BenchOptions& o
     return median(ms);
   };
 
-  // Prefill: one long prompt, then a batch of shorter prompts in one step.
+  // Prefill: one long prompt, then a batch of shorter prompts in one step (prefill_batch 0: none).
   for (const auto& [n_seq, len] : {std::pair{1, o.prefill_long}, std::pair{o.prefill_batch, o.prefill_short}}) {
+    if (n_seq < 1) continue;
     model::StepBatch b;
     int next_block = 0;
     for (int s = 0; s < n_seq; ++s) {
@@ -133,12 +153,17 @@ Result<std::vector<BenchRow>> bench_model(model::Model& m, const BenchOptions& o
       b.seqs.push_back(q);
     }
     const std::string what = fmt::format("{} x {} tokens", n_seq, len);
-    RILL_ASSIGN_OR_RETURN(double ms, time_step(b, false, "prefill " + what));
-    BenchRow r{"prefill", what, ms, 0, 0, ""};
+    auto ms = time_step(b, false, "prefill " + what);
+    if (!ms.ok() && ms.status().code() == StatusCode::Unimplemented) {
+      rows.push_back(not_run("prefill", what, ms.status().message()));
+      continue;
+    }
+    RILL_TRY(ms.status());
+    BenchRow r{"prefill", what, *ms, 0, 0, ""};
     r.flops = prefill_flops(m, p, int64_t(n_seq) * len, std::vector<int>(size_t(n_seq), len));
-    r.bytes = 2.0 * (p.dense + p.lm_head + p.one_expert * c.moe.n_experts *
-                                                double(std::count(c.ffn_kinds.begin(), c.ffn_kinds.end(), model::FfnKind::Moe)));
-    r.note = fmt::format("{:.0f} tokens/s", double(n_seq) * len / (ms * 1e-3));
+    r.bytes = p.dense_bytes + p.lm_head_bytes + p.one_expert_bytes * c.moe.n_experts *
+                                                    double(std::count(c.ffn_kinds.begin(), c.ffn_kinds.end(), model::FfnKind::Moe));
+    r.note = fmt::format("{:.0f} tokens/s", double(n_seq) * len / (*ms * 1e-3));
     rows.push_back(r);
   }
 
@@ -155,13 +180,56 @@ Result<std::vector<BenchRow>> bench_model(model::Model& m, const BenchOptions& o
       b.seqs.push_back(q);
     }
     const std::string what = fmt::format("batch {} at {} context", batch, o.decode_context);
-    RILL_ASSIGN_OR_RETURN(double ms, time_step(b, true, "decode " + what));
-    BenchRow r{"decode", what, ms, 0, 0, ""};
+    auto ms = time_step(b, true, "decode " + what);
+    if (!ms.ok() && ms.status().code() == StatusCode::Unimplemented) {
+      rows.push_back(not_run("decode", what, ms.status().message()));
+      continue;
+    }
+    RILL_TRY(ms.status());
+    BenchRow r{"decode", what, *ms, 0, 0, ""};
     r.bytes = decode_bytes(m, p, batch, o.decode_context);
     r.flops = 2.0 * batch * (p.dense + p.lm_head + c.moe.n_experts_per_token * p.one_expert *
                                                        double(std::count(c.ffn_kinds.begin(), c.ffn_kinds.end(), model::FfnKind::Moe)));
-    r.note = fmt::format("{:.0f} tokens/s", batch / (ms * 1e-3));
+    r.note = fmt::format("{:.0f} tokens/s", batch / (*ms * 1e-3));
     rows.push_back(r);
+  }
+  return rows;
+}
+
+Result<std::vector<BenchRow>> bench_layer_kinds(backend::Backend& be, const model::ModelConfig& c,
+                                                const BenchOptions& o, uint64_t seed) {
+  // Sub-slices of `c`: its first layer alone, and its first layer followed by one layer of each kind. Every
+  // layer takes the FFN of the model's last layer (the MoE in every Kimi model).
+  auto label = [](model::LayerKind k) { return k == model::LayerKind::Kda ? "KDA" : "MLA"; };
+  auto slice = [&](std::vector<model::LayerKind> kinds) {
+    model::ModelConfig s = c;
+    s.n_layers = int(kinds.size());
+    s.layer_kinds = std::move(kinds);
+    s.ffn_kinds.assign(s.layer_kinds.size(), c.ffn_kinds.back());
+    return s;
+  };
+  auto bench_slice = [&](const model::ModelConfig& s) -> Result<std::vector<BenchRow>> {
+    std::string kinds;
+    for (model::LayerKind k : s.layer_kinds) kinds += fmt::format("{}{}", kinds.empty() ? "" : ", ", label(k));
+    std::fprintf(stderr, "per layer type: a %d-layer slice (%s), dummy weights ...\n", s.n_layers, kinds.c_str());
+    RILL_ASSIGN_OR_RETURN(auto m, model::load_dummy_model(s, be, seed));
+    return bench_model(*m, o);  // the model and its workspace are freed before the next slice loads
+  };
+  const model::LayerKind first = c.layer_kinds.front();
+  RILL_ASSIGN_OR_RETURN(const std::vector<BenchRow> base, bench_slice(slice({first})));
+  std::vector<BenchRow> rows;
+  for (model::LayerKind kind : {model::LayerKind::Kda, model::LayerKind::Mla}) {
+    if (c.n_layers_of(kind) == 0) continue;
+    RILL_ASSIGN_OR_RETURN(const std::vector<BenchRow> two, bench_slice(slice({first, kind})));
+    for (size_t i = 0; i < two.size() && i < base.size(); ++i) {
+      const std::string name = fmt::format("{} layer: {} {}", label(kind), two[i].section, two[i].name);
+      if (two[i].ms <= 0 || base[i].ms <= 0) {
+        rows.push_back(not_run("layer", name, two[i].ms <= 0 ? two[i].note : base[i].note));
+        continue;
+      }
+      rows.push_back({"layer", name, two[i].ms - base[i].ms, two[i].bytes - base[i].bytes, two[i].flops - base[i].flops,
+                      fmt::format("({} + {} slice) - ({} slice)", label(first), label(kind), label(first))});
+    }
   }
   return rows;
 }

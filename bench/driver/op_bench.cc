@@ -6,6 +6,7 @@
 
 #include "bench/driver/model_bench.h"
 #include "model/step_batch.h"
+#include "model/weights/loader.h"
 
 namespace rill::bench {
 namespace {
@@ -169,29 +170,78 @@ Result<std::vector<BenchRow>> bench_ops(backend::Backend& be, const model::Model
   if (c.moe.n_experts > 0) {  // MoE: route + experts for a prefill-sized and a decode-sized batch.
     Pool pool(be);
     const int64_t E = c.moe.n_experts, I = c.moe.intermediate_size, K = c.moe.n_experts_per_token;
+    // K3's latent MoE routes on the hidden state and runs its experts on the latent width, MXFP4-packed.
+    const int64_t Hx = c.moe.latent_size > 0 ? c.moe.latent_size : H;
+    const bool mxfp4 = c.mxfp4_experts;
     RILL_ASSIGN_OR_RETURN(TensorView router, pool.random(DType::BF16, {E, H}, -0.05f, 0.05f));
     RILL_ASSIGN_OR_RETURN(TensorView bias, pool.random(DType::F32, {E}, -0.1f, 0.1f));
     backend::ExpertWeights ex;
-    RILL_ASSIGN_OR_RETURN(ex.gate_up, pool.random(DType::BF16, {E, 2 * I, H}, -0.03f, 0.03f));
-    RILL_ASSIGN_OR_RETURN(ex.down, pool.random(DType::BF16, {E, H, I}, -0.03f, 0.03f));
+    if (mxfp4) {
+      ex.format = backend::WeightFormat::Mxfp4;
+      const int e_gu = model::dummy_mxfp4_scale(Hx), e_dn = model::dummy_mxfp4_scale(I);
+      RILL_ASSIGN_OR_RETURN(ex.gate_up, pool.random(DType::U8, {E, 2 * I, Hx / 2}, 0, 255));
+      RILL_ASSIGN_OR_RETURN(ex.gate_up_scales,
+                            pool.random(DType::U8, {E, 2 * I, Hx / 32}, float(e_gu - 1), float(e_gu)));
+      RILL_ASSIGN_OR_RETURN(ex.down, pool.random(DType::U8, {E, Hx, I / 2}, 0, 255));
+      RILL_ASSIGN_OR_RETURN(ex.down_scales, pool.random(DType::U8, {E, Hx, I / 32}, float(e_dn - 1), float(e_dn)));
+    } else {
+      RILL_ASSIGN_OR_RETURN(ex.gate_up, pool.random(DType::BF16, {E, 2 * I, H}, -0.03f, 0.03f));
+      RILL_ASSIGN_OR_RETURN(ex.down, pool.random(DType::BF16, {E, H, I}, -0.03f, 0.03f));
+    }
+    const bool situ = c.activation == model::GluActivation::Situ;
+    const double bytes_per_weight = mxfp4 ? 0.5 + 1.0 / 32 : 2.0;  // MXFP4: FP4 codes + one E8M0 scale per 32
     for (int64_t T : {int64_t(o.prefill_long), int64_t(1), int64_t(32)}) {
-      RILL_ASSIGN_OR_RETURN(TensorView x, pool.random(act, {T, H}, -1, 1));
-      RILL_ASSIGN_OR_RETURN(TensorView ids, pool.zeros(DType::I32, {T, K}));
-      RILL_ASSIGN_OR_RETURN(TensorView wts, pool.zeros(DType::F32, {T, K}));
+      const std::string name = mxfp4 ? fmt::format("moe route+experts, {} tokens, {} of {} MXFP4 experts", T, K, E)
+                                     : fmt::format("moe route+experts, {} tokens, {} of {} experts", T, K, E);
+      auto row = [&]() -> Result<BenchRow> {
+        RILL_ASSIGN_OR_RETURN(TensorView x, pool.random(act, {T, H}, -1, 1));
+        TensorView xe = x;
+        if (Hx != H) {
+          RILL_ASSIGN_OR_RETURN(xe, pool.random(act, {T, Hx}, -1, 1));
+        }
+        RILL_ASSIGN_OR_RETURN(TensorView ids, pool.zeros(DType::I32, {T, K}));
+        RILL_ASSIGN_OR_RETURN(TensorView wts, pool.zeros(DType::F32, {T, K}));
+        RILL_ASSIGN_OR_RETURN(TensorView out, pool.zeros(act, {T, Hx}));
+        backend::MoeRouteArgs route{x, router, bias, int(K), c.moe.n_groups, c.moe.topk_group, c.moe.renormalize, false,
+                                    c.moe.routed_scaling_factor, ids, wts};
+        backend::MoeExpertsArgs exa{xe, ids, wts, &ex, situ ? backend::Activation::Situ : backend::Activation::Silu,
+                                    situ ? c.situ_beta : 0.0f, situ ? c.situ_linear_beta : 0.0f, out, nullptr};
+        RILL_ASSIGN_OR_RETURN(exa.scratch, pool.scratch_for([&](Arena* s) { auto b = exa; b.scratch = s; return be.moe_experts(b); }));
+        RILL_ASSIGN_OR_RETURN(double ms, time_op(be, reps, [&]() -> Status {
+          exa.scratch->reset();
+          RILL_TRY(be.moe_route(route));
+          return be.moe_experts(exa);
+        }));
+        const double unique = double(E) * (1.0 - std::pow(1.0 - double(K) / double(E), double(T)));
+        // The CUDA backend groups a step by expert above 64 (token, expert) pairs (moe/params.h); the Kimi
+        // Linear rows keep their original labels.
+        const bool grouped = mxfp4 ? T * K > 64 : T >= 1024;
+        const char* path = grouped ? "grouped GEMM" : "gathered GEMV";
+        return BenchRow{"op", name, ms,
+                        unique * 3.0 * double(Hx) * double(I) * bytes_per_weight + double(T) * Hx * 2 * 2,
+                        double(T) * K * 3.0 * 2.0 * double(Hx) * double(I), path};
+      }();
+      if (!row.ok() && row.status().code() != StatusCode::Unimplemented) return row.status();
+      rows.push_back(row.ok() ? *row : not_run("op", name, row.status().message()));
+    }
+  }
+
+  if (c.attn_res_block_size > 0) {  // K3 Block AttnRes depth mix, at the deepest layer's candidate count.
+    // The full K3 mixes up to 9 candidates (8 block snapshots + the partial sum, spec §1.3) twice per layer;
+    // a slice of few layers sees fewer, so this row bounds what its layer timings leave out.
+    const int64_t N = 9;
+    for (int64_t T : {int64_t(o.prefill_long), int64_t(32)}) {
+      Pool pool(be);
+      RILL_ASSIGN_OR_RETURN(TensorView cand, pool.random(act, {N, T, H}, -1, 1));
+      RILL_ASSIGN_OR_RETURN(TensorView norm, pool.random(DType::F32, {H}, 0.9f, 1.1f));
+      RILL_ASSIGN_OR_RETURN(TensorView proj, pool.random(DType::F32, {H}, -0.02f, 0.02f));
       RILL_ASSIGN_OR_RETURN(TensorView out, pool.zeros(act, {T, H}));
-      backend::MoeRouteArgs route{x, router, bias, int(K), c.moe.n_groups, c.moe.topk_group, c.moe.renormalize, false,
-                                  c.moe.routed_scaling_factor, ids, wts};
-      backend::MoeExpertsArgs exa{x, ids, wts, &ex, backend::Activation::Silu, 0, 0, out, nullptr};
-      RILL_ASSIGN_OR_RETURN(exa.scratch, pool.scratch_for([&](Arena* s) { auto b = exa; b.scratch = s; return be.moe_experts(b); }));
-      RILL_ASSIGN_OR_RETURN(double ms, time_op(be, reps, [&]() -> Status {
-        exa.scratch->reset();
-        RILL_TRY(be.moe_route(route));
-        return be.moe_experts(exa);
+      RILL_ASSIGN_OR_RETURN(double ms, time_op(be, reps, [&] {
+        return be.attn_res_mix({cand, norm, proj, c.rms_norm_eps, out});
       }));
-      const double unique = double(E) * (1.0 - std::pow(1.0 - double(K) / double(E), double(T)));
-      rows.push_back({"op", fmt::format("moe route+experts, {} tokens, {} of {} experts", T, K, E), ms,
-                      unique * 3.0 * double(H) * double(I) * 2 + double(T) * H * 2 * 2,
-                      double(T) * K * 3.0 * 2.0 * double(H) * double(I), T >= 1024 ? "grouped GEMM" : "gathered GEMV"});
+      // Per candidate and element: square, key product, weighted sum (~6 FLOPs); candidates read, output written.
+      rows.push_back({"op", fmt::format("attn_res mix, {} candidates x [{} x {}]", N, T, H), ms,
+                      double(N + 1) * double(T) * H * dtype_size(act), 6.0 * double(N) * double(T) * H, ""});
     }
   }
 

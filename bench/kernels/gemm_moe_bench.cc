@@ -1,7 +1,8 @@
 // Kernel lab for the CUDA backend's GEMM, MoE, norm/elementwise and sampling kernels (style.md §7.4), at
-// Kimi-Linear-48B shapes. Each kernel is first checked against the CPU backend on the same inputs (for large
-// shapes on a prefix of the rows, computed from the full-size CUDA run), then timed with CUDA events (3
-// warm-ups, median of --reps), rotating input sets so that each timed run reads more than the L2 cache holds.
+// Kimi-Linear-48B shapes (and MXFP4 experts at Kimi K3's latent MoE shape). Each kernel is first checked
+// against the CPU backend on the same inputs (for large shapes on a prefix of the rows, computed from the
+// full-size CUDA run), then timed with CUDA events (3 warm-ups, median of --reps), rotating input sets so
+// that each timed run reads more than the L2 cache holds.
 // Every row prints bytes moved, FLOPs and the fraction of the ceilings measured in the same run
 // (device-to-device copy and a large cuBLASLt bf16 GEMM). GEMMs run twice: heuristic algorithm and
 // autotuned (GemmRunner::set_autotune). Exit code 1 when a check fails; 0 with a note when there is no GPU.
@@ -295,6 +296,63 @@ struct Lab {
     }
   }
 
+  // MXFP4 experts at K3's latent MoE shape (width 3584, I = 3072; 896 experts and top-16 there, 32 experts
+  // and top-8 here: enough to time the kernels): the packed codes and E8M0 scales are read in place. Routing
+  // is a fixed pattern (every expert gets T * 8 / 32 slots), so the row times the expert kernels alone.
+  void moe_mxfp4() {
+    constexpr int64_t E = 32, k = 8, Hx = 3584, I = 3072;
+    Pool pool{dev};
+    Pool cpool{cpu};
+    backend::ExpertWeights ex;
+    ex.format = backend::WeightFormat::Mxfp4;
+    ex.gate_up = pool.random(DType::U8, {E, 2 * I, Hx / 2}, 0, 255);            // any codes, both signs
+    ex.gate_up_scales = pool.random(DType::U8, {E, 2 * I, Hx / 32}, 114, 121);  // 2^-13 .. 2^-6
+    ex.down = pool.random(DType::U8, {E, Hx, I / 2}, 0, 255);
+    ex.down_scales = pool.random(DType::U8, {E, Hx, I / 32}, 114, 121);
+    backend::ExpertWeights cex = ex;
+    cex.gate_up = cpool.mirror(dev, ex.gate_up, false);
+    cex.gate_up_scales = cpool.mirror(dev, ex.gate_up_scales, false);
+    cex.down = cpool.mirror(dev, ex.down, false);
+    cex.down_scales = cpool.mirror(dev, ex.down_scales, false);
+    const double w_bytes = double(E) * double(3 * I * Hx) * (0.5 + 1.0 / 32);
+
+    std::vector<int64_t> ts = {16, 256, 2048};
+    if (opt.quick) ts = {256};
+    for (int64_t T : ts) {
+      const TensorView x = pool.random(DType::BF16, {T, Hx}, -2, 2), out = pool.empty(DType::BF16, {T, Hx});
+      const TensorView ids = pool.empty(DType::I32, {T, k}), wts = pool.empty(DType::F32, {T, k});
+      {  // k distinct experts per token (5 is odd, so j * 5 runs through distinct residues mod 32)
+        std::vector<int32_t> i(size_t(T * k));
+        std::vector<float> w(size_t(T * k), 1.0f / float(k));
+        for (int64_t t = 0; t < T; ++t)
+          for (int64_t j = 0; j < k; ++j) i[size_t(t * k + j)] = int32_t((t * 11 + t / 3 + j * 5) % E);
+        LAB_CHECK(dev.copy_to_device(ids.data, i.data(), i.size() * 4));
+        LAB_CHECK(dev.copy_to_device(wts.data, w.data(), w.size() * 4));
+      }
+      backend::MoeExpertsArgs ea{x, ids, wts, &ex, backend::Activation::Situ, 4.0f, 25.0f, out, nullptr};
+      ea.scratch = pool.scratch([&](Arena* a) {
+        auto b = ea;
+        b.scratch = a;
+        return dev.moe_experts(b);
+      });
+      LAB_CHECK(dev.moe_experts(ea));
+      const int64_t tc = std::min<int64_t>(T, 8);
+      TensorView cx = cpool.mirror(dev, head_rows(x, tc), true),
+                 cids = cpool.mirror(dev, head_rows(ids, tc), false),
+                 cw = cpool.mirror(dev, head_rows(wts, tc), false), cy = cpool.empty(DType::F32, {tc, Hx});
+      LAB_CHECK(cpu.moe_experts({cx, cids, cw, &cex, backend::Activation::Situ, 4.0f, 25.0f, cy, nullptr}));
+      check(fmt::format("moe_experts mxfp4 T={} (tokens 0..{})", T, tc - 1),
+            rel_l2(fetch(dev, head_rows(out, tc)), fetch(cpu, cy)), kTol);
+      const double used = std::min(1.0, double(T * k) / double(E));  // fraction of experts with tokens
+      const double bytes = used * w_bytes + double(T * Hx) * 4 + double(T * k) * 8;
+      const double flops = double(T * k) * 6.0 * double(Hx) * double(I);
+      const char* path = T * k <= 64 ? "MXFP4 gathered GEMV" : "MXFP4 grouped mma.sync, smem dequant";
+      const double t = time_median(dev, opt.reps, [&](int) { return dev.moe_experts(ea); });
+      rows.push_back({"moe", fmt::format("experts mxfp4 T={} E={} top-{} [{}x{}]", T, E, k, Hx, I), t, bytes,
+                      flops, path});
+    }
+  }
+
   // ------------------------------------------------------------------------------------ norms / elementwise
   void norms() {
     const int64_t T = opt.quick ? 1024 : 8192, P = 32 * 128, I = 9216;
@@ -445,7 +503,10 @@ int main(int argc, char** argv) {
               ceil.copy_gbps, ceil.gemm_tflops);
   Lab lab{**dev, *tuned, *cpu, opt, {}, 0};
   if (opt.only.empty() || opt.only == "gemm") lab.gemm();
-  if (opt.only.empty() || opt.only == "moe") lab.moe();
+  if (opt.only.empty() || opt.only == "moe") {
+    lab.moe();
+    lab.moe_mxfp4();
+  }
   if (opt.only.empty() || opt.only == "norm") lab.norms();
   if (opt.only.empty() || opt.only == "sample") lab.sample();
   std::printf("\n%s", bench::format_table(lab.rows, ceil).c_str());

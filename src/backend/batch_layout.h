@@ -19,8 +19,8 @@ struct BatchLayoutHost {
   std::vector<int32_t> token_pos;        // [n_tokens] absolute position of each token
   // KDA snapshots taken inside the step (prefix caching): sequence s asks for the KDA state right after
   // position kda_snap_pos[j] in state slot kda_snap_slot[j], j in [kda_snap_start[s], kda_snap_start[s + 1]).
-  // Each position is a 64-token chunk boundary of the step (start_pos < pos < start_pos + n_new). Host only:
-  // only backends whose kda_snapshots_in_step() is true read them.
+  // Each position is a 64-token chunk boundary of the step (start_pos < pos < start_pos + n_new). Empty when
+  // the step asks for none; only backends whose kda_snapshots_in_step() is true read them.
   std::vector<int32_t> kda_snap_start;   // [n_seqs + 1]
   std::vector<int32_t> kda_snap_pos, kda_snap_slot;
   int max_blocks_per_seq = 0;
@@ -45,6 +45,10 @@ struct BatchLayout {
   const int32_t* block_tables = nullptr;     // [n_seqs, max_blocks_per_seq]
   const int32_t* token_seq = nullptr;        // [n_tokens]
   const int32_t* token_pos = nullptr;        // [n_tokens]
+  // The in-step KDA snapshot requests (BatchLayoutHost::kda_snap_*); null when the step asks for none.
+  const int32_t* kda_snap_start = nullptr;   // [n_seqs + 1]
+  const int32_t* kda_snap_pos = nullptr;     // [n_snapshots] absolute position the state is taken after
+  const int32_t* kda_snap_slot = nullptr;    // [n_snapshots] state slot it is written to
   const BatchLayoutHost* host = nullptr;
 };
 

@@ -1,6 +1,6 @@
 // rill bench: prefill and decode steps of a model plus its heaviest ops at full size, each number beside the
-// ceiling measured in the same run (design.md §7). `--load-format dummy --preset kimi-linear-48b` needs no
-// checkpoint: seeded random weights are filled on the device.
+// ceiling measured in the same run (design.md §7). `--load-format dummy --preset kimi-linear-48b` (or
+// kimi-k3-slice) needs no checkpoint: seeded random weights are filled on the device.
 #include <chrono>
 #include <cstdio>
 #include <ctime>
@@ -45,6 +45,16 @@ int run_prefix_reuse(backend::Backend& be, const model::ModelConfig& cfg, const 
   return 0;
 }
 
+// Bench defaults a preset's shape calls for; flags given on the command line win. The K3 slice (presets.cc):
+// decode batches 1, 8, 32 and one 8K prompt (a step of 8 x 2K prompts would only repeat the 8K prompt's expert
+// GEMMs), plus the per-layer-type rows, since a slice's whole-step times stand for no real model.
+void apply_preset_defaults(const std::string& preset, const CLI::App& app, bench::BenchOptions& o, bool& layer_types) {
+  if (preset != "kimi-k3-slice") return;
+  if (!app.count("--decode-batches")) o.decode_batches = {1, 8, 32};
+  if (!app.count("--prefill-batch")) o.prefill_batch = 0;
+  if (!app.count("--layer-types")) layer_types = true;
+}
+
 }  // namespace
 
 int run_bench(int argc, char** argv) {
@@ -52,19 +62,29 @@ int run_bench(int argc, char** argv) {
                "the fraction of the measured ceilings."};
   std::string dir, load_format = "auto", preset, markdown;
   bench::BenchOptions o;
-  bool skip_model = false, skip_ops = false, print_config = false;
+  bool skip_model = false, skip_ops = false, print_config = false, layer_types = false;
   DeviceOptions dev;
   app.add_option("MODEL_DIR", dir, "checkpoint directory (omit with --load-format dummy --preset NAME)");
   app.add_option("--load-format", load_format, "auto (read MODEL_DIR) or dummy (random weights on the device)")
       ->check(CLI::IsMember({"auto", "dummy"}))->capture_default_str();
-  app.add_option("--preset", preset, "model shape for dummy weights: kimi-linear-48b");
+  std::string preset_list;
+  for (const auto& n : model::preset_names()) preset_list += (preset_list.empty() ? "" : ", ") + n;
+  app.add_option("--preset", preset,
+                 "model shape for dummy weights: " + preset_list +
+                     " (kimi-k3-slice: 4 of K3's layers at full width, MXFP4 experts; see docs/PERF.md)");
   app.add_option("--decode-context", o.decode_context, "context length of the decode benchmark")->capture_default_str();
   app.add_option("--decode-batches", o.decode_batches, "decode batch sizes")->capture_default_str();
   app.add_option("--prefill-tokens", o.prefill_long, "length of the single-prompt prefill")->capture_default_str();
+  app.add_option("--prefill-batch", o.prefill_batch,
+                 "prompts of 2048 tokens in the batched prefill step (0: none; kimi-k3-slice: 0)")
+      ->capture_default_str();
   app.add_option("--repeats", o.repeats, "timed repetitions per measurement (median)")->capture_default_str();
   app.add_option("--markdown", markdown, "also write the results as a markdown table to this file");
   app.add_flag("--skip-model", skip_model, "only the per-op benchmarks");
   app.add_flag("--skip-ops", skip_ops, "only the whole-model benchmarks");
+  app.add_flag("--layer-types,!--no-layer-types", layer_types,
+               "also time one layer of each type (KDA, MLA): steps of a 2-layer model minus those of a 1-layer one, "
+               "dummy weights at the model's width (default with kimi-k3-slice)");
   app.add_flag("--print-config", print_config, "print the --preset's config.json and exit (to serve it with dummy weights)");
   bool prefix_reuse = false;
   bench::PrefixBenchOptions po;
@@ -80,6 +100,7 @@ int run_bench(int argc, char** argv) {
       ->capture_default_str();
   add_device_options(app, dev);
   if (int rc = parse_args(app, argc, argv); rc >= 0) return rc;
+  apply_preset_defaults(preset, app, o, layer_types);
   if (print_config) {
     auto json = model::preset_config(preset);
     if (!json.ok()) return report_error("bench", json.status());
@@ -90,6 +111,8 @@ int run_bench(int argc, char** argv) {
     return report_error("bench", invalid_argument("--load-format dummy needs --preset NAME or a MODEL_DIR with a config.json"));
   if (load_format != "dummy" && dir.empty())
     return report_error("bench", invalid_argument("give a MODEL_DIR, or --load-format dummy --preset NAME"));
+  if (layer_types && load_format != "dummy" && !skip_model)
+    return report_error("bench", invalid_argument("--layer-types builds smaller models: it needs --load-format dummy"));
 
   auto be = open_backend(dev);
   if (!be.ok()) return report_error("bench", be.status());
@@ -123,6 +146,11 @@ int run_bench(int argc, char** argv) {
     auto steps = bench::bench_model(**m, o);
     if (!steps.ok()) return report_error("bench", steps.status());
     rows.insert(rows.end(), steps->begin(), steps->end());
+  }
+  if (!skip_model && layer_types) {  // after the whole model is freed: each slice needs the GPU to itself
+    auto layers = bench::bench_layer_kinds(**be, *cfg, o, 1234);
+    if (!layers.ok()) return report_error("bench", layers.status());
+    rows.insert(rows.end(), layers->begin(), layers->end());
   }
   std::printf("%s", bench::format_table(rows, *ceil).c_str());
   if (!markdown.empty()) {

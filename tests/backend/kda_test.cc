@@ -42,6 +42,7 @@ const char* gate_name(Gate g) {
 
 struct Seq {
   int start_pos, n_new, slot;
+  std::vector<model::KdaSnapshotRequest> snaps = {};  // in-step snapshots (prefix caching): {pos, slot}
 };
 
 model::StepBatch make_batch(const std::vector<Seq>& seqs) {
@@ -51,6 +52,7 @@ model::StepBatch make_batch(const std::vector<Seq>& seqs) {
     st.start_pos = s.start_pos;
     st.n_new = s.n_new;
     st.state_slot = s.slot;
+    st.kda_snapshots = s.snaps;
     st.block_table.assign(size_t((s.start_pos + s.n_new + 63) / 64), 0);
     b.seqs.push_back(st);
     b.token_ids.resize(b.token_ids.size() + size_t(s.n_new), 0);
@@ -184,6 +186,15 @@ std::pair<double, double> check_attention(OpHarness& h, States& st, const std::v
     worst_out = std::max(worst_out, eo);
     worst_state = std::max(worst_state, es);
     used[size_t(s.slot)] = 1;
+    for (const model::KdaSnapshotRequest& r : s.snaps) {
+      const size_t ro = size_t(r.slot * st.slot_elems());
+      const double er = rel_l2(slice(s_got, ro, sn), slice(s_want, ro, sn));
+      EXPECT_LE(er, kAttnTol) << "snapshot after position " << r.pos << " (slot " << r.slot << ")";
+      EXPECT_GT(max_abs(slice(s_got, ro, sn), slice(before, ro, sn)), 0.0) << "snapshot slot " << r.slot
+                                                                          << " was not written";
+      worst_state = std::max(worst_state, er);
+      used[size_t(r.slot)] = 1;
+    }
     t0 += s.n_new;
   }
   for (int slot = 0; slot < st.n_slots; ++slot) {
@@ -340,6 +351,24 @@ TEST(KdaCuda, AttentionRaggedBatchMixesDecodeAndPrefill) {
       std::reverse(step2.begin(), step2.end());
       check_attention(h, st, step2, gate);
     }
+  }
+}
+
+// Prefix caching's in-step snapshots: the state after each requested chunk boundary lands in its slot, as on
+// the CPU, next to sequences that ask for none (decode, short prefill) in the same step.
+TEST(KdaCuda, SnapshotsInsideAStepMatchTheCpu) {
+  OpHarness h(kTested);
+  RILL_REQUIRE_BACKEND(h);
+  for (int heads : {2, 32}) {
+    SCOPED_TRACE(::testing::Message() << "Hk " << heads);
+    States st = make_states(h, 10, heads, 0.5f);
+    const std::vector<Seq> step = {
+        {0, 300, 0, {{64, 4}, {256, 5}}},  // fresh, two snapshots, a partial last chunk
+        {7, 1, 1},                         // decode
+        {100, 200, 2, {{164, 6}, {228, 7}, {292, 8}}},  // carried-in state, consecutive chunk boundaries
+        {0, 40, 3},                        // short prefill, one partial chunk
+    };
+    check_attention(h, st, step, Gate::Softplus);
   }
 }
 

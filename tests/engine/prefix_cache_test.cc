@@ -1,4 +1,4 @@
-// Prefix caching is sound on the CPU backend: with it on, every request's greedy tokens and the logits of
+// Prefix caching is sound on the CPU backend, for Kimi Linear and Kimi K3 checkpoints: with it on, every request's greedy tokens and the logits of
 // every sampled position equal the same request with it off — the same prompt again, shared prefixes ending
 // mid-block / at a block / at a snapshot / one past it, multi-turn chat, many concurrent requests, chunk
 // sizes that do and do not divide the snapshot interval, preemption, and eviction pressure — and after a load
@@ -90,6 +90,14 @@ class Harness {
   std::unique_ptr<Engine> engine_;
 };
 
+// Every test runs on a Kimi Linear and a Kimi K3 checkpoint (the issue asks for both); set by the suite.
+std::string current_fixture = "kimi_linear_tiny_b";
+
+class PrefixCache : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override { current_fixture = GetParam(); }
+};
+
 EngineOptions caching(int max_num_tokens, int interval, int max_batch_size = 4) {
   EngineOptions o{.max_batch_size = max_batch_size, .max_num_tokens = max_num_tokens};
   o.enable_prefix_caching = true;
@@ -98,8 +106,8 @@ EngineOptions caching(int max_num_tokens, int interval, int max_batch_size = 4) 
 }
 
 // Off: one request at a time, whole prompts in one step (no chunking), no cache: the plainest computation.
-Outcome reference(const std::vector<int32_t>& prompt, int max_tokens,
-                  const std::string& fixture = "kimi_linear_tiny_b") {
+Outcome reference(const std::vector<int32_t>& prompt, int max_tokens) {
+  const std::string& fixture = current_fixture;
   static std::map<std::string, std::unique_ptr<Harness>> off;
   auto& h = off[fixture];
   if (!h) h = std::make_unique<Harness>(fixture, EngineOptions{.max_batch_size = 1, .max_num_tokens = 1024});
@@ -133,11 +141,11 @@ std::vector<int32_t> concat(std::vector<int32_t> a, const std::vector<int32_t>& 
   return a;
 }
 
-TEST(PrefixCache, SamePromptAgainIsServedFromTheCache) {
+TEST_P(PrefixCache, SamePromptAgainIsServedFromTheCache) {
   const uint32_t seed = std::random_device{}();
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937 rng(seed);
-  Harness on("kimi_linear_tiny_b", caching(64, 64));
+  Harness on(current_fixture, caching(64, 64));
   const auto prompt = random_tokens(rng, 200);
   const Outcome want = reference(prompt, 8);
   const Outcome first = on.run(prompt, 8), again = on.run(prompt, 8);
@@ -157,7 +165,7 @@ void shared_prefix(int max_num_tokens) {
   const uint32_t seed = std::random_device{}();
   SCOPED_TRACE("seed " + std::to_string(seed) + ", max_num_tokens " + std::to_string(max_num_tokens));
   std::mt19937 rng(seed);
-  Harness on("kimi_linear_tiny_b", caching(max_num_tokens, 128));
+  Harness on(current_fixture, caching(max_num_tokens, 128));
   // mid-block, exactly at a block, exactly at a snapshot, one token past a snapshot
   for (const auto& [len, want_cached] :
        std::vector<std::pair<int, int>>{{200, 128}, {192, 128}, {256, 256}, {257, 256}}) {
@@ -179,10 +187,10 @@ void shared_prefix(int max_num_tokens) {
   EXPECT_EQ(rh.cached, 128);
 }
 
-TEST(PrefixCache, SharedPrefixChunksDividingTheInterval) {
+TEST_P(PrefixCache, SharedPrefixChunksDividingTheInterval) {
   shared_prefix(64);
 }
-TEST(PrefixCache, SharedPrefixChunksNotDividingTheInterval) {
+TEST_P(PrefixCache, SharedPrefixChunksNotDividingTheInterval) {
   shared_prefix(48);
 }
 
@@ -196,7 +204,7 @@ void snapshots_inside_one_step(bool in_step) {
   std::mt19937 rng(seed);
   EngineOptions o = caching(512, 64);
   o.kda_snapshots_in_step = in_step;
-  Harness on("kimi_linear_tiny_b", o);
+  Harness on(current_fixture, o);
   const auto first = random_tokens(rng, 300);
   expect_same(on.run(first, 4), reference(first, 4), "the first prompt");
   for (const auto& [shared, want_cached] : std::vector<std::pair<int, int>>{{130, 128}, {200, 192}, {299, 256}}) {
@@ -208,18 +216,18 @@ void snapshots_inside_one_step(bool in_step) {
   }
 }
 
-TEST(PrefixCache, SnapshotsTakenInsideOneStep) {
+TEST_P(PrefixCache, SnapshotsTakenInsideOneStep) {
   snapshots_inside_one_step(true);
 }
-TEST(PrefixCache, SnapshotsWhereChunksEndAtEachPosition) {
+TEST_P(PrefixCache, SnapshotsWhereChunksEndAtEachPosition) {
   snapshots_inside_one_step(false);
 }
 
-TEST(PrefixCache, MultiTurnChatResumesFromThePreviousTurn) {
+TEST_P(PrefixCache, MultiTurnChatResumesFromThePreviousTurn) {
   const uint32_t seed = std::random_device{}();
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937 rng(seed);
-  Harness on("kimi_linear_tiny_b", caching(96, 128));
+  Harness on(current_fixture, caching(96, 128));
   std::vector<int32_t> conversation = random_tokens(rng, 150);
   // Turn 1 computes 150 + 49 tokens: its last full block ends at 192 (off the interval: the turn-end
   // snapshot). Turn 2 computes 240 + 49: last full block at 256 (an interval snapshot). Turn 3: 330 + 49 ->
@@ -233,11 +241,11 @@ TEST(PrefixCache, MultiTurnChatResumesFromThePreviousTurn) {
   }
 }
 
-TEST(PrefixCache, ConcurrentRequestsSharingAPrefixThenEverythingEvicts) {
+TEST_P(PrefixCache, ConcurrentRequestsSharingAPrefixThenEverythingEvicts) {
   const uint32_t seed = std::random_device{}();
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937 rng(seed);
-  Harness on("kimi_linear_tiny_b", caching(80, 64, 4));
+  Harness on(current_fixture, caching(80, 64, 4));
   const auto prefix = random_tokens(rng, 230);
   std::vector<std::vector<int32_t>> prompts;
   for (int i = 0; i < 10; ++i) prompts.push_back(concat(prefix, random_tokens(rng, 1 + rng() % 60)));
@@ -270,13 +278,13 @@ TEST(PrefixCache, ConcurrentRequestsSharingAPrefixThenEverythingEvicts) {
 
 // A cache of 3 blocks for up to 8 sequences that each grow into a second block: running sequences are
 // preempted and recomputed (resuming from their own cached prefix when it survived).
-TEST(PrefixCache, PreemptionWithCachingStillEqualsAlone) {
+TEST_P(PrefixCache, PreemptionWithCachingStillEqualsAlone) {
   const uint32_t seed = std::random_device{}();
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937 rng(seed);
   EngineOptions o = caching(64, 64, 8);
   o.num_kv_blocks = 3;
-  Harness on("kimi_linear_tiny_b", o);
+  Harness on(current_fixture, o);
   std::vector<std::vector<int32_t>> prompts;
   for (int i = 0; i < 8; ++i) prompts.push_back(random_tokens(rng, 56 + rng() % 8));
   std::vector<Outcome> want;
@@ -293,14 +301,14 @@ TEST(PrefixCache, PreemptionWithCachingStillEqualsAlone) {
 
 // 12 blocks and 2 snapshots for prompts of up to 5 blocks: new requests evict blocks and snapshots of earlier
 // chains (tails first), and later requests resume from whatever part of their chain survived.
-TEST(PrefixCache, EvictionPressureKeepsOutputsEqual) {
+TEST_P(PrefixCache, EvictionPressureKeepsOutputsEqual) {
   const uint32_t seed = std::random_device{}();
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937 rng(seed);
   EngineOptions o = caching(64, 64, 2);
   o.num_kv_blocks = 12;
   o.kda_snapshot_budget_mib = 1;  // tiny_b: 3 KDA layers x 2 heads x 128 x 128 fp32 = 384 KiB a snapshot -> 2
-  Harness on("kimi_linear_tiny_b", o);
+  Harness on(current_fixture, o);
   std::vector<std::vector<int32_t>> prefixes;
   for (int i = 0; i < 3; ++i) prefixes.push_back(random_tokens(rng, 200));
   int hits = 0;
@@ -316,7 +324,10 @@ TEST(PrefixCache, EvictionPressureKeepsOutputsEqual) {
     hits += r.cached > 0;
   }
   const EngineStats st = on.engine().stats();
-  EXPECT_EQ(st.kda_snapshots_total, 2);
+  if (current_fixture == "kimi_linear_tiny_b") {
+    EXPECT_EQ(st.kda_snapshots_total, 2);
+  }
+  EXPECT_GE(st.kda_snapshots_total, 1);
   EXPECT_GT(st.prefix_cache_evicted_blocks, 0u);
   EXPECT_GT(st.kda_snapshots_evicted, 0u);
   EXPECT_LE(st.prefix_cache_blocks, 12);
@@ -325,6 +336,8 @@ TEST(PrefixCache, EvictionPressureKeepsOutputsEqual) {
   EXPECT_EQ(on.engine().stats().kda_snapshots_used, 0);
   (void)hits;
 }
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, PrefixCache, ::testing::Values("kimi_linear_tiny_b", "kimi_k3_tiny_a"));
 
 }  // namespace
 }  // namespace rill::engine

@@ -6,6 +6,7 @@
 #include <thread>
 #include <vector>
 
+#include "backend/cuda/attn_res.h"
 #include "backend/cuda/common/check.h"
 #include "backend/cuda/elementwise.h"
 #include "backend/cuda/gemm/gemm_runner.h"
@@ -213,10 +214,17 @@ Status CudaBackend::upload_async(void* dst, const void* host_src, size_t bytes) 
 Status CudaBackend::upload_layout(const backend::BatchLayoutHost& host, int block_size, backend::BatchLayout* out) {
   backend::BatchLayout& l = *out;
   l = backend::layout_scalars(host, block_size);
+  // The snapshot arrays travel only when the step asks for snapshots (their pointers stay null otherwise).
+  const bool snaps = !host.kda_snap_pos.empty();
   const std::vector<int32_t>* arrays[] = {&host.seq_token_start, &host.seq_start_pos, &host.seq_state_slot,
-                                          &host.block_tables,    &host.token_seq,     &host.token_pos};
+                                          &host.block_tables,    &host.token_seq,     &host.token_pos,
+                                          &host.kda_snap_start,  &host.kda_snap_pos,  &host.kda_snap_slot};
+  const int32_t** fields[] = {&l.seq_token_start, &l.seq_start_pos,  &l.seq_state_slot,
+                              &l.block_tables,    &l.token_seq,      &l.token_pos,
+                              &l.kda_snap_start,  &l.kda_snap_pos,   &l.kda_snap_slot};
+  const size_t n_arrays = snaps ? 9 : 6;
   size_t total = 0;
-  for (auto* a : arrays) total += (a->size() * 4 + 255) / 256 * 256;
+  for (size_t i = 0; i < n_arrays; ++i) total += (arrays[i]->size() * 4 + 255) / 256 * 256;
   if (total > layout_cap_) {
     if (layout_dev_) {
       RILL_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));  // the old buffer may still be read
@@ -226,9 +234,7 @@ Status CudaBackend::upload_layout(const backend::BatchLayoutHost& host, int bloc
     RILL_CUDA_CHECK(cudaMalloc(&layout_dev_, layout_cap_));
   }
   char* p = static_cast<char*>(layout_dev_);
-  const int32_t** fields[] = {&l.seq_token_start, &l.seq_start_pos, &l.seq_state_slot,
-                              &l.block_tables,    &l.token_seq,     &l.token_pos};
-  for (size_t i = 0; i < 6; ++i) {
+  for (size_t i = 0; i < n_arrays; ++i) {
     RILL_TRY(stage(arrays[i]->data(), arrays[i]->size() * 4, p));
     *fields[i] = reinterpret_cast<const int32_t*>(p);
     p += (arrays[i]->size() * 4 + 255) / 256 * 256;
@@ -262,10 +268,7 @@ Status CudaBackend::mla_attention_impl(const backend::MlaAttentionArgs& a) { ret
 Status CudaBackend::moe_route_impl(const backend::MoeRouteArgs& a) { return launch_moe_route(a, ctx_); }
 Status CudaBackend::moe_experts_impl(const backend::MoeExpertsArgs& a) { return launch_moe_experts(a, ctx_); }
 Status CudaBackend::gather_rows_impl(const backend::GatherRowsArgs& a) { return launch_gather_rows(a, ctx_); }
-// Kimi K3 runs on the CPU reference for now; its CUDA kernels (AttnRes mix, MXFP4 experts) are a later step.
-Status CudaBackend::attn_res_mix_impl(const backend::AttnResMixArgs&) {
-  return unimplemented("attn_res_mix (CUDA) not implemented yet for Kimi K3: run K3 with --device cpu");
-}
+Status CudaBackend::attn_res_mix_impl(const backend::AttnResMixArgs& a) { return launch_attn_res_mix(a, ctx_); }
 Status CudaBackend::sample_impl(const backend::SampleArgs& a) { return launch_sample(a, ctx_); }
 Status CudaBackend::apply_penalties_impl(const backend::PenaltyArgs& a) { return launch_apply_penalties(a, ctx_); }
 Status CudaBackend::logprobs_impl(const backend::LogprobsArgs& a) { return launch_logprobs(a, ctx_); }

@@ -19,6 +19,7 @@ class CudaBackend final : public backend::Backend {
   Device device() const override { return Device::Cuda; }
   DType act_dtype() const override { return DType::BF16; }
   std::optional<DType> matrix_dtype() const override { return DType::BF16; }
+  bool kda_snapshots_in_step() const override { return true; }  // the chunk recurrence writes them
   const CudaContext& context() const { return ctx_; }
 
   Result<backend::DeviceAllocation> allocate(size_t bytes) override;

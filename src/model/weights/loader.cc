@@ -250,6 +250,12 @@ Result<LoadedWeights> load_weights(const WeightTable& table, std::shared_ptr<con
   return out;
 }
 
+int dummy_mxfp4_scale(int64_t fan_in) {
+  // E2M1 codes uniform over all 16 have rms ~2.95, so 2^(e - 127) ~ 1 / (2.95 sqrt(fan_in)). A scale of 1
+  // (e = 127) would make each expert matrix ~170x too large at K3's widths.
+  return 127 + int(std::lround(std::log2(1.0 / (2.95 * std::sqrt(double(std::max<int64_t>(fan_in, 1)))))));
+}
+
 Result<LoadedWeights> load_dummy_weights(const WeightTable& table, backend::Backend& be, uint64_t seed) {
   const auto& specs = table.specs();
   const auto& stacks = table.stacks();
@@ -283,11 +289,13 @@ Result<LoadedWeights> load_dummy_weights(const WeightTable& table, backend::Back
     switch (s.role) {
       case WeightRole::Matrix: RILL_TRY(be.fill_random(v, seed + i, -a, a)); break;
       case WeightRole::Vector: RILL_TRY(be.fill_random(v, seed + i, 0.9f, 1.1f)); break;
-      case WeightRole::Packed:  // E8M0 scales near 2^-7; FP4 code bytes uniform over all code pairs
-        if (ends_with(s.name, ".weight_scale"))
-          RILL_TRY(be.fill_random(v, seed + i, 118.0f, 122.0f));
-        else
+      case WeightRole::Packed:  // MXFP4: FP4 code bytes uniform over all code pairs, E8M0 scales by fan-in
+        if (ends_with(s.name, ".weight_scale")) {
+          const int e = dummy_mxfp4_scale(32 * s.shape[s.shape.rank() - 1]);  // 32 columns per scale
+          RILL_TRY(be.fill_random(v, seed + i, float(e - 1), float(e)));
+        } else {
           RILL_TRY(be.fill_random(v, seed + i, 0.0f, 255.0f));
+        }
         break;
     }
     if (s.dest) *s.dest = v;

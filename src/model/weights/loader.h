@@ -29,7 +29,13 @@ Result<LoadedWeights> load_weights(const WeightTable& table, std::shared_ptr<con
                                    backend::Backend& backend, const LoadProgress& progress = {});
 
 // Fills every destination of the table with seeded random values on the backend (no checkpoint): the
-// `--load-format dummy` path for benchmarks at full size. Matrices ~ N(0, 1/in_features); vectors near 1.
+// `--load-format dummy` path for benchmarks at full size. Matrices ~ N(0, 1/in_features); vectors near 1;
+// MXFP4 payloads with uniform random FP4 codes and E8M0 scales of dummy_mxfp4_scale (e - 1 or e).
 Result<LoadedWeights> load_dummy_weights(const WeightTable& table, backend::Backend& backend, uint64_t seed);
+
+// The biased E8M0 exponent e that gives MXFP4 weights with uniform random codes the variance of the dense
+// dummy matrices, 1 / fan_in, so activations stay O(1) in bf16: 120 for K3's 3584- and 3072-wide expert inputs
+// (the released checkpoint's scales are ~112-122, spec §2.4).
+int dummy_mxfp4_scale(int64_t fan_in);
 
 }  // namespace rill::model

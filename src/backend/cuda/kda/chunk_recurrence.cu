@@ -4,6 +4,8 @@
 //   V_new = U - W S          (warps 0-3, rows 16w..)       O = Qg S + Aqk V_new   (warps 4-7, rows 16(w-4)..)
 //   S     = diag(gamma) S + Kd^T V_new                     (warps 0-3, state rows 32w..32w+31)
 // The next chunk's tiles stream in (cp.async, zero-filled past the sequence end) while this one computes.
+// Prefix caching's in-step snapshots: after a chunk that ends at a requested position, the state is also
+// written (fp32) to the requested slot, so a long prompt is one step instead of one step per snapshot.
 // Persistent: CTAs loop over the items; one CTA per SM (smem ~146 KB).
 #include <algorithm>
 
@@ -55,6 +57,20 @@ __device__ void load_chunk(const ChunkParams& p, RecBuf& b, int64_t tok0, int ro
     cp_async16(&b.u[r][c], p.s.u + (tok0 + (ok ? r : 0)) * kHeadDim + col0 + c, ok);
   }
   if (tid < kHeadDim / 4) cp_async16(&b.gamma[tid * 4], p.s.gamma + gamma_row * kHeadDim + tid * 4, true);
+}
+
+// Writes the fp32 state held in warp `warp`'s fragments (rows 32 warp .. +31, this CTA's 32 columns) to S.
+__device__ __forceinline__ void store_state(const float (&st)[2][4][4], float* S, int warp, int g, int tq) {
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        const int row = 32 * warp + 16 * mt + g + 8 * hh;
+        *reinterpret_cast<float2*>(S + row * kHeadDim + 8 * nt + 2 * tq) =
+            make_float2(st[mt][nt][2 * hh], st[mt][nt][2 * hh + 1]);
+      }
 }
 
 __global__ void __launch_bounds__(kRecThreads, 1) kda_chunk_recurrence_kernel(const ChunkParams p) {
@@ -190,21 +206,18 @@ __global__ void __launch_bounds__(kRecThreads, 1) kda_chunk_recurrence_kernel(co
               *reinterpret_cast<uint32_t*>(&sm.s[row][8 * nt + 2 * tq]) =
                   pack_bf16x2(st[mt][nt][2 * hh], st[mt][nt][2 * hh + 1]);
             }
+        // Prefix caching asks for the state at some chunk boundaries of the step: it is in registers now.
+        if (io.snap_start) {
+          const int end_pos = io.seq_start_pos[s] + c * kChunk + rows;
+          for (int j = io.snap_start[s]; j < io.snap_start[s + 1]; ++j)
+            if (io.snap_pos[j] == end_pos)
+              store_state(st, io.state + int64_t(io.snap_slot[j]) * io.ld_state_slot + int64_t(h) * io.ld_state_head + col0,
+                          warp, g, tq);
+        }
       }
     }
 
-    if (warp < 4) {  // final state, fp32
-#pragma unroll
-      for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-        for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-          for (int hh = 0; hh < 2; ++hh) {
-            const int row = 32 * warp + 16 * mt + g + 8 * hh;
-            *reinterpret_cast<float2*>(S + row * kHeadDim + 8 * nt + 2 * tq) =
-                make_float2(st[mt][nt][2 * hh], st[mt][nt][2 * hh + 1]);
-          }
-    }
+    if (warp < 4) store_state(st, S, warp, g, tq);  // final state, fp32
   }
 }
 

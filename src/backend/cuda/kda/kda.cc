@@ -175,6 +175,21 @@ Status launch_kda_attention(const backend::KdaAttentionArgs& a, const CudaContex
   if (l.n_tokens == 0) return {};
   if (!l.host) return invalid_argument("{}: layout has no host description", op);
 
+  // Snapshot requests are checked here, on the host: the kernel writes where they point.
+  if (l.kda_snap_pos) {
+    const backend::BatchLayoutHost& h = *l.host;
+    for (int s = 0; s < h.n_seqs(); ++s)
+      for (int j = h.kda_snap_start[size_t(s)]; j < h.kda_snap_start[size_t(s) + 1]; ++j) {
+        const int rel = h.kda_snap_pos[size_t(j)] - h.seq_start_pos[size_t(s)];
+        if (rel <= 0 || rel >= h.n_new(s) || rel % kChunk)
+          return internal_error("{}: snapshot after position {} is not a chunk boundary inside sequence {}'s step",
+                                op, h.kda_snap_pos[size_t(j)], s);
+        if (h.kda_snap_slot[size_t(j)] < 0 || h.kda_snap_slot[size_t(j)] >= a.state.size(0))
+          return internal_error("{}: snapshot slot {} outside [0, {})", op, h.kda_snap_slot[size_t(j)],
+                                a.state.size(0));
+      }
+  }
+
   int n_decode = 0, n_prefill = 0, n_chunks = 0;
   for (int s = 0; s < l.host->n_seqs(); ++s) {
     const int n = l.host->n_new(s);
@@ -202,6 +217,9 @@ Status launch_kda_attention(const backend::KdaAttentionArgs& a, const CudaContex
   io.seq_token_start = l.seq_token_start;
   io.seq_start_pos = l.seq_start_pos;
   io.seq_state_slot = l.seq_state_slot;
+  io.snap_start = l.kda_snap_start;
+  io.snap_pos = l.kda_snap_pos;
+  io.snap_slot = l.kda_snap_slot;
   io.n_tokens = l.n_tokens;
   io.n_seqs = l.n_seqs;
   io.n_heads = int(a.q.size(1));

@@ -50,6 +50,9 @@ struct AttentionIo {
   __nv_bfloat16* out;  // [T, Hk, d]
   int64_t ld_out;
   const int32_t *seq_token_start, *seq_start_pos, *seq_state_slot;
+  // In-step snapshots (prefix caching): sequence s also writes its state after absolute position
+  // snap_pos[j] into slot snap_slot[j], j in [snap_start[s], snap_start[s + 1]). Null: none asked for.
+  const int32_t *snap_start, *snap_pos, *snap_slot;
   int n_tokens, n_seqs, n_heads;
 };
 

@@ -7,9 +7,18 @@
 //    for experts j = w, w + 8, ..., the token's activations read through L1; the k rows are combined in
 //    order in shared memory. Memory-bound on the experts' weights (more, smaller blocks than before: the
 //    first version's 144 down blocks ran at ~50% of bandwidth).
+//    MXFP4 experts (spec §2.4) have twin kernels with the same grids and rounding points: a lane step is 32
+//    columns = 16 packed bytes (one 16-byte load, low nibble = even column) + one E8M0 scale byte per row,
+//    each weight dequantised in registers exactly as backend/cpu/mxfp4.h (fp4 * 2^(s-127), exact in fp32)
+//    and fma'd in fp32. No bf16 copy of the weights exists. First version: several ALU ops per weight may
+//    make it ALU- rather than bandwidth-bound, and x in shared memory is read with a 64-byte lane stride
+//    (bank conflicts); both are left for the kernel lab.
 //  - grouped (prefill): plan (count per expert, exclusive scans, scatter pairs to expert-ordered slots) ->
 //    grouped gate_up GEMM with the activation in its epilogue -> grouped down GEMM -> combine per token over
-//    its k slots in order (deterministic, no atomics). Compute-bound on tensor cores.
+//    its k slots in order (deterministic, no atomics). Compute-bound on tensor cores. MXFP4 experts take the
+//    same plan, scratch and combine with the MXFP4 grouped GEMMs (grouped_gemm_mxfp4.cu: packed bytes and
+//    scales into shared memory, dequantised there to a bf16 tile before the MMAs; no bf16 copy in global
+//    memory).
 // Expert ids outside [0, E) contribute nothing (they cannot be reported from the device).
 #include <cub/block/block_scan.cuh>
 
@@ -156,6 +165,147 @@ __global__ void __launch_bounds__(kGemvThreads) moe_down_gemv_kernel(const Decod
   }
 }
 
+// ------------------------------------------------------------------------------------ decode path, MXFP4
+
+constexpr int kMxCols = 32;  // columns per lane step: 16 packed bytes (one 16-byte load) sharing one scale
+
+// acc + sum over 32 columns of w[c] * x[c], in column order: w[c] = fp4(nibble) * 2^(s-127), exact in fp32
+// like the CPU's dequantised row (mxfp4.h: low nibble = even column), then an fp32 fma per column.
+__device__ __forceinline__ float mxfp4_dot32(const uint4 w, uint32_t s, const float (&x)[4][8], float acc) {
+  const float scale = moe::e8m0(s);
+  const uint32_t words[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+  for (int b = 0; b < 16; ++b) {
+    const uint32_t byte = (words[b / 4] >> (8 * (b % 4))) & 0xFFu;
+    acc = fmaf(__fmul_rn(moe::fp4_e2m1(byte & 0xFu), scale), x[b / 4][2 * (b % 4)], acc);
+    acc = fmaf(__fmul_rn(moe::fp4_e2m1(byte >> 4), scale), x[b / 4][2 * (b % 4) + 1], acc);
+  }
+  return acc;
+}
+
+// The MXFP4 twin of moe_gate_up_gemv_kernel: same grid, rounding points and epilogue; lane steps of 32 columns
+// read 16 packed bytes and one scale byte per row (Hx % 32 == 0, packed rows 16-byte aligned: checked on the
+// host). The weights are dequantised in registers; nothing is copied to bf16.
+__global__ void __launch_bounds__(kGemvThreads) moe_gate_up_gemv_mxfp4_kernel(const DecodeParams p) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  bf16* xs = reinterpret_cast<bf16*>(smem_raw);  // [Hx]
+  constexpr int kRows = 2 * kGateUpRowsPerWarp;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int i0 = (blockIdx.x * kGemvWarps + warp) * kGateUpRowsPerWarp;
+  const int n_pairs = p.T * p.k;
+  for (int pair = blockIdx.y; pair < n_pairs; pair += gridDim.y) {
+    const int t = pair / p.k, j = pair - t * p.k;
+    const bf16* x = p.x + int64_t(t) * p.ldx;
+    __syncthreads();  // the previous pair's readers of xs are done
+    for (int c = threadIdx.x; c < p.Hx; c += kGemvThreads) xs[c] = x[c];  // scalar: x is small next to the weights
+    __syncthreads();
+    const int e = p.ids[int64_t(t) * p.ld_ids + j];
+    bf16* h = p.h + int64_t(pair) * p.I;
+    if (e < 0 || e >= p.E) {
+      if (lane < kGateUpRowsPerWarp && i0 + lane < p.I) h[i0 + lane] = __float2bfloat16_rn(0.0f);
+      continue;
+    }
+    const uint8_t* w_e = p.gu_packed + int64_t(e) * p.gu_expert_stride;
+    const uint8_t* s_e = p.gu_scales + int64_t(e) * p.gus_expert_stride;
+    const uint8_t* rows[kRows];   // gate rows i0.., then up rows I + i0..
+    const uint8_t* srows[kRows];  // their scale rows
+#pragma unroll
+    for (int q = 0; q < kGateUpRowsPerWarp; ++q) {
+      const int i = min(i0 + q, p.I - 1);  // rows past I compute a duplicate that is never stored
+      rows[q] = w_e + int64_t(i) * p.gu_ld;
+      rows[kGateUpRowsPerWarp + q] = w_e + int64_t(p.I + i) * p.gu_ld;
+      srows[q] = s_e + int64_t(i) * p.gus_ld;
+      srows[kGateUpRowsPerWarp + q] = s_e + int64_t(p.I + i) * p.gus_ld;
+    }
+    float acc[kRows];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) acc[r] = 0.0f;
+    for (int c = lane * kMxCols; c < p.Hx; c += 32 * kMxCols) {
+      uint4 wv[kRows];
+      uint32_t sv[kRows];
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        wv[r] = *reinterpret_cast<const uint4*>(rows[r] + c / 2);
+        sv[r] = srows[r][c / kMxCols];
+      }
+      float xv[4][8];
+#pragma unroll
+      for (int q = 0; q < 4; ++q) moe::load_bf16<8>(xs + c + 8 * q, xv[q]);
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) acc[r] = mxfp4_dot32(wv[r], sv[r], xv, acc[r]);
+    }
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) acc[r] = moe::warp_sum_f(acc[r]);
+#pragma unroll
+    for (int q = 0; q < kGateUpRowsPerWarp; ++q)
+      if (lane == q && i0 + q < p.I)
+        h[i0 + q] = __float2bfloat16_rn(moe::expert_act(p.act, moe::round_bf16(acc[q]),
+                                                        moe::round_bf16(acc[kGateUpRowsPerWarp + q]), p.beta,
+                                                        p.linear_beta));
+  }
+}
+
+// The MXFP4 twin of moe_down_gemv_kernel: same grid, per-expert bf16 rounding and in-order fp32 combine; lane
+// steps of 32 columns of I (I % 32 == 0), 16 packed bytes and one scale byte per output row.
+__global__ void __launch_bounds__(kGemvThreads) moe_down_gemv_mxfp4_kernel(const DecodeParams p) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  float* part = reinterpret_cast<float*>(smem_raw);  // [k, kDownRows]
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int o0 = blockIdx.x * kDownRows;
+  const int n = p.k * p.I;
+  for (int t = blockIdx.y; t < p.T; t += gridDim.y) {
+    const bf16* hs = p.h + int64_t(t) * n;  // [k, I]: the token's activations, pair order (read through L1)
+    __syncthreads();  // the previous token's readers of part are done
+    for (int j = warp; j < p.k; j += kGemvWarps) {
+      const int e = p.ids[int64_t(t) * p.ld_ids + j];
+      if (e < 0 || e >= p.E) continue;
+      const uint8_t* w_e = p.dn_packed + int64_t(e) * p.dn_expert_stride;
+      const uint8_t* s_e = p.dn_scales + int64_t(e) * p.dns_expert_stride;
+      const uint8_t* rows[kDownRows];
+      const uint8_t* srows[kDownRows];
+#pragma unroll
+      for (int r = 0; r < kDownRows; ++r) {
+        const int o = min(o0 + r, p.Hx - 1);
+        rows[r] = w_e + int64_t(o) * p.dn_ld;
+        srows[r] = s_e + int64_t(o) * p.dns_ld;
+      }
+      float s[kDownRows];
+#pragma unroll
+      for (int r = 0; r < kDownRows; ++r) s[r] = 0.0f;
+      for (int c = lane * kMxCols; c < p.I; c += 32 * kMxCols) {
+        uint4 wv[kDownRows];
+        uint32_t sv[kDownRows];
+#pragma unroll
+        for (int r = 0; r < kDownRows; ++r) {
+          wv[r] = *reinterpret_cast<const uint4*>(rows[r] + c / 2);
+          sv[r] = srows[r][c / kMxCols];
+        }
+        float hv[4][8];
+#pragma unroll
+        for (int q = 0; q < 4; ++q) moe::load_bf16<8>(hs + j * p.I + c + 8 * q, hv[q]);
+#pragma unroll
+        for (int r = 0; r < kDownRows; ++r) s[r] = mxfp4_dot32(wv[r], sv[r], hv, s[r]);
+      }
+#pragma unroll
+      for (int r = 0; r < kDownRows; ++r) {
+        const float sum = moe::warp_sum_f(s[r]);
+        if (lane == 0) part[j * kDownRows + r] = moe::round_bf16(sum);
+      }
+    }
+    __syncthreads();
+    const int r = threadIdx.x;
+    if (r < kDownRows && o0 + r < p.Hx) {
+      float acc = 0.0f;
+      for (int j = 0; j < p.k; ++j) {
+        const int e = p.ids[int64_t(t) * p.ld_ids + j];
+        if (e < 0 || e >= p.E) continue;
+        acc += p.weights[int64_t(t) * p.ld_weights + j] * part[j * kDownRows + r];
+      }
+      p.out[int64_t(t) * p.ldo + o0 + r] = __float2bfloat16_rn(acc);
+    }
+  }
+}
+
 // --------------------------------------------------------------------------------------------- grouped path
 
 struct PlanParams {
@@ -236,6 +386,7 @@ __global__ void moe_combine_kernel(const bf16* y, int64_t ldy, const int32_t* pa
 
 struct ExpertsPlan {
   bool grouped = false;
+  bool mxfp4 = false;  // MXFP4 experts: the MXFP4 twins of the decode or grouped kernels
   int64_t T = 0, k = 0, pairs = 0, E = 0, I = 0, Hx = 0;
   int max_tiles = 0;
   // Scratch pieces (bytes, each 256-aligned), in carving order.
@@ -256,9 +407,12 @@ ExpertsPlan plan_experts(const backend::MoeExpertsArgs& a) {
   s.E = ex.n_experts();
   s.I = ex.intermediate();
   s.Hx = ex.width();
+  // The grouped kernels copy 16-byte chunks of rows. MXFP4 experts' strides are in bytes of packed codes
+  // (rows of Hx/2 and I/2 bytes; their 16-byte alignment is checked at launch on either path).
   const bool shapes_ok = div8(s.Hx) && div8(s.I) && div8(a.x.stride(0)) && div8(a.out.stride(0)) &&
                          div8(ex.gate_up.stride(0)) && div8(ex.gate_up.stride(1)) &&
                          div8(ex.down.stride(0)) && div8(ex.down.stride(1)) && s.E <= moe::kMaxExperts;
+  s.mxfp4 = ex.format == backend::WeightFormat::Mxfp4;
   s.grouped = s.pairs > moe::kDecodeMaxPairs && shapes_ok;
   s.h = align256(size_t(s.pairs) * size_t(s.I) * 2);
   if (s.grouped) {
@@ -280,19 +434,18 @@ Status set_smem(const void* kernel, size_t bytes, const CudaContext& cx, const c
   return {};
 }
 
-Status run_decode(const backend::MoeExpertsArgs& a, const ExpertsPlan& s, bf16* h, const CudaContext& cx) {
+// The decode kernels' parameters shared by the bf16 and MXFP4 variants (weight pointers set by the caller).
+DecodeParams decode_params(const backend::MoeExpertsArgs& a, const ExpertsPlan& s, bf16* h) {
   const backend::ExpertWeights& ex = *a.experts;
-  DecodeParams p;
+  DecodeParams p{};
   p.x = static_cast<const bf16*>(a.x.data);
   p.ldx = a.x.stride(0);
   p.ids = a.ids.ptr<const int32_t>();
   p.ld_ids = a.ids.stride(0);
   p.weights = a.weights.ptr<const float>();
   p.ld_weights = a.weights.stride(0);
-  p.gate_up = static_cast<const bf16*>(ex.gate_up.data);
   p.gu_expert_stride = ex.gate_up.stride(0);
   p.gu_ld = ex.gate_up.stride(1);
-  p.down = static_cast<const bf16*>(ex.down.data);
   p.dn_expert_stride = ex.down.stride(0);
   p.dn_ld = ex.down.stride(1);
   p.h = h;
@@ -306,6 +459,14 @@ Status run_decode(const backend::MoeExpertsArgs& a, const ExpertsPlan& s, bf16* 
   p.act = a.activation == backend::Activation::Silu ? Act::Silu : Act::Situ;
   p.beta = a.beta;
   p.linear_beta = a.linear_beta;
+  return p;
+}
+
+Status run_decode(const backend::MoeExpertsArgs& a, const ExpertsPlan& s, bf16* h, const CudaContext& cx) {
+  const backend::ExpertWeights& ex = *a.experts;
+  DecodeParams p = decode_params(a, s, h);
+  p.gate_up = static_cast<const bf16*>(ex.gate_up.data);
+  p.down = static_cast<const bf16*>(ex.down.data);
   const bool vec = div8(s.Hx) && div8(s.I) && div8(p.ldx) && div8(p.gu_expert_stride) && div8(p.gu_ld) &&
                    div8(p.dn_expert_stride) && div8(p.dn_ld) && aligned16(p.x) && aligned16(p.gate_up) &&
                    aligned16(p.down) && aligned16(h);
@@ -333,12 +494,63 @@ Status run_decode(const backend::MoeExpertsArgs& a, const ExpertsPlan& s, bf16* 
   return {};
 }
 
+// Both MXFP4 paths read packed rows in 16-byte pieces.
+Status check_mxfp4_alignment(const backend::ExpertWeights& ex) {
+  if (ex.gate_up.stride(0) % 16 != 0 || ex.gate_up.stride(1) % 16 != 0 || ex.down.stride(0) % 16 != 0 ||
+      ex.down.stride(1) % 16 != 0 || !aligned16(ex.gate_up.data) || !aligned16(ex.down.data))
+    return invalid_argument(
+        "moe_experts: MXFP4 packed expert rows must be 16-byte aligned (gate_up {}, down {})",
+        ex.gate_up.describe(), ex.down.describe());
+  return {};
+}
+
+// MXFP4 experts, decode path: the packed bytes and E8M0 scales are read in place (16-byte loads of packed rows).
+Status run_decode_mxfp4(const backend::MoeExpertsArgs& a, const ExpertsPlan& s, bf16* h, const CudaContext& cx) {
+  const backend::ExpertWeights& ex = *a.experts;
+  DecodeParams p = decode_params(a, s, h);
+  p.gu_packed = static_cast<const uint8_t*>(ex.gate_up.data);
+  p.gu_scales = static_cast<const uint8_t*>(ex.gate_up_scales.data);
+  p.gus_expert_stride = ex.gate_up_scales.stride(0);
+  p.gus_ld = ex.gate_up_scales.stride(1);
+  p.dn_packed = static_cast<const uint8_t*>(ex.down.data);
+  p.dn_scales = static_cast<const uint8_t*>(ex.down_scales.data);
+  p.dns_expert_stride = ex.down_scales.stride(0);
+  p.dns_ld = ex.down_scales.stride(1);
+  RILL_TRY(check_mxfp4_alignment(ex));
+  const size_t x_smem = size_t(s.Hx) * 2, h_smem = size_t(s.k) * kDownRows * 4;
+  const dim3 grid1(unsigned((s.I + kGemvWarps * kGateUpRowsPerWarp - 1) / (kGemvWarps * kGateUpRowsPerWarp)),
+                   unsigned(std::min<int64_t>(s.pairs, 65535)));
+  const dim3 grid2(unsigned((s.Hx + kDownRows - 1) / kDownRows), unsigned(std::min<int64_t>(s.T, 65535)));
+  RILL_TRY(set_smem(reinterpret_cast<const void*>(moe_gate_up_gemv_mxfp4_kernel), x_smem, cx, "moe_experts"));
+  RILL_TRY(set_smem(reinterpret_cast<const void*>(moe_down_gemv_mxfp4_kernel), h_smem, cx, "moe_experts"));
+  moe_gate_up_gemv_mxfp4_kernel<<<grid1, kGemvThreads, x_smem, cx.stream>>>(p);
+  RILL_CUDA_CHECK_LAUNCH("moe_gate_up_gemv_mxfp4");
+  moe_down_gemv_mxfp4_kernel<<<grid2, kGemvThreads, h_smem, cx.stream>>>(p);
+  RILL_CUDA_CHECK_LAUNCH("moe_down_gemv_mxfp4");
+  return {};
+}
+
 Status run_grouped(const backend::MoeExpertsArgs& a, const ExpertsPlan& s, char* scratch,
                    const CudaContext& cx) {
   const backend::ExpertWeights& ex = *a.experts;
   if (!aligned16(a.x.data) || !aligned16(a.out.data) || !aligned16(ex.gate_up.data) ||
       !aligned16(ex.down.data))
     return invalid_argument("moe_experts: x, out and the expert weights must be 16-byte aligned");
+  if (s.mxfp4) RILL_TRY(check_mxfp4_alignment(ex));
+  // MXFP4: U8 packed experts and their E8M0 scales (strides in bytes); bf16: the weights themselves.
+  auto set_weights = [&](GroupedGemmParams& g, const TensorView& w, const TensorView& scales) {
+    g.w_expert_stride = w.stride(0);
+    g.ldw = w.stride(1);
+    if (s.mxfp4) {
+      g.w = nullptr;
+      g.w_packed = static_cast<const uint8_t*>(w.data);
+      g.w_scales = static_cast<const uint8_t*>(scales.data);
+      g.s_expert_stride = scales.stride(0);
+      g.lds = scales.stride(1);
+    } else {
+      g.w = static_cast<const bf16*>(w.data);
+    }
+  };
   auto take = [&](size_t bytes) {
     char* q = scratch;
     scratch += bytes;
@@ -359,13 +571,11 @@ Status run_grouped(const backend::MoeExpertsArgs& a, const ExpertsPlan& s, char*
   moe_plan_kernel<<<1, kPlanThreads, 0, cx.stream>>>(pl);
   RILL_CUDA_CHECK_LAUNCH("moe_plan");
 
-  GroupedGemmParams g;
+  GroupedGemmParams g{};
   g.a = static_cast<const bf16*>(a.x.data);
   g.lda = a.x.stride(0);
   g.slot_row = pl.slot_token;
-  g.w = static_cast<const bf16*>(ex.gate_up.data);
-  g.w_expert_stride = ex.gate_up.stride(0);
-  g.ldw = ex.gate_up.stride(1);
+  set_weights(g, ex.gate_up, ex.gate_up_scales);
   g.expert_offsets = pl.expert_offsets;
   g.tile_offsets = pl.tile_offsets;
   g.n_experts = int(s.E);
@@ -376,19 +586,19 @@ Status run_grouped(const backend::MoeExpertsArgs& a, const ExpertsPlan& s, char*
   g.act = a.activation == backend::Activation::Silu ? Act::Silu : Act::Situ;
   g.beta = a.beta;
   g.linear_beta = a.linear_beta;
-  RILL_TRY(moe::launch_grouped_gate_up(g, s.max_tiles, cx.stream));
+  RILL_TRY(s.mxfp4 ? moe::launch_grouped_gate_up_mxfp4(g, s.max_tiles, cx.stream)
+                   : moe::launch_grouped_gate_up(g, s.max_tiles, cx.stream));
 
   g.a = h;
   g.lda = s.I;
   g.slot_row = nullptr;
-  g.w = static_cast<const bf16*>(ex.down.data);
-  g.w_expert_stride = ex.down.stride(0);
-  g.ldw = ex.down.stride(1);
+  set_weights(g, ex.down, ex.down_scales);
   g.k = int(s.I);
   g.n = int(s.Hx);
   g.out = y;
   g.ldo = s.Hx;
-  RILL_TRY(moe::launch_grouped_down(g, s.max_tiles, cx.stream));
+  RILL_TRY(s.mxfp4 ? moe::launch_grouped_down_mxfp4(g, s.max_tiles, cx.stream)
+                   : moe::launch_grouped_down(g, s.max_tiles, cx.stream));
 
   moe_combine_kernel<8><<<unsigned(s.T), 256, 0, cx.stream>>>(
       y, s.Hx, pl.pair_slot, a.weights.ptr<const float>(), a.weights.stride(0), int(s.k),
@@ -397,20 +607,39 @@ Status run_grouped(const backend::MoeExpertsArgs& a, const ExpertsPlan& s, char*
   return {};
 }
 
+// MXFP4 experts (spec §2.4): U8 packed [E, 2I, Hx/2] and [E, Hx, I/2], U8 E8M0 scales [E, 2I, Hx/32] and
+// [E, Hx, I/32]; the kernels take whole 32-column groups, so Hx and I must be multiples of 32.
+Status check_mxfp4_experts(const backend::ExpertWeights& ex) {
+  for (const TensorView* v : {&ex.gate_up, &ex.gate_up_scales, &ex.down, &ex.down_scales})
+    if (v->dtype != DType::U8 || v->rank() != 3 || v->stride(2) != 1)
+      return invalid_argument("moe_experts: MXFP4 expert tensors must be U8 [E, rows, cols] with contiguous rows, "
+                              "got {}", v->describe());
+  const int64_t E = ex.gate_up.size(0), I = ex.gate_up.size(1) / 2, Hx = ex.down.size(1);
+  if (Hx % 32 != 0 || I % 32 != 0)
+    return invalid_argument("moe_experts: MXFP4 expert widths must be multiples of 32 (Hx {}, I {})", Hx, I);
+  auto is = [](const TensorView& v, int64_t a, int64_t b, int64_t c) {
+    return v.size(0) == a && v.size(1) == b && v.size(2) == c;
+  };
+  if (!is(ex.gate_up, E, 2 * I, Hx / 2) || !is(ex.gate_up_scales, E, 2 * I, Hx / 32) ||
+      !is(ex.down, E, Hx, I / 2) || !is(ex.down_scales, E, Hx, I / 32))
+    return invalid_argument("moe_experts: MXFP4 expert shapes gate_up {} (scales {}) and down {} (scales {}) "
+                            "do not match",
+                            ex.gate_up.describe(), ex.gate_up_scales.describe(), ex.down.describe(),
+                            ex.down_scales.describe());
+  return {};
+}
+
 Status check_experts(const backend::MoeExpertsArgs& a) {
   const backend::ExpertWeights& ex = *a.experts;
-  if (ex.format == backend::WeightFormat::Mxfp4)
-    return unimplemented(
-        "moe_experts: MXFP4 experts need the weight-only kernel, which the CUDA backend does not "
-        "have yet");
   if (a.x.dtype != DType::BF16 || a.out.dtype != DType::BF16)
     return invalid_argument("moe_experts: CUDA activations must be BF16 (x {}, out {})", a.x.describe(),
                             a.out.describe());
+  if (a.weights.dtype != DType::F32)
+    return invalid_argument("moe_experts: weights must be F32, got {}", a.weights.describe());
+  if (ex.format == backend::WeightFormat::Mxfp4) return check_mxfp4_experts(ex);
   if (ex.gate_up.dtype != DType::BF16 || ex.down.dtype != DType::BF16)
     return invalid_argument("moe_experts: CUDA expert weights must be BF16 (gate_up {}, down {})",
                             ex.gate_up.describe(), ex.down.describe());
-  if (a.weights.dtype != DType::F32)
-    return invalid_argument("moe_experts: weights must be F32, got {}", a.weights.describe());
   if (ex.gate_up.rank() != 3 || ex.down.rank() != 3 || ex.gate_up.size(1) != 2 * ex.down.size(2) ||
       ex.gate_up.size(2) != ex.down.size(1) || ex.down.size(0) != ex.gate_up.size(0))
     return invalid_argument("moe_experts: expert shapes gate_up {} and down {} do not match",
@@ -443,6 +672,7 @@ Status launch_moe_experts(const backend::MoeExpertsArgs& a, const CudaContext& c
   // Later work on the stream is ordered after these kernels, so the scratch can go back to the arena now.
   a.scratch->release_to(mark);
   if (s.grouped) return run_grouped(a, s, scratch, cx);
+  if (s.mxfp4) return run_decode_mxfp4(a, s, reinterpret_cast<bf16*>(scratch), cx);
   return run_decode(a, s, reinterpret_cast<bf16*>(scratch), cx);
 }
 

@@ -25,6 +25,10 @@ constexpr int kDecodeMaxPairs = 64;
 // columns of I.
 constexpr int kBM = 64, kBN = 128, kBK = 32, kStages = 3, kGemmThreads = 256, kLds = kBK + 8;
 constexpr int kGateUpCols = kBN / 2;
+// MXFP4 grouped GEMM (grouped_gemm_mxfp4.cu): the same tiles; a 32-k stage of a B row is exactly one scale
+// group: 16 packed bytes (one cp.async) and one E8M0 byte, dequantised to a bf16 tile before ldmatrix.
+constexpr int kMxRowBytes = kBK / 2;
+static_assert(kBK == 32, "an MXFP4 B stage holds one 32-column scale group per row");
 constexpr int kMaxExperts = 1024;  // the plan kernel scans expert counts with one 1024-thread block
 
 // Routing: one cluster of kRouteTokens CTAs per kRouteTokens tokens; CTA r computes the logits of expert
@@ -39,8 +43,13 @@ struct GroupedGemmParams {
   const bf16* a;  // rows of K: x [T, Hx] (gate_up) or h [P, I] (down)
   int64_t lda;
   const int32_t* slot_row;  // [P] row of `a` feeding each slot (gate_up: the token); nullptr: the slot itself
-  const bf16* w;            // stacked expert weights [E, rows, K]
-  int64_t w_expert_stride, ldw;
+  const bf16* w;            // stacked expert weights [E, rows, K] (bf16 experts)
+  int64_t w_expert_stride, ldw;  // elements (bf16) or bytes (the MXFP4 packed weights)
+  // MXFP4 experts (w unused): U8 packed FP4 pairs (low nibble = even column; rows 16-byte aligned) and U8
+  // E8M0 scales (one per 32 columns). Packed strides are w_expert_stride / ldw above, in bytes.
+  const uint8_t* w_packed;        // [E, rows, K/2]
+  const uint8_t* w_scales;        // [E, rows, K/32]
+  int64_t s_expert_stride, lds;   // bytes
   const int32_t* expert_offsets;  // [E + 1]: expert e's slots are [offsets[e], offsets[e+1])
   const int32_t* tile_offsets;    // [E + 1]: expert e's first 64-slot tile
   int n_experts, k, n;            // n: output columns (gate_up: I, down: Hx)
@@ -61,6 +70,14 @@ struct DecodeParams {
   int64_t gu_expert_stride, gu_ld;
   const bf16* down;  // [E, Hx, I]
   int64_t dn_expert_stride, dn_ld;
+  // MXFP4 experts (WeightFormat::Mxfp4; gate_up / down unused): U8 packed FP4 pairs (low nibble = even column)
+  // and U8 E8M0 scales (one per 32 columns). Strides in bytes; the packed strides are gu_* / dn_* above.
+  const uint8_t* gu_packed;  // [E, 2I, Hx/2]
+  const uint8_t* gu_scales;  // [E, 2I, Hx/32]
+  int64_t gus_expert_stride, gus_ld;
+  const uint8_t* dn_packed;  // [E, Hx, I/2]
+  const uint8_t* dn_scales;  // [E, Hx, I/32]
+  int64_t dns_expert_stride, dns_ld;
   bf16* h;    // [T * k, I]: activations of each (token, slot) pair, row = t * k + j
   bf16* out;  // [T, Hx]
   int64_t ldo;
@@ -72,5 +89,8 @@ struct DecodeParams {
 // Grouped GEMMs (grouped_gemm.cu): grid (column tiles, max_tiles); tiles past the plan's last exit at once.
 Status launch_grouped_gate_up(const GroupedGemmParams& p, int max_tiles, cudaStream_t stream);
 Status launch_grouped_down(const GroupedGemmParams& p, int max_tiles, cudaStream_t stream);
+// The same on MXFP4 experts (grouped_gemm_mxfp4.cu): K % 32 == 0.
+Status launch_grouped_gate_up_mxfp4(const GroupedGemmParams& p, int max_tiles, cudaStream_t stream);
+Status launch_grouped_down_mxfp4(const GroupedGemmParams& p, int max_tiles, cudaStream_t stream);
 
 }  // namespace rill::cuda::moe

@@ -1,0 +1,192 @@
+// Kimi K3 over the OpenAI API: `rill serve` on the tiny K3 checkpoint (`rill tiny-model --kimi-k3`: K3's
+// control-block vocabulary, no Jinja template, random weights) driven by the official `openai` client.
+// What each check compares against:
+//  - the rendered prompt: /tokenize of the chat request, decoded by /detokenize, vs Kimi-K3.jinja rendered by
+//    Python jinja2 (tests/text/k3/render_k3_reference.py, the K3 renderer unit test's reference) for the same
+//    template variables (thinking, thinking_effort, tools, tool_choice, history tool calls and results);
+//  - usage.prompt_tokens vs the /tokenize count minus K3's generation stub (serving.md §1.4: `<|open|>think<|sep|>`
+//    or `<|open|>response<|sep|>`, 3 ids with the Kimi vocabulary; the tiny BPE may split the tag name, so the
+//    stub is measured with /tokenize of the prompt form), and the X-Msh-Usage-Prompt-Tokens header;
+//  - streamed vs non-streamed (greedy): the same reasoning_content, content, tool calls and token counts;
+//  - reasoning: K3 thinks by default, i.e. the generation prompt ends in `<|open|>think<|sep|>`, so whatever the
+//    model writes first is reasoning_content (random weights or not); thinking off (`thinking: {type:
+//    "disabled"}`, or chat_template_kwargs.thinking = false) ends it in `<|open|>response<|sep|>`: content only.
+//  - tools: the random model never writes an XTML tool section, and K3 has no forced call opening (unlike the
+//    K2 family, see src/server/README.md), so tool_calls cannot come back from this checkpoint; what is
+//    checked is the request side: tools / tool_choice "required" / "none" render as the reference does,
+//    tool_choice naming a function is a 400 (K3 has no form for it), and a follow-up turn with an assistant
+//    tool call and a `tool` result renders in the XTML call format and runs. The output side of K3 tool calls
+//    is tests/text/parsers/kimi_k3_parser_test.cc.
+//  - `rill chat` (same chat path, no server): the same reasoning and content as the server's greedy reply;
+//  - SIGTERM: the server exits 0 (lib/harness.mjs `run`).
+import { spawnSync } from "child_process";
+import path from "path";
+import { fileURLToPath } from "url";
+
+import { assert, assertEq, checkChatCompletion, collectChatStream, MODEL_DIR, OpenAIModule, RILL, run, startServer } from "./lib/harness.mjs";
+
+const HERE = path.dirname(fileURLToPath(import.meta.url));
+const SHARED = process.env.RILL_SHARED_DIR ?? path.resolve(HERE, "../../../shared");
+const REFERENCE = path.resolve(HERE, "../text/k3/render_k3_reference.py");
+const MODEL = "rill-tiny-k3";
+
+const weather = {
+  type: "function",
+  function: { name: "get_weather", description: "Weather in a city", parameters: { type: "object", properties: { city: { type: "string" } }, required: ["city"] } },
+};
+const clock = { type: "function", function: { name: "get_time", parameters: { type: "object", properties: {} } } };
+const messages = [{ role: "system", content: "You are terse." }, { role: "user", content: "Tell me about the license." }];
+const toolTurn = [
+  ...messages,
+  { role: "assistant", content: "Checking.", reasoning_content: "The user wants the weather.",
+    tool_calls: [{ id: "get_weather_0", type: "function", function: { name: "get_weather", arguments: '{"city":"Oslo"}' } },
+                 { id: "get_time_1", type: "function", function: { name: "get_time", arguments: "{}" } }] },
+  { role: "tool", tool_call_id: "get_weather_0", content: "sunny" },
+  { role: "tool", tool_call_id: "get_time_1", content: "12:00" },
+];
+
+// Kimi-K3.jinja under jinja2, one text per variables object.
+function jinjaRender(variablesList) {
+  const r = spawnSync("python3", [REFERENCE, SHARED], { input: JSON.stringify(variablesList), encoding: "utf8", timeout: 60000 });
+  assert(r.status === 0, `render_k3_reference.py (python3 + jinja2, shared dir ${SHARED}) failed:\n${r.stderr}`);
+  const out = JSON.parse(r.stdout);
+  return out.map((o, i) => {
+    assert(typeof o.text === "string", `the reference rendered case ${i}: ${JSON.stringify(o)}`);
+    return o.text;
+  });
+}
+
+await run("e2e_k3_api", async (track) => {
+  const server = track(await startServer());
+  const client = server.client();
+
+  // Models.
+  const models = await client.models.list();
+  assertEq(models.data.map((m) => m.id), [MODEL], "one model card, named after the model directory");
+
+  // The generation stubs usage leaves out, in this vocabulary.
+  const stubIds = async (text) => (await server.fetchJson("/tokenize", { model: MODEL, prompt: text })).json.count;
+  const THINK_STUB = await stubIds("<|open|>think<|sep|>"), RESPONSE_STUB = await stubIds("<|open|>response<|sep|>");
+  assert(THINK_STUB >= 3 && RESPONSE_STUB >= 3, "stubs: <|open|> + tag + <|sep|>");
+
+  // The rendered prompt is Kimi-K3.jinja's: request -> (server) /tokenize -> /detokenize vs (reference)
+  // the template variables the request stands for.
+  const renders = [
+    { request: { messages }, vars: {} },
+    { request: { messages, thinking: { type: "disabled" } }, vars: { thinking: false } },
+    { request: { messages, chat_template_kwargs: { thinking: false } }, vars: { thinking: false } },
+    { request: { messages, reasoning_effort: "low" }, vars: { thinking_effort: "low" } },
+    { request: { messages, thinking: { type: "enabled", effort: "high" }, reasoning_effort: "low" }, vars: { thinking_effort: "high" } },
+    { request: { messages, tools: [weather, clock] }, vars: { tools: [weather, clock] } },
+    { request: { messages, tools: [weather], tool_choice: "required" }, vars: { tools: [weather], tool_choice: "required" } },
+    { request: { messages, tools: [weather], tool_choice: "none" }, vars: { tools: [weather], tool_choice: "none" } },
+    { request: { messages: toolTurn, tools: [weather, clock] }, vars: { tools: [weather, clock] } },
+    { request: { messages: toolTurn, tools: [weather, clock], thinking: { type: "disabled" } }, vars: { tools: [weather, clock], thinking: false } },
+  ];
+  const reference = jinjaRender(renders.map(({ request, vars }) => ({ messages: structuredClone(request.messages), add_generation_prompt: true, ...vars })));
+  const rendered = [];
+  for (const [i, { request }] of renders.entries()) {
+    const tok = await server.fetchJson("/tokenize", { model: MODEL, ...request });
+    assertEq(tok.status, 200, `/tokenize chat form (case ${i}): ${tok.text}`);
+    assertEq(tok.json.count, tok.json.tokens.length, "count == number of ids");
+    const det = await server.fetchJson("/detokenize", { model: MODEL, tokens: tok.json.tokens });
+    assertEq(det.status, 200, "/detokenize");
+    assertEq(det.json.prompt, reference[i], `the served prompt is Kimi-K3.jinja's (case ${i}: ${JSON.stringify(request).slice(0, 200)})`);
+    rendered.push({ text: det.json.prompt, count: tok.json.count });
+  }
+  const [plain, off] = rendered;
+  assert(plain.text.endsWith('<|open|>message role="assistant"<|sep|><|open|>think<|sep|>'), "thinking on: the prompt opens the think channel");
+  assert(plain.text.includes("`thinking_effort=max`"), "default effort max");
+  assert(off.text.endsWith('<|open|>message role="assistant"<|sep|><|open|>response<|sep|>'), "thinking off: the prompt opens the response channel");
+  assertEq(rendered[2].text, off.text, "chat_template_kwargs.thinking=false == thinking.type disabled");
+  assert(rendered[4].text.includes("`thinking_effort=high`"), "thinking.effort beats reasoning_effort");
+  assert(rendered[6].text.includes("`tool_choice=required`"), "tool_choice required renders its system message");
+  assert(rendered[7].text.includes("`tool_choice=none`"), "tool_choice none renders its system message");
+  const history = rendered[8].text;
+  for (const part of ['<|open|>tools<|sep|><|open|>call tool="get_weather" index="1"<|sep|>',
+    '<|open|>argument key="city" type="string"<|sep|>Oslo<|close|>argument<|sep|><|close|>call<|sep|>',
+    '<|open|>call tool="get_time" index="2"<|sep|>',
+    '<|open|>think<|sep|>The user wants the weather.<|close|>think<|sep|>',
+    '<|open|>message role="tool" tool="get_weather" index="1"<|sep|>sunny<|close|>message<|sep|><|end_of_msg|>',
+    '<|open|>message role="tool" tool="get_time" index="2"<|sep|>12:00<|close|>message<|sep|><|end_of_msg|>'])
+    assert(history.includes(part), "the history renders the XTML tool-call format: " + part);
+
+  // Thinking on (the default), greedy, whole vs streamed: reasoning_content comes back both ways and agrees.
+  const req = { model: MODEL, messages, max_tokens: 24, temperature: 0 };
+  const { data: whole, response } = await client.chat.completions.create(req).withResponse();
+  checkChatCompletion(whole);
+  const msg = whole.choices[0].message;
+  assert(typeof msg.reasoning_content === "string" && msg.reasoning_content.length > 0,
+    "thinking on: the message has reasoning_content: " + JSON.stringify(msg));
+  assertEq(whole.usage.prompt_tokens, plain.count - THINK_STUB, "usage.prompt_tokens == /tokenize count - the generation stub");
+  assertEq(response.headers.get("x-msh-usage-prompt-tokens"), String(whole.usage.prompt_tokens), "X-Msh-Usage-Prompt-Tokens");
+  assert(whole.usage.completion_tokens_details.reasoning_tokens > 0, "reasoning_tokens counted");
+  assert(whole.usage.completion_tokens_details.reasoning_tokens <= whole.usage.completion_tokens, "reasoning_tokens <= completion_tokens");
+  // No stream_options: K3 streams report usage anyway (Moonshot's default, serving.md §2.6).
+  const streamed = await collectChatStream(await client.chat.completions.create({ ...req, stream: true }), 1, true);
+  const s0 = streamed.choices[0];
+  assert(s0.reasoning.length > 0, "streamed reasoning_content deltas");
+  assertEq(s0.reasoning, msg.reasoning_content, "streamed reasoning_content == non-streamed (greedy)");
+  assertEq(s0.content, msg.content ?? "", "streamed content == non-streamed");
+  assertEq(s0.finish_reason, whole.choices[0].finish_reason, "same finish_reason");
+  assertEq(streamed.usage.completion_tokens, whole.usage.completion_tokens, "same completion_tokens streamed or not");
+  assertEq(streamed.usage.completion_tokens_details.reasoning_tokens, whole.usage.completion_tokens_details.reasoning_tokens,
+    "same reasoning_tokens streamed or not");
+  assertEq(streamed.usage.prompt_tokens, whole.usage.prompt_tokens, "same prompt_tokens streamed or not");
+  console.log(`k3 thinking on: finish ${whole.choices[0].finish_reason}, ${whole.usage.completion_tokens} tokens, ` +
+    `${whole.usage.completion_tokens_details.reasoning_tokens} reasoning, reasoning ${JSON.stringify(msg.reasoning_content.slice(0, 60))}`);
+  // `rill chat` renders and parses through the same K3 path: it prints the reasoning, then the content.
+  const chatCli = spawnSync(RILL, ["chat", MODEL_DIR, "--device", "cpu", "--system", messages[0].content, "--max-tokens", "24",
+    "--temperature", "0"], { input: messages[1].content + "\n/exit\n", encoding: "utf8", timeout: 60000 });
+  assertEq(chatCli.status, 0, "rill chat exits 0: " + chatCli.stderr);
+  const tail = whole.choices[0].finish_reason === "length" ? "\n[length]\n" : "\n";
+  assert(chatCli.stdout.startsWith(msg.reasoning_content) && chatCli.stdout.endsWith((msg.content ?? "") + tail),
+    `rill chat's reply == the server's (greedy): ${JSON.stringify(chatCli.stdout)}`);
+  // include_usage false is honoured when asked for.
+  const noUsage = await collectChatStream(await client.chat.completions.create({ ...req, max_tokens: 4, stream: true,
+    stream_options: { include_usage: false } }), 1, false);
+  assert(noUsage.usage === null, "stream_options.include_usage false: no usage chunk");
+
+  // Thinking off: the same conversation answers in content, with no reasoning_content, streamed or not.
+  for (const extra of [{ thinking: { type: "disabled" } }, { chat_template_kwargs: { thinking: false } }]) {
+    const w = await client.chat.completions.create({ ...req, ...extra });
+    checkChatCompletion(w);
+    assert(!("reasoning_content" in w.choices[0].message), "thinking off: no reasoning_content " + JSON.stringify(w.choices[0].message));
+    assert((w.choices[0].message.content ?? "").length > 0, "thinking off: content");
+    assertEq(w.usage.prompt_tokens, off.count - RESPONSE_STUB, "thinking off: prompt_tokens == /tokenize count - stub");
+    assertEq(w.usage.completion_tokens_details.reasoning_tokens, 0, "thinking off: no reasoning tokens");
+    const st = await collectChatStream(await client.chat.completions.create({ ...req, ...extra, stream: true }), 1, true);
+    assertEq(st.choices[0].reasoning, "", "thinking off: no streamed reasoning");
+    assertEq(st.choices[0].content, w.choices[0].message.content, "thinking off: streamed content == non-streamed");
+  }
+
+  // Tools. Named: K3 has no form for it (serving.md §2.6) -> 400 naming tool_choice.
+  let named = null;
+  try {
+    await client.chat.completions.create({ ...req, tools: [weather, clock], tool_choice: { type: "function", function: { name: "get_time" } } });
+  } catch (e) { named = e; }
+  assert(named instanceof OpenAIModule.BadRequestError, "K3 named tool_choice: 400, got " + named);
+  assert(/tool_choice/.test(named.message), "the 400 names tool_choice: " + named.message);
+  let requiredNoTools = null;
+  try { await client.chat.completions.create({ ...req, tool_choice: "required" }); } catch (e) { requiredNoTools = e; }
+  assert(requiredNoTools instanceof OpenAIModule.BadRequestError, "tool_choice required without tools: 400");
+
+  // auto / required / none run; streamed == non-streamed, with any call in K3's `NAME_<n>` id form.
+  for (const [i, body] of [[5, { tools: [weather, clock] }], [6, { tools: [weather], tool_choice: "required" }],
+    [7, { tools: [weather], tool_choice: "none" }], [8, { messages: toolTurn, tools: [weather, clock] }]]) {
+    const r = await client.chat.completions.create({ ...req, max_tokens: 8, ...body });
+    checkChatCompletion(r);
+    assertEq(r.usage.prompt_tokens, rendered[i].count - THINK_STUB, `prompt_tokens == /tokenize - stub (${JSON.stringify(body).slice(0, 80)})`);
+    const calls = r.choices[0].message.tool_calls ?? [];
+    const first = i === 8 ? 2 : 0;  // two calls earlier in the conversation: ids continue from 2
+    calls.forEach((c, k) => assertEq(c.id, `${c.function.name}_${first + k}`, "K3 tool-call id NAME_<n>"));
+    if (calls.length) assert(["tool_calls", "length"].includes(r.choices[0].finish_reason), "finish_reason tool_calls (or length)");
+    assert(typeof r.choices[0].message.reasoning_content === "string", "thinking on: reasoning_content with tools too");
+    const st = await collectChatStream(await client.chat.completions.create({ ...req, max_tokens: 8, ...body, stream: true }), 1, true);
+    assertEq(st.choices[0].tool_calls.map((t) => [t.id, t.name, t.arguments]),
+      calls.map((t) => [t.id, t.function.name, t.function.arguments]), "streamed tool calls == non-streamed");
+    assertEq(st.choices[0].reasoning, r.choices[0].message.reasoning_content, "streamed reasoning == non-streamed (tools)");
+    assertEq(st.choices[0].content, r.choices[0].message.content ?? "", "streamed content == non-streamed (tools)");
+    assertEq(st.usage.completion_tokens, r.usage.completion_tokens, "same completion_tokens (tools)");
+  }
+});

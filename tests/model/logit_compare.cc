@@ -1,0 +1,275 @@
+#include "model/logit_compare.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <span>
+
+#include "model/fixture.h"
+#include "model/sequence_session.h"
+
+namespace rill::testing {
+
+double Compare::median() const {
+  std::vector<double> v = rel;
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+void compare_rows(const std::vector<float>& got, const std::vector<float>& ref, int64_t V, Compare* c) {
+  ASSERT_EQ(got.size(), ref.size());
+  for (size_t r = 0; r < ref.size() / size_t(V); ++r) {
+    double num = 0, den = 0;
+    int64_t ag = 0, ar = 0;
+    for (int64_t v = 0; v < V; ++v) {
+      const float g = got[r * size_t(V) + size_t(v)], e = ref[r * size_t(V) + size_t(v)];
+      num += double(g - e) * (g - e);
+      den += double(e) * e;
+      if (g > got[r * size_t(V) + size_t(ag)]) ag = v;
+      if (e > ref[r * size_t(V) + size_t(ar)]) ar = v;
+    }
+    const double rel = std::isfinite(num) ? std::sqrt(num / std::max(den, 1e-30)) : INFINITY;
+    c->worst_rel_l2 = std::max(c->worst_rel_l2, rel);
+    c->rel.push_back(rel);
+    c->agree += ag == ar;
+    c->total += 1;
+  }
+}
+
+void expect_within_bounds(const Compare& c, const std::string& what, const Bounds& b) {
+  EXPECT_LE(c.median(), b.median) << what;
+  EXPECT_LE(c.worst_rel_l2, b.worst) << what;
+  EXPECT_GE(double(c.agree), b.top1 * c.total) << what;
+}
+
+bool load_pair(const std::filesystem::path& dir, Pair* p, std::string* why) {
+  auto gpu = backend::make_backend("cuda");
+  if (!gpu.ok()) {
+    *why = gpu.status().message();
+    return false;
+  }
+  p->gpu = std::move(gpu).value();
+  p->cpu = backend::make_cpu_backend();
+  model::StepLimits lim;
+  lim.max_tokens = 256;
+  lim.max_seqs = 8;
+  lim.max_logit_rows = 256;
+  lim.max_context = 512;
+  for (auto [be, m] : {std::pair{p->cpu.get(), &p->cpu_model}, std::pair{p->gpu.get(), &p->gpu_model}}) {
+    auto r = model::load_model(dir, *be);
+    EXPECT_TRUE(r.ok()) << r.status().to_string();
+    if (!r.ok()) return false;
+    *m = std::move(r).value();
+    EXPECT_TRUE((*m)->reserve_workspace(lim).ok());
+  }
+  return true;
+}
+
+std::map<std::string, std::vector<float>> routing_of(const model::TapRecorder& r) {
+  std::map<std::string, std::vector<float>> out;
+  for (const auto& t : r.taps())
+    if (t.name.ends_with(".moe.ids") || t.name.ends_with(".moe.weights")) out[t.name] = t.values;
+  return out;
+}
+
+std::pair<std::vector<float>, std::vector<float>> run_replayed(Pair& p, const std::vector<int32_t>& ids,
+                                                               const std::vector<int>& pieces) {
+  model::TapRecorder gpu_taps, cpu_taps;
+  p.gpu_model->set_tap_recorder(&gpu_taps);
+  p.cpu_model->set_tap_recorder(&cpu_taps);
+  auto gs = model::SequenceSession::create(*p.gpu_model, 512);
+  auto cs = model::SequenceSession::create(*p.cpu_model, 512);
+  std::vector<float> g, c;
+  const std::vector<int> steps = pieces.empty() ? std::vector<int>{int(ids.size())} : pieces;
+  size_t off = 0;
+  for (int n : steps) {
+    EXPECT_LE(off + size_t(n), ids.size());
+    if (off + size_t(n) > ids.size()) break;
+    std::span<const int32_t> part(ids.data() + off, size_t(n));
+    off += size_t(n);
+    gpu_taps.clear();
+    auto gl = gs->feed(part, n, true);
+    EXPECT_TRUE(gl.ok()) << gl.status().to_string();
+    cpu_taps.clear();
+    cpu_taps.set_overrides(routing_of(gpu_taps));
+    auto cl = cs->feed(part, n, true);
+    EXPECT_TRUE(cl.ok()) << cl.status().to_string();
+    if (!gl.ok() || !cl.ok()) break;
+    g.insert(g.end(), gl->begin(), gl->end());
+    c.insert(c.end(), cl->begin(), cl->end());
+  }
+  p.gpu_model->set_tap_recorder(nullptr);
+  p.cpu_model->set_tap_recorder(nullptr);
+  return {g, c};
+}
+
+std::vector<int> chunks_of(int n, int chunk) {
+  std::vector<int> out;
+  for (int off = 0; off < n; off += chunk) out.push_back(std::min(chunk, n - off));
+  return out;
+}
+
+void expect_gpu_matches_cpu(const std::filesystem::path& dir, const std::vector<ReplayedRun>& runs, const Bounds& b) {
+  Pair p;
+  std::string why;
+  if (!load_pair(dir, &p, &why)) GTEST_SKIP() << why;
+  const int64_t V = p.cpu_model->config().vocab_size;
+  Compare c;
+  for (const auto& run : runs) {
+    auto [gpu, cpu] = run_replayed(p, run.ids, run.pieces);
+    compare_rows(gpu, cpu, V, &c);
+  }
+  std::printf("%s: per-position rel L2 median %.3g, worst %.3g; top-1 agreement %d/%d\n", dir.filename().c_str(),
+              c.median(), c.worst_rel_l2, c.agree, c.total);
+  expect_within_bounds(c, dir.filename().string(), b);
+}
+
+void expect_taps_match(const std::filesystem::path& dir, const std::vector<int32_t>& ids,
+                       const std::vector<std::pair<size_t, size_t>>& pieces, const Bounds& b) {
+  Pair p;
+  std::string why;
+  if (!load_pair(dir, &p, &why)) GTEST_SKIP() << why;
+  model::TapRecorder cpu_taps, gpu_taps;
+  p.cpu_model->set_tap_recorder(&cpu_taps);
+  p.gpu_model->set_tap_recorder(&gpu_taps);
+  auto cs = model::SequenceSession::create(*p.cpu_model, 512);
+  auto gs = model::SequenceSession::create(*p.gpu_model, 512);
+  for (const auto& [off, n] : pieces) {
+    ASSERT_LE(off + n, ids.size());
+    gpu_taps.clear();
+    cpu_taps.clear();
+    std::span<const int32_t> part(ids.data() + off, n);
+    ASSERT_TRUE(gs->feed(part, int(n), true).ok());
+    cpu_taps.set_overrides(routing_of(gpu_taps));
+    ASSERT_TRUE(cs->feed(part, int(n), true).ok());
+    ASSERT_EQ(cpu_taps.taps().size(), gpu_taps.taps().size());
+    std::string first_bad;
+    double worst = 0;
+    std::vector<std::pair<double, std::string>> by_error;  // printed: where the bf16 error enters
+    for (size_t i = 0; i < cpu_taps.taps().size(); ++i) {
+      const auto& c = cpu_taps.taps()[i];
+      const auto& g = gpu_taps.taps()[i];
+      ASSERT_EQ(c.name, g.name);
+      double num = 0, den = 0;
+      for (size_t j = 0; j < c.values.size() && j < g.values.size(); ++j) {
+        num += double(c.values[j] - g.values[j]) * (c.values[j] - g.values[j]);
+        den += double(c.values[j]) * c.values[j];
+      }
+      const double rel = std::sqrt(num / std::max(den, 1e-30));
+      worst = std::max(worst, rel);
+      by_error.emplace_back(rel, c.name);
+      if (!(rel <= b.worst) && first_bad.empty()) first_bad = c.name;
+    }
+    std::printf("step at %zu (+%zu): %zu taps, worst rel L2 %.3g\n", off, n, cpu_taps.taps().size(), worst);
+    std::sort(by_error.begin(), by_error.end(), std::greater<>());
+    for (size_t i = 0; i < by_error.size() && i < 6; ++i)
+      std::printf("    %-28s rel L2 %.3g\n", by_error[i].second.c_str(), by_error[i].first);
+    EXPECT_TRUE(first_bad.empty()) << "step at " << off << ": first diverging tensor " << first_bad;
+  }
+  p.cpu_model->set_tap_recorder(nullptr);
+  p.gpu_model->set_tap_recorder(nullptr);
+}
+
+void expect_chunked_matches_one_shot(model::Model& m, const std::vector<int32_t>& ids, const std::vector<int>& chunks,
+                                     const Bounds& b) {
+  const int64_t V = m.config().vocab_size;
+  model::TapRecorder taps;
+  m.set_tap_recorder(&taps);
+  auto whole = model::SequenceSession::create(m, 512);
+  ASSERT_TRUE(whole.ok());
+  auto one_shot = whole->feed(ids, 0, true);
+  ASSERT_TRUE(one_shot.ok()) << one_shot.status().to_string();
+  // Routing of the one-shot run, per layer, as [T, k] rows.
+  const std::map<std::string, std::vector<float>> rows = routing_of(taps);
+  for (int chunk : chunks) {
+    auto s = model::SequenceSession::create(m, 512);
+    ASSERT_TRUE(s.ok());
+    std::vector<float> got;
+    for (size_t off = 0; off < ids.size(); off += size_t(chunk)) {
+      const size_t n = std::min(size_t(chunk), ids.size() - off);
+      std::map<std::string, std::vector<float>> o;
+      for (const auto& [name, v] : rows) {
+        const size_t width = v.size() / ids.size();
+        o[name].assign(v.begin() + int64_t(off * width), v.begin() + int64_t((off + n) * width));
+      }
+      taps.clear();
+      taps.set_overrides(o);
+      auto l = s->feed(std::span<const int32_t>(ids.data() + off, n), int(n), true);
+      ASSERT_TRUE(l.ok()) << l.status().to_string();
+      got.insert(got.end(), l->begin(), l->end());
+    }
+    Compare c;
+    compare_rows(got, *one_shot, V, &c);
+    std::printf("chunk %d vs one-shot: rel L2 median %.3g, worst %.3g; top-1 %d/%d\n", chunk, c.median(),
+                c.worst_rel_l2, c.agree, c.total);
+    expect_within_bounds(c, "chunk " + std::to_string(chunk), b);
+  }
+  taps.set_overrides({});
+  m.set_tap_recorder(nullptr);
+}
+
+void expect_ragged_batch_close_to_alone(backend::Backend& be, model::Model& model,
+                                        const std::vector<std::vector<int32_t>>& tokens,
+                                        const std::vector<std::vector<RaggedPiece>>& steps, const Bounds& b) {
+  const int64_t V = model.config().vocab_size;
+  const int n_seqs = int(tokens.size()), block = 64, blocks_per_seq = 4;
+  auto caches = model::ModelCaches::allocate(be, model.config(), n_seqs, n_seqs * blocks_per_seq, block);
+  ASSERT_TRUE(caches.ok());
+  const size_t n = static_cast<size_t>(n_seqs);
+  auto slot_of = [&](int seq) { return n_seqs - 1 - seq; };  // slots in a different order from the sequences
+  std::vector<int> pos(n, 0);
+  std::vector<std::vector<float>> batched(n);
+  std::vector<std::vector<int>> chunks(n);  // each sequence's chunk sizes, to replay alone
+  for (const auto& step : steps) {
+    model::StepBatch b;
+    std::vector<int> seq_of;
+    for (const RaggedPiece& pc : step) {
+      if (pc.n == 0) continue;
+      model::SequenceStep s;
+      s.start_pos = pos[size_t(pc.seq)];
+      s.n_new = pc.n;
+      s.state_slot = slot_of(pc.seq);
+      for (int k = 0; k < blocks_per_seq; ++k) s.block_table.push_back(pc.seq * blocks_per_seq + k);
+      s.logits = model::LogitsNeeded::All;
+      b.token_ids.insert(b.token_ids.end(), tokens[size_t(pc.seq)].begin() + s.start_pos,
+                         tokens[size_t(pc.seq)].begin() + s.start_pos + pc.n);
+      b.seqs.push_back(s);
+      seq_of.push_back(pc.seq);
+      chunks[size_t(pc.seq)].push_back(pc.n);
+      pos[size_t(pc.seq)] += pc.n;
+    }
+    auto logits = model.forward(b, *caches);
+    ASSERT_TRUE(logits.ok()) << logits.status().to_string();
+    std::vector<float> host(static_cast<size_t>(logits->numel()));
+    ASSERT_TRUE(be.copy_to_host(host.data(), logits->data, host.size() * 4).ok());
+    size_t row = 0;
+    for (size_t i = 0; i < b.seqs.size(); ++i) {
+      auto& dst = batched[size_t(seq_of[i])];
+      const size_t rows = size_t(b.seqs[i].n_new);
+      dst.insert(dst.end(), host.begin() + int64_t(row * size_t(V)), host.begin() + int64_t((row + rows) * size_t(V)));
+      row += rows;
+    }
+  }
+  for (int s = 0; s < n_seqs; ++s) {
+    ASSERT_EQ(pos[size_t(s)], int(tokens[size_t(s)].size()));
+    auto alone = model::SequenceSession::create(model, 512);
+    ASSERT_TRUE(alone.ok());
+    std::vector<float> got;
+    size_t off = 0;
+    for (int len : chunks[size_t(s)]) {
+      auto l = alone->feed(std::span<const int32_t>(tokens[size_t(s)].data() + off, size_t(len)), len, true);
+      ASSERT_TRUE(l.ok()) << l.status().to_string();
+      got.insert(got.end(), l->begin(), l->end());
+      off += size_t(len);
+    }
+    Compare c;
+    compare_rows(batched[size_t(s)], got, V, &c);
+    std::printf("sequence %d (%zu tokens) batched vs alone: worst rel L2 %.3g; top-1 %d/%d\n", s,
+                tokens[size_t(s)].size(), c.worst_rel_l2, c.agree, c.total);
+    EXPECT_LE(c.worst_rel_l2, b.worst) << "sequence " << s;
+    EXPECT_EQ(c.agree, c.total) << "sequence " << s;
+  }
+}
+
+}  // namespace rill::testing
