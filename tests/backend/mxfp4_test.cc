@@ -137,6 +137,9 @@ TEST_P(Mxfp4Test, ExpertsDecodeTiny) {
   run_mxfp4_experts(h, *ex, 3, 2, backend::Activation::Situ);
   auto ex2 = make_mxfp4_experts(h, 6, 96, 64);  // 3 and 2 scale groups per row: partial lane steps
   run_mxfp4_experts(h, *ex2, 4, 3);
+  // More than 64 pairs but at most a quarter of the experts (K3 decode batches): the GEMVs too.
+  auto ex3 = make_mxfp4_experts(h, 320, 64, 32);
+  run_mxfp4_experts(h, *ex3, 20, 4, backend::Activation::Situ);
 }
 
 // K3's routed experts (latent width 3584, I = 3072, top-16, SiTU) on fewer experts: 16, 32 and 64 pairs.
