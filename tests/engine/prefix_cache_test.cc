@@ -20,10 +20,14 @@ namespace {
 
 // Caching on changes where prefill chunks end (at snapshot positions) and lets a request read KV that another
 // request computed in other chunks, so on the fp32 CPU backend logits agree up to rounding, not bit for bit.
-// Measured on the tiny fixtures over many seeds: at most 1.3e-6 of the row's largest |logit|, max |diff|
+// Measured on the tiny fixtures over many seeds: at most 2.2e-6 of the row's largest |logit|, max |diff|
 // over the row; 1e-5 leaves margin without hiding a wrong state (a stale or shifted state moves logits by
 // orders of magnitude more).
 constexpr double kRelTol = 1e-5;
+// The tiny K3 (7 layers, AttnRes, latent MoE) amplifies the same fp32 rounding differences more: measured
+// 2026-12-01 over 8 runs of every case, at most 2.3e-5 (the 50-token multi-turn continuations); 2e-4 keeps
+// the margin, still orders of magnitude below what a wrong state does.
+constexpr double kRelTolK3 = 2e-4;
 
 struct Outcome {
   std::vector<int32_t> ids;
@@ -93,6 +97,8 @@ class Harness {
 // Every test runs on a Kimi Linear and a Kimi K3 checkpoint (the issue asks for both); set by the suite.
 std::string current_fixture = "kimi_linear_tiny_b";
 
+double rel_tol() { return current_fixture.rfind("kimi_k3", 0) == 0 ? kRelTolK3 : kRelTol; }
+
 class PrefixCache : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override { current_fixture = GetParam(); }
@@ -126,7 +132,7 @@ void expect_same(const Outcome& on, const Outcome& off, const std::string& what)
       diff = std::max(diff, std::abs(double(on.logits[r][i]) - off.logits[r][i]));
       scale = std::max(scale, std::abs(double(off.logits[r][i])));
     }
-    EXPECT_LE(diff, kRelTol * scale) << "sampled position " << r;
+    EXPECT_LE(diff, rel_tol() * scale) << "sampled position " << r;
   }
 }
 
