@@ -211,63 +211,16 @@ void expect_chunked_matches_one_shot(model::Model& m, const std::vector<int32_t>
 
 void expect_ragged_batch_close_to_alone(backend::Backend& be, model::Model& model,
                                         const std::vector<std::vector<int32_t>>& tokens,
-                                        const std::vector<std::vector<RaggedPiece>>& steps, const Bounds& b) {
-  const int64_t V = model.config().vocab_size;
-  const int n_seqs = int(tokens.size()), block = 64, blocks_per_seq = 4;
-  auto caches = model::ModelCaches::allocate(be, model.config(), n_seqs, n_seqs * blocks_per_seq, block);
-  ASSERT_TRUE(caches.ok());
-  const size_t n = static_cast<size_t>(n_seqs);
-  auto slot_of = [&](int seq) { return n_seqs - 1 - seq; };  // slots in a different order from the sequences
-  std::vector<int> pos(n, 0);
-  std::vector<std::vector<float>> batched(n);
-  std::vector<std::vector<int>> chunks(n);  // each sequence's chunk sizes, to replay alone
-  for (const auto& step : steps) {
-    model::StepBatch b;
-    std::vector<int> seq_of;
-    for (const RaggedPiece& pc : step) {
-      if (pc.n == 0) continue;
-      model::SequenceStep s;
-      s.start_pos = pos[size_t(pc.seq)];
-      s.n_new = pc.n;
-      s.state_slot = slot_of(pc.seq);
-      for (int k = 0; k < blocks_per_seq; ++k) s.block_table.push_back(pc.seq * blocks_per_seq + k);
-      s.logits = model::LogitsNeeded::All;
-      b.token_ids.insert(b.token_ids.end(), tokens[size_t(pc.seq)].begin() + s.start_pos,
-                         tokens[size_t(pc.seq)].begin() + s.start_pos + pc.n);
-      b.seqs.push_back(s);
-      seq_of.push_back(pc.seq);
-      chunks[size_t(pc.seq)].push_back(pc.n);
-      pos[size_t(pc.seq)] += pc.n;
-    }
-    auto logits = model.forward(b, *caches);
-    ASSERT_TRUE(logits.ok()) << logits.status().to_string();
-    std::vector<float> host(static_cast<size_t>(logits->numel()));
-    ASSERT_TRUE(be.copy_to_host(host.data(), logits->data, host.size() * 4).ok());
-    size_t row = 0;
-    for (size_t i = 0; i < b.seqs.size(); ++i) {
-      auto& dst = batched[size_t(seq_of[i])];
-      const size_t rows = size_t(b.seqs[i].n_new);
-      dst.insert(dst.end(), host.begin() + int64_t(row * size_t(V)), host.begin() + int64_t((row + rows) * size_t(V)));
-      row += rows;
-    }
-  }
-  for (int s = 0; s < n_seqs; ++s) {
-    ASSERT_EQ(pos[size_t(s)], int(tokens[size_t(s)].size()));
-    auto alone = model::SequenceSession::create(model, 512);
-    ASSERT_TRUE(alone.ok());
-    std::vector<float> got;
-    size_t off = 0;
-    for (int len : chunks[size_t(s)]) {
-      auto l = alone->feed(std::span<const int32_t>(tokens[size_t(s)].data() + off, size_t(len)), len, true);
-      ASSERT_TRUE(l.ok()) << l.status().to_string();
-      got.insert(got.end(), l->begin(), l->end());
-      off += size_t(len);
-    }
+                                        const std::vector<std::vector<RaggedPiece>>& steps, const Bounds& bounds) {
+  RaggedRun r;
+  run_ragged_batch(be, model, tokens, steps, &r);
+  if (::testing::Test::HasFatalFailure()) return;
+  for (size_t s = 0; s < tokens.size(); ++s) {
     Compare c;
-    compare_rows(batched[size_t(s)], got, V, &c);
-    std::printf("sequence %d (%zu tokens) batched vs alone: worst rel L2 %.3g; top-1 %d/%d\n", s,
-                tokens[size_t(s)].size(), c.worst_rel_l2, c.agree, c.total);
-    EXPECT_LE(c.worst_rel_l2, b.worst) << "sequence " << s;
+    compare_rows(r.batched[s], r.alone[s], model.config().vocab_size, &c);
+    std::printf("sequence %zu (%zu tokens) batched vs alone: worst rel L2 %.3g; top-1 %d/%d\n", s,
+                tokens[s].size(), c.worst_rel_l2, c.agree, c.total);
+    EXPECT_LE(c.worst_rel_l2, bounds.worst) << "sequence " << s;
     EXPECT_EQ(c.agree, c.total) << "sequence " << s;
   }
 }

@@ -100,11 +100,11 @@ void expect_chunked_matches_one_shot(model::Model& m, const std::vector<int32_t>
 
 // The GPU form of ragged_batch.h's check: the same steps (state slots in the reverse order of the sequences),
 // but batching may change cuBLAS's algorithm and the MoE path (gathered or grouped, by the step's pairs), so
-// the batched logits equal each sequence's alone up to bf16 rounding: worst relative L2 <= b.worst and the
-// same top-1 token at every position.
+// the batched logits equal each sequence's alone up to bf16 rounding: worst relative L2 <= bounds.worst and
+// the same top-1 token at every position.
 void expect_ragged_batch_close_to_alone(backend::Backend& be, model::Model& model,
                                         const std::vector<std::vector<int32_t>>& tokens,
                                         const std::vector<std::vector<RaggedPiece>>& steps,
-                                        const Bounds& b = kKimiLinearBounds);
+                                        const Bounds& bounds = kKimiLinearBounds);
 
 }  // namespace rill::testing

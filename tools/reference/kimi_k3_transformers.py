@@ -1089,16 +1089,10 @@ def main():
     check_transformers_layout(log)
     log(f"device {device}, dtype float32")
     results = {}
-    for d in args.check:
+    # K3 fixtures, then Kimi Linear ones (also compared with unmodified transformers: from_pretrained).
+    for d, from_pretrained in [(d, False) for d in args.check] + [(d, True) for d in args.check_linear]:
         try:
-            results[d] = check_fixture(d, device, not args.no_standalone, log)
-        except (Exception, SystemExit) as e:  # noqa: BLE001
-            traceback.print_exc()
-            log(f"RESULT {d}: ERROR {type(e).__name__}: {e} -> FAIL")
-            results[d] = False
-    for d in args.check_linear:
-        try:
-            results[d] = check_fixture(d, device, not args.no_standalone, log, from_pretrained=True)
+            results[d] = check_fixture(d, device, not args.no_standalone, log, from_pretrained=from_pretrained)
         except (Exception, SystemExit) as e:  # noqa: BLE001
             traceback.print_exc()
             log(f"RESULT {d}: ERROR {type(e).__name__}: {e} -> FAIL")
