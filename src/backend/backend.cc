@@ -302,6 +302,15 @@ Status Backend::apply_penalties(const PenaltyArgs& a) {
   return apply_penalties_impl(a);
 }
 
+Status Backend::mask_logits(const TokenMaskArgs& a) {
+  if (dry_run_) return {};
+  Check c("mask_logits");
+  c.tensor(a.logits, "logits", 2).dtype(a.logits, "logits", DType::F32).that(a.mask != nullptr, "mask is null")
+      .that(a.words_per_row * 32 >= a.logits.size(1), "words_per_row too small for the vocabulary");
+  RILL_TRY(c.done());
+  return mask_logits_impl(a);
+}
+
 Status Backend::logprobs(const LogprobsArgs& a) {
   if (dry_run_) return {};
   Check c("logprobs");

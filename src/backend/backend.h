@@ -222,6 +222,14 @@ struct PenaltyArgs {
   const float* penalties = nullptr;       // [R, 3] device: presence, frequency, repetition
 };
 
+// Grammar-constrained decoding: every logit whose bit is clear becomes -inf (row r, token t: bit t % 32 of
+// mask[r * words_per_row + t / 32]). Rows that are not constrained carry all-ones words.
+struct TokenMaskArgs {
+  TensorView logits;                // F32 [R, V], updated in place
+  const uint32_t* mask = nullptr;   // [R, words_per_row] device
+  int64_t words_per_row = 0;        // >= ceil(V / 32)
+};
+
 // Log-softmax of the raw logits at the sampled token and the top_n most likely tokens (best first; ties by
 // lower id).
 struct LogprobsArgs {
@@ -319,6 +327,7 @@ class Backend {
   Status attn_res_mix(const AttnResMixArgs& a);
   Status sample(const SampleArgs& a);
   Status apply_penalties(const PenaltyArgs& a);
+  Status mask_logits(const TokenMaskArgs& a);
   Status logprobs(const LogprobsArgs& a);
 
  protected:
@@ -349,6 +358,7 @@ class Backend {
   virtual Status attn_res_mix_impl(const AttnResMixArgs& a) = 0;
   virtual Status sample_impl(const SampleArgs& a) = 0;
   virtual Status apply_penalties_impl(const PenaltyArgs& a) = 0;
+  virtual Status mask_logits_impl(const TokenMaskArgs& a) = 0;
   virtual Status logprobs_impl(const LogprobsArgs& a) = 0;
 };
 

@@ -7,6 +7,7 @@
 #include "cache/cache_manager.h"
 #include "core/log.h"
 #include "engine/sampler.h"
+#include "text/constraint/token_constraint.h"
 #include "engine/scheduler.h"
 #include "engine/stop_checker.h"
 #include "model/model.h"
@@ -137,6 +138,7 @@ void Engine::Impl::step() {
     Sequence* s = const_cast<Sequence*>(rows[k]);
     StreamEvent& ev = pending[s->id];
     const int32_t id = sampled[k].id;
+    if (s->constraint) s->constraint->accept(id);
     ev.token_ids.push_back(id);
     if (s->params.logprobs >= 0) ev.logprobs.push_back(sampled[k].logprob);
     if (s->last_is_stop_token) continue;  // an EOS / stop id: no text
@@ -268,6 +270,7 @@ Result<std::shared_ptr<RequestStream>> Engine::submit(Request r) {
   seq->n_prompt = n;
   seq->reported_prompt_tokens = r.reported_prompt_tokens >= 0 ? r.reported_prompt_tokens : n;
   seq->params = r.params;
+  seq->constraint = std::move(r.constraint);
   seq->max_new_tokens = std::min(r.params.max_tokens, m.max_model_len - n);
   seq->seed = r.params.seed ? *r.params.seed : std::random_device{}() * 0x9e3779b97f4a7c15ull;
   if (r.params.repetition_penalty != 1.0f) seq->prompt_tokens.insert(r.prompt.begin(), r.prompt.end());

@@ -24,6 +24,9 @@ class Model;
 namespace rill::text {
 class Tokenizer;
 }
+namespace rill::text::constraint {
+class TokenConstraint;
+}
 
 namespace rill::engine {
 
@@ -51,6 +54,9 @@ struct Request {
   std::vector<int32_t> prompt;
   SamplingParams params;
   int32_t reported_prompt_tokens = -1;  // K3 counts the prompt minus its 3-token generation stub; -1: prompt size
+  // Grammar-constrained decoding (tool_choice "required" on K3): which tokens may be sampled next. One per
+  // request (it is stateful); null: unconstrained.
+  std::shared_ptr<text::constraint::TokenConstraint> constraint;
 };
 
 enum class FinishReason { Stop, Length, Cancelled, Error };

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "backend/sampling.h"
+#include "text/constraint/token_constraint.h"
 
 namespace rill::engine {
 
@@ -29,6 +30,23 @@ Status Sampler::ensure_penalty_capacity(size_t n) {
   RILL_ASSIGN_OR_RETURN(pen_tokens_, be_->allocate(pen_capacity_ * 4));
   RILL_ASSIGN_OR_RETURN(pen_counts_, be_->allocate(pen_capacity_ * 4));
   return {};
+}
+
+// Grammar masks: the host walks each constrained row's grammar over the vocabulary (while the GPU may still
+// be computing the logits: nothing here waits for it) and the device sets the rest to -inf after penalties.
+Status Sampler::apply_constraints(TensorView logits, const std::vector<const Sequence*>& seqs) {
+  const int64_t R = int64_t(seqs.size()), V = logits.size(1), W = (V + 31) / 32;
+  const size_t bytes = size_t(max_rows_ * W) * 4;
+  if (mask_.size() < bytes) {
+    RILL_TRY(be_->synchronize());
+    RILL_ASSIGN_OR_RETURN(mask_, be_->allocate(bytes));
+  }
+  host_mask_.assign(size_t(R * W), ~0u);
+  for (int64_t r = 0; r < R; ++r)
+    if (seqs[size_t(r)]->constraint)
+      seqs[size_t(r)]->constraint->allowed_tokens(std::span(host_mask_).subspan(size_t(r * W), size_t(W)));
+  RILL_TRY(be_->upload_async(mask_.data(), host_mask_.data(), host_mask_.size() * 4));
+  return be_->mask_logits({logits, static_cast<const uint32_t*>(mask_.data()), W});
 }
 
 Status Sampler::run(TensorView logits, const std::vector<const Sequence*>& seqs, std::vector<SampledToken>* out) {
@@ -62,6 +80,9 @@ Status Sampler::run(TensorView logits, const std::vector<const Sequence*>& seqs,
                                    static_cast<const int32_t*>(pen_counts_.data()),
                                    static_cast<const float*>(pen_params_.data())}));
   }
+
+  if (std::any_of(seqs.begin(), seqs.end(), [](const Sequence* s) { return s->constraint != nullptr; }))
+    RILL_TRY(apply_constraints(logits, seqs));
 
   std::vector<backend::SamplingRow> rows;
   for (const Sequence* s : seqs) {

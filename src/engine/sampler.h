@@ -23,12 +23,15 @@ class Sampler {
  private:
   Sampler(backend::Backend& be, int max_rows) : be_(&be), max_rows_(max_rows) {}
   Status ensure_penalty_capacity(size_t n_tokens);
+  Status apply_constraints(TensorView logits, const std::vector<const Sequence*>& seqs);
 
   backend::Backend* be_;
   int max_rows_;
   backend::DeviceAllocation rows_, ids_, lp_, top_ids_, top_lp_, pen_offsets_, pen_params_;
   backend::DeviceAllocation pen_tokens_, pen_counts_;
   size_t pen_capacity_ = 0;
+  backend::DeviceAllocation mask_;    // [rows, words] grammar masks, allocated at the first constrained step
+  std::vector<uint32_t> host_mask_;
   Arena scratch_;
   backend::DeviceAllocation scratch_mem_;
 };

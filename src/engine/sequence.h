@@ -33,6 +33,7 @@ struct Sequence {
   std::unique_ptr<StopChecker> stop;
   std::map<int32_t, int32_t> output_counts;  // generated token -> occurrences (penalties)
   std::set<int32_t> prompt_tokens;           // distinct prompt tokens (repetition penalty)
+  std::shared_ptr<text::constraint::TokenConstraint> constraint;  // told every sampled token
   int32_t n_preemptions = 0;
   int32_t max_new_tokens = 0;    // params.max_tokens clamped to the context left
   bool last_is_stop_token = false;  // the last sampled token ended the sequence (its text is not emitted)

@@ -1,13 +1,17 @@
 #include "server/chat_prompt.h"
 
+#include "text/constraint/grammar_constraint.h"
 #include "text/k3/k3_renderer.h"
+#include "text/k3/tool_grammar.h"
 
 namespace rill::server {
 
 std::unique_ptr<ChatPrompt> ChatPrompt::load(const std::filesystem::path& model_dir, bool kimi_k3,
                                              std::shared_ptr<const text::Tokenizer> tokenizer) {
   std::unique_ptr<ChatPrompt> chat(new ChatPrompt(kimi_k3, std::move(tokenizer)));
-  if (!kimi_k3) {
+  if (kimi_k3) {
+    chat->masker_ = std::make_shared<const text::constraint::TokenMasker>(*chat->tokenizer_);
+  } else {
     auto tmpl = text::ChatTemplate::load(model_dir);
     if (tmpl.ok())
       chat->template_.emplace(std::move(tmpl).value());
@@ -15,6 +19,12 @@ std::unique_ptr<ChatPrompt> ChatPrompt::load(const std::filesystem::path& model_
       chat->template_error_ = tmpl.status();
   }
   return chat;
+}
+
+std::shared_ptr<text::constraint::TokenConstraint> ChatPrompt::constraint(const RenderedChat& prompt,
+                                                                          std::vector<int32_t> end_tokens) const {
+  if (!prompt.grammar || !masker_) return nullptr;
+  return std::make_shared<text::constraint::GrammarConstraint>(prompt.grammar, masker_, std::move(end_tokens));
 }
 
 ApiResult<RenderedChat> ChatPrompt::render(const ChatRequest& request) const {
@@ -69,6 +79,16 @@ ApiResult<RenderedChat> ChatPrompt::render_k3(const ChatRequest& request) const 
   out.parser.family = text::ModelFamily::KimiK3;
   out.parser.starts_in_reasoning = rendered->options.thinking && rendered->options.add_generation_prompt;
   out.parser.first_tool_call_number = request.n_prior_tool_calls;
+  const text::k3::ChatOptions& o = rendered->options;
+  out.parser.tool_calls = o.tool_choice != text::k3::ToolChoice::None;
+  if (o.tool_choice == text::k3::ToolChoice::Required && o.add_generation_prompt) {
+    text::k3::ToolGrammarOptions go;
+    go.thinking = o.thinking;
+    go.parallel_tool_calls = request.body.value("parallel_tool_calls", Json(true)) != Json(false);
+    auto grammar = text::k3::required_tool_call_grammar(request.body, *tokenizer_, go);
+    if (!grammar.ok()) return bad_request("tools", "{}", grammar.status().message());
+    out.grammar = *grammar;
+  }
   return out;
 }
 

@@ -11,6 +11,9 @@
 
 #include "server/openai/chat_request.h"
 #include "text/chat/chat_template.h"
+#include "text/constraint/grammar.h"
+#include "text/constraint/token_constraint.h"
+#include "text/constraint/token_mask.h"
 #include "text/parsers/output_parser.h"
 #include "text/tokenizer/tokenizer.h"
 
@@ -23,6 +26,8 @@ struct RenderedChat {
   text::ParserConfig parser;
   bool raw = false;           // no parser: the text is content (K2 family, tool_choice none, no reasoning)
   std::string forced_prefix;  // generated-side text the prompt ends with, fed to the parser first
+  // K3 tool_choice "required": the grammar every choice's output must follow (text/k3/tool_grammar.h).
+  std::shared_ptr<const text::constraint::Grammar> grammar;
 };
 
 class ChatPrompt {
@@ -41,6 +46,10 @@ class ChatPrompt {
   ApiResult<RenderedChat> render(const ChatRequest& request) const;
 
   bool kimi_k3() const { return kimi_k3_; }
+  // One choice's constraint for a rendered prompt with a grammar (null without one); `end_tokens` are the
+  // request's stop ids, allowed once the grammar is complete.
+  std::shared_ptr<text::constraint::TokenConstraint> constraint(const RenderedChat& prompt,
+                                                                std::vector<int32_t> end_tokens) const;
 
  private:
   ChatPrompt(bool kimi_k3, std::shared_ptr<const text::Tokenizer> tokenizer)
@@ -51,6 +60,7 @@ class ChatPrompt {
 
   bool kimi_k3_;
   std::shared_ptr<const text::Tokenizer> tokenizer_;
+  std::shared_ptr<const text::constraint::TokenMasker> masker_;  // K3: the vocabulary walk for grammars
   std::optional<text::ChatTemplate> template_;
   Status template_error_;
 };

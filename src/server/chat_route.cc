@@ -142,7 +142,8 @@ std::optional<ApiError> handle_chat(ServingContext& ctx, const httplib::Request&
   for (int i = 0; i < request.sampling.n; ++i) {
     ChoiceDecoder decoder = make_decoder(ctx, prompt);
     stream->opening.push_back(decoder.begin(prompt.forced_prefix));
-    engine::Request r{prompt.ids, choice_params(request.sampling, i), prompt.reported_prompt_tokens};
+    engine::Request r{prompt.ids, choice_params(request.sampling, i), prompt.reported_prompt_tokens,
+                      ctx.chat().constraint(prompt, request.sampling.params.stop_token_ids)};
     RILL_API_TRY(job->submit(std::move(r), std::move(decoder)));
   }
   ResponseHeader header{make_response_id("chatcmpl-"), unix_now(), ctx.config().served_model_name};

@@ -2,7 +2,7 @@
 // the same F32 logits and SamplingRows on both backends must give the same token for every row: greedy
 // (ties to the lowest id), and seeded temperature / top-k / top-p / min-p sampling, at the test model's
 // vocabulary (512) and Kimi's (163840), with more rows than one CUDA chunk, peaked, flat and heavily tied
-// logits. The CUDA rule sums fp64 probabilities in another order than the CPU; a decision could differ only
+// logits; and grammar masks (mask_logits) before sampling. The CUDA rule sums fp64 probabilities in another order than the CPU; a decision could differ only
 // when top_p, min_p or u falls within ~1e-15 of a cumulative sum, which these inputs never hit.
 #include <algorithm>
 #include <cmath>
@@ -158,6 +158,54 @@ TEST_P(SampleTest, SingleRowAndExtremeControls) {
     const std::vector<backend::SamplingRow> rows = {row};
     auto [cpu, dev] = run(h, make_logits(h, 1, V, Shape::Normal), V, rows);
     expect_same(cpu, dev, rows);
+  }
+}
+
+// Grammar masks: the masked logits are -inf exactly where a bit is clear and unchanged elsewhere (closed form,
+// on both backends), and sampling from them on both backends picks the same allowed token. Rows: all allowed,
+// a sparse random set, a single token, and every other word empty.
+TEST_P(SampleTest, MaskedLogitsSampleOnlyAllowedTokens) {
+  OpHarness h(GetParam());
+  RILL_REQUIRE_BACKEND(h);
+  for (int64_t V : {512, 163840}) {
+    SCOPED_TRACE(::testing::Message() << "V " << V);
+    const int64_t R = 8, W = (V + 31) / 32 + 3;  // rows padded past the vocabulary, as a caller may
+    std::vector<uint32_t> mask(size_t(R * W), ~0u);
+    std::uniform_int_distribution<int64_t> tok(0, V - 1);
+    for (int64_t r = 1; r < R; ++r) {
+      uint32_t* w = mask.data() + r * W;
+      std::fill(w, w + W, 0u);
+      const int n = r == 1 ? 1 : r == 2 ? int(V / 3) : 1 + int(r) * 5;
+      for (int k = 0; k < n; ++k) {
+        const int64_t t = tok(h.rng());
+        w[t / 32] |= 1u << (t % 32);
+      }
+    }
+    const std::vector<float> l = make_logits(h, R, V, Shape::Peaked);
+    auto [lc, ld] = h.put_both(l, DType::F32, DType::F32, {R, V});
+    auto dev_mask = h.dev().allocate(mask.size() * 4);
+    ASSERT_TRUE(dev_mask.ok());
+    ASSERT_TRUE(h.dev().copy_to_device(dev_mask->data(), mask.data(), mask.size() * 4).ok());
+    ASSERT_TRUE(h.cpu().mask_logits({lc.view, mask.data(), W}).ok());
+    ASSERT_TRUE(h.dev().mask_logits({ld.view, static_cast<const uint32_t*>(dev_mask->data()), W}).ok());
+    const std::vector<float> cpu = h.get(h.cpu(), lc.view), dev = h.get(h.dev(), ld.view);
+    for (int64_t r = 0; r < R; ++r)
+      for (int64_t t = 0; t < V; ++t) {
+        const bool allowed = (mask[size_t(r * W + t / 32)] >> (t % 32)) & 1u;
+        const float want = allowed ? l[size_t(r * V + t)] : -INFINITY;
+        ASSERT_EQ(cpu[size_t(r * V + t)], want) << "cpu row " << r << " token " << t;
+        ASSERT_EQ(dev[size_t(r * V + t)], want) << "device row " << r << " token " << t;
+      }
+    for (float temperature : {0.0f, 1.0f, 2.0f}) {
+      std::vector<backend::SamplingRow> rows;
+      for (int64_t r = 0; r < R; ++r) rows.push_back({temperature, 1.0f, 0.0f, 0, uint64_t(h.seed()) + uint64_t(r), 3});
+      auto [ids_cpu, ids_dev] = run(h, cpu, V, rows);
+      expect_same(ids_cpu, ids_dev, rows);
+      for (int64_t r = 0; r < R; ++r) {
+        const int64_t t = int64_t(ids_cpu[size_t(r)]);
+        EXPECT_TRUE((mask[size_t(r * W + t / 32)] >> (t % 32)) & 1u) << "row " << r << " sampled masked token " << t;
+      }
+    }
   }
 }
 

@@ -11,19 +11,18 @@
 //  - reasoning: K3 thinks by default, i.e. the generation prompt ends in `<|open|>think<|sep|>`, so whatever the
 //    model writes first is reasoning_content (random weights or not); thinking off (`thinking: {type:
 //    "disabled"}`, or chat_template_kwargs.thinking = false) ends it in `<|open|>response<|sep|>`: content only.
-//  - tools: the random model never writes an XTML tool section, and K3 has no forced call opening (unlike the
-//    K2 family, see src/server/README.md), so tool_calls cannot come back from this checkpoint; what is
-//    checked is the request side: tools / tool_choice "required" / "none" render as the reference does,
-//    tool_choice naming a function is a 400 (K3 has no form for it), and a follow-up turn with an assistant
-//    tool call and a `tool` result renders in the XTML call format and runs. The output side of K3 tool calls
-//    is tests/text/parsers/kimi_k3_parser_test.cc.
+//  - tools: tools / tool_choice "required" / "none" render as the reference does, tool_choice naming a
+//    function is a 400 (K3 has no form for it), and a follow-up turn with an assistant tool call and a `tool`
+//    result renders in the XTML call format and runs. Unconstrained, the random model never writes an XTML
+//    tool section; tool_choice "required" is grammar-constrained, so there the openai client gets tool_calls,
+//    whose arguments ajv validates against each tool's JSON Schema.
 //  - `rill chat` (same chat path, no server): the same reasoning and content as the server's greedy reply;
 //  - SIGTERM: the server exits 0 (lib/harness.mjs `run`).
 import { spawnSync } from "child_process";
 import path from "path";
 import { fileURLToPath } from "url";
 
-import { assert, assertEq, checkChatCompletion, collectChatStream, MODEL_DIR, OpenAIModule, RILL, run, startServer } from "./lib/harness.mjs";
+import { Ajv, assert, assertEq, checkChatCompletion, collectChatStream, MODEL_DIR, OpenAIModule, RILL, run, startServer } from "./lib/harness.mjs";
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
 const SHARED = process.env.RILL_SHARED_DIR ?? path.resolve(HERE, "../../../shared");
@@ -189,4 +188,54 @@ await run("e2e_k3_api", async (track) => {
     assertEq(st.choices[0].content, r.choices[0].message.content ?? "", "streamed content == non-streamed (tools)");
     assertEq(st.usage.completion_tokens, r.usage.completion_tokens, "same completion_tokens (tools)");
   }
+
+  // tool_choice "required" is grammar-constrained (src/text/k3/tool_grammar.h), so even random weights write
+  // a tools section: the openai client gets tool_calls of declared tools, finish_reason "tool_calls", and
+  // arguments that ajv (an independent JSON Schema validator) accepts under the tool's parameters; one call
+  // when parallel_tool_calls is false; streamed == non-streamed. Sampled (seeded) so the calls vary.
+  const alarm = {
+    type: "function",
+    function: {
+      name: "set_alarm",
+      parameters: {
+        type: "object",
+        properties: {
+          unit: { enum: ["celsius", "fahrenheit"] }, loud: { type: "boolean" }, label: { type: "string", maxLength: 6 },
+          repeat: { type: "integer" }, tags: { type: "array", items: { enum: ["a", "b\"c"] }, maxItems: 2 },
+          when: { anyOf: [{ type: "null" }, { type: "object", properties: { hour: { type: "integer" } }, required: ["hour"] }] },
+        },
+        required: ["unit", "loud"],
+        additionalProperties: false,
+      },
+    },
+  };
+  const ajv = new Ajv({ strict: false });
+  const validators = { set_alarm: ajv.compile(alarm.function.parameters), get_time: ajv.compile(clock.function.parameters) };
+  let sawParallel = false;
+  for (const [seed, parallel] of [[1, true], [2, true], [3, false], [5, false]]) {
+    const body = { ...req, messages, tools: [alarm, clock], tool_choice: "required", thinking: { type: "disabled" },
+      max_tokens: 400, temperature: 1, seed, parallel_tool_calls: parallel };
+    const r = await client.chat.completions.create(body);
+    checkChatCompletion(r);
+    const where = `required, seed ${seed}, parallel ${parallel}`;
+    if (process.env.RILL_E2E_VERBOSE) console.log(where, r.usage.completion_tokens, JSON.stringify(r.choices[0].message.tool_calls));
+    assertEq(r.choices[0].finish_reason, "tool_calls", `${where}: finish_reason`);
+    const calls = r.choices[0].message.tool_calls ?? [];
+    assert(calls.length >= 1, `${where}: at least one call`);
+    if (!parallel) assertEq(calls.length, 1, `${where}: one call`);
+    sawParallel ||= calls.length > 1;
+    assert(!r.choices[0].message.content, `${where}: no content besides the calls`);
+    calls.forEach((c, k) => {
+      assertEq(c.id, `${c.function.name}_${k}`, `${where}: id`);
+      const validate = validators[c.function.name];
+      assert(validate, `${where}: a declared tool, got ${c.function.name}`);
+      const args = JSON.parse(c.function.arguments);
+      assert(validate(args), `${where}: ${c.function.arguments} fails ${c.function.name}'s schema: ${ajv.errorsText(validate.errors)}`);
+    });
+    const st = await collectChatStream(await client.chat.completions.create({ ...body, stream: true }), 1, true);
+    assertEq(st.choices[0].finish_reason, "tool_calls", `${where}: streamed finish_reason`);
+    assertEq(st.choices[0].tool_calls.map((t) => [t.id, t.name, t.arguments]),
+      calls.map((t) => [t.id, t.function.name, t.function.arguments]), `${where}: streamed tool calls == non-streamed`);
+  }
+  assert(sawParallel, "some parallel request made more than one call");
 });

@@ -11,6 +11,7 @@
 #include "engine/engine.h"
 #include "model/fixture.h"
 #include "model/model.h"
+#include "text/constraint/token_constraint.h"
 
 namespace rill::engine {
 namespace {
@@ -171,6 +172,62 @@ TEST(Engine, StopTokenIdsAndPenaltiesAndLogprobs) {
     ASSERT_EQ(lp.top.size(), 3u);
     EXPECT_GE(lp.top[0].second, lp.top[1].second);
     EXPECT_LE(lp.logprob, lp.top[0].second + 1e-6f);  // greedy on penalised logits: the top token
+  }
+}
+
+// A constraint that allows, at generated position k, the tokens allowed(k), and records what it is told.
+struct ScriptedConstraint : text::constraint::TokenConstraint {
+  std::function<std::vector<int32_t>(size_t)> allowed;
+  std::vector<int32_t> accepted;
+  void allowed_tokens(std::span<uint32_t> mask) override {
+    std::fill(mask.begin(), mask.end(), 0u);
+    for (int32_t t : allowed(accepted.size())) mask[size_t(t) / 32] |= 1u << (t % 32);
+  }
+  void accept(int32_t token) override { accepted.push_back(token); }
+};
+
+// Constrained rows sample only what their constraint allows (greedy, seeded, with logprobs of the masked
+// distribution), are told every token they sampled, and leave the unconstrained rows of the same steps as
+// they are alone.
+TEST(Engine, ConstrainedRequestsSampleOnlyAllowedTokens) {
+  auto e = make_engine("kimi_linear_tiny_a", EngineOptions{.max_batch_size = 4, .max_num_tokens = 64});
+  const std::vector<int32_t> prompt = {11, 12, 13, 14};
+  const auto alone = collect(*e->submit({prompt, greedy(10)})).ids;
+  auto forced = std::make_shared<ScriptedConstraint>();
+  forced->allowed = [](size_t k) { return std::vector<int32_t>{int32_t(100 + 7 * k)}; };
+  auto pair = std::make_shared<ScriptedConstraint>();
+  pair->allowed = [](size_t k) { return std::vector<int32_t>{int32_t(3 * k + 1), int32_t(500 - k)}; };
+  SamplingParams seeded = greedy(10);
+  seeded.temperature = 1.0f;
+  seeded.seed = 3;
+  SamplingParams with_logprobs = greedy(10);
+  with_logprobs.logprobs = 3;
+  auto s_forced = *e->submit({prompt, seeded, -1, forced});
+  auto s_free = *e->submit({prompt, greedy(10)});
+  auto s_pair = *e->submit({prompt, with_logprobs, -1, pair});
+  const Outcome o_forced = collect(s_forced), o_free = collect(s_free);
+  std::vector<TokenLogprob> lps;
+  std::vector<int32_t> pair_ids;
+  StreamEvent ev;
+  while (s_pair->next(&ev, std::chrono::seconds(60))) {
+    lps.insert(lps.end(), ev.logprobs.begin(), ev.logprobs.end());
+    pair_ids.insert(pair_ids.end(), ev.token_ids.begin(), ev.token_ids.end());
+    if (ev.finish) break;
+  }
+  EXPECT_EQ(o_free.ids, alone);
+  ASSERT_EQ(o_forced.ids.size(), 10u);
+  for (size_t k = 0; k < 10; ++k) EXPECT_EQ(o_forced.ids[k], int32_t(100 + 7 * k));
+  EXPECT_EQ(forced->accepted, o_forced.ids);
+  ASSERT_EQ(pair_ids.size(), 10u);
+  ASSERT_EQ(lps.size(), 10u);
+  EXPECT_EQ(pair->accepted, pair_ids);
+  for (size_t k = 0; k < 10; ++k) {
+    const auto allowed = pair->allowed(k);
+    EXPECT_TRUE(pair_ids[k] == allowed[0] || pair_ids[k] == allowed[1]) << k;
+    // Greedy over the masked logits: the best allowed token; its two entries carry all the probability.
+    EXPECT_EQ(lps[k].top[0].first, pair_ids[k]);
+    EXPECT_NEAR(std::exp(lps[k].top[0].second) + std::exp(lps[k].top[1].second), 1.0, 1e-5);
+    EXPECT_TRUE(std::isinf(lps[k].top[2].second));
   }
 }
 

@@ -43,6 +43,7 @@ class CpuBackend final : public Backend {
   Status attn_res_mix_impl(const AttnResMixArgs& a) override;
   Status sample_impl(const SampleArgs& a) override;
   Status apply_penalties_impl(const PenaltyArgs& a) override;
+  Status mask_logits_impl(const TokenMaskArgs& a) override;
   Status logprobs_impl(const LogprobsArgs& a) override;
 };
 

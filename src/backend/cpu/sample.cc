@@ -37,6 +37,17 @@ Status CpuBackend::apply_penalties_impl(const PenaltyArgs& a) {
   return {};
 }
 
+Status CpuBackend::mask_logits_impl(const TokenMaskArgs& a) {
+  const int64_t R = a.logits.size(0), V = a.logits.size(1);
+  for (int64_t r = 0; r < R; ++r) {
+    float* logits = cpu::row_f32(a.logits, r);
+    const uint32_t* words = a.mask + r * a.words_per_row;
+    for (int64_t t = 0; t < V; ++t)
+      if (!((words[t / 32] >> (t % 32)) & 1u)) logits[t] = -INFINITY;
+  }
+  return {};
+}
+
 Status CpuBackend::logprobs_impl(const LogprobsArgs& a) {
   const int64_t R = a.logits.size(0), V = a.logits.size(1);
   for (int64_t r = 0; r < R; ++r) {

@@ -271,6 +271,7 @@ Status CudaBackend::gather_rows_impl(const backend::GatherRowsArgs& a) { return 
 Status CudaBackend::attn_res_mix_impl(const backend::AttnResMixArgs& a) { return launch_attn_res_mix(a, ctx_); }
 Status CudaBackend::sample_impl(const backend::SampleArgs& a) { return launch_sample(a, ctx_); }
 Status CudaBackend::apply_penalties_impl(const backend::PenaltyArgs& a) { return launch_apply_penalties(a, ctx_); }
+Status CudaBackend::mask_logits_impl(const backend::TokenMaskArgs& a) { return launch_mask_logits(a, ctx_); }
 Status CudaBackend::logprobs_impl(const backend::LogprobsArgs& a) { return launch_logprobs(a, ctx_); }
 
 }  // namespace rill::cuda

@@ -1,5 +1,5 @@
-// Sampling penalties and logprobs on the GPU (backend.h PenaltyArgs / LogprobsArgs), matching
-// CpuBackend::apply_penalties_impl / logprobs_impl.
+// Sampling penalties, grammar masks and logprobs on the GPU (backend.h PenaltyArgs / TokenMaskArgs /
+// LogprobsArgs), matching CpuBackend::apply_penalties_impl / mask_logits_impl / logprobs_impl.
 #include <cfloat>
 
 #include "backend/cuda/common/check.h"
@@ -23,6 +23,15 @@ __global__ void penalties_kernel(float* logits, int64_t row_stride, int V, const
     const int n = counts[i];
     l[t] = x - (frequency * float(n) + (n > 0 ? presence : 0.0f));
   }
+}
+
+// One thread per logit: -inf where the row's mask bit is clear.
+__global__ void mask_logits_kernel(float* logits, int64_t row_stride, int V, const uint32_t* mask,
+                                   int64_t words_per_row) {
+  const int r = blockIdx.y;
+  const int t = blockIdx.x * blockDim.x + threadIdx.x;
+  if (t >= V) return;
+  if (!((mask[r * words_per_row + t / 32] >> (t % 32)) & 1u)) logits[r * row_stride + t] = -INFINITY;
 }
 
 // Block-wide (max value, lowest index) reduction; every thread gets the result.
@@ -94,6 +103,15 @@ Status launch_apply_penalties(const backend::PenaltyArgs& a, const CudaContext& 
   penalties_kernel<<<R, 256, 0, cx.stream>>>(a.logits.ptr<float>(), a.logits.stride(0), int(a.logits.size(1)),
                                              a.row_offsets, a.tokens, a.output_counts, a.penalties);
   RILL_CUDA_CHECK_LAUNCH("penalties_kernel");
+  return {};
+}
+
+Status launch_mask_logits(const backend::TokenMaskArgs& a, const CudaContext& cx) {
+  const int R = int(a.logits.size(0)), V = int(a.logits.size(1));
+  if (R == 0 || V == 0) return {};
+  mask_logits_kernel<<<dim3(unsigned(V + 255) / 256, unsigned(R)), 256, 0, cx.stream>>>(
+      a.logits.ptr<float>(), a.logits.stride(0), V, a.mask, a.words_per_row);
+  RILL_CUDA_CHECK_LAUNCH("mask_logits_kernel");
   return {};
 }
 

@@ -185,7 +185,9 @@ void KimiK3Parser::call_marker(int marker) {
 void KimiK3Parser::finish_call(bool cut_off) {
   // Calls are emitted whole, once closed (as TRT-LLM does): K3 argument values are typed text that
   // only becomes JSON once complete, and the section ends the message, so buffering costs little.
-  if (call_->malformed() || cut_off) {
+  if (!config_.tool_calls) {
+    emit_content(call_->raw());  // tool_choice "none": not a call, just text
+  } else if (call_->malformed() || cut_off) {
     report(cut_off ? ParseErrorKind::TruncatedToolCall : ParseErrorKind::MalformedToolCall, -1,
            fmt::format("tool call {} emitted as content: {}", quote_excerpt(call_->raw()),
                        call_->problem().empty() ? "the text ended inside it" : call_->problem()));

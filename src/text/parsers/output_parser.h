@@ -47,6 +47,9 @@ struct ParserConfig {
   // <n> of the first tool call of this response in synthesized ids: the number of tool calls
   // earlier in the conversation, so ids stay unique across turns ("global index").
   int first_tool_call_number = 0;
+  // K3: false under tool_choice "none": a call the model writes anyway is not a tool call; its text goes to
+  // content as written (vLLM returns the output unparsed when tool_choice is none).
+  bool tool_calls = true;
 
   Status validate() const;
 };

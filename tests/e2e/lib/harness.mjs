@@ -15,6 +15,8 @@ if (!RILL || !MODEL_DIR || !NODE_MODULES) {
 const require = createRequire(path.join(path.resolve(NODE_MODULES), "x.js"));
 export const OpenAIModule = require("openai");
 export const { OpenAI } = OpenAIModule;
+// ajv, the JSON Schema validator (tests/node): the independent check of constrained tool-call arguments.
+export const Ajv = require("ajv").default;
 
 export function assert(cond, msg) {
   if (!cond) throw new Error("assertion failed: " + msg);

@@ -274,5 +274,19 @@ TEST(KimiK3Parser, EmitsACallOnlyOnceItIsClosed) {
   EXPECT_EQ(deltas[1].text, R"({"a":1})");
 }
 
+// tool_choice "none": a call written anyway is content, as written, and no tool call.
+TEST(KimiK3Parser, ToolChoiceNoneKeepsCallsAsContent) {
+  ParserConfig config = no_thinking();
+  config.tool_calls = false;
+  auto made = make_output_parser(config);
+  ASSERT_TRUE(made.ok());
+  auto& p = *made;
+  const std::string call = "<|open|>call tool=\"f\" index=\"1\"<|sep|>" + arg("a", "number", "1") + "<|close|>call<|sep|>";
+  p->feed("ok" + kResponseEnd + kTools + call + "<|close|>tools<|sep|>" + kMessageEnd);
+  p->finish();
+  EXPECT_TRUE(p->result().tool_calls.empty());
+  EXPECT_EQ(p->result().content, "ok" + call);
+}
+
 }  // namespace
 }  // namespace rill::text

@@ -1,0 +1,116 @@
+// Grammars for constrained decoding: a small set of node kinds (bytes, special tokens, sequence, choice,
+// repetition, named rules for recursion) built once per request shape and shared read-only, and a Matcher
+// that tracks every way the input so far can continue (a set of parse stacks, so choices need no lookahead).
+//
+// Input is a string of symbols: the bytes of ordinary tokens (0..255) and whole special tokens
+// (kSpecialBase + token id), so a grammar can say "<|open|>" as one symbol and `call tool="` as bytes that any
+// tokenization of that text spells.
+#pragma once
+
+#include <bitset>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/status.h"
+
+namespace rill::text::constraint {
+
+using Symbol = int32_t;
+inline constexpr Symbol kSpecialBase = 256;
+inline constexpr Symbol special_symbol(int32_t token_id) { return kSpecialBase + token_id; }
+
+using NodeId = int32_t;
+
+// What a node matches. Built only through GrammarBuilder.
+struct Node {
+  enum class Kind : uint8_t { Bytes, Special, ByteClass, Utf8Char, Seq, Alt, Repeat, Rule };
+  Kind kind = Kind::Seq;
+  std::string bytes;             // Bytes: these bytes in order (non-empty)
+  int32_t token = -1;            // Special: this token id
+  std::bitset<256> byte_class;   // ByteClass: one byte of this set; Utf8Char: the ASCII characters allowed
+  std::vector<NodeId> children;  // Seq (in order), Alt (any one), Repeat (children[0]), Rule (children[0]: body)
+  int32_t min = 0, max = -1;     // Repeat: between min and max times (-1: unbounded)
+};
+
+class Grammar {
+ public:
+  const Node& node(NodeId id) const { return nodes_[size_t(id)]; }
+  NodeId root() const { return root_; }
+  size_t size() const { return nodes_.size(); }
+
+ private:
+  friend class GrammarBuilder;
+  std::vector<Node> nodes_;
+  NodeId root_ = -1;
+};
+
+class GrammarBuilder {
+ public:
+  NodeId bytes(std::string_view text);  // empty text: empty()
+  NodeId special(int32_t token_id);
+  NodeId byte_class(const std::bitset<256>& set);
+  NodeId byte_range(uint8_t lo, uint8_t hi);  // one byte in [lo, hi]
+  NodeId seq(std::vector<NodeId> children);
+  NodeId alt(std::vector<NodeId> children);
+  // The child must not match the empty string when max is unbounded (the matcher would loop); checked by build.
+  NodeId repeat(NodeId child, int32_t min, int32_t max);
+  NodeId optional(NodeId child) { return repeat(child, 0, 1); }
+  NodeId empty() { return seq({}); }
+  // One well-formed UTF-8 character (1-4 bytes; overlong forms and surrogates excluded) whose code point is
+  // >= 0x20 and not one of `excluded_ascii` (e.g. "\"\\" inside a JSON string).
+  NodeId utf8_char(std::string_view excluded_ascii = "");
+  // Any bytes at all, as ordinary tokens carry them (no special tokens): e.g. a thinking channel.
+  NodeId any_bytes();
+
+  // Named rules make recursion possible: declare, use in other nodes, then define once.
+  NodeId declare_rule();
+  void define_rule(NodeId rule, NodeId body);
+
+  // Fails when a rule is undefined, a node id is out of range, or an unbounded repeat's child can match
+  // nothing (named in the message).
+  Result<std::shared_ptr<const Grammar>> build(NodeId root);
+
+ private:
+  NodeId add(Node n);
+  std::vector<Node> nodes_;
+};
+
+// The set of ways the symbols fed so far continue in the grammar. A value type (copy it to try a symbol
+// without committing, as the token mask does for every vocabulary entry).
+class Matcher {
+ public:
+  explicit Matcher(std::shared_ptr<const Grammar> grammar);
+
+  // Feeds one symbol; false (and the state unchanged) when no parse accepts it.
+  bool advance(Symbol s);
+  bool advance_bytes(std::string_view text);  // all or nothing
+  bool can_advance(Symbol s) const;
+  // The input so far is a whole sentence of the grammar (it may still continue).
+  bool is_complete() const;
+  // No symbol can follow (complete and nothing continues it).
+  bool is_finished() const;
+
+  // A frame of a parse stack: a node and how far into it the parse is (Bytes: offset; Seq: next child;
+  // Repeat: repetitions done, capped at min once unbounded; Utf8Char: 0, or the continuation bytes still
+  // due and the range of the next one).
+  struct Frame {
+    NodeId node;
+    int32_t pos;
+    auto operator<=>(const Frame&) const = default;
+  };
+  using Stack = std::vector<Frame>;
+  // Sorted, without duplicates: equal states give equal vectors (a mask cache's key).
+  const std::vector<Stack>& state() const { return stacks_; }
+
+ private:
+  void expand(Stack s, std::vector<Stack>& out, int depth) const;
+  bool step(Symbol s, std::vector<Stack>& out) const;
+
+  std::shared_ptr<const Grammar> g_;
+  std::vector<Stack> stacks_;  // each top is a terminal (Bytes / Special / ByteClass / Utf8Char), or empty
+};
+
+}  // namespace rill::text::constraint

@@ -1,0 +1,34 @@
+// JSON Schema -> grammar: the nodes for one JSON value that a schema accepts, for constrained decoding of
+// tool-call arguments and response_format json_schema (what vLLM / SGLang do with xgrammar).
+//
+// Supported (README lists the rest): type (one or a list), properties / required / additionalProperties,
+// items / prefixItems / minItems / maxItems, enum / const, anyOf / oneOf, allOf of one schema, $ref to
+// "#", "#/$defs/..." and "#/definitions/..." (recursion allowed), string minLength / maxLength, integer and
+// number syntax, boolean, null, and `{}` / `true` (any JSON value). Unknown keywords that only narrow values
+// (format, pattern, minimum, ...) are ignored: the output is still valid JSON of the right shape.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include "core/status.h"
+#include "text/constraint/grammar.h"
+
+namespace rill::text::constraint {
+
+struct JsonGrammarOptions {
+  // Allow one optional space after ',' and ':' (Python json.dumps' default separators); never newlines.
+  bool space_after_separators = true;
+  // Objects with `properties` allow no other keys unless additionalProperties says so (xgrammar's strict mode).
+  bool strict_properties = true;
+};
+
+// Fails naming the schema path (e.g. "schema.properties.city.type: unknown type 'str'") for schemas that are
+// malformed or unsatisfiable in this subset (an empty enum, a $ref that does not resolve).
+Result<NodeId> json_schema_node(GrammarBuilder& b, const nlohmann::ordered_json& schema,
+                                const JsonGrammarOptions& options = {});
+
+// Any JSON value (response_format json_object uses json_object_node: any JSON object).
+NodeId json_value_node(GrammarBuilder& b, const JsonGrammarOptions& options = {});
+NodeId json_object_node(GrammarBuilder& b, const JsonGrammarOptions& options = {});
+
+}  // namespace rill::text::constraint

@@ -1,0 +1,41 @@
+// TokenMasker: which vocabulary entries a Matcher accepts whole, found in one walk over the vocabulary's
+// token bytes sorted (a trie without the pointers): tokens that share a prefix share the matcher steps for
+// it, and a byte the grammar rejects skips every token under it. Built once per tokenizer, shared by requests.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "text/constraint/grammar.h"
+#include "text/tokenizer/tokenizer.h"
+
+namespace rill::text::constraint {
+
+class TokenMasker {
+ public:
+  explicit TokenMasker(const Tokenizer& tokenizer);
+
+  int32_t vocab_size() const { return vocab_size_; }
+  size_t mask_words() const { return size_t(vocab_size_ + 31) / 32; }
+  // Sets the bit of every token whose bytes (rank tokens) or whose special symbol (special tokens) the
+  // matcher accepts from its state; clears all others.
+  void allowed(const Matcher& m, std::span<uint32_t> mask) const;
+  // The symbols of one token, fed to a Matcher in order.
+  bool advance(Matcher& m, int32_t token) const;
+
+ private:
+  void walk(const Matcher& m, size_t lo, size_t hi, size_t depth, std::span<uint32_t> mask) const;
+
+  int32_t vocab_size_ = 0;
+  std::vector<std::string_view> bytes_;  // per id: a rank token's bytes (the tokenizer owns them)
+  std::vector<bool> special_;
+  std::vector<int32_t> sorted_;          // rank token ids by their bytes
+  std::vector<int32_t> specials_;        // special token ids
+};
+
+inline void set_bit(std::span<uint32_t> mask, int32_t t) { mask[size_t(t) / 32] |= 1u << (uint32_t(t) % 32); }
+inline bool test_bit(std::span<const uint32_t> mask, int32_t t) { return (mask[size_t(t) / 32] >> (uint32_t(t) % 32)) & 1u; }
+
+}  // namespace rill::text::constraint
