@@ -1,0 +1,106 @@
+// The K3 "required" tool-call grammar against turns written by hand from the XTML format (spec §2.5,
+// serving.md): well-formed turns are accepted token by token as the real K3 vocabulary splits them, with every
+// token inside the mask the engine would apply; turns that break the format or a tool's schema are not.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <random>
+
+#include "text/constraint/grammar_constraint.h"
+#include "text/k3/tool_grammar.h"
+#include "text/tokenizer/bpe_trainer.h"
+
+namespace rill::text::k3 {
+namespace {
+
+namespace fs = std::filesystem;
+using constraint::GrammarConstraint;
+using constraint::TokenMasker;
+
+const Tokenizer& k3_tokenizer() {  // the real Kimi ranks with K3's control-block names
+  static const Tokenizer* tokenizer = [] {
+    const fs::path config = fs::temp_directory_path() / ("rill_k3_tg_" + std::to_string(std::random_device{}()));
+    EXPECT_TRUE(write_tokenizer_config(config, 163584, ControlBlockLayout::K3).ok());
+    auto t = Tokenizer::from_files(fs::path(RILL_SHARED_DIR) / "tokenizers/kimi/tiktoken.model", config);
+    fs::remove(config);
+    EXPECT_TRUE(t.ok()) << t.status().to_string();
+    return new Tokenizer(std::move(t).value());
+  }();
+  return *tokenizer;
+}
+
+const std::shared_ptr<const TokenMasker>& masker() {
+  static const auto m = std::make_shared<const TokenMasker>(k3_tokenizer());
+  return m;
+}
+
+const Json kRequest = Json::parse(R"({
+  "messages": [{"role": "user", "content": "hi"},
+               {"role": "system", "content": "", "tools": [{"type": "function", "function": {"name": "get_time"}}]}],
+  "tools": [{"type": "function", "function": {"name": "set_alarm", "parameters": {
+    "type": "object", "properties": {"unit": {"enum": ["celsius", "fahrenheit"]}, "label": {"type": "string"}},
+    "required": ["unit"]}}}]
+})");
+
+std::string call(const std::string& name, int index, const std::string& args) {
+  return "<|open|>call tool=\"" + name + "\" index=\"" + std::to_string(index) + "\"<|sep|><|open|>json type=\"object\"<|sep|>" +
+         args + "<|close|>json<|sep|><|close|>call<|sep|>";
+}
+std::string turn(const std::string& calls, const std::string& response = "") {
+  return response + "<|close|>response<|sep|><|open|>tools<|sep|>" + calls + "<|close|>tools<|sep|><|close|>message<|sep|><|end_of_msg|>";
+}
+
+// Feeds `text` (tokenized as the model would emit it) through the constraint: true when every token was in
+// the mask and the grammar is finished at the end.
+bool follows(const std::string& text, const ToolGrammarOptions& o, const Json& request = kRequest) {
+  auto g = required_tool_call_grammar(request, k3_tokenizer(), o);
+  EXPECT_TRUE(g.ok()) << g.status().to_string();
+  GrammarConstraint c(*g, masker(), {});
+  std::vector<uint32_t> mask(masker()->mask_words());
+  for (int32_t id : k3_tokenizer().encode(text, /*allow_special=*/true)) {
+    c.allowed_tokens(mask);
+    if (!constraint::test_bit(mask, id)) return false;
+    c.accept(id);
+    if (c.broken()) return false;
+  }
+  return c.matcher().is_finished();
+}
+
+TEST(K3ToolGrammar, AcceptsWellFormedTurns) {
+  ToolGrammarOptions no_think{.thinking = false};
+  EXPECT_TRUE(follows(turn(call("set_alarm", 1, R"({"unit":"celsius"})")), no_think));
+  EXPECT_TRUE(follows(turn(call("set_alarm", 1, R"({"unit": "fahrenheit", "label": "wake up \"now\" ☀"})")), no_think));
+  EXPECT_TRUE(follows(turn(call("get_time", 1, "{}") + call("set_alarm", 2, R"({"unit":"celsius"})")), no_think));
+  ToolGrammarOptions think{.thinking = true};
+  EXPECT_TRUE(follows("The user wants a time.\n<|close|>think<|sep|><|open|>response<|sep|>" + turn(call("get_time", 1, "{}")), think));
+}
+
+TEST(K3ToolGrammar, RejectsWhatTheFormatOrSchemaForbids) {
+  ToolGrammarOptions o{.thinking = false};
+  EXPECT_FALSE(follows(turn(call("set_timer", 1, "{}")), o));                             // undeclared tool
+  EXPECT_FALSE(follows(turn(call("get_time", 2, "{}")), o));                              // index starts at 1
+  EXPECT_FALSE(follows(turn(call("set_alarm", 1, R"({"label":"x"})")), o));               // required unit missing
+  EXPECT_FALSE(follows(turn(call("set_alarm", 1, R"({"unit":"kelvin"})")), o));           // not in the enum
+  EXPECT_FALSE(follows(turn(call("set_alarm", 1, R"({"unit":"celsius","x":1})")), o));   // no other keys
+  EXPECT_FALSE(follows(turn(call("get_time", 1, "{}"), "Sure."), o));                     // no response text
+  EXPECT_FALSE(follows("<|close|>response<|sep|><|close|>message<|sep|><|end_of_msg|>", o));  // no call at all
+  ToolGrammarOptions single{.thinking = false, .parallel_tool_calls = false};
+  EXPECT_TRUE(follows(turn(call("get_time", 1, "{}")), single));
+  EXPECT_FALSE(follows(turn(call("get_time", 1, "{}") + call("get_time", 2, "{}")), single));
+  ToolGrammarOptions think{.thinking = true};
+  EXPECT_FALSE(follows(turn(call("get_time", 1, "{}")), think));  // thinking on: the think channel closes first
+}
+
+TEST(K3ToolGrammar, ErrorsNameTheTool) {
+  Json bad = kRequest;
+  bad["tools"][0]["function"]["parameters"] = Json::parse(R"({"type": "object", "properties": {"a": {"type": "str"}}})");
+  auto g = required_tool_call_grammar(bad, k3_tokenizer(), {});
+  ASSERT_FALSE(g.ok());
+  EXPECT_NE(g.status().message().find("set_alarm"), std::string::npos) << g.status().message();
+  EXPECT_NE(g.status().message().find("str"), std::string::npos) << g.status().message();
+  Json none = Json::parse(R"({"messages": [{"role": "user", "content": "hi"}]})");
+  EXPECT_FALSE(required_tool_call_grammar(none, k3_tokenizer(), {}).ok());
+}
+
+}  // namespace
+}  // namespace rill::text::k3
