@@ -1,17 +1,17 @@
 #include "server/chat_prompt.h"
 
 #include "text/constraint/grammar_constraint.h"
+#include "text/constraint/json_schema.h"
 #include "text/k3/k3_renderer.h"
-#include "text/k3/tool_grammar.h"
+#include "text/k3/turn_grammar.h"
 
 namespace rill::server {
 
 std::unique_ptr<ChatPrompt> ChatPrompt::load(const std::filesystem::path& model_dir, bool kimi_k3,
                                              std::shared_ptr<const text::Tokenizer> tokenizer) {
   std::unique_ptr<ChatPrompt> chat(new ChatPrompt(kimi_k3, std::move(tokenizer)));
-  if (kimi_k3) {
-    chat->masker_ = std::make_shared<const text::constraint::TokenMasker>(*chat->tokenizer_);
-  } else {
+  chat->masker_ = std::make_shared<const text::constraint::TokenMasker>(*chat->tokenizer_);
+  if (!kimi_k3) {
     auto tmpl = text::ChatTemplate::load(model_dir);
     if (tmpl.ok())
       chat->template_.emplace(std::move(tmpl).value());
@@ -66,6 +66,17 @@ ApiResult<RenderedChat> ChatPrompt::render_k2(const ChatRequest& request) const 
   out.parser.starts_in_reasoning = out.parser.k2_reasoning && tail.ends_with("<think>");
   out.parser.first_tool_call_number = request.n_prior_tool_calls;
   out.raw = request.tool_choice == ToolChoice::None && !out.parser.k2_reasoning;
+  // response_format: the whole output is the JSON value, unless a reasoning channel comes first (K2 thinking
+  // templates; not constrained) or a call was forced open above.
+  const Json* rf = request.body.contains("response_format") ? &request.body["response_format"] : nullptr;
+  const std::string rf_type = rf && rf->is_object() ? rf->value("type", "") : "";
+  if ((rf_type == "json_object" || rf_type == "json_schema") && !out.parser.starts_in_reasoning &&
+      out.forced_prefix.empty()) {
+    const Json* schema = rf_type == "json_schema" ? &rf->at("json_schema").at("schema") : nullptr;
+    auto grammar = text::constraint::json_grammar(schema);
+    if (!grammar.ok()) return bad_request("response_format", "response_format.json_schema.{}", grammar.status().message());
+    out.grammar = *grammar;
+  }
   return out;
 }
 
@@ -87,6 +98,11 @@ ApiResult<RenderedChat> ChatPrompt::render_k3(const ChatRequest& request) const 
     go.parallel_tool_calls = request.body.value("parallel_tool_calls", Json(true)) != Json(false);
     auto grammar = text::k3::required_tool_call_grammar(request.body, *tokenizer_, go);
     if (!grammar.ok()) return bad_request("tools", "{}", grammar.status().message());
+    out.grammar = *grammar;
+  } else if (o.response_format != text::k3::ResponseFormat::Text && o.add_generation_prompt) {
+    const bool schema = o.response_format == text::k3::ResponseFormat::JsonSchema;
+    auto grammar = text::k3::response_format_grammar(schema ? &o.response_schema : nullptr, *tokenizer_, o.thinking);
+    if (!grammar.ok()) return bad_request("response_format", "{}", grammar.status().message());
     out.grammar = *grammar;
   }
   return out;

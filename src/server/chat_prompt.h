@@ -26,7 +26,8 @@ struct RenderedChat {
   text::ParserConfig parser;
   bool raw = false;           // no parser: the text is content (K2 family, tool_choice none, no reasoning)
   std::string forced_prefix;  // generated-side text the prompt ends with, fed to the parser first
-  // K3 tool_choice "required": the grammar every choice's output must follow (text/k3/tool_grammar.h).
+  // The grammar every choice's output must follow (null: free): K3 tool_choice "required" and K3
+  // response_format (text/k3/turn_grammar.h); K2-family response_format (the output is the JSON value).
   std::shared_ptr<const text::constraint::Grammar> grammar;
 };
 
@@ -60,7 +61,7 @@ class ChatPrompt {
 
   bool kimi_k3_;
   std::shared_ptr<const text::Tokenizer> tokenizer_;
-  std::shared_ptr<const text::constraint::TokenMasker> masker_;  // K3: the vocabulary walk for grammars
+  std::shared_ptr<const text::constraint::TokenMasker> masker_;  // the vocabulary walk for grammars
   std::optional<text::ChatTemplate> template_;
   Status template_error_;
 };

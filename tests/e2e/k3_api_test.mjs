@@ -15,7 +15,8 @@
 //    function is a 400 (K3 has no form for it), and a follow-up turn with an assistant tool call and a `tool`
 //    result renders in the XTML call format and runs. Unconstrained, the random model never writes an XTML
 //    tool section; tool_choice "required" is grammar-constrained, so there the openai client gets tool_calls,
-//    whose arguments ajv validates against each tool's JSON Schema.
+//    whose arguments ajv validates against each tool's JSON Schema; so is response_format json_schema (the
+//    content validated the same way).
 //  - `rill chat` (same chat path, no server): the same reasoning and content as the server's greedy reply;
 //  - SIGTERM: the server exits 0 (lib/harness.mjs `run`).
 import { spawnSync } from "child_process";
@@ -189,7 +190,7 @@ await run("e2e_k3_api", async (track) => {
     assertEq(st.usage.completion_tokens, r.usage.completion_tokens, "same completion_tokens (tools)");
   }
 
-  // tool_choice "required" is grammar-constrained (src/text/k3/tool_grammar.h), so even random weights write
+  // tool_choice "required" is grammar-constrained (src/text/k3/turn_grammar.h), so even random weights write
   // a tools section: the openai client gets tool_calls of declared tools, finish_reason "tool_calls", and
   // arguments that ajv (an independent JSON Schema validator) accepts under the tool's parameters; one call
   // when parallel_tool_calls is false; streamed == non-streamed. Sampled (seeded) so the calls vary.
@@ -238,4 +239,17 @@ await run("e2e_k3_api", async (track) => {
       calls.map((t) => [t.id, t.function.name, t.function.arguments]), `${where}: streamed tool calls == non-streamed`);
   }
   assert(sawParallel, "some parallel request made more than one call");
+
+  // response_format json_schema is grammar-constrained too: the response channel is the JSON value.
+  for (const seed of [1, 2]) {
+    const body = { ...req, messages, thinking: { type: "disabled" }, max_tokens: 300, temperature: 1, seed,
+      response_format: { type: "json_schema", json_schema: { name: "alarm", schema: alarm.function.parameters } } };
+    const r = await client.chat.completions.create(body);
+    checkChatCompletion(r);
+    assertEq(r.choices[0].finish_reason, "stop", `response_format seed ${seed}: ends after the JSON value`);
+    const text = r.choices[0].message.content;
+    assert(validators.set_alarm(JSON.parse(text)), `response_format seed ${seed}: ${text}: ${ajv.errorsText(validators.set_alarm.errors)}`);
+    const st = await collectChatStream(await client.chat.completions.create({ ...body, stream: true }), 1, true);
+    assertEq(st.choices[0].content, text, `response_format seed ${seed}: streamed == non-streamed`);
+  }
 });

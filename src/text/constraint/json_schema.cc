@@ -605,4 +605,15 @@ NodeId json_object_node(GrammarBuilder& b, const JsonGrammarOptions& options) {
   return JsonSyntax(b, options).any_object();
 }
 
+Result<std::shared_ptr<const Grammar>> json_grammar(const Json* schema, const JsonGrammarOptions& options) {
+  GrammarBuilder b;
+  NodeId root = -1;
+  if (schema) {
+    RILL_ASSIGN_OR_RETURN(root, json_schema_node(b, *schema, options));
+  } else {
+    root = json_object_node(b, options);
+  }
+  return b.build(root);
+}
+
 }  // namespace rill::text::constraint

@@ -29,6 +29,10 @@ Result<NodeId> json_schema_node(GrammarBuilder& b, const nlohmann::ordered_json&
 
 // Any JSON value (response_format json_object uses json_object_node: any JSON object).
 NodeId json_value_node(GrammarBuilder& b, const JsonGrammarOptions& options = {});
+// A grammar of one JSON value: what `schema` accepts, or any JSON object when it is null (response_format
+// json_schema / json_object on a model whose whole output is the response).
+Result<std::shared_ptr<const Grammar>> json_grammar(const nlohmann::ordered_json* schema,
+                                                    const JsonGrammarOptions& options = {});
 NodeId json_object_node(GrammarBuilder& b, const JsonGrammarOptions& options = {});
 
 }  // namespace rill::text::constraint

@@ -1,4 +1,4 @@
-#include "text/k3/tool_grammar.h"
+#include "text/k3/turn_grammar.h"
 
 #include <string>
 #include <vector>
@@ -95,6 +95,26 @@ Result<std::shared_ptr<const constraint::Grammar>> required_tool_call_grammar(co
   if (options.thinking) turn = {b.any_bytes(), g.close("think"), g.open("response")};
   for (NodeId n : {g.close("response"), g.open("tools"), calls, g.close("tools"), g.close("message"), b.special(g.end_)})
     turn.push_back(n);
+  return b.build(b.seq(std::move(turn)));
+}
+
+Result<std::shared_ptr<const constraint::Grammar>> response_format_grammar(const Json* schema,
+                                                                           const Tokenizer& tokenizer,
+                                                                           bool thinking) {
+  Builder g(tokenizer);
+  RILL_TRY(g.control_ids());
+  GrammarBuilder& b = g.b;
+  NodeId value = -1;
+  if (schema) {
+    auto node = constraint::json_schema_node(b, *schema);
+    if (!node.ok()) return invalid_argument("response_format.json_schema.{}", node.status().message());
+    value = *node;
+  } else {
+    value = constraint::json_object_node(b);
+  }
+  std::vector<NodeId> turn;
+  if (thinking) turn = {b.any_bytes(), g.close("think"), g.open("response")};
+  for (NodeId n : {value, g.close("response"), g.close("message"), b.special(g.end_)}) turn.push_back(n);
   return b.build(b.seq(std::move(turn)));
 }
 

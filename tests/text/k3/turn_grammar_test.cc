@@ -1,4 +1,4 @@
-// The K3 "required" tool-call grammar against turns written by hand from the XTML format (spec §2.5,
+// The K3 turn grammars ("required" tool calls, response_format) against turns written by hand from the XTML format (spec §2.5,
 // serving.md): well-formed turns are accepted token by token as the real K3 vocabulary splits them, with every
 // token inside the mask the engine would apply; turns that break the format or a tool's schema are not.
 #include <gtest/gtest.h>
@@ -7,7 +7,7 @@
 #include <random>
 
 #include "text/constraint/grammar_constraint.h"
-#include "text/k3/tool_grammar.h"
+#include "text/k3/turn_grammar.h"
 #include "text/tokenizer/bpe_trainer.h"
 
 namespace rill::text::k3 {
@@ -89,6 +89,33 @@ TEST(K3ToolGrammar, RejectsWhatTheFormatOrSchemaForbids) {
   EXPECT_FALSE(follows(turn(call("get_time", 1, "{}") + call("get_time", 2, "{}")), single));
   ToolGrammarOptions think{.thinking = true};
   EXPECT_FALSE(follows(turn(call("get_time", 1, "{}")), think));  // thinking on: the think channel closes first
+}
+
+// response_format: the response channel is the JSON value, then the message ends.
+bool response_follows(const std::string& text, const Json* schema, bool thinking) {
+  auto g = response_format_grammar(schema, k3_tokenizer(), thinking);
+  EXPECT_TRUE(g.ok()) << g.status().to_string();
+  constraint::Matcher m(*g);
+  for (int32_t id : k3_tokenizer().encode(text, /*allow_special=*/true))
+    if (!masker()->advance(m, id)) return false;
+  return m.is_finished();
+}
+
+TEST(K3ResponseFormatGrammar, TheResponseIsTheJsonValue) {
+  const std::string end = "<|close|>response<|sep|><|close|>message<|sep|><|end_of_msg|>";
+  const Json schema = kRequest["tools"][0]["function"]["parameters"];
+  EXPECT_TRUE(response_follows(R"({"unit": "celsius", "label": "x"})" + end, &schema, false));
+  EXPECT_TRUE(response_follows(std::string("hmm<|close|>think<|sep|><|open|>response<|sep|>") + R"({"unit":"celsius"})" + end, &schema, true));
+  EXPECT_FALSE(response_follows(R"({"label": "x"})" + end, &schema, false));
+  EXPECT_FALSE(response_follows(R"(Sure: {"unit": "celsius"})" + end, &schema, false));
+  EXPECT_FALSE(response_follows(R"({"unit": "celsius"})", &schema, false));  // the message must end
+  EXPECT_TRUE(response_follows(R"({"any": [1, {"thing": null}]})" + end, nullptr, false));  // json_object
+  EXPECT_FALSE(response_follows(R"([1, 2])" + end, nullptr, false));
+  const Json bad = Json::parse(R"({"type": "object", "properties": {"a": {"enum": []}}})");
+  auto g = response_format_grammar(&bad, k3_tokenizer(), false);
+  ASSERT_FALSE(g.ok());
+  EXPECT_NE(g.status().message().find("response_format.json_schema.schema.properties.a"), std::string::npos)
+      << g.status().message();
 }
 
 TEST(K3ToolGrammar, ErrorsNameTheTool) {

@@ -1,5 +1,8 @@
-// The grammar a K3 assistant turn follows under tool_choice "required" (what SGLang and TRT-LLM's strict
-// mode enforce with xgrammar): the turn goes straight from the response channel into a tools section of one
+// Grammars of a K3 assistant turn for constrained decoding (what SGLang and TRT-LLM's strict mode enforce with
+// xgrammar). When thinking is on, the think channel is free text and the constraint starts at the response
+// channel, as TRT-LLM places it.
+//
+// tool_choice "required": the turn goes straight from the response channel into a tools section of one
 // or more calls of declared tools, each call's arguments a JSON object that the tool's `parameters` schema
 // accepts, written as a raw-JSON block — the XTML form that needs no per-argument type tags:
 //
@@ -10,7 +13,11 @@
 //   <|close|>tools<|sep|><|close|>message<|sep|><|end_of_msg|>
 //
 // The response text is empty: a forced call is all the turn holds (vLLM's "required" likewise returns only
-// calls). The thinking channel, when on, is free text.
+// calls).
+//
+// response_format json_schema / json_object: the response channel is one JSON value of the schema (any JSON
+// object for json_object), then the message ends:
+//   [thinking ...] {...}<|close|>response<|sep|><|close|>message<|sep|><|end_of_msg|>
 #pragma once
 
 #include <memory>
@@ -33,5 +40,10 @@ struct ToolGrammarOptions {
 Result<std::shared_ptr<const constraint::Grammar>> required_tool_call_grammar(const Json& request,
                                                                               const Tokenizer& tokenizer,
                                                                               const ToolGrammarOptions& options);
+
+// `schema`: the response_format's json_schema.schema, or null for json_object. Errors name the schema path.
+Result<std::shared_ptr<const constraint::Grammar>> response_format_grammar(const Json* schema,
+                                                                           const Tokenizer& tokenizer,
+                                                                           bool thinking);
 
 }  // namespace rill::text::k3
