@@ -7,9 +7,15 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <mutex>
 #include <random>
+
+#include <nlohmann/json.hpp>
+#include <unistd.h>
 
 #include "engine/engine.h"
 #include "model/fixture.h"
@@ -41,11 +47,43 @@ struct LogitsLog {
   std::map<uint64_t, std::vector<std::vector<float>>> rows;
 };
 
+// The K3 fixture with every token routed to all 8 of its experts (num_experts_per_token 2 -> 8), written once
+// per process. Caching on vs off differs by fp32 rounding; a top-k choice within rounding of a tie may then
+// go either way (both right) and move the logits far more than rounding does. One CI run failed that way
+// (request 1 of ConcurrentRequestsSharingAPrefixThenEverythingEvicts: 1e-3 at its first position, 4% later;
+// not reproduced in 100+ local runs, and caching off under other chunkings stays within 2e-5). With no choice
+// to flip, what caching must restore — the KDA state and conv window, the MLA cache, across K3's AttnRes
+// blocks — is still all K3's, and the bound stays tight: a wrong state still fails it.
+struct TempModelDir {
+  std::filesystem::path path;
+  ~TempModelDir() { std::filesystem::remove_all(path); }
+};
+
+std::filesystem::path k3_all_experts_dir() {
+  static const TempModelDir dir = [] {
+    namespace fs = std::filesystem;
+    const fs::path src = testing::data_dir() / "kimi_k3_tiny_a";
+    const fs::path out = fs::temp_directory_path() / ("rill_k3_all_experts_" + std::to_string(::getpid()));
+    fs::create_directories(out);
+    nlohmann::ordered_json config = nlohmann::ordered_json::parse(std::ifstream(src / "config.json"));
+    auto& text = config["text_config"];
+    text["num_experts_per_token"] = text["num_experts"];
+    std::ofstream(out / "config.json") << config.dump(2);
+    fs::copy_file(src / "model.safetensors", out / "model.safetensors", fs::copy_options::overwrite_existing);
+    return TempModelDir{out};
+  }();
+  return dir.path;
+}
+
+std::filesystem::path model_dir(const std::string& fixture) {
+  return fixture == "kimi_k3_tiny_a_all_experts" ? k3_all_experts_dir() : testing::data_dir() / fixture;
+}
+
 class Harness {
  public:
   Harness(const std::string& fixture, EngineOptions o) : log_(std::make_shared<LogitsLog>()) {
     be_ = backend::make_cpu_backend();
-    auto m = model::load_model(testing::data_dir() / fixture, *be_);
+    auto m = model::load_model(model_dir(fixture), *be_);
     EXPECT_TRUE(m.ok()) << m.status().to_string();
     std::shared_ptr<LogitsLog> log = log_;
     o.logits_hook = [log](uint64_t id, int32_t, std::span<const float> row) {
@@ -136,6 +174,12 @@ void expect_same(const Outcome& on, const Outcome& off, const std::string& what)
   }
 }
 
+// $RILL_TEST_SEED replays a run; else a fresh seed (printed by each test's trace).
+uint32_t test_seed() {
+  const char* env = std::getenv("RILL_TEST_SEED");
+  return env ? uint32_t(std::strtoul(env, nullptr, 10)) : std::random_device{}();
+}
+
 std::vector<int32_t> random_tokens(std::mt19937& rng, size_t n) {
   std::vector<int32_t> t(n);
   for (auto& x : t) x = int32_t(3 + rng() % 500);  // no EOS / special ids
@@ -148,8 +192,8 @@ std::vector<int32_t> concat(std::vector<int32_t> a, const std::vector<int32_t>& 
 }
 
 TEST_P(PrefixCache, SamePromptAgainIsServedFromTheCache) {
-  const uint32_t seed = std::random_device{}();
-  SCOPED_TRACE("seed " + std::to_string(seed));
+  const uint32_t seed = test_seed();
+  SCOPED_TRACE("RILL_TEST_SEED=" + std::to_string(seed));
   std::mt19937 rng(seed);
   Harness on(current_fixture, caching(64, 64));
   const auto prompt = random_tokens(rng, 200);
@@ -168,8 +212,8 @@ TEST_P(PrefixCache, SamePromptAgainIsServedFromTheCache) {
 // Request A = prefix + 100 tokens, then B = prefix + other tokens: B resumes from the deepest snapshot inside
 // the shared full blocks (interval 128: A's prompt end and decode lie past the prefix).
 void shared_prefix(int max_num_tokens) {
-  const uint32_t seed = std::random_device{}();
-  SCOPED_TRACE("seed " + std::to_string(seed) + ", max_num_tokens " + std::to_string(max_num_tokens));
+  const uint32_t seed = test_seed();
+  SCOPED_TRACE("RILL_TEST_SEED=" + std::to_string(seed) + ", max_num_tokens " + std::to_string(max_num_tokens));
   std::mt19937 rng(seed);
   Harness on(current_fixture, caching(max_num_tokens, 128));
   // mid-block, exactly at a block, exactly at a snapshot, one token past a snapshot
@@ -205,8 +249,8 @@ TEST_P(PrefixCache, SharedPrefixChunksNotDividingTheInterval) {
 // in-step snapshots off, where the chunks end at each of them instead. Prompts sharing 130, 200 and 299 tokens
 // of it resume from the deepest of those snapshots and still equal the uncached computation.
 void snapshots_inside_one_step(bool in_step) {
-  const uint32_t seed = std::random_device{}();
-  SCOPED_TRACE("seed " + std::to_string(seed) + (in_step ? ", in-step snapshots" : ", chunks cut at snapshots"));
+  const uint32_t seed = test_seed();
+  SCOPED_TRACE("RILL_TEST_SEED=" + std::to_string(seed) + (in_step ? ", in-step snapshots" : ", chunks cut at snapshots"));
   std::mt19937 rng(seed);
   EngineOptions o = caching(512, 64);
   o.kda_snapshots_in_step = in_step;
@@ -230,8 +274,8 @@ TEST_P(PrefixCache, SnapshotsWhereChunksEndAtEachPosition) {
 }
 
 TEST_P(PrefixCache, MultiTurnChatResumesFromThePreviousTurn) {
-  const uint32_t seed = std::random_device{}();
-  SCOPED_TRACE("seed " + std::to_string(seed));
+  const uint32_t seed = test_seed();
+  SCOPED_TRACE("RILL_TEST_SEED=" + std::to_string(seed));
   std::mt19937 rng(seed);
   Harness on(current_fixture, caching(96, 128));
   std::vector<int32_t> conversation = random_tokens(rng, 150);
@@ -248,8 +292,8 @@ TEST_P(PrefixCache, MultiTurnChatResumesFromThePreviousTurn) {
 }
 
 TEST_P(PrefixCache, ConcurrentRequestsSharingAPrefixThenEverythingEvicts) {
-  const uint32_t seed = std::random_device{}();
-  SCOPED_TRACE("seed " + std::to_string(seed));
+  const uint32_t seed = test_seed();
+  SCOPED_TRACE("RILL_TEST_SEED=" + std::to_string(seed));
   std::mt19937 rng(seed);
   Harness on(current_fixture, caching(80, 64, 4));
   const auto prefix = random_tokens(rng, 230);
@@ -285,8 +329,8 @@ TEST_P(PrefixCache, ConcurrentRequestsSharingAPrefixThenEverythingEvicts) {
 // A cache of 3 blocks for up to 8 sequences that each grow into a second block: running sequences are
 // preempted and recomputed (resuming from their own cached prefix when it survived).
 TEST_P(PrefixCache, PreemptionWithCachingStillEqualsAlone) {
-  const uint32_t seed = std::random_device{}();
-  SCOPED_TRACE("seed " + std::to_string(seed));
+  const uint32_t seed = test_seed();
+  SCOPED_TRACE("RILL_TEST_SEED=" + std::to_string(seed));
   std::mt19937 rng(seed);
   EngineOptions o = caching(64, 64, 8);
   o.num_kv_blocks = 3;
@@ -308,8 +352,8 @@ TEST_P(PrefixCache, PreemptionWithCachingStillEqualsAlone) {
 // 12 blocks and 2 snapshots for prompts of up to 5 blocks: new requests evict blocks and snapshots of earlier
 // chains (tails first), and later requests resume from whatever part of their chain survived.
 TEST_P(PrefixCache, EvictionPressureKeepsOutputsEqual) {
-  const uint32_t seed = std::random_device{}();
-  SCOPED_TRACE("seed " + std::to_string(seed));
+  const uint32_t seed = test_seed();
+  SCOPED_TRACE("RILL_TEST_SEED=" + std::to_string(seed));
   std::mt19937 rng(seed);
   EngineOptions o = caching(64, 64, 2);
   o.num_kv_blocks = 12;
@@ -343,7 +387,7 @@ TEST_P(PrefixCache, EvictionPressureKeepsOutputsEqual) {
   (void)hits;
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, PrefixCache, ::testing::Values("kimi_linear_tiny_b", "kimi_k3_tiny_a"));
+INSTANTIATE_TEST_SUITE_P(Fixtures, PrefixCache, ::testing::Values("kimi_linear_tiny_b", "kimi_k3_tiny_a_all_experts"));
 
 }  // namespace
 }  // namespace rill::engine
