@@ -7,10 +7,10 @@
 #include "cache/cache_manager.h"
 #include "core/log.h"
 #include "engine/sampler.h"
-#include "text/constraint/token_constraint.h"
 #include "engine/scheduler.h"
 #include "engine/stop_checker.h"
 #include "model/model.h"
+#include "text/constraint/token_constraint.h"
 
 namespace rill::engine {
 

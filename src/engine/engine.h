@@ -54,8 +54,8 @@ struct Request {
   std::vector<int32_t> prompt;
   SamplingParams params;
   int32_t reported_prompt_tokens = -1;  // K3 counts the prompt minus its 3-token generation stub; -1: prompt size
-  // Grammar-constrained decoding (tool_choice "required" on K3): which tokens may be sampled next. One per
-  // request (it is stateful); null: unconstrained.
+  // Grammar-constrained decoding (K3 tool_choice "required", response_format): which tokens may be sampled
+  // next. One per request (it is stateful); null: unconstrained.
   std::shared_ptr<text::constraint::TokenConstraint> constraint;
 };
 

@@ -42,8 +42,8 @@ class ChatPrompt {
   //  - tool_choice named (or "required" with one tool), K2 family: the prompt ends with the opening of that
   //    call
   //    (`<|tool_calls_section_begin|><|tool_call_begin|>functions.NAME:IDX<|tool_call_argument_begin|>`), so
-  //    the model writes its arguments; "required" with several tools opens the section only. This is rill's
-  //    stand-in for grammar-constrained decoding, which it does not have.
+  //    the model writes its arguments; "required" with several tools opens the section only. (K2 tool calls
+  //    are not grammar-constrained yet; K3's "required" and every response_format are: see `grammar`.)
   ApiResult<RenderedChat> render(const ChatRequest& request) const;
 
   bool kimi_k3() const { return kimi_k3_; }
