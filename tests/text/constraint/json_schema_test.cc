@@ -9,6 +9,7 @@
 #include <functional>
 #include <iterator>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -455,8 +456,8 @@ const std::vector<WalkCase>& walk_cases() {
                   std::all_of(v.begin(), v.end(), [](const Json& x) { return x.is_boolean(); });
          return v.is_null() || is_integer(v);
        }},
-      // A random additional key could spell "id" again (nlohmann keeps the last value): rare enough to
-      // ignore.
+      // A random additional key can spell "id" again (the compiler allows it, json_schema.cc); such walks
+      // are skipped below, since a parsed object keeps only one of the values.
       {"map",
        R"({"type": "object", "properties": {"id": {"enum": ["a\"b", "c\\d", "é", 7]}}, "required": ["id"],
            "additionalProperties": {"type": "number"}})",
@@ -510,6 +511,19 @@ uint32_t test_seed() {
   return seed;
 }
 
+// Whether some object in the text repeats a key (nlohmann's parse would keep only the last value).
+bool has_duplicate_key(const std::string& text) {
+  std::vector<std::set<std::string>> keys;
+  bool duplicate = false;
+  const Json ignored = Json::parse(text, [&](int, Json::parse_event_t event, Json& parsed) {
+    if (event == Json::parse_event_t::object_start) keys.emplace_back();
+    if (event == Json::parse_event_t::object_end) keys.pop_back();
+    if (event == Json::parse_event_t::key && !keys.back().insert(parsed.get<std::string>()).second) duplicate = true;
+    return true;
+  });
+  return duplicate;
+}
+
 TEST(JsonSchema, RandomWalksProduceValidJson) {
   const uint32_t seed = test_seed();
   SCOPED_TRACE("RILL_TEST_SEED=" + std::to_string(seed));
@@ -525,6 +539,7 @@ TEST(JsonSchema, RandomWalksProduceValidJson) {
         ADD_FAILURE() << "not JSON: " << text;
         continue;
       }
+      if (has_duplicate_key(parsable)) continue;
       EXPECT_TRUE(c.valid(Json::parse(parsable))) << "schema rejects: " << text;
     }
   }
