@@ -70,7 +70,8 @@ if want test; then
   note "cpu model tests: $( [[ $? == 0 ]] && echo PASS || echo FAIL )"
 fi
 if want sanitize; then
-  for t in model_gpu_tests engine_gpu_tests backend_tests; do
+  # SANITIZE_TARGETS narrows the executables (default: all three GPU test programs).
+  for t in ${SANITIZE_TARGETS:-model_gpu_tests engine_gpu_tests backend_tests}; do
     exe=$(find $BUILD/tests -name $t -type f | head -1)
     # SANITIZE_FILTER (a gtest filter) narrows backend_tests to the kernels that changed, to fit a short run.
     filter=(); [[ $t == backend_tests && -n ${SANITIZE_FILTER:-} ]] && filter=(--gtest_filter="$SANITIZE_FILTER")

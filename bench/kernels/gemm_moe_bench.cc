@@ -316,8 +316,8 @@ struct Lab {
     cex.down_scales = cpool.mirror(dev, ex.down_scales, false);
     const double w_bytes = double(E) * double(3 * I * Hx) * (0.5 + 1.0 / 32);
 
-    std::vector<int64_t> ts = {16, 256, 2048};
-    if (opt.quick) ts = {256};
+    std::vector<int64_t> ts = {1, 4, 16, 256, 2048};
+    if (opt.quick) ts = {1, 256, 2048};
     for (int64_t T : ts) {
       const TensorView x = pool.random(DType::BF16, {T, Hx}, -2, 2), out = pool.empty(DType::BF16, {T, Hx});
       const TensorView ids = pool.empty(DType::I32, {T, k}), wts = pool.empty(DType::F32, {T, k});

@@ -4,6 +4,7 @@
 #include <cuda_bf16.h>
 
 #include <cstdint>
+#include <cstring>
 
 #include "backend/cuda/common/device_math.cuh"
 
@@ -32,13 +33,34 @@ __device__ __forceinline__ float warp_sum_f(float v) {
   return v;
 }
 
-// MXFP4 (spec §2.4). FP4 E2M1 code (4 bits) -> value, as backend/cpu/mxfp4.h: sign bit 3, magnitude
-// {0, .5, 1, 1.5, 2, 3, 4, 6} (exponent e = bits 1-2, mantissa m = bit 0: 0.5 m when e = 0, else
-// 2^(e-1) (1 + 0.5 m); every step exact).
-__device__ __forceinline__ float fp4_e2m1(uint32_t code) {
-  const uint32_t e = (code >> 1) & 3u, m = code & 1u;
-  const float mag = e == 0u ? 0.5f * float(m) : __uint_as_float((126u + e) << 23) * (1.0f + 0.5f * float(m));
-  return (code & 8u) ? -mag : mag;
+// MXFP4 (spec §2.4). FP4 E2M1 codes: sign bit 3, magnitude {0, .5, 1, 1.5, 2, 3, 4, 6} (exponent e = bits 1-2,
+// mantissa m = bit 0: 0.5 m when e = 0, else 2^(e-1) (1 + 0.5 m)), decoded two at a time with integer ops:
+// the magnitude bits (e1 e0 m) become a bf16's two lowest exponent bits and its top mantissa bit, the code's
+// sign its sign. That bf16 is 2^(e-127) (1 + m/2) = fp4 * 2^-126 for e >= 1, and the subnormal m * 2^-127 =
+// fp4 * 2^-126 for e = 0: every code is its value times 2^-126, exactly. The nibble at bits 0-3 of u goes to
+// the low half, the one at bits 16-19 to the high half; u's other bits are masked off. Four integer ops for two
+// codes, where a branchy float decode takes ~10 per code.
+__device__ __forceinline__ uint32_t fp4x2_tiny_bits(uint32_t u) {
+  return ((u << 6) & 0x01C001C0u) | ((u << 12) & 0x80008000u);
+}
+
+__device__ __forceinline__ __nv_bfloat162 bf162_from_bits(uint32_t b) {
+  __nv_bfloat162 v;
+  static_assert(sizeof(v) == sizeof(b));
+  memcpy(&v, &b, sizeof(b));
+  return v;
+}
+
+__device__ __forceinline__ uint32_t bits_from_bf162(__nv_bfloat162 v) {
+  uint32_t b;
+  memcpy(&b, &v, sizeof(b));
+  return b;
+}
+
+// The two codes' values as bf16 (exact): fp4 * 2^-126 times 2^126 (bf16 0x7E80), a bf16 multiply, which keeps
+// subnormal inputs (PTX bf16 arithmetic has no flush-to-zero) and is exact (the product is fp4 itself).
+__device__ __forceinline__ __nv_bfloat162 fp4x2_to_bf162(uint32_t u) {
+  return __hmul2(bf162_from_bits(fp4x2_tiny_bits(u)), bf162_from_bits(0x7E807E80u));
 }
 
 // E8M0 scale byte -> 2^(s - 127) (s = 0: the subnormal 2^-127, kept: no flush-to-zero); 255 is NaN, as on
@@ -46,6 +68,13 @@ __device__ __forceinline__ float fp4_e2m1(uint32_t code) {
 __device__ __forceinline__ float e8m0(uint32_t s) {
   if (s == 255u) return __uint_as_float(0x7fc00000u);
   return s == 0u ? __uint_as_float(0x00400000u) : __uint_as_float(s << 23);
+}
+
+// The same as a bf16 pair: bf16 has fp32's exponent range, so 2^(s - 127) is exact there too (s = 0: the bf16
+// subnormal 0x0040; 255: NaN). fp4 * this in bf16 is exact wherever fp4 * e8m0(s) is in fp32.
+__device__ __forceinline__ __nv_bfloat162 e8m0_bf162(uint32_t s) {
+  const uint32_t b = s == 255u ? 0x7FC0u : (s == 0u ? 0x0040u : s << 7);
+  return bf162_from_bits(b | (b << 16));
 }
 
 }  // namespace rill::cuda::moe

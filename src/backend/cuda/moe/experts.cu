@@ -8,12 +8,12 @@
 //    for experts j = w, w + 8, ..., the token's activations read through L1; the k rows are combined in
 //    order in shared memory. Memory-bound on the experts' weights (more, smaller blocks than before: the
 //    first version's 144 down blocks ran at ~50% of bandwidth).
-//    MXFP4 experts (spec §2.4) have twin kernels with the same grids and rounding points: a lane step is 32
-//    columns = 16 packed bytes (one 16-byte load, low nibble = even column) + one E8M0 scale byte per row,
-//    each weight dequantised in registers exactly as backend/cpu/mxfp4.h (fp4 * 2^(s-127), exact in fp32)
-//    and fma'd in fp32. No bf16 copy of the weights exists. First version: several ALU ops per weight may
-//    make it ALU- rather than bandwidth-bound, and x in shared memory is read with a 64-byte lane stride
-//    (bank conflicts); both are left for the kernel lab.
+//    MXFP4 experts (spec §2.4) have twin kernels with the same grids (down: 8 rows per block) and rounding
+//    points: a lane step is 16 columns = 8 packed bytes (one 8-byte load, low nibble = even column; K3's
+//    3584 and 3072 columns are 7 and 6 steps for every lane), decoded two codes at a time with integer ops
+//    and one bf16 multiply (device.cuh: exact FP4 values), fma'd in fp32 against x and multiplied by the
+//    row's E8M0 scale once per step. No bf16 copy of the weights exists. x of gate_up is staged as fp32 in a
+//    lane-swizzled order (conflict-free float4 reads).
 //  - grouped (prefill): plan (count per expert, exclusive scans, scatter pairs to expert-ordered slots) ->
 //    grouped gate_up GEMM with the activation in its epilogue -> grouped down GEMM -> combine per token over
 //    its k slots in order (deterministic, no atomics). Compute-bound on tensor cores. MXFP4 experts take the
@@ -168,28 +168,43 @@ __global__ void __launch_bounds__(kGemvThreads) moe_down_gemv_kernel(const Decod
 
 // ------------------------------------------------------------------------------------ decode path, MXFP4
 
-constexpr int kMxCols = 32;  // columns per lane step: 16 packed bytes (one 16-byte load) sharing one scale
+constexpr int kMxStep = 16;      // columns per lane step: 8 packed bytes (one 8-byte load), half a scale group
+constexpr int kMxDownRows = 8;   // output rows per block of the MXFP4 down GEMV
+constexpr int kMxXsChunk = 512;  // columns per lane-swizzled chunk of x in shared memory (32 lanes x 16)
+// The MXFP4 GEMVs are latency- and ALU-bound (ncu, K3 shapes: gate_up at 2 blocks per SM with 96 registers kept
+// the ALU pipe 54% busy and DRAM 28%). Row offsets instead of row pointers bring gate_up to 70 registers (3
+// blocks per SM; forcing 4 spills and ran no faster) and down, bounded to 4 blocks per SM, to 64 without spills.
+constexpr int kMxDownBlocksPerSm = 4;
 
-// acc + sum over 32 columns of w[c] * x[c], in column order: w[c] = fp4(nibble) * 2^(s-127), exact in fp32
-// like the CPU's dequantised row (mxfp4.h: low nibble = even column), then an fp32 fma per column.
-__device__ __forceinline__ float mxfp4_dot32(const uint4 w, uint32_t s, const float (&x)[4][8], float acc) {
-  const float scale = moe::e8m0(s);
-  const uint32_t words[4] = {w.x, w.y, w.z, w.w};
-#pragma unroll
-  for (int b = 0; b < 16; ++b) {
-    const uint32_t byte = (words[b / 4] >> (8 * (b % 4))) & 0xFFu;
-    acc = fmaf(__fmul_rn(moe::fp4_e2m1(byte & 0xFu), scale), x[b / 4][2 * (b % 4)], acc);
-    acc = fmaf(__fmul_rn(moe::fp4_e2m1(byte >> 4), scale), x[b / 4][2 * (b % 4) + 1], acc);
-  }
-  return acc;
+// Shared-memory slot of x's column c in the gate_up GEMV: the 16 fp32 values a lane reads in one step are 4
+// float4 that lie at consecutive addresses across the warp (no bank conflicts), chunk by 512 columns.
+__device__ __forceinline__ int mx_xs_index(int c) {
+  return (((c / kMxXsChunk) * 4 + (c % kMxStep) / 4) * 32 + (c / kMxStep) % 32) * 4 + c % 4;
 }
 
-// The MXFP4 twin of moe_gate_up_gemv_kernel: same grid, rounding points and epilogue; lane steps of 32 columns
-// read 16 packed bytes and one scale byte per row (Hx % 32 == 0, packed rows 16-byte aligned: checked on the
-// host). The weights are dequantised in registers; nothing is copied to bf16.
+// sum over 16 columns of fp4(code) * x in fp32, from 8 packed bytes (low nibble = even column). The codes'
+// values are exact in bf16 and in fp32, so are the products; the group's scale is applied by the caller, once.
+// x0: the first 8 columns (word q.x), x1: the next 8 (q.y).
+__device__ __forceinline__ float fp4_dot16(const uint2 q, const float (&x0)[8], const float (&x1)[8]) {
+  float acc0 = 0.0f, acc1 = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {  // columns i and i + 4 of each word (device.cuh's pairing)
+    const float2 v = __bfloat1622float2(moe::fp4x2_to_bf162(q.x >> (4 * i)));
+    const float2 u = __bfloat1622float2(moe::fp4x2_to_bf162(q.y >> (4 * i)));
+    acc0 = fmaf(v.x, x0[i], acc0);
+    acc1 = fmaf(v.y, x0[i + 4], acc1);
+    acc0 = fmaf(u.x, x1[i], acc0);
+    acc1 = fmaf(u.y, x1[i + 4], acc1);
+  }
+  return acc0 + acc1;
+}
+
+// The MXFP4 twin of moe_gate_up_gemv_kernel: same grid, rounding points and epilogue. Lane steps of 16 columns
+// read 8 packed bytes per row (Hx % 32 == 0, packed rows 16-byte aligned: checked on the host) and multiply
+// by the row's E8M0 scale once per step. x is staged once per pair as fp32 in mx_xs_index order.
 __global__ void __launch_bounds__(kGemvThreads) moe_gate_up_gemv_mxfp4_kernel(const DecodeParams p) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  bf16* xs = reinterpret_cast<bf16*>(smem_raw);  // [Hx]
+  float* xs = reinterpret_cast<float*>(smem_raw);  // [ceil(Hx / 512) * 512]
   constexpr int kRows = 2 * kGateUpRowsPerWarp;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int i0 = (blockIdx.x * kGemvWarps + warp) * kGateUpRowsPerWarp;
@@ -198,7 +213,7 @@ __global__ void __launch_bounds__(kGemvThreads) moe_gate_up_gemv_mxfp4_kernel(co
     const int t = pair / p.k, j = pair - t * p.k;
     const bf16* x = p.x + int64_t(t) * p.ldx;
     __syncthreads();  // the previous pair's readers of xs are done
-    for (int c = threadIdx.x; c < p.Hx; c += kGemvThreads) xs[c] = x[c];  // scalar: x is small next to the weights
+    for (int c = threadIdx.x; c < p.Hx; c += kGemvThreads) xs[mx_xs_index(c)] = __bfloat162float(x[c]);
     __syncthreads();
     const int e = p.ids[int64_t(t) * p.ld_ids + j];
     bf16* h = p.h + int64_t(pair) * p.I;
@@ -208,32 +223,36 @@ __global__ void __launch_bounds__(kGemvThreads) moe_gate_up_gemv_mxfp4_kernel(co
     }
     const uint8_t* w_e = p.gu_packed + int64_t(e) * p.gu_expert_stride;
     const uint8_t* s_e = p.gu_scales + int64_t(e) * p.gus_expert_stride;
-    const uint8_t* rows[kRows];   // gate rows i0.., then up rows I + i0..
-    const uint8_t* srows[kRows];  // their scale rows
-#pragma unroll
+    uint32_t rows[kRows], srows[kRows];  // byte offsets in w_e / s_e of gate rows i0.., then up rows I + i0..
+#pragma unroll                           // (32-bit: an expert is < 4 GB; 64-bit pointers would spill)
     for (int q = 0; q < kGateUpRowsPerWarp; ++q) {
       const int i = min(i0 + q, p.I - 1);  // rows past I compute a duplicate that is never stored
-      rows[q] = w_e + int64_t(i) * p.gu_ld;
-      rows[kGateUpRowsPerWarp + q] = w_e + int64_t(p.I + i) * p.gu_ld;
-      srows[q] = s_e + int64_t(i) * p.gus_ld;
-      srows[kGateUpRowsPerWarp + q] = s_e + int64_t(p.I + i) * p.gus_ld;
+      rows[q] = uint32_t(i * p.gu_ld);
+      rows[kGateUpRowsPerWarp + q] = uint32_t((p.I + i) * p.gu_ld);
+      srows[q] = uint32_t(i * p.gus_ld);
+      srows[kGateUpRowsPerWarp + q] = uint32_t((p.I + i) * p.gus_ld);
     }
     float acc[kRows];
 #pragma unroll
     for (int r = 0; r < kRows; ++r) acc[r] = 0.0f;
-    for (int c = lane * kMxCols; c < p.Hx; c += 32 * kMxCols) {
-      uint4 wv[kRows];
-      uint32_t sv[kRows];
+    for (int c = lane * kMxStep; c < p.Hx; c += 32 * kMxStep) {
+      uint2 wv[kRows];
+      float sc[kRows];
 #pragma unroll
       for (int r = 0; r < kRows; ++r) {
-        wv[r] = *reinterpret_cast<const uint4*>(rows[r] + c / 2);
-        sv[r] = srows[r][c / kMxCols];
+        wv[r] = *reinterpret_cast<const uint2*>(w_e + rows[r] + c / 2);
+        sc[r] = moe::e8m0(s_e[srows[r] + c / 32]);
       }
-      float xv[4][8];
+      float xv[2][8];
+      const float4* x4 = reinterpret_cast<const float4*>(xs) + (c / kMxXsChunk) * 128 + lane;
 #pragma unroll
-      for (int q = 0; q < 4; ++q) moe::load_bf16<8>(xs + c + 8 * q, xv[q]);
+      for (int q = 0; q < 4; ++q) {
+        const float4 v = x4[q * 32];
+        float* d = &xv[q / 2][4 * (q % 2)];
+        d[0] = v.x, d[1] = v.y, d[2] = v.z, d[3] = v.w;
+      }
 #pragma unroll
-      for (int r = 0; r < kRows; ++r) acc[r] = mxfp4_dot32(wv[r], sv[r], xv, acc[r]);
+      for (int r = 0; r < kRows; ++r) acc[r] = fmaf(fp4_dot16(wv[r], xv[0], xv[1]), sc[r], acc[r]);
     }
 #pragma unroll
     for (int r = 0; r < kRows; ++r) acc[r] = moe::warp_sum_f(acc[r]);
@@ -246,13 +265,14 @@ __global__ void __launch_bounds__(kGemvThreads) moe_gate_up_gemv_mxfp4_kernel(co
   }
 }
 
-// The MXFP4 twin of moe_down_gemv_kernel: same grid, per-expert bf16 rounding and in-order fp32 combine; lane
-// steps of 32 columns of I (I % 32 == 0), 16 packed bytes and one scale byte per output row.
-__global__ void __launch_bounds__(kGemvThreads) moe_down_gemv_mxfp4_kernel(const DecodeParams p) {
+// The MXFP4 twin of moe_down_gemv_kernel, with kMxDownRows output rows per block (the token's activations are
+// re-read by every block: more rows per block, less of that traffic): same per-expert bf16 rounding and
+// in-order fp32 combine; lane steps of 16 columns of I (I % 32 == 0), 8 packed bytes per output row.
+__global__ void __launch_bounds__(kGemvThreads, kMxDownBlocksPerSm) moe_down_gemv_mxfp4_kernel(const DecodeParams p) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  float* part = reinterpret_cast<float*>(smem_raw);  // [k, kDownRows]
+  float* part = reinterpret_cast<float*>(smem_raw);  // [k, kMxDownRows]
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int o0 = blockIdx.x * kDownRows;
+  const int o0 = blockIdx.x * kMxDownRows;
   const int n = p.k * p.I;
   for (int t = blockIdx.y; t < p.T; t += gridDim.y) {
     const bf16* hs = p.h + int64_t(t) * n;  // [k, I]: the token's activations, pair order (read through L1)
@@ -262,45 +282,44 @@ __global__ void __launch_bounds__(kGemvThreads) moe_down_gemv_mxfp4_kernel(const
       if (e < 0 || e >= p.E) continue;
       const uint8_t* w_e = p.dn_packed + int64_t(e) * p.dn_expert_stride;
       const uint8_t* s_e = p.dn_scales + int64_t(e) * p.dns_expert_stride;
-      const uint8_t* rows[kDownRows];
-      const uint8_t* srows[kDownRows];
+      uint32_t rows[kMxDownRows], srows[kMxDownRows];  // byte offsets in w_e / s_e (as in the gate_up twin)
 #pragma unroll
-      for (int r = 0; r < kDownRows; ++r) {
+      for (int r = 0; r < kMxDownRows; ++r) {
         const int o = min(o0 + r, p.Hx - 1);
-        rows[r] = w_e + int64_t(o) * p.dn_ld;
-        srows[r] = s_e + int64_t(o) * p.dns_ld;
+        rows[r] = uint32_t(o * p.dn_ld);
+        srows[r] = uint32_t(o * p.dns_ld);
       }
-      float s[kDownRows];
+      float s[kMxDownRows];
 #pragma unroll
-      for (int r = 0; r < kDownRows; ++r) s[r] = 0.0f;
-      for (int c = lane * kMxCols; c < p.I; c += 32 * kMxCols) {
-        uint4 wv[kDownRows];
-        uint32_t sv[kDownRows];
+      for (int r = 0; r < kMxDownRows; ++r) s[r] = 0.0f;
+      for (int c = lane * kMxStep; c < p.I; c += 32 * kMxStep) {
+        uint2 wv[kMxDownRows];
+        float sc[kMxDownRows];
 #pragma unroll
-        for (int r = 0; r < kDownRows; ++r) {
-          wv[r] = *reinterpret_cast<const uint4*>(rows[r] + c / 2);
-          sv[r] = srows[r][c / kMxCols];
+        for (int r = 0; r < kMxDownRows; ++r) {
+          wv[r] = *reinterpret_cast<const uint2*>(w_e + rows[r] + c / 2);
+          sc[r] = moe::e8m0(s_e[srows[r] + c / 32]);
         }
-        float hv[4][8];
+        float hv[2][8];
+        moe::load_bf16<8>(hs + j * p.I + c, hv[0]);
+        moe::load_bf16<8>(hs + j * p.I + c + 8, hv[1]);
 #pragma unroll
-        for (int q = 0; q < 4; ++q) moe::load_bf16<8>(hs + j * p.I + c + 8 * q, hv[q]);
-#pragma unroll
-        for (int r = 0; r < kDownRows; ++r) s[r] = mxfp4_dot32(wv[r], sv[r], hv, s[r]);
+        for (int r = 0; r < kMxDownRows; ++r) s[r] = fmaf(fp4_dot16(wv[r], hv[0], hv[1]), sc[r], s[r]);
       }
 #pragma unroll
-      for (int r = 0; r < kDownRows; ++r) {
+      for (int r = 0; r < kMxDownRows; ++r) {
         const float sum = moe::warp_sum_f(s[r]);
-        if (lane == 0) part[j * kDownRows + r] = moe::round_bf16(sum);
+        if (lane == 0) part[j * kMxDownRows + r] = moe::round_bf16(sum);
       }
     }
     __syncthreads();
     const int r = threadIdx.x;
-    if (r < kDownRows && o0 + r < p.Hx) {
+    if (r < kMxDownRows && o0 + r < p.Hx) {
       float acc = 0.0f;
       for (int j = 0; j < p.k; ++j) {
         const int e = p.ids[int64_t(t) * p.ld_ids + j];
         if (e < 0 || e >= p.E) continue;
-        acc += p.weights[int64_t(t) * p.ld_weights + j] * part[j * kDownRows + r];
+        acc += p.weights[int64_t(t) * p.ld_weights + j] * part[j * kMxDownRows + r];
       }
       p.out[int64_t(t) * p.ldo + o0 + r] = __float2bfloat16_rn(acc);
     }
@@ -417,8 +436,8 @@ ExpertsPlan plan_experts(const backend::MoeExpertsArgs& a) {
   // Sparse MXFP4 steps (K3 decode batches: 896 experts, 16 per token) stay on the GEMVs while pairs <= E/4:
   // the grouped GEMM runs nearly empty 64-slot tiles there, and the GEMVs' re-reading of experts chosen twice
   // costs little (pairs / (E (1 - exp(-pairs/E))) <= 1.13x the bytes). Measured on kimi-k3-slice
-  // (2026-12-01): batch 8 (128 pairs) 17.9 -> 14.7 ms a step on the GEMVs; batch 32 (512 pairs) 42.1 -> 49.7 ms,
-  // so it stays grouped.
+  // (2026-12-01, before the integer FP4 decode made both paths faster): batch 8 (128 pairs) 17.9 -> 14.7 ms a
+  // step on the GEMVs; batch 32 (512 pairs) 42.1 -> 49.7 ms, so it stays grouped. Not re-measured since.
   const bool sparse_mxfp4 = ex.format == backend::WeightFormat::Mxfp4 && 4 * s.pairs <= s.E;
   s.grouped = s.pairs > moe::kDecodeMaxPairs && shapes_ok && !sparse_mxfp4;
   s.h = align256(size_t(s.pairs) * size_t(s.I) * 2);
@@ -508,6 +527,10 @@ Status check_mxfp4_alignment(const backend::ExpertWeights& ex) {
     return invalid_argument(
         "moe_experts: MXFP4 packed expert rows must be 16-byte aligned (gate_up {}, down {})",
         ex.gate_up.describe(), ex.down.describe());
+  // The GEMVs address an expert's rows by 32-bit byte offsets.
+  if (ex.gate_up.stride(0) > int64_t(UINT32_MAX) || ex.down.stride(0) > int64_t(UINT32_MAX))
+    return invalid_argument("moe_experts: an MXFP4 expert must be under 4 GiB (gate_up {}, down {})",
+                            ex.gate_up.describe(), ex.down.describe());
   return {};
 }
 
@@ -524,10 +547,11 @@ Status run_decode_mxfp4(const backend::MoeExpertsArgs& a, const ExpertsPlan& s, 
   p.dns_expert_stride = ex.down_scales.stride(0);
   p.dns_ld = ex.down_scales.stride(1);
   RILL_TRY(check_mxfp4_alignment(ex));
-  const size_t x_smem = size_t(s.Hx) * 2, h_smem = size_t(s.k) * kDownRows * 4;
+  const size_t x_smem = size_t((s.Hx + kMxXsChunk - 1) / kMxXsChunk) * kMxXsChunk * 4,  // fp32, mx_xs_index
+      h_smem = size_t(s.k) * kMxDownRows * 4;
   const dim3 grid1(unsigned((s.I + kGemvWarps * kGateUpRowsPerWarp - 1) / (kGemvWarps * kGateUpRowsPerWarp)),
                    unsigned(std::min<int64_t>(s.pairs, 65535)));
-  const dim3 grid2(unsigned((s.Hx + kDownRows - 1) / kDownRows), unsigned(std::min<int64_t>(s.T, 65535)));
+  const dim3 grid2(unsigned((s.Hx + kMxDownRows - 1) / kMxDownRows), unsigned(std::min<int64_t>(s.T, 65535)));
   RILL_TRY(set_smem(reinterpret_cast<const void*>(moe_gate_up_gemv_mxfp4_kernel), x_smem, cx, "moe_experts"));
   RILL_TRY(set_smem(reinterpret_cast<const void*>(moe_down_gemv_mxfp4_kernel), h_smem, cx, "moe_experts"));
   moe_gate_up_gemv_mxfp4_kernel<<<grid1, kGemvThreads, x_smem, cx.stream>>>(p);

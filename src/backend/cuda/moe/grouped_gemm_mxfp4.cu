@@ -11,22 +11,21 @@
 //    128-255 load the scale of stage kt + 2 into a register when issuing that stage's copies and store it
 //    into a 3-stage shared ring after this step's MMAs, by which time the load has landed.
 //  - Before the MMAs of stage kt, all 256 threads dequantise it (16 columns each) into one bf16 tile with the
-//    bf16 kernel's padded layout: fp4(code) * 2^(s - 127) in fp32, exact, then to bf16, exact too (both
-//    factors have short mantissas; s = 0 gives bf16 subnormals, s = 255 NaN, as the CPU's float dequant).
+//    bf16 kernel's padded layout: fp4(code) * 2^(s - 127), built in bf16 with integer ops and two bf16
+//    multiplies, exact (both factors have short mantissas; s = 0 gives bf16 subnormals, s = 255 NaN, the
+//    values of the CPU's float dequant).
 //    A barrier, then ldmatrix + mma.sync read it exactly as in the bf16 kernel.
 // The products of bf16 activations and the exact weights are exact in fp32, so against the CPU (which
 // dequantises rows to fp32 and sums in fp32) only the summation order and the bf16 rounding points differ.
 //
-// First version, simple rather than fast. Measured on an H200 (kernel_lab, K3's 3584 x 3072 experts, 32 of
-// them, top-8): 98 and 120 TFLOP/s at T = 256 and 2048 (the bf16 kernel: 217 at Kimi Linear's shapes); T = 16
-// costs as much per tile (4 of 64 slots used: every tile does the full dequant and MMAs). Five stages
-// instead of three changed nothing, so memory latency is not the limit; most likely it is issuing the
-// dequant (~20 instructions per packed byte) and its second barrier. Next speed-ups, in order: build the bf16
-// bits with integer ops (fp4 bits << 6 plus the scale as exponent, a few instructions per code; this exact
-// fp32 path for scale bytes outside [2, 252]); dequantise stage kt + 1 into a second bf16 buffer while the
-// MMAs of stage kt run (one barrier per k-tile), or straight into the mma B fragments (a thread's fragment
-// needs bytes (lane % 4) and (lane % 4) + 4 of each 8-byte group of its row); 32-slot tiles (or the GEMVs)
-// when experts get few slots; then wgmma with warp-specialised producers.
+// Measured on an H200 (kernel_lab, K3's 3584 x 3072 experts, 32 of them, top-8): 148 and 183 TFLOP/s at
+// T = 256 and 2048 (the bf16 kernel: 217 at Kimi Linear's shapes). The first version decoded each code with
+// float ops and branches (~20 instructions per packed byte: 98 and 120 TFLOP/s); the integer decode of
+// device.cuh made it 1.5x faster. ncu now finds the L1 / shared-memory pipe ~80% busy (cp.async in, the
+// dequantised tile out and back through ldmatrix). Next: dequantise straight into the mma B fragments (a
+// thread's fragment needs bytes (lane % 4) and (lane % 4) + 4 of each 8-byte group of its row), skipping the
+// bf16 tile and its second barrier; 32-slot tiles (or the GEMVs) when experts get few slots; then wgmma with
+// warp-specialised producers.
 #include <cuda_bf16.h>
 
 #include "backend/cuda/common/check.h"
@@ -38,17 +37,22 @@ namespace {
 
 constexpr uint8_t kScaleOne = 127;  // E8M0 of 1.0: the scale of padding rows (their codes are zero-filled)
 
-// 16 columns of one B row: 8 packed bytes (low nibble = even column) and the row's scale, to 16 bf16.
+// 16 columns of one B row: 8 packed bytes (low nibble = even column) and the row's scale, to 16 bf16. Per
+// 32-bit word (8 codes, code i = column i): pairs (i, i + 4) decoded by fp4x2_to_bf162, put back in column order
+// by byte permutes, then scaled in bf16 (exact, see device.cuh).
 __device__ __forceinline__ void dequant16(const uint2 q, uint32_t s, bf16* dst) {
-  const float scale = e8m0(s);
+  const __nv_bfloat162 scale = e8m0_bf162(s);
   const uint32_t words[2] = {q.x, q.y};
   uint32_t out[8];
 #pragma unroll
-  for (int b = 0; b < 8; ++b) {
-    const uint32_t byte = (words[b / 4] >> (8 * (b % 4))) & 0xFFu;
-    const __nv_bfloat162 v =
-        __floats2bfloat162_rn(__fmul_rn(fp4_e2m1(byte & 0xFu), scale), __fmul_rn(fp4_e2m1(byte >> 4), scale));
-    out[b] = *reinterpret_cast<const uint32_t*>(&v);
+  for (int k = 0; k < 2; ++k) {
+    uint32_t pair[4];  // pair[i]: columns i (low half) and i + 4 (high half) of this word
+#pragma unroll
+    for (int i = 0; i < 4; ++i) pair[i] = bits_from_bf162(__hmul2(fp4x2_to_bf162(words[k] >> (4 * i)), scale));
+    out[4 * k + 0] = __byte_perm(pair[0], pair[1], 0x5410);  // columns 0, 1
+    out[4 * k + 1] = __byte_perm(pair[2], pair[3], 0x5410);  // 2, 3
+    out[4 * k + 2] = __byte_perm(pair[0], pair[1], 0x7632);  // 4, 5
+    out[4 * k + 3] = __byte_perm(pair[2], pair[3], 0x7632);  // 6, 7
   }
   reinterpret_cast<uint4*>(dst)[0] = make_uint4(out[0], out[1], out[2], out[3]);
   reinterpret_cast<uint4*>(dst)[1] = make_uint4(out[4], out[5], out[6], out[7]);
