@@ -10,6 +10,8 @@
 
 #include <cstdint>
 
+#include "backend/cuda/common/mma.cuh"
+
 namespace rill::cuda::kda {
 
 using bf16 = __nv_bfloat16;
@@ -108,13 +110,5 @@ __device__ __forceinline__ void load_b_kn_x2(uint32_t (&b0)[2], uint32_t (&b1)[2
   b1[1] = r[3];
 }
 
-// c += a * b (bf16 inputs, fp32 accumulate).
-__device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
 
 }  // namespace rill::cuda::kda

@@ -6,6 +6,8 @@
 
 #include <cstdint>
 
+#include "backend/cuda/common/mma.cuh"
+
 namespace rill::cuda::mla {
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
@@ -36,16 +38,6 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* 
                : "r"(smem_addr(p)));
 }
 
-// d += a (16x16, row) * b (16x8, col); fragments as in the PTX ISA m16n8k16 layout (g = lane/4, t = lane%4):
-// a0 (g, 2t..), a1 (g+8, 2t..), a2 (g, 2t+8..), a3 (g+8, 2t+8..); b0 (k 2t.., n g), b1 (k 2t+8.., n g);
-// d0,d1 (g, 2t..), d2,d3 (g+8, 2t..).
-__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
 
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {  // lo -> low half (lower address)
   return uint32_t(__bfloat16_as_ushort(__float2bfloat16_rn(lo))) |

@@ -70,11 +70,32 @@ __device__ __forceinline__ float e8m0(uint32_t s) {
   return s == 0u ? __uint_as_float(0x00400000u) : __uint_as_float(s << 23);
 }
 
-// The same as a bf16 pair: bf16 has fp32's exponent range, so 2^(s - 127) is exact there too (s = 0: the bf16
-// subnormal 0x0040; 255: NaN). fp4 * this in bf16 is exact wherever fp4 * e8m0(s) is in fp32.
+// An E8M0 scale byte as a bf16 pair: bf16 has fp32's exponent range, so 2^(s - 127) is exact there too (s = 0:
+// the bf16 subnormal 0x0040; 255: NaN). fp4 * this in bf16 is exact wherever fp4 * e8m0(s) is in fp32.
 __device__ __forceinline__ __nv_bfloat162 e8m0_bf162(uint32_t s) {
   const uint32_t b = s == 255u ? 0x7FC0u : (s == 0u ? 0x0040u : s << 7);
   return bf162_from_bits(b | (b << 16));
+}
+
+// An E8M0 scale as the bf16 factors that take fp4x2_tiny_bits to fp4 * 2^(s - 127): one multiply by 2^(s - 1)
+// while that is a bf16 (s <= 128: weights of magnitude <= 6, as in real checkpoints), else 2^126 and then
+// 2^(s - 127) (bf16 has fp32's exponent range; s = 255 is NaN). Every product is exact wherever
+// fp4 * e8m0(s) is exact in fp32 (s = 0 gives bf16 subnormals), so the values are the CPU's.
+struct Mxfp4Bf16Scale {
+  __nv_bfloat162 first, second;
+  bool two_steps;
+};
+
+__device__ __forceinline__ Mxfp4Bf16Scale mxfp4_bf16_scale(uint32_t s) {
+  auto pair = [](uint32_t b) { return bf162_from_bits(b | (b << 16)); };
+  if (s <= 128u) return {pair((s + 126u) << 7), pair(0x3F80u), false};
+  return {pair(0x7E80u), pair(s == 255u ? 0x7FC0u : s << 7), true};
+}
+
+// Two FP4 codes (fp4x2_tiny_bits' nibbles of u) times their scale, as bf16 (exact).
+__device__ __forceinline__ __nv_bfloat162 fp4x2_scaled_bf162(uint32_t u, const Mxfp4Bf16Scale& sc) {
+  const __nv_bfloat162 v = __hmul2(bf162_from_bits(fp4x2_tiny_bits(u)), sc.first);
+  return sc.two_steps ? __hmul2(v, sc.second) : v;
 }
 
 }  // namespace rill::cuda::moe

@@ -8,12 +8,11 @@
 //    for experts j = w, w + 8, ..., the token's activations read through L1; the k rows are combined in
 //    order in shared memory. Memory-bound on the experts' weights (more, smaller blocks than before: the
 //    first version's 144 down blocks ran at ~50% of bandwidth).
-//    MXFP4 experts (spec §2.4) have twin kernels with the same grids (down: 8 rows per block) and rounding
-//    points: a lane step is 16 columns = 8 packed bytes (one 8-byte load, low nibble = even column; K3's
-//    3584 and 3072 columns are 7 and 6 steps for every lane), decoded two codes at a time with integer ops
-//    and one bf16 multiply (device.cuh: exact FP4 values), fma'd in fp32 against x and multiplied by the
-//    row's E8M0 scale once per step. No bf16 copy of the weights exists. x of gate_up is staged as fp32 in a
-//    lane-swizzled order (conflict-free float4 reads).
+//    MXFP4 experts (spec §2.4) have their own pair, with the same grids' roles and rounding points. gate_up
+//    runs on the tensor cores: each warp decodes 8 gate and 8 up rows two codes at a time with integer ops
+//    and one bf16 multiply (device.cuh: exact, scaled) straight into mma.sync A fragments, x as B. down keeps
+//    the FMA form (8 rows per block, 16-column lane steps, the decoded codes fma'd in fp32 against the
+//    activation and the row's E8M0 scale applied once per step). No bf16 copy of the weights exists.
 //  - grouped (prefill): plan (count per expert, exclusive scans, scatter pairs to expert-ordered slots) ->
 //    grouped gate_up GEMM with the activation in its epilogue -> grouped down GEMM -> combine per token over
 //    its k slots in order (deterministic, no atomics). Compute-bound on tensor cores. MXFP4 experts take the
@@ -27,6 +26,7 @@
 #include <cstdint>
 
 #include "backend/cuda/common/check.h"
+#include "backend/cuda/common/mma.cuh"
 #include "backend/cuda/moe/device.cuh"
 #include "backend/cuda/moe/moe.h"
 #include "backend/cuda/moe/params.h"
@@ -168,19 +168,14 @@ __global__ void __launch_bounds__(kGemvThreads) moe_down_gemv_kernel(const Decod
 
 // ------------------------------------------------------------------------------------ decode path, MXFP4
 
-constexpr int kMxStep = 16;      // columns per lane step: 8 packed bytes (one 8-byte load), half a scale group
-constexpr int kMxDownRows = 8;   // output rows per block of the MXFP4 down GEMV
-constexpr int kMxXsChunk = 512;  // columns per lane-swizzled chunk of x in shared memory (32 lanes x 16)
-// The MXFP4 GEMVs are latency- and ALU-bound (ncu, K3 shapes: gate_up at 2 blocks per SM with 96 registers kept
-// the ALU pipe 54% busy and DRAM 28%). Row offsets instead of row pointers bring gate_up to 70 registers (3
-// blocks per SM; forcing 4 spills and ran no faster) and down, bounded to 4 blocks per SM, to 64 without spills.
+constexpr int kMxStep = 16;     // columns per lane step of the down GEMV: 8 packed bytes, half a scale group
+constexpr int kMxDownRows = 8;  // output rows per block of the down GEMV
+constexpr int kMxMmaRows = 8;   // i values per warp of the gate_up MMA kernel (8 gate + 8 up rows = one A)
+constexpr int kMxMmaStep = 64;  // columns per warp step of it: 16 per lane position q
+// The FMA GEMVs were latency- and ALU-bound (ncu, K3 shapes: gate_up at 2 blocks per SM with 96 registers kept
+// the ALU pipe 54% busy and DRAM 28%). Row offsets instead of row pointers took down, bounded to 4 blocks per
+// SM, to 64 registers without spills; gate_up now runs on mma.sync (51 registers).
 constexpr int kMxDownBlocksPerSm = 4;
-
-// Shared-memory slot of x's column c in the gate_up GEMV: the 16 fp32 values a lane reads in one step are 4
-// float4 that lie at consecutive addresses across the warp (no bank conflicts), chunk by 512 columns.
-__device__ __forceinline__ int mx_xs_index(int c) {
-  return (((c / kMxXsChunk) * 4 + (c % kMxStep) / 4) * 32 + (c / kMxStep) % 32) * 4 + c % 4;
-}
 
 // sum over 16 columns of fp4(code) * x in fp32, from 8 packed bytes (low nibble = even column). The codes'
 // values are exact in bf16 and in fp32, so are the products; the group's scale is applied by the caller, once.
@@ -199,69 +194,72 @@ __device__ __forceinline__ float fp4_dot16(const uint2 q, const float (&x0)[8], 
   return acc0 + acc1;
 }
 
-// The MXFP4 twin of moe_gate_up_gemv_kernel: same grid, rounding points and epilogue. Lane steps of 16 columns
-// read 8 packed bytes per row (Hx % 32 == 0, packed rows 16-byte aligned: checked on the host) and multiply
-// by the row's E8M0 scale once per step. x is staged once per pair as fp32 in mx_xs_index order.
-__global__ void __launch_bounds__(kGemvThreads) moe_gate_up_gemv_mxfp4_kernel(const DecodeParams p) {
+// The MXFP4 gate_up for decode, on the tensor cores (the FMA form was ALU-bound: every code decoded, unpacked
+// to fp32 and fma'd). grid (ceil(I / 64), min(pairs, 65535)); each warp computes 8 i values of one pair as
+// one m16n8k16 A operand: rows 0-7 the gate rows i, rows 8-15 the up rows I + i. Lane (g, q) = (lane / 4,
+// lane % 4) reads 16 columns (8 packed bytes) of its gate and up row i0 + g per 64-column step, decodes them
+// in pairs straight into A fragments (fp4x2_scaled_bf162: exact, scaled), and x comes as B from shared
+// memory, packed in the fragment's column order (mx_xs_word). Every B column holds x, so D's column 0 (lanes
+// q = 0) is the dot product; its gate and up sums are rounded to bf16 before the activation, as before.
+__device__ __forceinline__ int mx_xs_word(int c) {  // the uint32 (bf16 pair) of x's column c, and its half
+  const int r = c % 16;
+  return (c / 16) * 8 + (r / 8) * 4 + r % 4;  // pairs (t, t + 4) and (8 + t, 12 + t): device.cuh's pairing
+}
+
+__global__ void __launch_bounds__(kGemvThreads) moe_gate_up_mma_mxfp4_kernel(const DecodeParams p) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  float* xs = reinterpret_cast<float*>(smem_raw);  // [ceil(Hx / 512) * 512]
-  constexpr int kRows = 2 * kGateUpRowsPerWarp;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int i0 = (blockIdx.x * kGemvWarps + warp) * kGateUpRowsPerWarp;
+  uint32_t* xs = reinterpret_cast<uint32_t*>(smem_raw);  // [ceil(Hx / 64) * 32]: x as bf16 pairs
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
+  const int i = (blockIdx.x * kGemvWarps + warp) * kMxMmaRows + g;
+  const int i_row = min(i, p.I - 1);  // rows past I compute a duplicate that is never stored
   const int n_pairs = p.T * p.k;
   for (int pair = blockIdx.y; pair < n_pairs; pair += gridDim.y) {
     const int t = pair / p.k, j = pair - t * p.k;
     const bf16* x = p.x + int64_t(t) * p.ldx;
     __syncthreads();  // the previous pair's readers of xs are done
-    for (int c = threadIdx.x; c < p.Hx; c += kGemvThreads) xs[mx_xs_index(c)] = __bfloat162float(x[c]);
+    for (int c = threadIdx.x; c < p.Hx; c += kGemvThreads)
+      reinterpret_cast<bf16*>(xs)[2 * mx_xs_word(c) + (c % 8) / 4] = x[c];
     __syncthreads();
     const int e = p.ids[int64_t(t) * p.ld_ids + j];
     bf16* h = p.h + int64_t(pair) * p.I;
     if (e < 0 || e >= p.E) {
-      if (lane < kGateUpRowsPerWarp && i0 + lane < p.I) h[i0 + lane] = __float2bfloat16_rn(0.0f);
+      if (q == 0 && i < p.I) h[i] = __float2bfloat16_rn(0.0f);
       continue;
     }
     const uint8_t* w_e = p.gu_packed + int64_t(e) * p.gu_expert_stride;
     const uint8_t* s_e = p.gu_scales + int64_t(e) * p.gus_expert_stride;
-    uint32_t rows[kRows], srows[kRows];  // byte offsets in w_e / s_e of gate rows i0.., then up rows I + i0..
-#pragma unroll                           // (32-bit: an expert is < 4 GB; 64-bit pointers would spill)
-    for (int q = 0; q < kGateUpRowsPerWarp; ++q) {
-      const int i = min(i0 + q, p.I - 1);  // rows past I compute a duplicate that is never stored
-      rows[q] = uint32_t(i * p.gu_ld);
-      rows[kGateUpRowsPerWarp + q] = uint32_t((p.I + i) * p.gu_ld);
-      srows[q] = uint32_t(i * p.gus_ld);
-      srows[kGateUpRowsPerWarp + q] = uint32_t((p.I + i) * p.gus_ld);
-    }
-    float acc[kRows];
-#pragma unroll
-    for (int r = 0; r < kRows; ++r) acc[r] = 0.0f;
-    for (int c = lane * kMxStep; c < p.Hx; c += 32 * kMxStep) {
-      uint2 wv[kRows];
-      float sc[kRows];
-#pragma unroll
-      for (int r = 0; r < kRows; ++r) {
-        wv[r] = *reinterpret_cast<const uint2*>(w_e + rows[r] + c / 2);
-        sc[r] = moe::e8m0(s_e[srows[r] + c / 32]);
+    // Byte offsets in the expert (32-bit: an expert is < 4 GB, checked on the host).
+    const uint32_t gate = uint32_t(i_row * p.gu_ld), up = uint32_t((p.I + i_row) * p.gu_ld);
+    const uint32_t gate_s = uint32_t(i_row * p.gus_ld), up_s = uint32_t((p.I + i_row) * p.gus_ld);
+    float d0[4] = {0.0f, 0.0f, 0.0f, 0.0f}, d1[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // two chains of MMAs
+#pragma unroll 2
+    for (int c0 = 0; c0 < p.Hx; c0 += kMxMmaStep) {  // the same trip count in every lane (mma is warp-wide)
+      const int c = c0 + q * 16;
+      uint2 wg = make_uint2(0u, 0u), wu = make_uint2(0u, 0u);  // code 0 is +0: a lane past Hx adds nothing
+      uint32_t sg = 127u, su = 127u;
+      uint4 xa = make_uint4(0u, 0u, 0u, 0u), xb = xa;
+      if (c < p.Hx) {
+        wg = *reinterpret_cast<const uint2*>(w_e + gate + c / 2);
+        wu = *reinterpret_cast<const uint2*>(w_e + up + c / 2);
+        sg = s_e[gate_s + c / 32];
+        su = s_e[up_s + c / 32];
+        xa = *reinterpret_cast<const uint4*>(xs + (c / 16) * 8);
+        xb = *reinterpret_cast<const uint4*>(xs + (c / 16) * 8 + 4);
       }
-      float xv[2][8];
-      const float4* x4 = reinterpret_cast<const float4*>(xs) + (c / kMxXsChunk) * 128 + lane;
+      const moe::Mxfp4Bf16Scale scg = moe::mxfp4_bf16_scale(sg), scu = moe::mxfp4_bf16_scale(su);
+      const uint32_t xw[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
 #pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        const float4 v = x4[q * 32];
-        float* d = &xv[q / 2][4 * (q % 2)];
-        d[0] = v.x, d[1] = v.y, d[2] = v.z, d[3] = v.w;
+      for (int k = 0; k < 4; ++k) {  // A k-pairs (2q, 2q+1) = columns (k, k + 4), (2q+8, 2q+9) = (8 + k, 12 + k)
+        const uint32_t a[4] = {moe::bits_from_bf162(moe::fp4x2_scaled_bf162(wg.x >> (4 * k), scg)),
+                               moe::bits_from_bf162(moe::fp4x2_scaled_bf162(wu.x >> (4 * k), scu)),
+                               moe::bits_from_bf162(moe::fp4x2_scaled_bf162(wg.y >> (4 * k), scg)),
+                               moe::bits_from_bf162(moe::fp4x2_scaled_bf162(wu.y >> (4 * k), scu))};
+        mma_bf16(k % 2 ? d1 : d0, a, xw[k], xw[4 + k]);
       }
-#pragma unroll
-      for (int r = 0; r < kRows; ++r) acc[r] = fmaf(fp4_dot16(wv[r], xv[0], xv[1]), sc[r], acc[r]);
     }
-#pragma unroll
-    for (int r = 0; r < kRows; ++r) acc[r] = moe::warp_sum_f(acc[r]);
-#pragma unroll
-    for (int q = 0; q < kGateUpRowsPerWarp; ++q)
-      if (lane == q && i0 + q < p.I)
-        h[i0 + q] = __float2bfloat16_rn(moe::expert_act(p.act, moe::round_bf16(acc[q]),
-                                                        moe::round_bf16(acc[kGateUpRowsPerWarp + q]), p.beta,
-                                                        p.linear_beta));
+    if (q == 0 && i < p.I)  // D(g, column 0): the gate row; D(g + 8, column 0): the up row
+      h[i] = __float2bfloat16_rn(moe::expert_act(p.act, moe::round_bf16(d0[0] + d1[0]),
+                                                 moe::round_bf16(d0[2] + d1[2]), p.beta, p.linear_beta));
   }
 }
 
@@ -547,15 +545,15 @@ Status run_decode_mxfp4(const backend::MoeExpertsArgs& a, const ExpertsPlan& s, 
   p.dns_expert_stride = ex.down_scales.stride(0);
   p.dns_ld = ex.down_scales.stride(1);
   RILL_TRY(check_mxfp4_alignment(ex));
-  const size_t x_smem = size_t((s.Hx + kMxXsChunk - 1) / kMxXsChunk) * kMxXsChunk * 4,  // fp32, mx_xs_index
+  const size_t x_smem = size_t((s.Hx + kMxMmaStep - 1) / kMxMmaStep) * kMxMmaStep * 2,  // bf16, mx_xs_word
       h_smem = size_t(s.k) * kMxDownRows * 4;
-  const dim3 grid1(unsigned((s.I + kGemvWarps * kGateUpRowsPerWarp - 1) / (kGemvWarps * kGateUpRowsPerWarp)),
+  const dim3 grid1(unsigned((s.I + kGemvWarps * kMxMmaRows - 1) / (kGemvWarps * kMxMmaRows)),
                    unsigned(std::min<int64_t>(s.pairs, 65535)));
   const dim3 grid2(unsigned((s.Hx + kMxDownRows - 1) / kMxDownRows), unsigned(std::min<int64_t>(s.T, 65535)));
-  RILL_TRY(set_smem(reinterpret_cast<const void*>(moe_gate_up_gemv_mxfp4_kernel), x_smem, cx, "moe_experts"));
+  RILL_TRY(set_smem(reinterpret_cast<const void*>(moe_gate_up_mma_mxfp4_kernel), x_smem, cx, "moe_experts"));
   RILL_TRY(set_smem(reinterpret_cast<const void*>(moe_down_gemv_mxfp4_kernel), h_smem, cx, "moe_experts"));
-  moe_gate_up_gemv_mxfp4_kernel<<<grid1, kGemvThreads, x_smem, cx.stream>>>(p);
-  RILL_CUDA_CHECK_LAUNCH("moe_gate_up_gemv_mxfp4");
+  moe_gate_up_mma_mxfp4_kernel<<<grid1, kGemvThreads, x_smem, cx.stream>>>(p);
+  RILL_CUDA_CHECK_LAUNCH("moe_gate_up_mma_mxfp4");
   moe_down_gemv_mxfp4_kernel<<<grid2, kGemvThreads, h_smem, cx.stream>>>(p);
   RILL_CUDA_CHECK_LAUNCH("moe_down_gemv_mxfp4");
   return {};

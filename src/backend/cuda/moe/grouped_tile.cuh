@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "backend/cuda/common/mma.cuh"
 #include "backend/cuda/moe/device.cuh"
 #include "backend/cuda/moe/params.h"
 
@@ -33,13 +34,6 @@ __device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const void* smem) 
                : "r"(s));
 }
 
-__device__ __forceinline__ void mma_bf16(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
 
 // One CTA's 64-slot tile: its expert e and slots [seg + m0, seg + m0 + m_valid).
 struct GroupedTile {
