@@ -181,10 +181,17 @@ bool utf8_step(const Node& n, int32_t pos, Symbol s, int32_t* next) {
 constexpr int kMaxExpandDepth = 4096;
 }  // namespace
 
-Matcher::Matcher(std::shared_ptr<const Grammar> grammar) : g_(std::move(grammar)) {
+Matcher::Matcher(std::shared_ptr<const Grammar> grammar) : owner_(std::move(grammar)), g_(owner_.get()) {
   expand(Stack{{g_->root(), 0}}, stacks_, 0);
   std::sort(stacks_.begin(), stacks_.end());
   stacks_.erase(std::unique(stacks_.begin(), stacks_.end()), stacks_.end());
+}
+
+Matcher Matcher::borrow() const {
+  Matcher m;
+  m.g_ = g_;
+  m.stacks_ = stacks_;
+  return m;
 }
 
 // Replaces non-terminal tops until every stack's top is a terminal or the stack is empty (complete).

@@ -105,11 +105,18 @@ class Matcher {
   // Sorted, without duplicates: equal states give equal vectors (a mask cache's key).
   const std::vector<Stack>& state() const { return stacks_; }
 
+  // A copy that does not share ownership of the grammar: valid while this matcher (or another owner) lives.
+  // Copying the owning pointer is an atomic count on one shared cache line, which threads walking the
+  // vocabulary together would fight over (TokenMasker's walk copies a matcher per byte).
+  Matcher borrow() const;
+
  private:
+  Matcher() = default;
   void expand(Stack s, std::vector<Stack>& out, int depth) const;
   bool step(Symbol s, std::vector<Stack>& out) const;
 
-  std::shared_ptr<const Grammar> g_;
+  std::shared_ptr<const Grammar> owner_;  // empty in a borrowed copy
+  const Grammar* g_ = nullptr;
   std::vector<Stack> stacks_;  // each top is a terminal (Bytes / Special / ByteClass / Utf8Char), or empty
 };
 

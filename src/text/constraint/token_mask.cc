@@ -1,8 +1,19 @@
 #include "text/constraint/token_mask.h"
 
 #include <algorithm>
+#include <atomic>
+#include <vector>
+
+#include "core/thread_pool.h"
 
 namespace rill::text::constraint {
+namespace {
+
+// Walks of fewer tokens than this stay on the calling thread (waking the pool costs more than they do).
+constexpr size_t kMinParallelTokens = 4096;
+constexpr size_t kMaxSplitDepth = 3;
+
+}  // namespace
 
 TokenMasker::TokenMasker(const Tokenizer& tokenizer) : vocab_size_(tokenizer.vocab_size()) {
   bytes_.resize(size_t(vocab_size_));
@@ -36,7 +47,7 @@ void TokenMasker::walk(const Matcher& m, size_t lo, size_t hi, size_t depth, std
                                                    [&](int32_t id) { return uint8_t(bytes_[size_t(id)][depth]) <= c; }) -
                               sorted_.begin());
     if (m.can_advance(c)) {
-      Matcher next = m;
+      Matcher next = m.borrow();
       next.advance(c);
       walk(next, lo, end, depth + 1, mask);
     }
@@ -44,9 +55,56 @@ void TokenMasker::walk(const Matcher& m, size_t lo, size_t hi, size_t depth, std
   }
 }
 
-void TokenMasker::allowed(const Matcher& m, std::span<uint32_t> mask) const {
+void TokenMasker::split(const Subtree& root, size_t limit, std::vector<Subtree>& out, std::span<uint32_t> mask) const {
+  size_t lo = root.lo;
+  const size_t hi = root.hi, depth = root.depth;
+  if (hi - lo <= limit || depth >= kMaxSplitDepth) {
+    out.push_back(root);
+    return;
+  }
+  while (lo < hi && bytes_[size_t(sorted_[lo])].size() == depth) set_bit(mask, sorted_[lo++]);
+  while (lo < hi) {
+    const uint8_t c = uint8_t(bytes_[size_t(sorted_[lo])][depth]);
+    const size_t end = size_t(std::partition_point(sorted_.begin() + long(lo), sorted_.begin() + long(hi),
+                                                   [&](int32_t id) { return uint8_t(bytes_[size_t(id)][depth]) <= c; }) -
+                              sorted_.begin());
+    if (root.m.can_advance(c)) {
+      Subtree child{root.m.borrow(), lo, end, depth + 1};
+      child.m.advance(c);
+      split(child, limit, out, mask);
+    }
+    lo = end;
+  }
+}
+
+void TokenMasker::allowed(const Matcher& m, std::span<uint32_t> mask, bool parallel) const {
   std::fill(mask.begin(), mask.end(), 0u);
-  walk(m, 0, sorted_.size(), 0, mask);
+  ThreadPool& pool = default_thread_pool();
+  if (!parallel || pool.size() == 1) {
+    walk(m, 0, sorted_.size(), 0, mask);
+  } else {
+    // Subtrees of at most 1/8 of a thread's share, largest first, taken by whichever thread is free.
+    std::vector<Subtree> parts;
+    split({m.borrow(), 0, sorted_.size(), 0}, std::max<size_t>(sorted_.size() / (8 * size_t(pool.size())), 256), parts, mask);
+    size_t tokens = 0;
+    for (const Subtree& s : parts) tokens += s.hi - s.lo;
+    if (tokens < kMinParallelTokens) {
+      for (const Subtree& s : parts) walk(s.m, s.lo, s.hi, s.depth, mask);
+    } else {
+      std::sort(parts.begin(), parts.end(), [](const Subtree& a, const Subtree& b) { return a.hi - a.lo > b.hi - b.lo; });
+      // Each thread sets bits in its own mask (token ids under one prefix are scattered over the whole mask:
+      // shared words would bounce between cores), OR-ed together at the end.
+      std::vector<std::vector<uint32_t>> masks(size_t(pool.size()), std::vector<uint32_t>(mask.size(), 0u));
+      std::atomic<size_t> next{0};
+      pool.parallel_for(pool.size(), 1, [&](int64_t slot, int64_t) {
+        std::vector<uint32_t>& own = masks[size_t(slot)];
+        for (size_t i; (i = next.fetch_add(1, std::memory_order_relaxed)) < parts.size();)
+          walk(parts[i].m, parts[i].lo, parts[i].hi, parts[i].depth, own);
+      });
+      for (const std::vector<uint32_t>& own : masks)
+        for (size_t w = 0; w < mask.size(); ++w) mask[w] |= own[w];
+    }
+  }
   for (int32_t id : specials_)
     if (m.can_advance(special_symbol(id))) set_bit(mask, id);
 }

@@ -1,6 +1,8 @@
 // TokenMasker: which vocabulary entries a Matcher accepts whole, found in one walk over the vocabulary's
 // token bytes sorted (a trie without the pointers): tokens that share a prefix share the matcher steps for
 // it, and a byte the grammar rejects skips every token under it. Built once per tokenizer, shared by requests.
+// A large walk (inside a string nearly every token is allowed) is split into subtrees by their first bytes and
+// spread over the process's thread pool (core/thread_pool.h); the result does not depend on the split.
 #pragma once
 
 #include <cstdint>
@@ -20,13 +22,21 @@ class TokenMasker {
   int32_t vocab_size() const { return vocab_size_; }
   size_t mask_words() const { return size_t(vocab_size_ + 31) / 32; }
   // Sets the bit of every token whose bytes (rank tokens) or whose special symbol (special tokens) the
-  // matcher accepts from its state; clears all others.
-  void allowed(const Matcher& m, std::span<uint32_t> mask) const;
+  // matcher accepts from its state; clears all others. `parallel`: may use the thread pool.
+  void allowed(const Matcher& m, std::span<uint32_t> mask, bool parallel = true) const;
   // The symbols of one token, fed to a Matcher in order.
   bool advance(Matcher& m, int32_t token) const;
 
  private:
+  // The tokens sorted_[lo, hi), which all start with `depth` bytes that `m` has just consumed.
+  struct Subtree {
+    Matcher m;
+    size_t lo, hi, depth;
+  };
   void walk(const Matcher& m, size_t lo, size_t hi, size_t depth, std::span<uint32_t> mask) const;
+  // Cuts the walk from `root` into subtrees of at most `limit` tokens (or at kMaxSplitDepth), in `out`;
+  // tokens that end above a cut are set in `mask` here.
+  void split(const Subtree& root, size_t limit, std::vector<Subtree>& out, std::span<uint32_t> mask) const;
 
   int32_t vocab_size_ = 0;
   std::vector<std::string_view> bytes_;  // per id: a rank token's bytes (the tokenizer owns them)

@@ -16,6 +16,7 @@
 #include <gtest/gtest.h>
 
 #include "text/constraint/json_schema.h"
+#include "test_seed.h"
 
 namespace rill::text::constraint {
 namespace {
@@ -504,9 +505,8 @@ std::string random_walk(const std::shared_ptr<const Grammar>& g, std::mt19937& r
   return text;
 }
 
-uint32_t test_seed() {
-  const char* env = std::getenv("RILL_TEST_SEED");
-  const uint32_t seed = env ? uint32_t(std::strtoul(env, nullptr, 10)) : std::random_device{}();
+uint32_t walk_seed() {
+  const uint32_t seed = rill::testing::test_seed();
   std::printf("[ json_schema ] random walks use seed %u (RILL_TEST_SEED=%u replays them)\n", seed, seed);
   return seed;
 }
@@ -525,7 +525,7 @@ bool has_duplicate_key(const std::string& text) {
 }
 
 TEST(JsonSchema, RandomWalksProduceValidJson) {
-  const uint32_t seed = test_seed();
+  const uint32_t seed = walk_seed();
   SCOPED_TRACE("RILL_TEST_SEED=" + std::to_string(seed));
   std::mt19937 rng(seed);
   for (const WalkCase& c : walk_cases()) {

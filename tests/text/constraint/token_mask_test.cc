@@ -1,6 +1,7 @@
 // TokenMasker against the obvious reference: for every id of the real Kimi vocabulary, copy the matcher and
 // feed that token alone. The walk must give the same set in every state of a few grammars (bytes that
-// split across tokens, special tokens, free text). Then GrammarConstraint's end-token rules.
+// split across tokens, special tokens, free text), split over the thread pool (8 threads: CMakeLists) and
+// serial. Then GrammarConstraint's end-token rules.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -48,9 +49,13 @@ TEST(TokenMask, EqualsFeedingEveryTokenAlone) {
   // Walk the grammar along one sentence, comparing in each state (including mid-token positions).
   const std::string text = "call tool=\"get_time\" {\"city\": \"Zürich 東京\"}";
   std::vector<uint32_t> mask(tm.mask_words());
+  std::vector<uint32_t> serial(tm.mask_words());
   auto check = [&](const char* where) {
-    tm.allowed(m, mask);
-    EXPECT_EQ(mask, brute_force(tm, m)) << where;
+    tm.allowed(m, mask);  // split over the thread pool where the walk is large (inside the string)
+    tm.allowed(m, serial, /*parallel=*/false);
+    const std::vector<uint32_t> expected = brute_force(tm, m);
+    EXPECT_EQ(mask, expected) << where;
+    EXPECT_EQ(serial, expected) << where;
     EXPECT_GT(count(mask), 0) << where;
   };
   check("start");
