@@ -1,11 +1,12 @@
 #include "backend/op_harness.h"
+#include "test_seed.h"
 
 #include <cmath>
 #include <cstring>
 
 namespace rill::testing {
 
-OpHarness::OpHarness(const std::string& tested) : seed_(std::random_device{}()), rng_(seed_) {
+OpHarness::OpHarness(const std::string& tested) : seed_(rill::testing::test_seed()), rng_(seed_) {
   cpu_ = backend::make_cpu_backend();
   auto b = backend::make_backend(tested);
   if (b.ok()) tested_ = std::move(b).value();

@@ -14,6 +14,7 @@
 
 #include "cache/cache_manager.h"
 #include "model/fixture.h"
+#include "test_seed.h"
 
 namespace rill::cache {
 namespace {
@@ -154,8 +155,7 @@ struct Sim {
 // Random admissions, chunked steps, decode, finishes and preemptions over a few shared prefixes, with a block
 // pool and a snapshot pool far too small for all of it.
 void random_load(PrefixIndex::HashFn hash, bool expect_evictions) {
-  const char* env = std::getenv("RILL_TEST_SEED");
-  const uint32_t seed = env ? uint32_t(std::strtoul(env, nullptr, 10)) : std::random_device{}();
+  const uint32_t seed = rill::testing::test_seed();
   SCOPED_TRACE("RILL_TEST_SEED=" + std::to_string(seed));
   std::mt19937 rng(seed);
   Caches s(4, 24, 5, 128, hash);

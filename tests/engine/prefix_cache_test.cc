@@ -20,6 +20,7 @@
 #include "engine/engine.h"
 #include "model/fixture.h"
 #include "model/model.h"
+#include "test_seed.h"
 
 namespace rill::engine {
 namespace {
@@ -174,11 +175,7 @@ void expect_same(const Outcome& on, const Outcome& off, const std::string& what)
   }
 }
 
-// $RILL_TEST_SEED replays a run; else a fresh seed (printed by each test's trace).
-uint32_t test_seed() {
-  const char* env = std::getenv("RILL_TEST_SEED");
-  return env ? uint32_t(std::strtoul(env, nullptr, 10)) : std::random_device{}();
-}
+using rill::testing::test_seed;  // $RILL_TEST_SEED replays a run (each test's trace prints its seed)
 
 std::vector<int32_t> random_tokens(std::mt19937& rng, size_t n) {
   std::vector<int32_t> t(n);

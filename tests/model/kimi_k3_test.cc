@@ -12,6 +12,7 @@
 #include "model/k3_checkpoint.h"
 #include "model/ragged_batch.h"
 #include "model/sequence_session.h"
+#include "test_seed.h"
 
 namespace rill {
 namespace {
@@ -22,7 +23,7 @@ using testing::max_abs_diff;
 class KimiK3Model : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    seed_ = std::random_device{}();
+    seed_ = rill::testing::test_seed();
     dir_ = new testing::TempDir("k3_model");
     ASSERT_TRUE(testing::write_tiny_k3(dir_->path(), seed_, 2).ok());
   }
@@ -32,7 +33,7 @@ class KimiK3Model : public ::testing::Test {
   }
   void SetUp() override {
     trace_ = std::make_unique<::testing::ScopedTrace>(__FILE__, __LINE__,
-                                                      "checkpoint seed " + std::to_string(seed_));
+                                                      "checkpoint seed (RILL_TEST_SEED) " + std::to_string(seed_));
   }
 
   static std::unique_ptr<model::Model> load(backend::Backend& be, const fs::path& dir) {

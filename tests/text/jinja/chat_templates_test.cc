@@ -14,6 +14,7 @@
 
 #include "text/jinja/jinja_reference.h"
 #include "text/jinja/template.h"
+#include "test_seed.h"
 
 namespace rill::text::jinja {
 namespace {
@@ -247,8 +248,7 @@ class RandomConversation {
 };
 
 TEST(ChatTemplates, RandomConversationsMatchJinja2) {
-  const char* env = std::getenv("RILL_TEST_SEED");
-  const uint32_t seed = env ? static_cast<uint32_t>(std::strtoul(env, nullptr, 10)) : std::random_device{}();
+  const uint32_t seed = rill::testing::test_seed();
   SCOPED_TRACE("RILL_TEST_SEED=" + std::to_string(seed));
   RandomConversation gen(seed);
   std::vector<RenderCase> cases;

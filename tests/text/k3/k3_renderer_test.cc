@@ -9,7 +9,7 @@
 #include <random>
 
 #include "text/k3/k3_renderer.h"
-#include "text/tokenizer/bpe_trainer.h"
+#include "text/k3/k3_tokenizer.h"
 
 namespace rill::text::k3 {
 namespace {
@@ -17,21 +17,6 @@ namespace {
 namespace fs = std::filesystem;
 const fs::path kShared = RILL_SHARED_DIR;
 const fs::path kHere = fs::path(RILL_SOURCE_DIR) / "tests/text/k3";
-
-// The real Kimi ranks with K3's control-block names (K3 reuses the K2 vocabulary file; only the names of
-// the control block differ, spec §6.3).
-const Tokenizer& k3_tokenizer() {
-  static const Tokenizer* tokenizer = [] {
-    const fs::path config =
-        fs::temp_directory_path() / ("rill_k3_config_" + std::to_string(std::random_device{}()));
-    EXPECT_TRUE(write_tokenizer_config(config, 163584, ControlBlockLayout::K3).ok());
-    auto t = Tokenizer::from_files(kShared / "tokenizers/kimi/tiktoken.model", config);
-    fs::remove(config);
-    EXPECT_TRUE(t.ok()) << t.status().to_string();
-    return new Tokenizer(std::move(t).value());
-  }();
-  return *tokenizer;
-}
 
 Json read_json(const fs::path& path) {
   return Json::parse(std::ifstream(path));

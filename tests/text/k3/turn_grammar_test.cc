@@ -3,31 +3,15 @@
 // token inside the mask the engine would apply; turns that break the format or a tool's schema are not.
 #include <gtest/gtest.h>
 
-#include <filesystem>
-#include <random>
-
 #include "text/constraint/grammar_constraint.h"
+#include "text/k3/k3_tokenizer.h"
 #include "text/k3/turn_grammar.h"
-#include "text/tokenizer/bpe_trainer.h"
 
 namespace rill::text::k3 {
 namespace {
 
-namespace fs = std::filesystem;
 using constraint::GrammarConstraint;
 using constraint::TokenMasker;
-
-const Tokenizer& k3_tokenizer() {  // the real Kimi ranks with K3's control-block names
-  static const Tokenizer* tokenizer = [] {
-    const fs::path config = fs::temp_directory_path() / ("rill_k3_tg_" + std::to_string(std::random_device{}()));
-    EXPECT_TRUE(write_tokenizer_config(config, 163584, ControlBlockLayout::K3).ok());
-    auto t = Tokenizer::from_files(fs::path(RILL_SHARED_DIR) / "tokenizers/kimi/tiktoken.model", config);
-    fs::remove(config);
-    EXPECT_TRUE(t.ok()) << t.status().to_string();
-    return new Tokenizer(std::move(t).value());
-  }();
-  return *tokenizer;
-}
 
 const std::shared_ptr<const TokenMasker>& masker() {
   static const auto m = std::make_shared<const TokenMasker>(k3_tokenizer());

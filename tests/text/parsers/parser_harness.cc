@@ -1,4 +1,5 @@
 #include "text/parsers/parser_harness.h"
+#include "test_seed.h"
 
 #include <cstdio>
 #include <cstdlib>
@@ -206,9 +207,7 @@ std::string describe(const std::vector<OutputDelta>& deltas) {
 
 uint64_t test_seed() {
   static const uint64_t seed = [] {
-    const char* env = std::getenv("RILL_TEST_SEED");
-    uint64_t s = env != nullptr ? std::strtoull(env, nullptr, 10)
-                                : (uint64_t{std::random_device{}()} << 32) ^ std::random_device{}();
+    const uint64_t s = rill::testing::test_seed();
     std::printf("[ parsers ] random chunkings use seed %llu (RILL_TEST_SEED=%llu replays them)\n",
                 static_cast<unsigned long long>(s), static_cast<unsigned long long>(s));
     return s;

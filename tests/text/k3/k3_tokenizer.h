@@ -1,0 +1,31 @@
+// The tokenizer K3 tests run on: the real Kimi ranks (../shared/tokenizers/kimi) with K3's control-block names.
+// K3 reuses the K2 vocabulary file; only the names of the control block differ (spec §6.3). Built once per
+// test program.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <random>
+#include <string>
+
+#include "text/tokenizer/bpe_trainer.h"
+#include "text/tokenizer/tokenizer.h"
+
+namespace rill::text::k3 {
+
+inline const Tokenizer& k3_tokenizer() {
+  static const Tokenizer* tokenizer = [] {
+    namespace fs = std::filesystem;
+    const fs::path config =
+        fs::temp_directory_path() / ("rill_k3_config_" + std::to_string(std::random_device{}()));
+    EXPECT_TRUE(write_tokenizer_config(config, 163584, ControlBlockLayout::K3).ok());
+    auto t = Tokenizer::from_files(fs::path(RILL_SHARED_DIR) / "tokenizers/kimi/tiktoken.model", config);
+    fs::remove(config);
+    EXPECT_TRUE(t.ok()) << t.status().to_string();
+    return new Tokenizer(std::move(t).value());
+  }();
+  return *tokenizer;
+}
+
+}  // namespace rill::text::k3
