@@ -36,60 +36,52 @@ bool TokenMasker::advance(Matcher& m, int32_t token) const {
   return m.advance_bytes(bytes_[size_t(token)]);
 }
 
-// Tokens sorted_[lo, hi) all start with the `depth` bytes that `m` has just consumed.
-void TokenMasker::walk(const Matcher& m, size_t lo, size_t hi, size_t depth, std::span<uint32_t> mask) const {
+template <typename Visit>
+void TokenMasker::for_each_child(const Subtree& s, std::span<uint32_t> mask, Visit&& visit) const {
+  size_t lo = s.lo;
   // A token that ends here sorts first (a prefix sorts before its extensions).
-  while (lo < hi && bytes_[size_t(sorted_[lo])].size() == depth) set_bit(mask, sorted_[lo++]);
-  while (lo < hi) {
-    const uint8_t c = uint8_t(bytes_[size_t(sorted_[lo])][depth]);
+  while (lo < s.hi && bytes_[size_t(sorted_[lo])].size() == s.depth) set_bit(mask, sorted_[lo++]);
+  while (lo < s.hi) {
+    const uint8_t c = uint8_t(bytes_[size_t(sorted_[lo])][s.depth]);
     // The group of tokens whose next byte is c.
-    const size_t end = size_t(std::partition_point(sorted_.begin() + long(lo), sorted_.begin() + long(hi),
-                                                   [&](int32_t id) { return uint8_t(bytes_[size_t(id)][depth]) <= c; }) -
+    const size_t end = size_t(std::partition_point(sorted_.begin() + long(lo), sorted_.begin() + long(s.hi),
+                                                   [&](int32_t id) { return uint8_t(bytes_[size_t(id)][s.depth]) <= c; }) -
                               sorted_.begin());
-    if (m.can_advance(c)) {
-      Matcher next = m.borrow();
-      next.advance(c);
-      walk(next, lo, end, depth + 1, mask);
+    if (s.m.can_advance(c)) {
+      Subtree child{s.m.borrow(), lo, end, s.depth + 1};
+      child.m.advance(c);
+      visit(child);
     }
     lo = end;
   }
 }
 
+void TokenMasker::walk(const Subtree& s, std::span<uint32_t> mask) const {
+  for_each_child(s, mask, [&](const Subtree& child) { walk(child, mask); });
+}
+
 void TokenMasker::split(const Subtree& root, size_t limit, std::vector<Subtree>& out, std::span<uint32_t> mask) const {
-  size_t lo = root.lo;
-  const size_t hi = root.hi, depth = root.depth;
-  if (hi - lo <= limit || depth >= kMaxSplitDepth) {
+  if (root.hi - root.lo <= limit || root.depth >= kMaxSplitDepth) {
     out.push_back(root);
     return;
   }
-  while (lo < hi && bytes_[size_t(sorted_[lo])].size() == depth) set_bit(mask, sorted_[lo++]);
-  while (lo < hi) {
-    const uint8_t c = uint8_t(bytes_[size_t(sorted_[lo])][depth]);
-    const size_t end = size_t(std::partition_point(sorted_.begin() + long(lo), sorted_.begin() + long(hi),
-                                                   [&](int32_t id) { return uint8_t(bytes_[size_t(id)][depth]) <= c; }) -
-                              sorted_.begin());
-    if (root.m.can_advance(c)) {
-      Subtree child{root.m.borrow(), lo, end, depth + 1};
-      child.m.advance(c);
-      split(child, limit, out, mask);
-    }
-    lo = end;
-  }
+  for_each_child(root, mask, [&](const Subtree& child) { split(child, limit, out, mask); });
 }
 
 void TokenMasker::allowed(const Matcher& m, std::span<uint32_t> mask, bool parallel) const {
   std::fill(mask.begin(), mask.end(), 0u);
   ThreadPool& pool = default_thread_pool();
+  const Subtree all{m.borrow(), 0, sorted_.size(), 0};
   if (!parallel || pool.size() == 1) {
-    walk(m, 0, sorted_.size(), 0, mask);
+    walk(all, mask);
   } else {
     // Subtrees of at most 1/8 of a thread's share, largest first, taken by whichever thread is free.
     std::vector<Subtree> parts;
-    split({m.borrow(), 0, sorted_.size(), 0}, std::max<size_t>(sorted_.size() / (8 * size_t(pool.size())), 256), parts, mask);
+    split(all, std::max<size_t>(sorted_.size() / (8 * size_t(pool.size())), 256), parts, mask);
     size_t tokens = 0;
     for (const Subtree& s : parts) tokens += s.hi - s.lo;
     if (tokens < kMinParallelTokens) {
-      for (const Subtree& s : parts) walk(s.m, s.lo, s.hi, s.depth, mask);
+      for (const Subtree& s : parts) walk(s, mask);
     } else {
       std::sort(parts.begin(), parts.end(), [](const Subtree& a, const Subtree& b) { return a.hi - a.lo > b.hi - b.lo; });
       // Each thread sets bits in its own mask (token ids under one prefix are scattered over the whole mask:
@@ -99,7 +91,7 @@ void TokenMasker::allowed(const Matcher& m, std::span<uint32_t> mask, bool paral
       pool.parallel_for(pool.size(), 1, [&](int64_t slot, int64_t) {
         std::vector<uint32_t>& own = masks[size_t(slot)];
         for (size_t i; (i = next.fetch_add(1, std::memory_order_relaxed)) < parts.size();)
-          walk(parts[i].m, parts[i].lo, parts[i].hi, parts[i].depth, own);
+          walk(parts[i], own);
       });
       for (const std::vector<uint32_t>& own : masks)
         for (size_t w = 0; w < mask.size(); ++w) mask[w] |= own[w];

@@ -33,7 +33,11 @@ class TokenMasker {
     Matcher m;
     size_t lo, hi, depth;
   };
-  void walk(const Matcher& m, size_t lo, size_t hi, size_t depth, std::span<uint32_t> mask) const;
+  // Sets the bits of the subtree's tokens that end at its depth, then calls visit(child) for each next byte
+  // the matcher accepts, with the child's matcher advanced by it (borrowed: valid while s.m lives).
+  template <typename Visit>
+  void for_each_child(const Subtree& s, std::span<uint32_t> mask, Visit&& visit) const;
+  void walk(const Subtree& s, std::span<uint32_t> mask) const;
   // Cuts the walk from `root` into subtrees of at most `limit` tokens (or at kMaxSplitDepth), in `out`;
   // tokens that end above a cut are set in `mask` here.
   void split(const Subtree& root, size_t limit, std::vector<Subtree>& out, std::span<uint32_t> mask) const;

@@ -201,7 +201,7 @@ __device__ __forceinline__ float fp4_dot16(const uint2 q, const float (&x0)[8], 
 // in pairs straight into A fragments (fp4x2_scaled_bf162: exact, scaled), and x comes as B from shared
 // memory, packed in the fragment's column order (mx_xs_word). Every B column holds x, so D's column 0 (lanes
 // q = 0) is the dot product; its gate and up sums are rounded to bf16 before the activation, as before.
-__device__ __forceinline__ int mx_xs_word(int c) {  // the uint32 (bf16 pair) of x's column c, and its half
+__device__ __forceinline__ int mx_xs_word(int c) {  // the uint32 (bf16 pair) holding x's column c
   const int r = c % 16;
   return (c / 16) * 8 + (r / 8) * 4 + r % 4;  // pairs (t, t + 4) and (8 + t, 12 + t): device.cuh's pairing
 }
