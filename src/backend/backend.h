@@ -90,7 +90,7 @@ struct GluArgs {
 };
 
 struct AddArgs {
-  TensorView inout;  // act [M, N]
+  TensorView inout;  // act or F32 [M, N] (an fp32 running sum: exact fp32 addition)
   TensorView x;      // act [M, N]
 };
 
@@ -190,11 +190,11 @@ struct MoeExpertsArgs {
 // z_j = rsqrt(mean(V_j^2) + eps) * sum_c V_j[c] * norm[c] * proj[c] (a weightless RMSNorm key against the
 // pseudo-query norm * proj), p = softmax_j(z), out = sum_j p_j * V_j over the raw candidates.
 struct AttnResMixArgs {
-  TensorView candidates;   // act [N, T, H]: the block snapshots in order, then the partial sum (N >= 1)
+  TensorView candidates;   // act or F32 [N, T, H]: the block snapshots in order, then the partial sum (N >= 1)
   TensorView norm_weight;  // F32 [H]: *_res_norm.weight
   TensorView proj_weight;  // F32 [H]: *_res_proj.weight (stored [1, H])
   float eps = 1e-5f;
-  TensorView out;  // act [T, H]
+  TensorView out;  // act or F32 [T, H]
 };
 
 struct GatherRowsArgs {

@@ -33,7 +33,7 @@ struct Bounds {
   double median, worst, top1;
 };
 inline constexpr Bounds kKimiLinearBounds{2e-2, 5e-2, 0.95};
-// Kimi K3's tiny models (7-8 layers, AttnRes with a bf16 partial sum, MXFP4 latent experts) amplify the same
+// Kimi K3's tiny models (7-8 layers, AttnRes depth softmaxes, MXFP4 latent experts) amplify the same
 // roundings further: measured (H200, 2026-12-01, routing replayed) median 1.9-3.1%, worst position 9-22%, top-1
 // 92.7-95.5% against the CPU, and the GPU against itself (token-by-token vs one-shot, same routing) already
 // differs by median 2.8-3.0%, worst 13-16%. The K3 reference built on transformers' modules, run in bf16
