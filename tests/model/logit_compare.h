@@ -7,7 +7,9 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <functional>
 #include <map>
+#include <random>
 #include <memory>
 #include <string>
 #include <utility>
@@ -15,6 +17,7 @@
 
 #include "model/model.h"
 #include "model/ragged_batch.h"
+#include "model/shape_fuzz.h"
 #include "model/taps.h"
 
 namespace rill::testing {
@@ -86,6 +89,13 @@ struct ReplayedRun {
 // bounds over all positions together (printed per checkpoint).
 void expect_gpu_matches_cpu(const std::filesystem::path& dir, const std::vector<ReplayedRun>& runs,
                             const Bounds& b = kKimiLinearBounds);
+
+// Models drawn by `draw` (shape_fuzz.h) from the test seed, one per run or RILL_FUZZ_RUNS=N of them (seeds
+// seed, seed + 1, ...): each written as a random checkpoint, loaded on both backends and fed prompts of 1, 9, 64
+// and 130 tokens with 8 decode steps each (routing replayed), within `b`; prints each seed, shape and result, and
+// with several runs the spread of the per-model median, worst and top-1.
+void expect_fuzzed_models_match(const std::function<FuzzedShape(std::mt19937&)>& draw, const Bounds& b,
+                                const std::string& tag);
 
 // Every named intermediate of a forward pass, CUDA against the CPU, in order, for each step of `pieces`
 // ({offset, count} into `ids`, fed to one sequence): names the first tensor that diverges beyond b.worst

@@ -27,11 +27,10 @@ bool aligned16(const void* p) {
   return (reinterpret_cast<uintptr_t>(p) & 15) == 0;
 }
 
-// At most this many candidates (K3: 61 layers in blocks of at least 1 give <= 62). The logits, then the
-// probabilities, live in a fixed shared array: with a dynamic one sized N, compute-sanitizer flagged 12-byte
-// reads at its end from the weighted-sum loop (the compiler's vectorised loads of prob[j..]); the padding keeps
-// any such read inside the array.
-constexpr int kMaxCandidates = 64;
+// The logits, then the probabilities, live in a fixed shared array of kAttnResMaxCandidates: with a dynamic one
+// sized N, compute-sanitizer flagged 12-byte reads at its end from the weighted-sum loop (the compiler's
+// vectorised loads of prob[j..]); the padding keeps any such read inside the array.
+constexpr int kMaxCandidates = kAttnResMaxCandidates;
 
 // grid (T).
 template <int kVec, typename V, typename O>
