@@ -106,8 +106,9 @@ await run("e2e_api", async (track) => {
   const sn = await collectChatStream(await client.chat.completions.create({ ...sampled, stream: true }), 3);
   assertEq(sn.choices.map((x) => x.content), a.choices.map((x) => x.message.content ?? ""), "streamed n = 3 == non-streamed");
 
-  // Tools. auto: well-formed either way; none: never tool calls; required / named: the call is opened for
-  // the model (rill's stand-in for constrained decoding), so a call to that tool comes back.
+  // Tools. auto: well-formed either way; none: never tool calls; required / named: grammar-constrained (the
+  // prompt opens the call, the grammar holds the rest), so a call to that tool comes back (e2e_k2_tools checks
+  // the arguments).
   const auto = await client.chat.completions.create({ messages, tools: [weather, clock], max_tokens: 16, temperature: 0 });
   checkChatCompletion(auto);
   const none = await client.chat.completions.create({ messages, tools: [weather], tool_choice: "none", max_tokens: 16, temperature: 0 });

@@ -12,8 +12,9 @@
 //    model writes first is reasoning_content (random weights or not); thinking off (`thinking: {type:
 //    "disabled"}`, or chat_template_kwargs.thinking = false) ends it in `<|open|>response<|sep|>`: content only.
 //  - tools: tools / tool_choice "required" / "none" render as the reference does, tool_choice naming a
-//    function is a 400 (K3 has no form for it), and a follow-up turn with an assistant tool call and a `tool`
-//    result renders in the XTML call format and runs. Unconstrained, the random model never writes an XTML
+//    function renders as "auto" (K3 has no form for it) and is forced to one call of that tool by the grammar,
+//    and a follow-up turn with an assistant tool call and a `tool` result renders in the XTML call format and
+//    runs. Unconstrained, the random model never writes an XTML
 //    tool section; tool_choice "required" is grammar-constrained, so there the openai client gets tool_calls,
 //    whose arguments ajv validates against each tool's JSON Schema; so is response_format json_schema (the
 //    content validated the same way).
@@ -160,13 +161,12 @@ await run("e2e_k3_api", async (track) => {
     assertEq(st.choices[0].content, w.choices[0].message.content, "thinking off: streamed content == non-streamed");
   }
 
-  // Tools. Named: K3 has no form for it (serving.md §2.6) -> 400 naming tool_choice.
-  let named = null;
-  try {
-    await client.chat.completions.create({ ...req, tools: [weather, clock], tool_choice: { type: "function", function: { name: "get_time" } } });
-  } catch (e) { named = e; }
-  assert(named instanceof OpenAIModule.BadRequestError, "K3 named tool_choice: 400, got " + named);
-  assert(/tool_choice/.test(named.message), "the 400 names tool_choice: " + named.message);
+  // Tools. Named: the prompt of "auto" (the reference has no form for it, serving.md §2.6), so /tokenize
+  // gives the same ids; the grammar forces exactly one call of the named tool (checked with ajv below).
+  const namedChoice = { type: "function", function: { name: "get_weather" } };
+  const namedTok = await server.fetchJson("/tokenize", { model: MODEL, messages, tools: [weather, clock], tool_choice: namedChoice });
+  assertEq(namedTok.json.tokens, (await server.fetchJson("/tokenize", { model: MODEL, messages, tools: [weather, clock] })).json.tokens,
+    "named tool_choice renders as auto");
   let requiredNoTools = null;
   try { await client.chat.completions.create({ ...req, tool_choice: "required" }); } catch (e) { requiredNoTools = e; }
   assert(requiredNoTools instanceof OpenAIModule.BadRequestError, "tool_choice required without tools: 400");
@@ -239,6 +239,19 @@ await run("e2e_k3_api", async (track) => {
       calls.map((t) => [t.id, t.function.name, t.function.arguments]), `${where}: streamed tool calls == non-streamed`);
   }
   assert(sawParallel, "some parallel request made more than one call");
+  // Named: exactly one call, of that tool, parallel_tool_calls or not; streamed == non-streamed.
+  for (const seed of [1, 2]) {
+    const body = { ...req, messages, tools: [alarm, clock], tool_choice: { type: "function", function: { name: "set_alarm" } },
+      thinking: { type: "disabled" }, max_tokens: 400, temperature: 1, seed };
+    const r = await client.chat.completions.create(body);
+    assertEq(r.choices[0].finish_reason, "tool_calls", `named, seed ${seed}: finish_reason`);
+    const calls = r.choices[0].message.tool_calls ?? [];
+    assertEq(calls.map((c) => [c.id, c.function.name]), [["set_alarm_0", "set_alarm"]], `named, seed ${seed}: one call of set_alarm`);
+    assert(validators.set_alarm(JSON.parse(calls[0].function.arguments)), `named, seed ${seed}: ${calls[0].function.arguments}`);
+    const st = await collectChatStream(await client.chat.completions.create({ ...body, stream: true }), 1, true);
+    assertEq(st.choices[0].tool_calls.map((t) => [t.id, t.name, t.arguments]),
+      calls.map((t) => [t.id, t.function.name, t.function.arguments]), `named, seed ${seed}: streamed == non-streamed`);
+  }
 
   // response_format json_schema is grammar-constrained too: the response channel is the JSON value.
   for (const seed of [1, 2]) {

@@ -68,6 +68,15 @@ std::vector<Case> well_formed_cases() {
                        {"functions.get_time:1", "get_time", R"({"tz":"CET"})"}},
         .reasoning_ended = true,
         .stop_seen = true}},
+      // The model's text, streamed and whole: big integers and number spellings are not re-serialised.
+      {"numbers_verbatim",
+       k2(),
+       kBegin +
+           call("functions.pay:0", R"({"z": 63200810010550512345678901234, "amount": 1.50, "big": 1e3})") +
+           kEnd + kImEnd,
+       {.tool_calls = {{"functions.pay:0", "pay",
+                        R"({"z": 63200810010550512345678901234, "amount": 1.50, "big": 1e3})"}},
+        .stop_seen = true}},
       {"whitespace_between_markers",
        k2(),
        kBegin +
