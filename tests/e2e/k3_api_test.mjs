@@ -123,8 +123,8 @@ await run("e2e_k3_api", async (track) => {
   assertEq(response.headers.get("x-msh-usage-prompt-tokens"), String(whole.usage.prompt_tokens), "X-Msh-Usage-Prompt-Tokens");
   assert(whole.usage.completion_tokens_details.reasoning_tokens > 0, "reasoning_tokens counted");
   assert(whole.usage.completion_tokens_details.reasoning_tokens <= whole.usage.completion_tokens, "reasoning_tokens <= completion_tokens");
-  // No stream_options: K3 streams report usage anyway (Moonshot's default, serving.md §2.6).
-  const streamed = await collectChatStream(await client.chat.completions.create({ ...req, stream: true }), 1, true);
+  const streamed = await collectChatStream(await client.chat.completions.create({ ...req, stream: true,
+    stream_options: { include_usage: true } }), 1, true);
   const s0 = streamed.choices[0];
   assert(s0.reasoning.length > 0, "streamed reasoning_content deltas");
   assertEq(s0.reasoning, msg.reasoning_content, "streamed reasoning_content == non-streamed (greedy)");
@@ -143,10 +143,12 @@ await run("e2e_k3_api", async (track) => {
   const tail = whole.choices[0].finish_reason === "length" ? "\n[length]\n" : "\n";
   assert(chatCli.stdout.startsWith(msg.reasoning_content) && chatCli.stdout.endsWith((msg.content ?? "") + tail),
     `rill chat's reply == the server's (greedy): ${JSON.stringify(chatCli.stdout)}`);
-  // include_usage false is honoured when asked for.
-  const noUsage = await collectChatStream(await client.chat.completions.create({ ...req, max_tokens: 4, stream: true,
-    stream_options: { include_usage: false } }), 1, false);
-  assert(noUsage.usage === null, "stream_options.include_usage false: no usage chunk");
+  // Usage follows OpenAI's rule as on K2 (not Moonshot's usage without opt-in): no usage without include_usage.
+  for (const extra of [{}, { stream_options: { include_usage: false } }]) {
+    const noUsage = await collectChatStream(await client.chat.completions.create({ ...req, max_tokens: 4, stream: true,
+      ...extra }), 1, false);
+    assert(noUsage.usage === null, "no usage chunk without include_usage: " + JSON.stringify(extra));
+  }
 
   // Thinking off: the same conversation answers in content, with no reasoning_content, streamed or not.
   for (const extra of [{ thinking: { type: "disabled" } }, { chat_template_kwargs: { thinking: false } }]) {
@@ -156,7 +158,7 @@ await run("e2e_k3_api", async (track) => {
     assert((w.choices[0].message.content ?? "").length > 0, "thinking off: content");
     assertEq(w.usage.prompt_tokens, off.count - RESPONSE_STUB, "thinking off: prompt_tokens == /tokenize count - stub");
     assertEq(w.usage.completion_tokens_details.reasoning_tokens, 0, "thinking off: no reasoning tokens");
-    const st = await collectChatStream(await client.chat.completions.create({ ...req, ...extra, stream: true }), 1, true);
+    const st = await collectChatStream(await client.chat.completions.create({ ...req, ...extra, stream: true }));
     assertEq(st.choices[0].reasoning, "", "thinking off: no streamed reasoning");
     assertEq(st.choices[0].content, w.choices[0].message.content, "thinking off: streamed content == non-streamed");
   }
@@ -182,7 +184,8 @@ await run("e2e_k3_api", async (track) => {
     calls.forEach((c, k) => assertEq(c.id, `${c.function.name}_${first + k}`, "K3 tool-call id NAME_<n>"));
     if (calls.length) assert(["tool_calls", "length"].includes(r.choices[0].finish_reason), "finish_reason tool_calls (or length)");
     assert(typeof r.choices[0].message.reasoning_content === "string", "thinking on: reasoning_content with tools too");
-    const st = await collectChatStream(await client.chat.completions.create({ ...req, max_tokens: 8, ...body, stream: true }), 1, true);
+    const st = await collectChatStream(await client.chat.completions.create({ ...req, max_tokens: 8, ...body, stream: true,
+      stream_options: { include_usage: true } }), 1, true);
     assertEq(st.choices[0].tool_calls.map((t) => [t.id, t.name, t.arguments]),
       calls.map((t) => [t.id, t.function.name, t.function.arguments]), "streamed tool calls == non-streamed");
     assertEq(st.choices[0].reasoning, r.choices[0].message.reasoning_content, "streamed reasoning == non-streamed (tools)");
@@ -233,7 +236,7 @@ await run("e2e_k3_api", async (track) => {
       const args = JSON.parse(c.function.arguments);
       assert(validate(args), `${where}: ${c.function.arguments} fails ${c.function.name}'s schema: ${ajv.errorsText(validate.errors)}`);
     });
-    const st = await collectChatStream(await client.chat.completions.create({ ...body, stream: true }), 1, true);
+    const st = await collectChatStream(await client.chat.completions.create({ ...body, stream: true }));
     assertEq(st.choices[0].finish_reason, "tool_calls", `${where}: streamed finish_reason`);
     assertEq(st.choices[0].tool_calls.map((t) => [t.id, t.name, t.arguments]),
       calls.map((t) => [t.id, t.function.name, t.function.arguments]), `${where}: streamed tool calls == non-streamed`);
@@ -262,7 +265,7 @@ await run("e2e_k3_api", async (track) => {
     assertEq(r.choices[0].finish_reason, "stop", `response_format seed ${seed}: ends after the JSON value`);
     const text = r.choices[0].message.content;
     assert(validators.set_alarm(JSON.parse(text)), `response_format seed ${seed}: ${text}: ${ajv.errorsText(validators.set_alarm.errors)}`);
-    const st = await collectChatStream(await client.chat.completions.create({ ...body, stream: true }), 1, true);
+    const st = await collectChatStream(await client.chat.completions.create({ ...body, stream: true }));
     assertEq(st.choices[0].content, text, `response_format seed ${seed}: streamed == non-streamed`);
   }
 });

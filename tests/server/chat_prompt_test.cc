@@ -250,7 +250,7 @@ ChoiceDecoder k2_decoder(bool reasoning, bool starts_in_reasoning) {
   config.starts_in_reasoning = starts_in_reasoning;
   auto p = text::make_output_parser(config);
   EXPECT_TRUE(p.ok());
-  return ChoiceDecoder(std::move(p).value(), starts_in_reasoning, {163586}, k2().tokenizer.get());
+  return ChoiceDecoder(std::move(p).value(), starts_in_reasoning);
 }
 
 TEST(ChoiceDecoder, ContentToolCallsAndFinish) {
@@ -293,17 +293,17 @@ TEST(ChoiceDecoder, ReasoningTokensAndLength) {
   EXPECT_EQ(d.result().content, "Hello");
 }
 
-TEST(ChoiceDecoder, RawTextDropsTheStopNameAndMapsFinishReasons) {
-  ChoiceDecoder d(nullptr, false, {163586}, k2().tokenizer.get());
+TEST(ChoiceDecoder, RawTextIsContentAndFinishReasonsMap) {
+  ChoiceDecoder d(nullptr, false);
   d.on_event(event({1}, "abc"));
-  d.on_event(event({2, 163586}, "d<|im_end|>"));
+  d.on_event(event({2, 163586}, "d"));  // the engine's text leaves out the stop id
   auto frames = d.on_event(finish(engine::FinishReason::Stop, 3));
   EXPECT_EQ(d.result().content, "abcd");
   EXPECT_EQ(frames.back().finish_reason, "stop");
-  ChoiceDecoder c(nullptr, false, {}, nullptr);
+  ChoiceDecoder c(nullptr, false);
   EXPECT_EQ(c.on_event(finish(engine::FinishReason::Cancelled, 0)).back().finish_reason,
             "server_interrupted");
-  ChoiceDecoder e(nullptr, false, {}, nullptr);
+  ChoiceDecoder e(nullptr, false);
   engine::StreamEvent failed = finish(engine::FinishReason::Error, 0);
   failed.error = internal_error("boom");
   auto f = e.on_event(failed);

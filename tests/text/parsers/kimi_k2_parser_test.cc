@@ -183,6 +183,15 @@ std::vector<Case> malformed_cases() {
        k2(),
        "Hi[EOS]junk",
        {.content = "Hi", .errors = {{E::TextAfterStop, -1}}, .stop_seen = true}},
+      // ignore_eos: the end of the message ends nothing; it and what follows are content as written.
+      {"ignore_eos_keeps_text_after_the_end",
+       {.family = ModelFamily::KimiK2, .stop_at_end_of_message = false},
+       "Hi" + kImEnd + "<|im_user|>more" + kBegin + "x[EOS]",
+       {.content = "Hi" + kImEnd + "<|im_user|>more" + kBegin + "x[EOS]", .stop_seen = true}},
+      {"ignore_eos_ends_reasoning_into_content",
+       {.family = ModelFamily::KimiK2, .starts_in_reasoning = true, .stop_at_end_of_message = false},
+       "hmm[EOT]</think>after",
+       {.reasoning = "hmm", .content = "[EOT]</think>after", .stop_seen = true}},
   };
 }
 

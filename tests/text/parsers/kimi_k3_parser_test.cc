@@ -256,6 +256,15 @@ std::vector<Case> malformed_cases() {
        no_thinking(),
        "a" + kResponseEnd + kMessageEnd + "junk",
        {.content = "a", .errors = {{E::TextAfterStop, -1}}, .stop_seen = true}},
+      // ignore_eos: the end of the message ends nothing; it and what follows are content as written.
+      {"ignore_eos_keeps_text_after_the_message",
+       {.family = ModelFamily::KimiK3, .stop_at_end_of_message = false},
+       "a" + kResponseEnd + kMessageEnd + "<|open|>message role=\"user\"<|sep|>junk",
+       {.content = "a" + kMessageEnd + "<|open|>message role=\"user\"<|sep|>junk", .stop_seen = true}},
+      {"ignore_eos_in_the_think_channel",
+       {.family = ModelFamily::KimiK3, .starts_in_reasoning = true, .stop_at_end_of_message = false},
+       "hmm<|end_of_msg|>" + kResponse + "x",
+       {.reasoning = "hmm", .content = "<|end_of_msg|>" + kResponse + "x", .stop_seen = true}},
   };
 }
 
