@@ -40,9 +40,9 @@ Result<MemoryPlan> plan_memory(backend::Backend& be, const model::ModelConfig& c
   const int64_t per_slot = std::max<int64_t>(state_bytes(1), 1);
   int n_snapshots =
       prefix.enabled ? int(std::min<int64_t>(prefix.snapshot_budget_bytes / per_slot, 1 << 20)) : 0;
-  // Staging slots (in-step snapshots) come on top of the snapshot budget: one state slot per snapshot position a
-  // step can pass. (Writing the snapshots straight into pool slots reserved before the step would save this
-  // memory and the copy after the step.)
+  // Staging slots (in-step snapshots) come on top of the snapshot budget: one state slot per snapshot
+  // position a step can pass. (Writing the snapshots straight into pool slots reserved before the step would
+  // save this memory and the copy after the step.)
   p.n_staging = prefix.enabled ? std::max(prefix.staging_slots, 0) : 0;
   p.state_bytes = state;
   if (n_blocks > 0) {
@@ -78,10 +78,10 @@ Result<MemoryPlan> plan_memory(backend::Backend& be, const model::ModelConfig& c
 
 Result<CacheManager> CacheManager::create(backend::Backend& be, const model::ModelConfig& c,
                                           const MemoryPlan& plan, const PrefixCacheOptions& prefix) {
-  RILL_ASSIGN_OR_RETURN(
-      model::ModelCaches caches,
-      model::ModelCaches::allocate(be, c, plan.n_slots + plan.n_snapshots + (prefix.enabled ? plan.n_staging : 0),
-                                   plan.n_blocks, plan.block_size));
+  RILL_ASSIGN_OR_RETURN(model::ModelCaches caches,
+                        model::ModelCaches::allocate(
+                            be, c, plan.n_slots + plan.n_snapshots + (prefix.enabled ? plan.n_staging : 0),
+                            plan.n_blocks, plan.block_size));
   return CacheManager(be, std::move(caches), plan, prefix);
 }
 
@@ -133,7 +133,7 @@ Status CacheManager::admit(SequenceCache* seq, const PrefixHit& hit, int first_s
   index_.acquire(hit.entries);  // before allocating: held blocks are never evicted
   auto fresh = allocate_blocks(blocks_for(first_step_tokens) - int(hit.entries.size()));
   if (!fresh.ok()) {
-    index_.release(hit.entries);
+    RILL_TRY(index_.release(hit.entries));
     RILL_TRY(slots_.release(slot));
     return fresh.status();
   }
@@ -210,8 +210,8 @@ Status CacheManager::drop_tail_snapshot(SequenceCache* seq) {
   return {};
 }
 
-Status CacheManager::commit(SequenceCache* seq, std::span<const int32_t> tokens, int n_prompt,
-                            int n_computed, int32_t state_slot) {
+Status CacheManager::commit(SequenceCache* seq, std::span<const int32_t> tokens, int n_prompt, int n_computed,
+                            int32_t state_slot) {
   if (!prefix_.enabled || seq->slot < 0) return {};
   const int B = block_size();
   const int n_full = std::min(n_computed, int(tokens.size())) / B;
@@ -248,18 +248,26 @@ Status CacheManager::commit(SequenceCache* seq, std::span<const int32_t> tokens,
   return {};
 }
 
+// Each part (index holds, own blocks, slot) is given back on its own and the sequence is emptied even when
+// one part is refused (a double release): the first error is returned, and nothing stays listed that a second
+// release could free again once another sequence holds those ids.
 Status CacheManager::release(SequenceCache* seq) {
   const size_t n_shared = std::min(seq->shared.size(), seq->blocks.size());
-  index_.release(seq->shared);
-  if (seq->blocks.size() > n_shared)
-    RILL_TRY(blocks_.release(std::span<const int32_t>(seq->blocks).subspan(n_shared)));
-  if (seq->slot >= 0) RILL_TRY(slots_.release(std::span<const int32_t>(&seq->slot, 1)));
+  Status st = index_.release(seq->shared);
+  if (seq->blocks.size() > n_shared) {
+    Status blocks = blocks_.release(std::span<const int32_t>(seq->blocks).subspan(n_shared));
+    if (st.ok()) st = std::move(blocks);
+  }
+  if (seq->slot >= 0) {
+    Status slot = slots_.release(std::span<const int32_t>(&seq->slot, 1));
+    if (st.ok()) st = std::move(slot);
+  }
   seq->blocks.clear();
   seq->shared.clear();
   seq->slot = -1;
   seq->tail_entry = 0;
   seq->tail_snapshot = -1;  // a finished sequence's last snapshot stays cached for its next turn
-  return {};
+  return st;
 }
 
 Status CacheManager::evict_all() {

@@ -41,8 +41,8 @@ struct PrefixCacheOptions {
   int snapshot_interval = 256;  // tokens between KDA snapshots while prefilling; a multiple of block_size
   int64_t snapshot_budget_bytes = 2048ll << 20;  // device memory for snapshots
   // State slots that receive the snapshots a prefill step takes inside itself (the backend's
-  // kda_snapshots_in_step()); committed into the snapshot pool after the step. 0: chunks end at every snapshot
-  // position instead (one step per snapshot, which costs a full weight sweep of the model each).
+  // kda_snapshots_in_step()); committed into the snapshot pool after the step. 0: chunks end at every
+  // snapshot position instead (one step per snapshot, which costs a full weight sweep of the model each).
   int staging_slots = 0;
   PrefixIndex::HashFn block_hash = nullptr;  // tests only: a weak hash that collides (nullptr: the real one)
 };
@@ -80,8 +80,8 @@ class CacheManager {
   // none comes first, or without prefix caching).
   int next_snapshot_at(int n_computed, int n_prompt, int n_tokens) const;
   // In-step snapshots: whether a prefill chunk may run past snapshot positions, taking them inside the step
-  // into staging slots (staging_slot(0 .. n_staging() - 1)); and the snapshot positions strictly inside a chunk
-  // [from, from + n) that are 64-token chunk boundaries of it.
+  // into staging slots (staging_slot(0 .. n_staging() - 1)); and the snapshot positions strictly inside a
+  // chunk [from, from + n) that are 64-token chunk boundaries of it.
   bool in_step_snapshots() const { return prefix_.enabled && n_staging_ > 0; }
   int n_staging() const { return n_staging_; }
   int32_t staging_slot(int k) const { return first_staging_ + k; }
@@ -104,6 +104,8 @@ class CacheManager {
   // without prefix caching.
   Status commit(SequenceCache* seq, std::span<const int32_t> tokens, int n_prompt, int n_computed,
                 int32_t state_slot = -1);
+  // Gives back everything `seq` holds and empties it. An id the pools refuse (released twice) is a bug:
+  // Internal error, the rest is still given back.
   Status release(SequenceCache* seq);
   // Evicts every cached block and snapshot no running sequence holds (vLLM's reset_prefix_cache).
   Status evict_all();

@@ -80,7 +80,13 @@ void PrefixIndex::acquire(std::span<const EntryId> ids) {
   }
 }
 
-void PrefixIndex::release(std::span<const EntryId> ids) {
+Status PrefixIndex::release(std::span<const EntryId> ids) {
+  std::unordered_map<EntryId, int32_t> times;  // an id may appear more than once, like in acquire
+  for (EntryId id : ids) {
+    auto it = entries_.find(id);
+    if (it == entries_.end() || ++times[id] > it->second.refs)
+      return internal_error("prefix cache: entry {} released but not held", id);
+  }
   const uint64_t now = ++clock_;
   for (EntryId id : ids) {
     Entry& e = at(id);
@@ -89,6 +95,7 @@ void PrefixIndex::release(std::span<const EntryId> ids) {
     if (--e.refs == 0) n_idle_++;
     relink(id, old);
   }
+  return {};
 }
 
 void PrefixIndex::set_snapshot(EntryId id, int32_t snapshot) {

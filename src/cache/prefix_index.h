@@ -15,6 +15,8 @@
 #include <utility>
 #include <vector>
 
+#include "core/status.h"
+
 namespace rill::cache {
 
 class PrefixIndex {
@@ -55,7 +57,9 @@ class PrefixIndex {
   // block just stays private.
   EntryId insert(EntryId parent, std::span<const int32_t> tokens, int32_t block);
   void acquire(std::span<const EntryId> ids);
-  void release(std::span<const EntryId> ids);
+  // Gives back one hold of each id; one not held that often (a double release) is a bug: Internal error,
+  // nothing released.
+  Status release(std::span<const EntryId> ids);
   void set_snapshot(EntryId id, int32_t snapshot);
 
   // Removes the least recently used unreferenced block that ends its chain; nullopt when none is left.

@@ -1,6 +1,7 @@
-// rill tiny-model OUT_DIR: the project's own small Kimi Linear checkpoint, written in the real Hugging Face
-// layout (Moonshot config.json, safetensors with the original tensor names) with seeded random weights and a
-// byte-level BPE tokenizer trained on the project's LICENSE text. Used by the README's demo and the tests.
+// rill tiny-model OUT_DIR: the project's own small Kimi Linear checkpoint (or with --kimi-k3 a Kimi K3 one),
+// written in the real Hugging Face layout (Moonshot config.json, safetensors with the original tensor names)
+// with seeded random weights, a byte-level BPE tokenizer trained on the project's LICENSE text and (Kimi
+// Linear) a chat template. Used by the README's demo and the tests.
 #include <cstdio>
 #include <filesystem>
 
@@ -13,25 +14,28 @@
 namespace rill::cli {
 
 int run_tiny_model(int argc, char** argv) {
-  CLI::App app{"Write the project's own small random Kimi Linear model (config, weights, tokenizer)."};
+  CLI::App app{
+      "Write the project's own small random Kimi Linear (or Kimi K3) model: config, weights, tokenizer."};
   std::string out_dir;
   uint64_t seed = 20261130;
   bool force = false, k3 = false;
   app.add_option("OUT_DIR", out_dir, "directory to create")->required();
   app.add_flag(
       "--kimi-k3", k3,
-      "a tiny Kimi K3 instead (nested config, AttnRes, latent MoE, MXFP4 experts; CPU only for now)");
+      "a tiny Kimi K3 instead (nested config, AttnRes, latent MoE, MXFP4 experts; runs on CPU and CUDA)");
   app.add_option("--seed", seed, "weight seed")->capture_default_str();
   app.add_flag("--force", force, "overwrite an existing model");
   if (int rc = parse_args(app, argc, argv); rc >= 0) return rc;
 
   const std::filesystem::path dir(out_dir);
   if (std::filesystem::exists(dir / "model.safetensors") && !force) {
-    std::fprintf(stderr, "rill tiny-model: %s already holds a model (use --force to rebuild)\n", out_dir.c_str());
+    std::fprintf(stderr, "rill tiny-model: %s already holds a model (use --force to rebuild)\n",
+                 out_dir.c_str());
     return 0;
   }
   const nlohmann::ordered_json config = k3 ? tiny_k3_model_config() : tiny_model_config();
-  if (Status st = model::write_random_checkpoint(dir, config, seed); !st.ok()) return report_error("tiny-model", st);
+  if (Status st = model::write_random_checkpoint(dir, config, seed); !st.ok())
+    return report_error("tiny-model", st);
   if (Status st = write_tiny_tokenizer(dir, k3); !st.ok()) return report_error("tiny-model", st);
   auto cfg = model::ModelConfig::from_json(config, "tiny-model");
   std::fprintf(stderr, "wrote %s: %s, %d layers, hidden %d, vocab %d (seed %llu)\n", out_dir.c_str(),

@@ -19,20 +19,27 @@ struct Engine::Impl {
   std::shared_ptr<const text::Tokenizer> tokenizer;
   EngineOptions opts;
   cache::MemoryPlan plan;
+  // The engine thread's alone: no other thread reads the scheduler or the caches, not even their sizes.
   std::unique_ptr<cache::CacheManager> caches;
   std::unique_ptr<Scheduler> sched;
   std::unique_ptr<Sampler> sampler;
+  EngineStats counters;  // the engine thread's running totals (steps, tokens, finished requests)
   int max_model_len = 0;
+  std::atomic<uint64_t> next_id{1};
 
+  // What the caller threads (submit, cancel, stats, reset_prefix_cache, shutdown) and the engine thread
+  // share: the fields from here to `reset_status` are read and written under `mu` only, and the engine thread
+  // never holds it across a model step.
   std::mutex mu;
   std::condition_variable cv;
   std::deque<std::unique_ptr<Sequence>> incoming;
   std::vector<uint64_t> cancels;
   bool accepting = true, stopping = false, drain = false;
-  std::atomic<uint64_t> next_id{1};
-  std::atomic<int> queued{0};  // submitted and not yet finished
-  mutable std::mutex stats_mu;
-  EngineStats stats;
+  EngineStats published;  // the scheduler's and caches' state as the engine thread last saw it
+  // reset_prefix_cache requests, served by the engine thread (it owns the caches).
+  uint64_t resets_asked = 0, resets_done = 0;
+  Status reset_status;
+  std::mutex join_mu;  // one shutdown joins the thread; a concurrent one waits for it
   std::thread thread;
 
   void loop();
@@ -41,49 +48,57 @@ struct Engine::Impl {
   Status device_bound;
   void finish_all(FinishReason reason, const Status& error);  // shutdown without drain
   void emit_finished(std::map<uint64_t, StreamEvent>& pending);
-  void update_stats();
+  // Copies the scheduler's and caches' state and the counters into `published` (with `mu` held).
+  void publish_locked();
+  void publish() {
+    std::lock_guard lock(mu);
+    publish_locked();
+  }
+  // Requests not admitted yet: still in `incoming`, or waiting in the scheduler (with `mu` held).
+  int waiting_locked() const { return published.waiting + int(incoming.size()); }
   Status call_logits_hook(const StepPlan& plan, const TensorView& logits);
-  // reset_prefix_cache requests, served by the engine thread (it owns the caches).
-  uint64_t resets_asked = 0, resets_done = 0;
-  Status reset_status;
 };
 
-void Engine::Impl::update_stats() {
-  std::lock_guard lock(stats_mu);
-  stats.running = sched->n_running();
-  stats.waiting = sched->n_waiting();
-  stats.kv_blocks_used = caches->blocks_in_use();
-  stats.kv_blocks_total = caches->blocks().capacity();
-  stats.state_slots_used = caches->slots().used_count();
-  stats.state_slots_total = caches->slots().capacity();
-  stats.preemptions = sched->preemptions();
-  stats.prefix_cache_queries = sched->prefix_queries();
-  stats.prefix_cache_hits = sched->prefix_hits();
-  stats.prefix_cache_blocks = caches->index().n_entries();
-  stats.kda_snapshots_used = caches->snapshots().used_count();
-  stats.kda_snapshots_total = caches->snapshots().capacity();
-  stats.prefix_cache_evicted_blocks = caches->evicted_blocks();
-  stats.kda_snapshots_evicted = caches->evicted_snapshots();
+void Engine::Impl::publish_locked() {
+  EngineStats& s = published;
+  s = counters;
+  s.running = sched->n_running();
+  s.waiting = sched->n_waiting();
+  s.kv_blocks_used = caches->blocks_in_use();
+  s.kv_blocks_total = caches->blocks().capacity();
+  s.state_slots_used = caches->slots().used_count();
+  s.state_slots_total = caches->slots().capacity();
+  s.preemptions = sched->preemptions();
+  s.prefix_cache_queries = sched->prefix_queries();
+  s.prefix_cache_hits = sched->prefix_hits();
+  s.prefix_cache_blocks = caches->index().n_entries();
+  s.kda_snapshots_used = caches->snapshots().used_count();
+  s.kda_snapshots_total = caches->snapshots().capacity();
+  s.prefix_cache_evicted_blocks = caches->evicted_blocks();
+  s.kda_snapshots_evicted = caches->evicted_snapshots();
 }
 
 // Final events: the held-back text, the finish reason and usage; the sequence's caches are already free.
 void Engine::Impl::emit_finished(std::map<uint64_t, StreamEvent>& pending) {
-  update_stats();  // before any final event: a caller that saw its request finish sees its caches freed
-  for (auto& f : sched->take_finished()) {
+  std::vector<Scheduler::Finished> finished = sched->take_finished();
+  counters.requests_finished += finished.size();
+  // Before any final event: a caller that saw its request finish sees it counted and its caches freed.
+  publish();
+  for (auto& f : finished) {
     Sequence& s = *f.seq;
     StreamEvent ev = std::move(pending[s.id]);
     pending.erase(s.id);
     if (f.reason != FinishReason::Error && !s.stopped_on_string) ev.text += s.stop->flush();
     ev.finish = f.reason;
     ev.stop_reason = f.detail;
-    if (f.reason == FinishReason::Error) ev.error = Status(StatusCode::Internal, f.detail);
+    if (f.reason == FinishReason::Error) {
+      RILL_LOG_ERROR("request {} failed: {}", s.id, f.detail);
+      ev.error = Status(StatusCode::Internal, f.detail);
+    }
     ev.prompt_tokens = s.reported_prompt_tokens;
     ev.completion_tokens = s.n_generated();
     ev.cached_tokens = std::clamp(s.n_cached, 0, s.reported_prompt_tokens);
     s.stream->push(std::move(ev));
-    queued--;
-    std::lock_guard lock(stats_mu);
-    stats.requests_finished++;
   }
   for (auto& [id, ev] : pending)
     if (!ev.token_ids.empty() || !ev.text.empty()) {
@@ -106,6 +121,7 @@ void Engine::Impl::finish_all(FinishReason reason, const Status& error) {
 
 void Engine::Impl::step() {
   StepPlan plan = sched->schedule();
+  publish();  // admissions and preemptions: submit's queue check counts what is still waiting
   std::map<uint64_t, StreamEvent> pending;
   if (plan.empty()) {
     emit_finished(pending);
@@ -125,21 +141,17 @@ void Engine::Impl::step() {
   std::vector<SampledToken> sampled;
   Status st = logits.ok() ? sampler->run(*logits, rows, &sampled) : logits.status();
   if (st.ok() && opts.logits_hook) st = call_logits_hook(plan, *logits);
-  if (!st.ok()) {
-    RILL_LOG_ERROR("step failed: {}", st.to_string());
+  if (!st.ok()) {  // every request of the step fails with the step's error (logged when it finishes)
     for (const auto& p : plan.seqs) sched->finish(p.seq->id, FinishReason::Error, st.message());
     emit_finished(pending);
     return;
   }
   std::vector<int32_t> ids;
   for (const auto& t : sampled) ids.push_back(t.id);
-  {
-    std::lock_guard lock(stats_mu);
-    stats.steps++;
-    for (const auto& p : plan.seqs)
-      if (p.seq->n_computed < p.seq->n_prompt) stats.prompt_tokens_total += uint64_t(p.n_new);
-    stats.generation_tokens_total += ids.size();
-  }
+  counters.steps++;
+  for (const auto& p : plan.seqs)
+    if (p.seq->n_computed < p.seq->n_prompt) counters.prompt_tokens_total += uint64_t(p.n_new);
+  counters.generation_tokens_total += ids.size();
   sched->postprocess(plan, ids);
   for (size_t k = 0; k < rows.size(); ++k) {
     Sequence* s = const_cast<Sequence*>(rows[k]);
@@ -158,7 +170,6 @@ void Engine::Impl::step() {
     }
   }
   emit_finished(pending);
-  update_stats();
 }
 
 Status Engine::Impl::call_logits_hook(const StepPlan& plan, const TensorView& logits) {
@@ -168,7 +179,8 @@ Status Engine::Impl::call_logits_hook(const StepPlan& plan, const TensorView& lo
   size_t row = 0;
   for (const auto& p : plan.seqs) {
     if (!p.samples) continue;
-    opts.logits_hook(p.seq->id, p.seq->n_computed + p.n_new - 1, std::span<const float>(host).subspan(row * vocab, vocab));
+    opts.logits_hook(p.seq->id, p.seq->n_computed + p.n_new - 1,
+                     std::span<const float>(host).subspan(row * vocab, vocab));
     ++row;
   }
   return {};
@@ -182,11 +194,11 @@ void Engine::Impl::loop() {
     {
       std::unique_lock lock(mu);
       cv.wait(lock, [&] {
-        return stopping || !incoming.empty() || !cancels.empty() || !sched->idle() || resets_asked > resets_done;
+        return stopping || !incoming.empty() || !cancels.empty() || !sched->idle() ||
+               resets_asked > resets_done;
       });
       if (resets_asked > resets_done) {
         reset_status = caches->evict_all();
-        update_stats();
         resets_done = resets_asked;
         cv.notify_all();
       }
@@ -196,10 +208,10 @@ void Engine::Impl::loop() {
       }
       for (uint64_t id : cancels) sched->finish(id, FinishReason::Cancelled);
       cancels.clear();
+      publish_locked();  // under the same lock: stats() sees each request either incoming or waiting
       if (stopping && !drain) {
         lock.unlock();
         finish_all(FinishReason::Cancelled, {});
-        update_stats();
         return;
       }
       if (stopping && sched->idle()) return;
@@ -207,7 +219,6 @@ void Engine::Impl::loop() {
     if (sched->idle()) {
       std::map<uint64_t, StreamEvent> none;
       emit_finished(none);
-      update_stats();
       continue;
     }
     step();
@@ -223,7 +234,8 @@ Result<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<model::Model> mod
   impl->opts = o;
   impl->tokenizer = std::move(tokenizer);
   const model::ModelConfig& c = model->config();
-  int want_len = o.max_model_len > 0 ? o.max_model_len : int(std::min<int64_t>(c.max_position_embeddings, 1 << 30));
+  int want_len =
+      o.max_model_len > 0 ? o.max_model_len : int(std::min<int64_t>(c.max_position_embeddings, 1 << 30));
   if (!model->backend().device_memory() && o.num_kv_blocks == 0 && o.max_model_len == 0)
     want_len = std::min(want_len, 8192);  // CPU without explicit limits: a modest default context
   model::StepLimits lim;
@@ -236,14 +248,16 @@ Result<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<model::Model> mod
   prefix.enabled = o.enable_prefix_caching;
   prefix.snapshot_interval = o.kda_snapshot_interval;
   prefix.snapshot_budget_bytes = int64_t(o.kda_snapshot_budget_mib) << 20;
-  // Enough staging slots for every snapshot position one step can pass (interval multiples and a prompt's last
-  // full block, for each sequence of the step) — with fewer, some positions just go unsaved.
+  // Enough staging slots for every snapshot position one step can pass (interval multiples and a prompt's
+  // last full block, for each sequence of the step) — with fewer, some positions just go unsaved.
   if (o.enable_prefix_caching && o.kda_snapshots_in_step && model->backend().kda_snapshots_in_step() &&
       o.kda_snapshot_interval > 0)
     prefix.staging_slots = o.max_num_tokens / o.kda_snapshot_interval + std::min(o.max_batch_size, 8);
-  RILL_ASSIGN_OR_RETURN(impl->plan, cache::plan_memory(model->backend(), c, o.max_batch_size, want_len,
-                                                       o.kv_cache_fraction, o.num_kv_blocks, o.block_size, prefix));
-  RILL_ASSIGN_OR_RETURN(cache::CacheManager cm, cache::CacheManager::create(model->backend(), c, impl->plan, prefix));
+  RILL_ASSIGN_OR_RETURN(
+      impl->plan, cache::plan_memory(model->backend(), c, o.max_batch_size, want_len, o.kv_cache_fraction,
+                                     o.num_kv_blocks, o.block_size, prefix));
+  RILL_ASSIGN_OR_RETURN(cache::CacheManager cm,
+                        cache::CacheManager::create(model->backend(), c, impl->plan, prefix));
   impl->caches = std::make_unique<cache::CacheManager>(std::move(cm));
   // One sequence must always fit in the cache on its own, so recompute preemption always makes progress.
   impl->max_model_len = std::min<int>(want_len, impl->plan.n_blocks * impl->plan.block_size);
@@ -253,7 +267,7 @@ Result<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<model::Model> mod
                         Sampler::create(model->backend(), o.max_batch_size, c.eos_token_ids));
   impl->sampler = std::make_unique<Sampler>(std::move(sampler));
   impl->model = std::move(model);
-  impl->update_stats();
+  impl->publish();
   Impl* p = impl.get();
   impl->thread = std::thread([p] { p->loop(); });
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
@@ -261,7 +275,9 @@ Result<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<model::Model> mod
 
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
-Engine::~Engine() { shutdown(false); }
+Engine::~Engine() {
+  shutdown(false);
+}
 
 Result<std::shared_ptr<RequestStream>> Engine::submit(Request r) {
   Impl& m = *impl_;
@@ -269,13 +285,16 @@ Result<std::shared_ptr<RequestStream>> Engine::submit(Request r) {
   const model::ModelConfig& c = m.model->config();
   if (r.prompt.empty()) return invalid_argument("prompt: must contain at least one token");
   for (int32_t id : r.prompt)
-    if (id < 0 || id >= c.vocab_size) return invalid_argument("prompt: token id {} is outside the vocabulary [0, {})", id, c.vocab_size);
+    if (id < 0 || id >= c.vocab_size)
+      return invalid_argument("prompt: token id {} is outside the vocabulary [0, {})", id, c.vocab_size);
   RILL_TRY(r.params.validate(c.vocab_size));
   const int n = int(r.prompt.size());
   if (n >= m.max_model_len)
-    return invalid_argument("prompt: {} tokens leave no room in the context of {} tokens", n, m.max_model_len);
+    return invalid_argument("prompt: {} tokens leave no room in the context of {} tokens", n,
+                            m.max_model_len);
   if (!m.opts.chunked_prefill && n > m.opts.max_num_tokens)
-    return invalid_argument("prompt: {} tokens exceed --max-num-tokens {} with chunked prefill off", n, m.opts.max_num_tokens);
+    return invalid_argument("prompt: {} tokens exceed --max-num-tokens {} with chunked prefill off", n,
+                            m.opts.max_num_tokens);
   auto seq = std::make_unique<Sequence>();
   seq->id = m.next_id++;
   seq->tokens = r.prompt;
@@ -293,9 +312,8 @@ Result<std::shared_ptr<RequestStream>> Engine::submit(Request r) {
   {
     std::lock_guard lock(m.mu);
     if (!m.accepting) return unavailable("the server is shutting down");
-    if (m.queued.load() - m.sched->n_running() >= m.opts.max_queue)
+    if (m.waiting_locked() >= m.opts.max_queue)
       return resource_exhausted("the request queue is full ({} waiting); retry later", m.opts.max_queue);
-    m.queued++;
     m.incoming.push_back(std::move(seq));
   }
   m.cv.notify_all();
@@ -311,9 +329,9 @@ void Engine::cancel(uint64_t id) {
 }
 
 EngineStats Engine::stats() const {
-  std::lock_guard lock(impl_->stats_mu);
-  EngineStats s = impl_->stats;
-  s.waiting += int(impl_->incoming.size());
+  std::lock_guard lock(impl_->mu);
+  EngineStats s = impl_->published;
+  s.waiting = impl_->waiting_locked();
   return s;
 }
 
@@ -322,7 +340,7 @@ Status Engine::reset_prefix_cache() {
   Status st;
   {
     std::unique_lock lock(m.mu);
-    if (!m.thread.joinable() || m.stopping) return unavailable("the engine is shutting down");
+    if (m.stopping) return unavailable("the engine is shutting down");
     const uint64_t ticket = ++m.resets_asked;
     m.cv.notify_all();
     m.cv.wait(lock, [&] { return m.resets_done >= ticket || m.stopping; });
@@ -333,15 +351,17 @@ Status Engine::reset_prefix_cache() {
 }
 
 void Engine::shutdown(bool drain) {
-  if (!impl_ || !impl_->thread.joinable()) return;
+  if (!impl_) return;
   {
     std::lock_guard lock(impl_->mu);
+    // A later call may turn a drain into a cancel ("signal again to cancel"), not a cancel into a drain.
+    impl_->drain = drain && (!impl_->stopping || impl_->drain);
     impl_->accepting = false;
     impl_->stopping = true;
-    impl_->drain = drain;
   }
   impl_->cv.notify_all();
-  impl_->thread.join();
+  std::lock_guard join_lock(impl_->join_mu);
+  if (impl_->thread.joinable()) impl_->thread.join();
 }
 
 std::unique_ptr<model::Model> Engine::release_model() {
@@ -349,8 +369,14 @@ std::unique_ptr<model::Model> Engine::release_model() {
   return std::move(impl_->model);
 }
 
-const model::Model& Engine::model() const { return *impl_->model; }
-int Engine::max_model_len() const { return impl_->max_model_len; }
-std::string Engine::memory_plan() const { return impl_->plan.describe(); }
+const model::Model& Engine::model() const {
+  return *impl_->model;
+}
+int Engine::max_model_len() const {
+  return impl_->max_model_len;
+}
+std::string Engine::memory_plan() const {
+  return impl_->plan.describe();
+}
 
 }  // namespace rill::engine

@@ -33,14 +33,17 @@ Sequence* Scheduler::find(uint64_t id) {
 // front of the queue; it will prefill all its tokens (prompt and generated) again.
 bool Scheduler::preempt_newest(const std::function<bool(const Sequence*)>& may_preempt) {
   for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
-    Sequence* s = it->get();
-    if (!may_preempt(s)) continue;
-    (void)caches_.release(&s->cache);
+    if (!may_preempt(it->get())) continue;
+    std::unique_ptr<Sequence> s = std::move(*it);
+    running_.erase(std::next(it).base());
+    if (Status st = caches_.release(&s->cache); !st.ok()) {  // see retire: reported, not recomputed
+      finished_.push_back({std::move(s), FinishReason::Error, st.message()});
+      return true;
+    }
     s->n_computed = 0;
     s->n_preemptions++;
     ++preemptions_;
-    waiting_.push_front(std::move(*it));
-    running_.erase(std::next(it).base());
+    waiting_.push_front(std::move(s));
     return true;
   }
   return false;
@@ -48,7 +51,8 @@ bool Scheduler::preempt_newest(const std::function<bool(const Sequence*)>& may_p
 
 // Prefill tokens for `s` from `from` under `budget`. With prefix caching, the KDA state must be saved at the
 // snapshot positions: where the backend takes snapshots inside a step, a chunk only ends on a 64-token chunk
-// boundary (so every later snapshot position is one); otherwise the chunk stops at the next snapshot position.
+// boundary (so every later snapshot position is one); otherwise the chunk stops at the next snapshot
+// position.
 int Scheduler::chunk_size(const Sequence& s, int from, int budget) const {
   const int n_tokens = int(s.tokens.size());
   int end = std::min(n_tokens, from + budget);
@@ -87,7 +91,8 @@ StepPlan Scheduler::schedule() {
   };
 
   // 1. Decode: one token for every running sequence whose only unprocessed token is its last sampled one.
-  for (size_t i = 0; i < running_.size() && int(plan.seqs.size()) < limits_.max_batch_size && budget > 0; ++i) {
+  for (size_t i = 0; i < running_.size() && int(plan.seqs.size()) < limits_.max_batch_size && budget > 0;
+       ++i) {
     Sequence* s = running_[i].get();
     if (s->n_remaining() != 1) continue;
     if (!make_room(s, s->n_computed + 1)) continue;
@@ -95,7 +100,8 @@ StepPlan Scheduler::schedule() {
     budget -= 1;
   }
   // 2. Prefill chunks of running sequences (chunked prefill in progress, or recomputation).
-  for (size_t i = 0; i < running_.size() && int(plan.seqs.size()) < limits_.max_batch_size && budget > 0; ++i) {
+  for (size_t i = 0; i < running_.size() && int(plan.seqs.size()) < limits_.max_batch_size && budget > 0;
+       ++i) {
     Sequence* s = running_[i].get();
     if (s->n_remaining() <= 1 || in_plan(s)) continue;
     const int n = chunk_size(*s, s->n_computed, budget);
@@ -135,9 +141,9 @@ void Scheduler::postprocess(const StepPlan& plan, const std::vector<int32_t>& sa
   for (const ScheduledSeq& p : plan.seqs) {
     Sequence* s = p.seq;
     s->n_computed += p.n_new;
-    // Index the blocks this step filled and take the snapshots due here (prefix caching): first those the step
-    // saved inside itself (staging slots), in order, then the one at its end. Errors (device copies) only cost
-    // cache entries: the sequence's own blocks and slot are left as they are.
+    // Index the blocks this step filled and take the snapshots due here (prefix caching): first those the
+    // step saved inside itself (staging slots), in order, then the one at its end. Errors (device copies)
+    // only cost cache entries: the sequence's own blocks and slot are left as they are.
     for (const model::KdaSnapshotRequest& r : p.kda_snapshots)
       (void)caches_.commit(&s->cache, s->tokens, s->n_prompt, r.pos, r.slot);
     (void)caches_.commit(&s->cache, s->tokens, s->n_prompt, s->n_computed);
@@ -148,7 +154,8 @@ void Scheduler::postprocess(const StepPlan& plan, const std::vector<int32_t>& sa
     const int32_t n_gen = s->n_generated();
     const SamplingParams& sp = s->params;
     const bool eos = !sp.ignore_eos && std::find(eos_ids_.begin(), eos_ids_.end(), id) != eos_ids_.end();
-    const bool stop_id = std::find(sp.stop_token_ids.begin(), sp.stop_token_ids.end(), id) != sp.stop_token_ids.end();
+    const bool stop_id =
+        std::find(sp.stop_token_ids.begin(), sp.stop_token_ids.end(), id) != sp.stop_token_ids.end();
     // The sampler masks stop ids for the first min_tokens tokens; one sampled anyway (the mask would have
     // left nothing to sample) does not end the sequence there.
     if (n_gen > sp.min_tokens && (eos || stop_id)) {
@@ -160,32 +167,32 @@ void Scheduler::postprocess(const StepPlan& plan, const std::vector<int32_t>& sa
   }
 }
 
-void Scheduler::finish_at(std::vector<std::unique_ptr<Sequence>>::iterator it, FinishReason reason, std::string detail) {
-  (void)caches_.release(&(*it)->cache);
-  finished_.push_back({std::move(*it), reason, std::move(detail)});
-  running_.erase(it);
+// A release that fails (an id released twice, or never handed out) is a bookkeeping bug, not the request's
+// doing: the request finishes with that Internal error instead of `reason`, so the client and the log see it.
+void Scheduler::retire(std::unique_ptr<Sequence> seq, FinishReason reason, std::string detail) {
+  if (Status st = caches_.release(&seq->cache); !st.ok()) {
+    reason = FinishReason::Error;
+    detail = st.message();
+  }
+  finished_.push_back({std::move(seq), reason, std::move(detail)});
 }
 
 void Scheduler::finish(uint64_t id, FinishReason reason, std::string detail) {
-  for (auto it = running_.begin(); it != running_.end(); ++it)
-    if ((*it)->id == id) return finish_at(it, reason, std::move(detail));
-  for (auto it = waiting_.begin(); it != waiting_.end(); ++it) {
-    if ((*it)->id == id) {
-      (void)caches_.release(&(*it)->cache);
-      finished_.push_back({std::move(*it), reason, std::move(detail)});
-      waiting_.erase(it);
-      return;
-    }
+  const auto has_id = [id](const std::unique_ptr<Sequence>& s) { return s->id == id; };
+  if (auto it = std::find_if(running_.begin(), running_.end(), has_id); it != running_.end()) {
+    retire(std::move(*it), reason, std::move(detail));
+    running_.erase(it);
+  } else if (auto w = std::find_if(waiting_.begin(), waiting_.end(), has_id); w != waiting_.end()) {
+    retire(std::move(*w), reason, std::move(detail));
+    waiting_.erase(w);
   }
 }
 
 void Scheduler::finish_all(FinishReason reason) {
-  while (!running_.empty()) finish_at(running_.begin(), reason, {});
-  while (!waiting_.empty()) {
-    (void)caches_.release(&waiting_.front()->cache);
-    finished_.push_back({std::move(waiting_.front()), reason, {}});
-    waiting_.pop_front();
-  }
+  for (auto& s : running_) retire(std::move(s), reason, {});
+  running_.clear();
+  for (auto& s : waiting_) retire(std::move(s), reason, {});
+  waiting_.clear();
 }
 
 std::vector<Scheduler::Finished> Scheduler::take_finished() {

@@ -2,10 +2,15 @@
 // shape). No threads, no device code, no I/O: unit-tested on the CPU against small caches.
 //   schedule():    decode tokens first (one per running sequence), then prefill chunks from running and then
 //                  waiting sequences under --max-num-tokens and --max-batch-size; a request is admitted only
-//                  when its first chunk's blocks and a state slot can be had, starting after its longest cached
-//                  prefix (prefix caching); when blocks run out for a running sequence, unreferenced cached
-//                  blocks are evicted, then the newest running sequence is preempted (recomputed later).
-//   postprocess(): advances counters, appends sampled tokens, applies the token-level stop conditions.
+//                  when its first chunk's blocks and a state slot can be had, starting after its longest
+//                  cached prefix (prefix caching); when blocks run out for a running sequence, unreferenced
+//                  cached blocks are evicted, then the newest running sequence is preempted (recomputed
+//                  later).
+//   postprocess(): advances counters, commits the step to the caches (prefix caching), appends sampled
+//   tokens,
+//                  applies the token-level stop conditions.
+// Every sequence that leaves (finished, cancelled, failed) gives back its caches exactly once; a release the
+// caches refuse (an id released twice) finishes that request with an Internal error.
 #pragma once
 
 #include <deque>
@@ -48,14 +53,15 @@ class Scheduler {
 
   void add(std::unique_ptr<Sequence> seq) { waiting_.push_back(std::move(seq)); }
   StepPlan schedule();
-  // Applies a step's sampled ids (one per `samples` entry, in plan order). Returns the sequences that finished
-  // (with their reason) — still owned by the scheduler until `take_finished`.
+  // Applies a step's sampled ids (one per `samples` entry, in plan order). Sequences that finish move to the
+  // finished list (`take_finished`).
   void postprocess(const StepPlan& plan, const std::vector<int32_t>& sampled);
-  // Ends a sequence now (cancel, stop string, error) and frees its caches.
+  // Ends a sequence now (cancel, stop string, error) and frees its caches. Unknown ids: no-op.
   void finish(uint64_t id, FinishReason reason, std::string detail = {});
   // Ends every running and waiting sequence (shutdown without drain).
   void finish_all(FinishReason reason);
-  // Finished sequences with their reasons, removed from the scheduler.
+  // Finished sequences with their reasons, removed from the scheduler. `detail`: the stop string or id, or
+  // the error of a FinishReason::Error.
   struct Finished {
     std::unique_ptr<Sequence> seq;
     FinishReason reason;
@@ -76,8 +82,10 @@ class Scheduler {
   bool preempt_newest(const std::function<bool(const Sequence*)>& may_preempt);
   int chunk_size(const Sequence& s, int from, int budget) const;
   // The in-step snapshots of a chunk [from, from + n) of `s`, while staging slots last in this step.
-  std::vector<model::KdaSnapshotRequest> plan_snapshots(const Sequence& s, int from, int n, int* staging_used) const;
-  void finish_at(std::vector<std::unique_ptr<Sequence>>::iterator it, FinishReason reason, std::string detail);
+  std::vector<model::KdaSnapshotRequest> plan_snapshots(const Sequence& s, int from, int n,
+                                                        int* staging_used) const;
+  // Frees `seq`'s caches and moves it to the finished list.
+  void retire(std::unique_ptr<Sequence> seq, FinishReason reason, std::string detail);
 
   cache::CacheManager& caches_;
   SchedulerLimits limits_;

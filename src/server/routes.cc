@@ -43,7 +43,7 @@ std::optional<ApiError> handle_model(ServingContext& ctx, const httplib::Request
 
 std::optional<ApiError> handle_metrics(ServingContext& ctx, const httplib::Request&, httplib::Response& res) {
   std::optional<engine::EngineStats> stats;
-  if (ctx.phase() == Phase::Ready || ctx.phase() == Phase::Draining) stats = ctx.engine().stats();
+  if (engine::Engine* engine = ctx.engine_if_loaded()) stats = engine->stats();
   res.set_content(ctx.metrics().render(stats ? &*stats : nullptr), "text/plain; version=0.0.4");
   return std::nullopt;
 }

@@ -3,7 +3,6 @@
 #include <pthread.h>
 #include <signal.h>
 
-#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <filesystem>
@@ -11,6 +10,7 @@
 
 #include "server/http_server.h"
 #include "server/serving_context.h"
+#include "server/serving_files.h"
 #include "text/tokenizer/tokenizer.h"
 
 namespace rill::server {
@@ -65,23 +65,23 @@ void load(const ServerOptions& options, const ModelLoader& loader, ServingContex
     std::fprintf(stderr, "rill serve: %s\n", st.message().c_str());
     ctx.set_phase(Phase::Failed, st.message());
   };
-  auto tokenizer = text::Tokenizer::load(options.model_dir);
-  if (!tokenizer.ok()) return fail(tokenizer.status());
-  auto shared_tokenizer = std::make_shared<const text::Tokenizer>(std::move(tokenizer).value());
+  // Everything besides the weights first, checked as `rill inspect` checks it: a bad directory fails in
+  // seconds, not after the weights have loaded.
+  auto dir_config = model::ModelConfig::load(options.model_dir);
+  if (!dir_config.ok()) return fail(dir_config.status());
+  auto files = load_serving_files(options.model_dir, *dir_config);
+  if (!files.ok()) return fail(files.status());
+  if (!files->chat_error.ok())
+    std::fprintf(stderr, "rill serve: warning: %s: /v1/chat/completions will answer 400\n",
+                 files->chat_error.message().c_str());
+  const std::shared_ptr<const text::Tokenizer> shared_tokenizer = files->tokenizer;
   auto loaded = loader([&ctx](int64_t done, int64_t total) { ctx.set_load_progress(done, total); });
   if (!loaded.ok()) return fail(loaded.status());
   const model::ModelConfig& config = loaded->model->config();
   ModelInfo info;
   info.kimi_k3 = config.family == model::ModelFamily::KimiK3;
   info.vocab_size = config.vocab_size;
-  info.eos_token_ids = config.eos_token_ids;
-  // The serving stop set (serving.md §2.1): the config's EOS plus [EOS] and [EOT].
-  for (const char* name : {"[EOS]", "[EOT]", "<|im_end|>", "<|end_of_msg|>"}) {
-    auto id = shared_tokenizer->token_id(name);
-    if (id && *id < config.vocab_size &&
-        std::find(info.eos_token_ids.begin(), info.eos_token_ids.end(), *id) == info.eos_token_ids.end())
-      info.eos_token_ids.push_back(*id);
-  }
+  info.eos_token_ids = files->eos_token_ids;
   auto engine = engine::Engine::create(std::move(loaded->model), shared_tokenizer, options.engine);
   if (!engine.ok()) return fail(engine.status());
   info.max_model_len = (*engine)->max_model_len();

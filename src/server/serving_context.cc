@@ -42,6 +42,7 @@ void ServingContext::set_ready(std::unique_ptr<backend::Backend> backend,
   tokenizer_ = std::move(tokenizer);
   chat_ = std::move(chat);
   info_ = std::move(info);
+  loaded_engine_.store(engine_.get(), std::memory_order_release);
   Phase expected = Phase::Loading;  // a shutdown that began during loading keeps its phase
   phase_.compare_exchange_strong(expected, Phase::Ready, std::memory_order_acq_rel);
 }

@@ -55,7 +55,9 @@ class ServingContext {
 
   // Valid from Ready on (routes check phase() first).
   engine::Engine& engine() { return *engine_; }
-  engine::Engine* engine_if_loaded() { return engine_.get(); }
+  // Null until set_ready, in any phase (a shutdown that begins while the model loads is Draining without an
+  // engine); safe from any thread while set_ready runs.
+  engine::Engine* engine_if_loaded() { return loaded_engine_.load(std::memory_order_acquire); }
   const text::Tokenizer& tokenizer() const { return *tokenizer_; }
   const ChatPrompt& chat() const { return *chat_; }
   const ModelInfo& model_info() const { return info_; }
@@ -67,7 +69,10 @@ class ServingContext {
   // Waits until no request is in flight or `deadline` passes; true when idle.
   bool wait_idle(std::chrono::steady_clock::time_point deadline);
   // Destroys the engine (after the HTTP threads are gone).
-  std::unique_ptr<engine::Engine> release_engine() { return std::move(engine_); }
+  std::unique_ptr<engine::Engine> release_engine() {
+    loaded_engine_.store(nullptr, std::memory_order_release);
+    return std::move(engine_);
+  }
 
  private:
   ServingConfig config_;
@@ -80,6 +85,8 @@ class ServingContext {
   std::atomic<int> in_flight_{0};
   std::unique_ptr<backend::Backend> backend_;  // outlives the engine's model (declared first, destroyed last)
   std::unique_ptr<engine::Engine> engine_;
+  std::atomic<engine::Engine*> loaded_engine_{
+      nullptr};  // engine_.get(), published once set_ready has written
   std::shared_ptr<const text::Tokenizer> tokenizer_;
   std::unique_ptr<ChatPrompt> chat_;
   ModelInfo info_;

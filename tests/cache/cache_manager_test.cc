@@ -305,5 +305,35 @@ TEST(CacheManager, CollidingHashesStillResumeOnlyExactPrefixes) {
   random_load(&weak_hash, false);
 }
 
+// A release the pools refuse (a double release: here the slot was already given back through a stale copy of
+// the sequence's cache) is reported, and still gives back the rest and empties the sequence, so nothing is
+// left that a second release could free twice (another sequence may hold those ids by then).
+TEST(CacheManager, AFailedReleaseIsReportedAndLeavesNothingToReleaseTwice) {
+  auto be = backend::make_cpu_backend();
+  const auto cfg = *model::ModelConfig::load(testing::data_dir() / "kimi_linear_tiny_a");
+  MemoryPlan plan;
+  plan.n_slots = 2;
+  plan.n_blocks = 8;
+  auto cm = *CacheManager::create(*be, cfg, plan);
+  SequenceCache a;
+  ASSERT_TRUE(cm.admit(&a, 100).ok());  // a slot and two 64-token blocks
+  SequenceCache stale;
+  stale.slot = a.slot;
+  ASSERT_TRUE(cm.release(&stale).ok());
+  const Status st = cm.release(&a);
+  EXPECT_EQ(st.code(), StatusCode::Internal);
+  EXPECT_NE(st.message().find("KDA state slots"), std::string::npos) << st.message();
+  EXPECT_EQ(a.slot, -1);
+  EXPECT_TRUE(a.blocks.empty());
+  EXPECT_EQ(cm.blocks().used_count(), 0);  // its blocks went back all the same
+  EXPECT_EQ(cm.slots().used_count(), 0);
+  SequenceCache b;
+  ASSERT_TRUE(cm.admit(&b, 100).ok());  // reuses a's ids
+  EXPECT_TRUE(cm.release(&a).ok());     // nothing of b's is freed through a
+  EXPECT_EQ(cm.blocks().used_count(), 2);
+  EXPECT_EQ(cm.slots().used_count(), 1);
+  EXPECT_TRUE(cm.release(&b).ok());
+}
+
 }  // namespace
 }  // namespace rill::cache

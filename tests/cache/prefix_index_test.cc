@@ -89,7 +89,7 @@ TEST(PrefixIndex, CollidingHashesNeverMatchOtherTokens) {
     const auto chain = add_chain(ix, t, &next);
     for (size_t b = 0; b < chain.size(); ++b)
       cached[std::vector<int32_t>(t.begin(), t.begin() + long((b + 1) * kBlock))] = chain[b];
-    ix.release(chain);
+    ASSERT_TRUE(ix.release(chain).ok());
   }
   for (int i = 0; i < 300; ++i) {
     const auto q = random_seq();
@@ -116,7 +116,7 @@ TEST(PrefixIndex, EvictsLeastRecentlyUsedChainEndsAndNeverHeldBlocks) {
   EXPECT_EQ(y[0], x[0]);
   EXPECT_EQ(ix.n_idle(), 0);
   EXPECT_FALSE(ix.evict_one());  // everything is held
-  ix.release(x);
+  ASSERT_TRUE(ix.release(x).ok());
   EXPECT_EQ(ix.n_idle(), 2);  // x[1], x[2]; x[0] is still held by y
   auto e = ix.evict_one();
   ASSERT_TRUE(e);
@@ -125,7 +125,7 @@ TEST(PrefixIndex, EvictsLeastRecentlyUsedChainEndsAndNeverHeldBlocks) {
   ASSERT_TRUE(e);
   EXPECT_EQ(e->block, 1);
   EXPECT_FALSE(ix.evict_one());  // x[0] and y[1] are held by y
-  ix.release(y);
+  ASSERT_TRUE(ix.release(y).ok());
   EXPECT_EQ(ix.n_idle(), 2);
   ix.set_snapshot(y[1], 7);
   e = ix.evict_one();
@@ -140,13 +140,37 @@ TEST(PrefixIndex, EvictsLeastRecentlyUsedChainEndsAndNeverHeldBlocks) {
   // Least recently used first: a chain released earlier goes before one released later, and using it again
   // (acquire + release) makes it the most recent.
   const auto p = add_chain(ix, {7, 7, 7, 7}, &next), q = add_chain(ix, {8, 8, 8, 8}, &next);
-  ix.release(p);
-  ix.release(q);
+  ASSERT_TRUE(ix.release(p).ok());
+  ASSERT_TRUE(ix.release(q).ok());
   ix.acquire(p);
-  ix.release(p);
+  ASSERT_TRUE(ix.release(p).ok());
   e = ix.evict_one();
   ASSERT_TRUE(e);
   EXPECT_EQ(e->block, 5);  // q's block
+}
+
+// A release beyond the holds (a double release) is a bookkeeping bug: reported as Internal, and the refused
+// call changes nothing, so no count goes below zero and no held block becomes evictable.
+TEST(PrefixIndex, ReleasingMoreThanHeldIsAnInternalErrorAndChangesNothing) {
+  PrefixIndex ix;
+  int32_t next = 0;
+  const auto x = add_chain(ix, {1, 1, 1, 1, 2, 2, 2, 2}, &next);  // two entries, held once
+  ASSERT_TRUE(ix.release(x).ok());
+  EXPECT_EQ(ix.n_idle(), 2);
+  const Status twice = ix.release(x);
+  EXPECT_EQ(twice.code(), StatusCode::Internal);
+  EXPECT_NE(twice.message().find("released but not held"), std::string::npos) << twice.message();
+  EXPECT_EQ(ix.entry(x[0]).refs, 0);
+  EXPECT_EQ(ix.n_idle(), 2);
+  ix.acquire(std::span(&x[1], 1));  // held once again
+  const std::vector<PrefixIndex::EntryId> x1_twice = {x[1], x[1]};
+  EXPECT_EQ(ix.release(x1_twice).code(), StatusCode::Internal);  // two releases of one hold in one call
+  EXPECT_EQ(ix.entry(x[1]).refs, 1);
+  EXPECT_EQ(ix.n_idle(), 1);
+  EXPECT_EQ(ix.release(std::vector<PrefixIndex::EntryId>{999}).code(),
+            StatusCode::Internal);  // no such entry
+  EXPECT_TRUE(ix.release(std::span(&x[1], 1)).ok());
+  EXPECT_EQ(ix.n_idle(), 2);
 }
 
 }  // namespace

@@ -4,9 +4,10 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 
-#include "cli/run_rill.h"
 #include <nlohmann/json.hpp>
+#include "cli/run_rill.h"
 
 #include "io/safetensors.h"
 #include "model/fixture.h"
@@ -36,34 +37,104 @@ TEST(Inspect, RealKimiLinear48bConfigWithoutWeights) {
   const fs::path d = temp_dir("inspect48b");
   std::ofstream(d / "config.json") << kKimiLinear48bConfig;
   const auto r = run_rill("inspect " + d.string());
-  EXPECT_EQ(r.code, 0) << r.out;
-  EXPECT_NE(r.out.find("(49.1 B)"), std::string::npos) << r.out;           // ≈49.1 B parameters
+  EXPECT_NE(r.out.find("(49.1 B)"), std::string::npos) << r.out;  // ≈49.1 B parameters
   EXPECT_NE(r.out.find("8,064 B of MLA latent KV"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("40.00 MiB of fp32 KDA state"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("weights      missing"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("27: 20 KDA + 7 MLA"), std::string::npos) << r.out;
+  // Described, but not servable: each missing piece is named.
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("validation   FAILED"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("weights: no *.safetensors files"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("tiktoken.model"), std::string::npos) << r.out;
   fs::remove_all(d);
 }
 
-TEST(Inspect, FixtureValidates) {
+TEST(Inspect, FixtureWeightsValidateButTheTokenizerIsMissing) {
   const auto r = run_rill("inspect " + (testing::data_dir() / "kimi_linear_tiny_b").string());
-  EXPECT_EQ(r.code, 0) << r.out;
-  EXPECT_NE(r.out.find("validation   ok"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("in 2 file(s)"), std::string::npos) << r.out;
+  EXPECT_EQ(r.code, 1) << r.out;  // the transformers fixtures carry no tokenizer: serve could not run them
+  EXPECT_EQ(r.out.find("validation   ok"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("kimi_linear_tiny_b/tiktoken.model"), std::string::npos) << r.out;
+}
+
+// inspect says "validation ok" only for what `rill serve` runs, and names what is missing the way serve does:
+// the tokenizer files, BOS/EOS ids inside the vocabulary, the chat template.
+TEST(Inspect, ChecksWhatServeNeedsAndAgreesWithServe) {
+  const fs::path good = temp_dir("serve_needs");
+  ASSERT_EQ(run_rill("tiny-model " + good.string() + " --force").code, 0);
+  auto r = run_rill("inspect " + good.string());
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("tokenizer    1280 ids (1024 BPE ranks + 256 control tokens)"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("chat         Jinja template (default)"), std::string::npos) << r.out;
+
+  struct Case {
+    std::string name;
+    std::function<void(const fs::path&)> spoil;
+    std::string fragment;  // what inspect and serve both name
+    bool serve_fails = true;
+  };
+  auto edit_json = [](const fs::path& file, const std::function<void(nlohmann::json&)>& f) {
+    nlohmann::json j = nlohmann::json::parse(std::ifstream(file));
+    f(j);
+    std::ofstream(file) << j.dump();
+  };
+  const std::vector<Case> cases = {
+      {"no_tiktoken", [](const fs::path& d) { fs::remove(d / "tiktoken.model"); }, "/tiktoken.model"},
+      {"no_tokenizer_config", [](const fs::path& d) { fs::remove(d / "tokenizer_config.json"); },
+       "/tokenizer_config.json"},
+      {"eos_outside_vocab",
+       [&](const fs::path& d) {
+         edit_json(d / "config.json", [](nlohmann::json& j) { j["eos_token_id"] = 5000; });
+       },
+       "eos_token_id 5000 is outside the vocabulary [0, 1280)"},
+      {"bos_outside_vocab",
+       [&](const fs::path& d) {
+         edit_json(d / "config.json", [](nlohmann::json& j) { j["bos_token_id"] = 1280; });
+       },
+       "bos_token_id 1280 is outside the vocabulary"},
+      // serve starts without a template (completions work), so only inspect fails on it.
+      {"no_chat_template",
+       [&](const fs::path& d) {
+         edit_json(d / "tokenizer_config.json", [](nlohmann::json& j) { j.erase("chat_template"); });
+       },
+       "has no chat template", false},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const fs::path d = temp_dir(c.name);
+    fs::copy(good, d, fs::copy_options::recursive | fs::copy_options::overwrite_existing);
+    c.spoil(d);
+    r = run_rill("inspect " + d.string());
+    EXPECT_EQ(r.code, 1) << r.out;
+    EXPECT_NE(r.out.find("validation   FAILED"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find(c.fragment), std::string::npos) << r.out;
+    if (c.serve_fails) {
+      // serve fails while loading (exit 1) with the same message; `timeout` ends a serve that wrongly starts.
+      r = testing::run_rill_with_prefix("timeout 120 ", "serve " + d.string() + " --port 0 --device cpu");
+      EXPECT_EQ(r.code, 1) << r.out;
+      EXPECT_NE(r.out.find(c.fragment), std::string::npos) << r.out;
+    }
+    fs::remove_all(d);
+  }
+  fs::remove_all(good);
 }
 
 TEST(Generate, GreedyMatchesTransformers) {
   const fs::path dir = testing::data_dir() / "kimi_linear_tiny_a";
   testing::Reference ref(dir);
   const auto prompt = ref.ints("prompt_1"), want = ref.ints("greedy_1");
-  const auto r = run_rill("generate " + dir.string() + " --device cpu --ignore-eos --max-tokens 12 --prompt-ids " + join(prompt));
+  const auto r = run_rill("generate " + dir.string() +
+                          " --device cpu --ignore-eos --max-tokens 12 --prompt-ids " + join(prompt));
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find(join(want)), std::string::npos) << "got: " << r.out << "\nwant: " << join(want);
 }
 
 TEST(Generate, SeededSamplingIsReproducible) {
-  const std::string cmd = "generate " + (testing::data_dir() / "kimi_linear_tiny_b").string() +
-                          " --device cpu --ignore-eos --max-tokens 10 --temperature 1.0 --top-p 0.9 --prompt-ids 5,6,7 --seed ";
+  const std::string cmd =
+      "generate " + (testing::data_dir() / "kimi_linear_tiny_b").string() +
+      " --device cpu --ignore-eos --max-tokens 10 --temperature 1.0 --top-p 0.9 --prompt-ids 5,6,7 --seed ";
   const auto a = run_rill(cmd + "11"), b = run_rill(cmd + "11"), c = run_rill(cmd + "12");
   ASSERT_EQ(a.code, 0) << a.out;
   EXPECT_EQ(a.out, b.out);
@@ -100,7 +171,8 @@ TEST(TinyModel, BuildsValidatesAndGenerates) {
   r = run_rill("inspect " + d.string());
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("validation   ok"), std::string::npos) << r.out;
-  r = run_rill("generate " + d.string() + " --device cpu --prompt-ids 1,2,3 --max-tokens 5 --ignore-eos --json");
+  r = run_rill("generate " + d.string() +
+               " --device cpu --prompt-ids 1,2,3 --max-tokens 5 --ignore-eos --json");
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("\"finish_reason\":\"length\""), std::string::npos) << r.out;
   fs::remove_all(d);
@@ -158,8 +230,10 @@ TEST(TextCommands, TokenizeDetokenizeRenderRoundTrip) {
   ASSERT_EQ(r.code, 0) << r.out;
   const auto rendered = nlohmann::json::parse(r.out);
   EXPECT_EQ(rendered["prompt"].get<std::string>().rfind("<|im_assistant|>assistant<|im_middle|>"),
-            rendered["prompt"].get<std::string>().size() - std::string("<|im_assistant|>assistant<|im_middle|>").size());
-  EXPECT_EQ(rendered["prompt_token_ids"].back().get<int>(), 1024 + 17);  // <|im_middle|>: control block id +17
+            rendered["prompt"].get<std::string>().size() -
+                std::string("<|im_assistant|>assistant<|im_middle|>").size());
+  EXPECT_EQ(rendered["prompt_token_ids"].back().get<int>(),
+            1024 + 17);  // <|im_middle|>: control block id +17
   std::ofstream(d / "bad.json") << R"({"messages": "not a list"})";
   r = run_rill("render " + d.string() + " < " + (d / "bad.json").string());
   EXPECT_NE(r.code, 0);
@@ -173,7 +247,8 @@ TEST(BadInput, ClearErrorsAndExitCodes) {
     std::string args, fragment;
   };
   const std::vector<Case> cases = {
-      {"generate " + fixture + " --device cpu --prompt-ids 1,x,3", "element 1 (\"x\") is not a non-negative integer"},
+      {"generate " + fixture + " --device cpu --prompt-ids 1,x,3",
+       "element 1 (\"x\") is not a non-negative integer"},
       {"generate " + fixture + " --device cpu --prompt-ids 1,99999", "outside the vocabulary"},
       {"generate /nonexistent/model --device cpu --prompt-ids 1", "/nonexistent/model/config.json"},
       {"inspect /nonexistent/model", "/nonexistent/model/config.json"},

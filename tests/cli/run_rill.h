@@ -1,9 +1,9 @@
 // Runs the built `rill` binary in a shell and captures what it printed (stdout and stderr) and its exit code.
 #pragma once
 
+#include <sys/wait.h>
 #include <cstdio>
 #include <string>
-#include <sys/wait.h>
 
 namespace rill::testing {
 
@@ -12,9 +12,10 @@ struct Run {
   std::string out;
 };
 
-inline Run run_rill(const std::string& args) {
+// `prefix` goes before the binary (e.g. "timeout 60 ").
+inline Run run_rill_with_prefix(const std::string& prefix, const std::string& args) {
   Run r;
-  const std::string cmd = std::string(RILL_BINARY) + " " + args + " 2>&1";
+  const std::string cmd = prefix + std::string(RILL_BINARY) + " " + args + " 2>&1";
   FILE* p = popen(cmd.c_str(), "r");
   if (!p) return r;
   char buf[4096];
@@ -23,6 +24,10 @@ inline Run run_rill(const std::string& args) {
   const int st = pclose(p);
   r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
   return r;
+}
+
+inline Run run_rill(const std::string& args) {
+  return run_rill_with_prefix("", args);
 }
 
 }  // namespace rill::testing

@@ -1,7 +1,8 @@
-// Prefix caching on the CUDA backend, where the chunk recurrence writes the KDA snapshots inside a prefill step:
-// a prompt sharing a prefix with an earlier one resumes from the deepest snapshot and gives the logits of the
-// same prompt computed with caching off. Skipped where no GPU is present. (Soundness in every other situation
-// — mid-block prefixes, multi-turn, eviction, preemption — is tested on the CPU: prefix_cache_test.cc.)
+// Prefix caching on the CUDA backend, where the chunk recurrence writes the KDA snapshots inside a prefill
+// step: a prompt sharing a prefix with an earlier one resumes from the deepest snapshot and gives the logits
+// of the same prompt computed with caching off. Skipped where no GPU is present. (Soundness in every other
+// situation — mid-block prefixes, multi-turn, eviction, preemption — is tested on the CPU:
+// prefix_cache_test.cc.)
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -12,13 +13,14 @@
 #include "engine/engine.h"
 #include "model/fixture.h"
 #include "model/model.h"
+#include "test_seed.h"
 
 namespace rill::engine {
 namespace {
 
-// Both runs compute with the same 64-token chunk boundaries (snapshots sit on them), so they differ only by the
-// GEMM shapes cuBLASLt picks per step: measured well under 1e-3. A state restored from the wrong position or a
-// snapshot not written moves the logits by order 1.
+// Both runs compute with the same 64-token chunk boundaries (snapshots sit on them), so they differ only by
+// the GEMM shapes cuBLASLt picks per step: measured well under 1e-3. A state restored from the wrong position
+// or a snapshot not written moves the logits by order 1.
 constexpr double kRelL2 = 1e-2;
 
 struct Outcome {
@@ -104,7 +106,7 @@ TEST(PrefixCacheGpu, SnapshotsTakenInsideOneStepResumeExactly) {
   GpuEngine off(EngineOptions{.max_batch_size = 1, .max_num_tokens = 1024});
   ASSERT_TRUE(off.ok());
 
-  const uint32_t seed = std::random_device{}();
+  const uint32_t seed = rill::testing::test_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937 rng(seed);
   // 300 tokens in one 512-token step: snapshots after 64, 128, 192 and 256 are written inside the step.
@@ -112,7 +114,8 @@ TEST(PrefixCacheGpu, SnapshotsTakenInsideOneStepResumeExactly) {
   const Outcome r0 = on.run(first);
   EXPECT_EQ(r0.cached, 0);
   EXPECT_LE(rel_l2(r0.logits, off.run(first).logits), kRelL2) << "the first prompt";
-  for (const auto& [shared, want_cached] : std::vector<std::pair<int, int>>{{130, 128}, {200, 192}, {299, 256}}) {
+  for (const auto& [shared, want_cached] :
+       std::vector<std::pair<int, int>>{{130, 128}, {200, 192}, {299, 256}}) {
     auto p = std::vector<int32_t>(first.begin(), first.begin() + shared);
     const auto tail = random_tokens(rng, 50);
     p.insert(p.end(), tail.begin(), tail.end());
@@ -121,7 +124,8 @@ TEST(PrefixCacheGpu, SnapshotsTakenInsideOneStepResumeExactly) {
     EXPECT_EQ(r.cached, want_cached) << "sharing " << shared;
     const double e = rel_l2(r.logits, off.run(p).logits);
     EXPECT_LE(e, kRelL2) << "sharing " << shared;
-    std::printf("[ prefix   ] sharing %d tokens, %d cached: rel L2 %.2e vs caching off\n", shared, r.cached, e);
+    std::printf("[ prefix   ] sharing %d tokens, %d cached: rel L2 %.2e vs caching off\n", shared, r.cached,
+                e);
   }
 }
 

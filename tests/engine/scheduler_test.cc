@@ -107,6 +107,61 @@ TEST(Scheduler, PreemptsTheNewestWhenBlocksRunOut) {
   EXPECT_EQ(f.caches->slots().used_count(), 0);
 }
 
+// Gives the KDA slot of sequence `id` back behind the scheduler's back, so the scheduler's own release of it
+// is a double release.
+void release_slot_twice(cache::CacheManager& caches, Scheduler& s, uint64_t id) {
+  cache::SequenceCache stale;
+  stale.slot = s.find(id)->cache.slot;
+  ASSERT_TRUE(caches.release(&stale).ok());
+}
+
+// A release the caches refuse (a cache id freed twice) is a bug that is reported, not dropped: the request
+// finishes with the Internal error instead of its own reason, whichever way it leaves — finish, finish_all,
+// or preemption (where it is not requeued) — and the rest of its caches still go back.
+TEST(Scheduler, ADoubleReleaseIsReportedAsAnInternalError) {
+  auto expect_error = [](const Scheduler::Finished& d, uint64_t id) {
+    EXPECT_EQ(d.seq->id, id);
+    EXPECT_EQ(d.reason, FinishReason::Error) << "request " << id;
+    EXPECT_NE(d.detail.find("KDA state slots: id"), std::string::npos) << d.detail;
+    EXPECT_NE(d.detail.find("released but not allocated"), std::string::npos) << d.detail;
+  };
+  {
+    Fixture f(2, 8);
+    Scheduler s(*f.caches, {2, 1000, 4096, true}, {2});
+    s.add(seq(1, 10));
+    s.add(seq(2, 10));
+    ASSERT_EQ(s.schedule().seqs.size(), 2u);
+    release_slot_twice(*f.caches, s, 1);
+    release_slot_twice(*f.caches, s, 2);
+    s.finish(1, FinishReason::Cancelled);
+    s.finish_all(FinishReason::Cancelled);
+    const auto done = s.take_finished();
+    ASSERT_EQ(done.size(), 2u);
+    expect_error(done[0], 1);
+    expect_error(done[1], 2);
+    EXPECT_EQ(f.caches->blocks().used_count(), 0);
+    EXPECT_EQ(f.caches->slots().used_count(), 0);
+  }
+  {
+    Fixture f(4, 4);  // four one-block sequences that all grow into a second block: the newest are preempted
+    Scheduler s(*f.caches, {4, 1000, 4096, true}, {2});
+    for (uint64_t id = 1; id <= 4; ++id) s.add(seq(id, 64));
+    StepPlan p = s.schedule();
+    ASSERT_EQ(p.seqs.size(), 4u);
+    s.postprocess(p, ones(p));
+    release_slot_twice(*f.caches, s, 4);
+    p = s.schedule();
+    const auto done = s.take_finished();
+    ASSERT_EQ(done.size(), 1u);
+    expect_error(done[0], 4);
+    EXPECT_EQ(s.find(4), nullptr);  // not waiting to be recomputed
+    s.finish_all(FinishReason::Cancelled);
+    EXPECT_EQ(s.take_finished().size(), 3u);
+    EXPECT_EQ(f.caches->blocks().used_count(), 0);
+    EXPECT_EQ(f.caches->slots().used_count(), 0);
+  }
+}
+
 // Prefix caching: prefill chunks end at snapshot positions (multiples of the interval, the prompt's last full
 // block) whatever the budget, and an identical prompt is admitted past its cached prefix.
 TEST(Scheduler, PrefixCachingCutsChunksAtSnapshotsAndResumesFromThem) {
@@ -126,7 +181,8 @@ TEST(Scheduler, PrefixCachingCutsChunksAtSnapshotsAndResumesFromThem) {
     return std::pair{starts, sizes};
   };
   const auto [starts, sizes] = run_prompt(1);
-  EXPECT_EQ(starts, (std::vector<int>{0, 100, 128, 228, 256}));  // budget 100; stops at 128, 256 (= last block)
+  EXPECT_EQ(starts,
+            (std::vector<int>{0, 100, 128, 228, 256}));  // budget 100; stops at 128, 256 (= last block)
   EXPECT_EQ(sizes, (std::vector<int>{100, 28, 100, 28, 44}));
   const auto [starts2, sizes2] = run_prompt(2);
   EXPECT_EQ(starts2, (std::vector<int>{256}));  // the same prompt: from the snapshot at its last full block

@@ -77,6 +77,17 @@ TEST(HttpServer, WhileLoading) {
   EXPECT_NE(s.ctx.unavailable_message().find("no such file"), std::string::npos);
 }
 
+// A shutdown that begins while the model loads leaves the server Draining with no engine yet: /metrics still
+// answers (without engine gauges) rather than reading an engine that is not there.
+TEST(HttpServer, MetricsWhileDrainingBeforeTheModelLoaded) {
+  LiveServer s;
+  s.ctx.set_phase(Phase::Draining);
+  auto metrics = s.client().Get("/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_EQ(metrics->status, 200);
+  EXPECT_NE(metrics->body.find("rill:num_requests_running{model_name=\"tiny\"} 0"), std::string::npos);
+}
+
 TEST(HttpServer, ApiKeyOnV1Only) {
   LiveServer s("sekrit");
   auto c = s.client();

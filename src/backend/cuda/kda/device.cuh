@@ -1,5 +1,6 @@
-// Device helpers of the KDA kernels: 16-byte bf16 vectors, ex2, cp.async, ldmatrix and the bf16 m16n8k16
-// tensor-core product (PTX ISA fragment layouts, g = lane / 4, t = lane % 4):
+// Device helpers of the KDA kernels: 16-byte bf16 vectors, ex2, cp.async, ldmatrix, and the fragment loaders
+// for the bf16 m16n8k16 tensor-core product, which itself is common/mma.cuh's `mma_bf16` (PTX ISA fragment
+// layouts, g = lane / 4, t = lane % 4):
 //   A (16 x 16, row-major)  a0 = A[g][2t..2t+1]  a1 = A[g+8][2t..]  a2 = A[g][2t+8..]  a3 = A[g+8][2t+8..]
 //   B (16 x 8, k x n)       b0 = B[2t..2t+1][g]  b1 = B[2t+8..2t+9][g]
 //   C (16 x 8, fp32)        c0,c1 = C[g][2t..2t+1]  c2,c3 = C[g+8][2t..2t+1]

@@ -1,5 +1,6 @@
-// Device helpers of the MLA kernels: cp.async (zero-filling), ldmatrix, bf16 mma.sync m16n8k16, and the
-// plan look-up from a CTA index to its sequence.
+// Device helpers of the MLA kernels: cp.async (zero-filling), ldmatrix and its lane addresses for the bf16
+// m16n8k16 operands (the mma.sync itself is common/mma.cuh's `mma_bf16`), bf16 packing, and the plan look-up
+// from a CTA index to its sequence.
 #pragma once
 
 #include <cuda_bf16.h>

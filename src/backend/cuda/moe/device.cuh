@@ -1,4 +1,5 @@
-// Device helpers shared by the MoE kernels: bf16 vectors, rounding, the expert activations, MXFP4 decoding.
+// Device helpers shared by the MoE kernels: bf16 rounding, the expert activations (SiLU; SiTU for Kimi K3),
+// warp sums, and the MXFP4 decoding of K3's routed experts (bf16 vector loads: common/device_math.cuh).
 #pragma once
 
 #include <cuda_bf16.h>

@@ -1,0 +1,51 @@
+#include "server/serving_files.h"
+
+#include <algorithm>
+
+namespace rill::server {
+namespace {
+
+// An id the config names must be one the model can produce (a logit) and the tokenizer can decode.
+Status check_token_id(const char* field, int32_t id, const model::ModelConfig& config,
+                      const text::Tokenizer& tokenizer) {
+  const int32_t n = std::min(config.vocab_size, tokenizer.vocab_size());
+  if (id >= 0 && id < n) return {};
+  return invalid_argument(
+      "config.json: {} {} is outside the vocabulary [0, {}) (config vocab_size {}, tokenizer {} ids): the "
+      "config and the tokenizer files must come from the same checkpoint",
+      field, id, n, config.vocab_size, tokenizer.vocab_size());
+}
+
+}  // namespace
+
+Result<ServingFiles> load_serving_files(const std::filesystem::path& model_dir,
+                                        const model::ModelConfig& config) {
+  auto tokenizer = text::Tokenizer::load(model_dir);
+  if (!tokenizer.ok())
+    return Status(tokenizer.status().code(),
+                  fmt::format("tokenizer: {} (tiktoken.model and tokenizer_config.json ship with the model's "
+                              "Hugging Face checkpoint: copy both into {})",
+                              tokenizer.status().message(), model_dir.string()));
+  ServingFiles files;
+  files.tokenizer = std::make_shared<const text::Tokenizer>(std::move(tokenizer).value());
+  const text::Tokenizer& tok = *files.tokenizer;
+  if (config.bos_token_id) RILL_TRY(check_token_id("bos_token_id", *config.bos_token_id, config, tok));
+  for (int32_t id : config.eos_token_ids) RILL_TRY(check_token_id("eos_token_id", id, config, tok));
+  files.eos_token_ids = config.eos_token_ids;
+  for (const char* name : {"[EOS]", "[EOT]", "<|im_end|>", "<|end_of_msg|>"}) {
+    auto id = tok.token_id(name);
+    if (id && *id < config.vocab_size &&
+        std::find(files.eos_token_ids.begin(), files.eos_token_ids.end(), *id) == files.eos_token_ids.end())
+      files.eos_token_ids.push_back(*id);
+  }
+  if (config.family != model::ModelFamily::KimiK3) {
+    auto tmpl = text::ChatTemplate::load(model_dir);
+    if (tmpl.ok())
+      files.chat_template.emplace(std::move(tmpl).value());
+    else
+      files.chat_error = tmpl.status();
+  }
+  return files;
+}
+
+}  // namespace rill::server
