@@ -23,6 +23,7 @@ build: setup $(BUILD)/build.ninja
 test: build
 	./scripts/setup_node.sh
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 1800
+	@./scripts/skipped_tests.sh $(BUILD)
 
 tiny-model: build
 	$(BUILD)/rill tiny-model $(TINY_MODEL)

@@ -7,16 +7,21 @@
 // Cases: the mixed corpus (>= 1 MB), >= 10,000 random Unicode strings drawn from a fresh seed (printed; pass
 // it back as SEED to replay), chunking-guard edge cases. Each text is encoded with special tokens allowed and
 // disallowed; ids must be identical and decode(encode(x)) must give x back.
+// MODEL_DIR is the real Kimi vocabulary (../shared/tokenizers/kimi): without it the test skips (exit 77).
 import { spawn } from "child_process";
 import fs from "fs";
 import { createRequire } from "module";
 import path from "path";
+
+import { checkSharedFiles, skip } from "../../shared_data.mjs";
 
 const [driver, modelDir, nodeModules, seedArg] = process.argv.slice(2);
 if (!driver || !modelDir || !nodeModules) {
   console.error("usage: tiktoken_reference_test.mjs DRIVER MODEL_DIR NODE_MODULES [SEED]");
   process.exit(2);
 }
+const missing = checkSharedFiles("tiktoken_reference_test", ["tiktoken.model", "tokenizer_config.json"], modelDir);
+if (missing) skip("tiktoken_reference_test", missing);
 const { Tiktoken } = createRequire(path.join(path.resolve(nodeModules), "x.js"))("tiktoken");
 
 // The pattern, verbatim from tokenization_kimi.py (spec §6.2).

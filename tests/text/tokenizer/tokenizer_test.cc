@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "shared_data.h"
 #include "text/tokenizer/bpe_ranks.h"
 #include "text/tokenizer/kimi_pretokenizer.h"
 #include "text/tokenizer/mixed_corpus.h"
@@ -21,8 +22,9 @@ namespace rill::text {
 namespace {
 
 namespace fs = std::filesystem;
-const fs::path kKimiDir = fs::path(RILL_SHARED_DIR) / "tokenizers/kimi";
+const fs::path kKimiDir = rill::testing::shared_path(rill::testing::kKimiTokenizerDir);
 
+// The real Kimi vocabulary; a test calls RILL_REQUIRE_KIMI_TOKENIZER() first.
 const Tokenizer& kimi() {
   static const Tokenizer* tokenizer = [] {
     auto t = Tokenizer::load(kKimiDir);
@@ -58,6 +60,7 @@ std::string byte_ranks(const std::vector<std::string>& extra = {}) {
 }
 
 TEST(TokenizerLoad, RealKimiFiles) {
+  RILL_REQUIRE_KIMI_TOKENIZER();
   const Tokenizer& t = kimi();
   // tiktoken.model has one line per rank; the control block follows.
   std::ifstream in(kKimiDir / "tiktoken.model");
@@ -147,6 +150,7 @@ TEST(TokenizerLoad, MalformedConfig) {
 }
 
 TEST(TokenizerEncode, EmptyInput) {
+  RILL_REQUIRE_KIMI_TOKENIZER();
   EXPECT_TRUE(kimi().encode("", false).empty());
   EXPECT_TRUE(kimi().encode("", true).empty());
   auto text = kimi().decode({});
@@ -155,6 +159,7 @@ TEST(TokenizerEncode, EmptyInput) {
 }
 
 TEST(TokenizerEncode, SpecialsOnlyWhenAllowed) {
+  RILL_REQUIRE_KIMI_TOKENIZER();
   const Tokenizer& t = kimi();
   const int32_t im_end = *t.token_id("<|im_end|>");
   const std::string text = "hi<|im_end|>there<|im_end";
@@ -174,6 +179,7 @@ TEST(TokenizerEncode, SpecialsOnlyWhenAllowed) {
 }
 
 TEST(TokenizerDecode, OutOfVocabularyIdsAreNamed) {
+  RILL_REQUIRE_KIMI_TOKENIZER();
   const Tokenizer& t = kimi();
   for (const int32_t bad : {-1, t.vocab_size(), t.vocab_size() + 7, 1 << 30}) {
     const std::vector<int32_t> ids = {100, bad};
@@ -197,6 +203,7 @@ std::vector<int32_t> byte_token_ids(const Tokenizer& t) {
 }
 
 TEST(IncrementalDetokenizer, EverySplitOfMultiByteSequences) {
+  RILL_REQUIRE_KIMI_TOKENIZER();
   const Tokenizer& t = kimi();
   const std::vector<int32_t> byte_ids = byte_token_ids(t);
   const std::string text = "aé中😀\u0301 ok 한국어 𝔘";
@@ -223,6 +230,7 @@ TEST(IncrementalDetokenizer, EverySplitOfMultiByteSequences) {
 }
 
 TEST(IncrementalDetokenizer, MatchesDecodeOnArbitraryBytes) {
+  RILL_REQUIRE_KIMI_TOKENIZER();
   const Tokenizer& t = kimi();
   const std::vector<int32_t> byte_ids = byte_token_ids(t);
   const uint32_t seed = std::random_device{}();
@@ -313,6 +321,7 @@ TEST(KimiPreTokenizer, SpecVectors) {
 }
 
 TEST(BpeRanks, ScanAndHeapMergeAgree) {
+  RILL_REQUIRE_KIMI_TOKENIZER();
   const Tokenizer& t = kimi();
   std::vector<std::string> tokens;
   for (int32_t id = 0; id < t.n_ranks(); ++id) tokens.emplace_back(t.token_bytes(id));
