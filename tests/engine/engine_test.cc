@@ -11,6 +11,7 @@
 #include "engine/engine.h"
 #include "model/fixture.h"
 #include "model/model.h"
+#include "test_seed.h"
 #include "text/constraint/token_constraint.h"
 
 namespace rill::engine {
@@ -74,8 +75,8 @@ TEST(Engine, GreedyMatchesTransformers) {
 // Many concurrent requests under a small token budget (chunked prefill, mixed steps) and, separately, a cache
 // too small for all of them (preemption): each greedy output equals the request run alone.
 void concurrent_equals_alone(EngineOptions o, bool expect_preemption) {
-  const uint32_t seed = std::random_device{}();
-  SCOPED_TRACE("seed " + std::to_string(seed));
+  const uint32_t seed = rill::testing::test_seed();
+  SCOPED_TRACE("RILL_TEST_SEED=" + std::to_string(seed));
   std::mt19937 rng(seed);
   std::vector<std::vector<int32_t>> prompts;
   for (int i = 0; i < 12; ++i) {

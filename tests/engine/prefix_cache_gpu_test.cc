@@ -12,6 +12,7 @@
 #include "engine/engine.h"
 #include "model/fixture.h"
 #include "model/model.h"
+#include "test_seed.h"
 
 namespace rill::engine {
 namespace {
@@ -104,8 +105,8 @@ TEST(PrefixCacheGpu, SnapshotsTakenInsideOneStepResumeExactly) {
   GpuEngine off(EngineOptions{.max_batch_size = 1, .max_num_tokens = 1024});
   ASSERT_TRUE(off.ok());
 
-  const uint32_t seed = std::random_device{}();
-  SCOPED_TRACE("seed " + std::to_string(seed));
+  const uint32_t seed = rill::testing::test_seed();
+  SCOPED_TRACE("RILL_TEST_SEED=" + std::to_string(seed));
   std::mt19937 rng(seed);
   // 300 tokens in one 512-token step: snapshots after 64, 128, 192 and 256 are written inside the step.
   const auto first = random_tokens(rng, 300);

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "shared_data.h"
+#include "test_seed.h"
 #include "text/tokenizer/bpe_ranks.h"
 #include "text/tokenizer/kimi_pretokenizer.h"
 #include "text/tokenizer/mixed_corpus.h"
@@ -233,7 +234,7 @@ TEST(IncrementalDetokenizer, MatchesDecodeOnArbitraryBytes) {
   RILL_REQUIRE_KIMI_TOKENIZER();
   const Tokenizer& t = kimi();
   const std::vector<int32_t> byte_ids = byte_token_ids(t);
-  const uint32_t seed = std::random_device{}();
+  const uint32_t seed = rill::testing::test_seed();
   std::mt19937 rng(seed);
   const std::vector<int32_t> specials = {*t.token_id("<|im_end|>"), *t.token_id("[BOS]")};
   for (int round = 0; round < 3000; ++round) {
@@ -266,7 +267,7 @@ TEST(IncrementalDetokenizer, MatchesDecodeOnArbitraryBytes) {
 
 // U+FFFD placement must be Python's bytes.decode("utf-8", "replace"): compare with python3 itself.
 TEST(Utf8, SanitizeMatchesPython) {
-  const uint32_t seed = std::random_device{}();
+  const uint32_t seed = rill::testing::test_seed();
   std::mt19937 rng(seed);
   const unsigned char interesting[] = {0x41, 0x80, 0x8F, 0x90, 0x9F, 0xA0, 0xBF, 0xC0, 0xC1, 0xC2, 0xDF,
                                        0xE0, 0xE1, 0xED, 0xEE, 0xEF, 0xF0, 0xF1, 0xF3, 0xF4, 0xF5, 0xFF};
@@ -327,7 +328,7 @@ TEST(BpeRanks, ScanAndHeapMergeAgree) {
   for (int32_t id = 0; id < t.n_ranks(); ++id) tokens.emplace_back(t.token_bytes(id));
   const BpeRanks ranks(tokens);
   const std::string corpus = testing::make_mixed_corpus(1 << 16);
-  const uint32_t seed = std::random_device{}();
+  const uint32_t seed = rill::testing::test_seed();
   std::mt19937 rng(seed);
   for (int i = 0; i < 300; ++i) {
     // Long pieces (as a pathological pre-token would be) taken from real text and random bytes.
