@@ -9,6 +9,7 @@ usage: render_reference.py TEMPLATE.jinja < request.json > rendered.txt
 request.json is an object whose keys become template variables: messages, tools, add_generation_prompt,
 bos_token, eos_token, thinking, ... Exit status 2 and the message on stderr when the template raises.
 """
+import collections.abc
 import datetime
 import json
 import sys
@@ -38,9 +39,18 @@ def strftime_now(fmt):
     return datetime.datetime.now().strftime(fmt)
 
 
+class Sandbox(ImmutableSandboxedEnvironment):
+    """The immutable sandbox of current jinja2 whatever 3.1.x is installed: 3.1.5 made list.pop and
+    list.clear unsafe (they were missing from its known mutable sequence methods); Debian 12 ships 3.1.2."""
+
+    def is_safe_attribute(self, obj, attr, value):
+        if isinstance(obj, collections.abc.MutableSequence) and attr in ("pop", "clear"):
+            return False
+        return super().is_safe_attribute(obj, attr, value)
+
+
 def make_env():
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                        extensions=[jinja2.ext.loopcontrols])
+    env = Sandbox(trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols])
     env.filters["tojson"] = tojson
     env.globals["raise_exception"] = raise_exception
     env.globals["strftime_now"] = strftime_now
