@@ -4,8 +4,9 @@
 # goes under $OUT; the last lines printed are a summary table.
 #
 #   here:  tools/fetch_gpu_deps.sh
-#   run:   tools/gpu_check.sh [all|test|sanitize|reference|bench|prefix|k3bench|serve|profile]...
-#          (device tool, carry: [".deps"]; `all` is everything but profile)
+#   run:   tools/gpu_check.sh [all|test|sanitize|reference|bench|prefix|k3bench|serve|profile|cmd]...
+#          (device tool, carry: [".deps"]; `all` is everything but profile and cmd)
+#   GPU_TARGETS=... narrows the build; `cmd` runs $CMD in the build directory after it (a diagnostic run).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/rill-gpu-out}
@@ -15,7 +16,7 @@ mkdir -p "$OUT" $LOGS
 trap 'tar czf "$OUT/logs.tgz" -C $LOGS . 2>/dev/null' EXIT
 what=("$@")
 [[ ${#what[@]} -eq 0 ]] && what=(all)
-want() { for w in "${what[@]}"; do [[ ($w == all && $1 != profile) || $w == "$1" ]] && return 0; done; return 1; }
+want() { for w in "${what[@]}"; do [[ ($w == all && $1 != profile && $1 != cmd) || $w == "$1" ]] && return 0; done; return 1; }
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1  # never NVLink multicast
 summary=()
 note() { summary+=("$1"); echo "== $1"; }
@@ -45,12 +46,12 @@ if ! cmake -S . -B $BUILD -G Ninja -DRILL_CUDA=ON -DCCACHE_PROGRAM=OFF -DRILL_WE
 fi
 # The GPU-relevant targets first (tests, kernel labs); the rill binary separately, so a server-side build
 # problem cannot hide kernel results.
-GPU_TARGETS="backend_tests model_gpu_tests engine_gpu_tests model_tests"
+GPU_TARGETS=${GPU_TARGETS:-"backend_tests model_gpu_tests engine_gpu_tests model_tests"}
 all_targets=$(ninja -C $BUILD -t targets all 2>/dev/null)  # (not piped into grep -q: pipefail + SIGPIPE)
 want bench && for t in kda_bench mla_bench kernel_lab; do
   [[ $'\n'"$all_targets" == *$'\n'"$t: "* ]] && GPU_TARGETS+=" $t"
 done
-if want test || want sanitize || want bench; then
+if want test || want sanitize || want bench || want cmd; then
   if ! timeout ${BUILD_TIMEOUT:-420} ninja -C $BUILD -j16 $GPU_TARGETS > "$LOGS/build.log" 2>&1; then
     note "build FAILED (see build.log)"; grep -E "error|Error" "$LOGS/build.log" | head -40; exit 1
   fi
@@ -81,6 +82,12 @@ if want sanitize; then
     note "compute-sanitizer memcheck $t: $( [[ $rc == 0 ]] && echo clean || ([[ $rc == 124 ]] && echo "timed out" || echo "ERRORS rc=$rc") )"
     grep -E "ERROR SUMMARY|Invalid|out of bounds|FAILED" "$LOGS/memcheck_$t.log" | head -8
   done
+fi
+
+if want cmd; then
+  (cd $BUILD && timeout ${CMD_TIMEOUT:-300} bash -c "$CMD") > "$LOGS/cmd.log" 2>&1
+  note "cmd: rc=$?"
+  tail -${CMD_TAIL:-150} "$LOGS/cmd.log"
 fi
 
 # --- independent references (PyTorch + transformers on this machine; nothing of rill but its checkpoints) -

@@ -136,7 +136,9 @@ Status Backend::glu(const GluArgs& a) {
 Status Backend::add(const AddArgs& a) {
   if (dry_run_) return {};
   Check c("add");
-  c.tensor(a.inout, "inout", 2).tensor(a.x, "x", 2).same_shape(a.inout, "inout", a.x, "x");
+  c.tensor(a.inout, "inout", 2).tensor(a.x, "x", 2).same_shape(a.inout, "inout", a.x, "x")
+      .dtype(a.x, "x", act_dtype())
+      .that(a.inout.dtype == act_dtype() || a.inout.dtype == DType::F32, "inout is the activation dtype or F32");
   RILL_TRY(c.done());
   return add_impl(a);
 }
@@ -268,8 +270,10 @@ Status Backend::attn_res_mix(const AttnResMixArgs& a) {
   Check c("attn_res_mix");
   c.tensor(a.candidates, "candidates", 3).tensor(a.out, "out", 2).tensor(a.norm_weight, "norm_weight", 1)
       .tensor(a.proj_weight, "proj_weight", 1).dtype(a.norm_weight, "norm_weight", DType::F32)
-      .dtype(a.proj_weight, "proj_weight", DType::F32).dtype(a.candidates, "candidates", act_dtype())
-      .dtype(a.out, "out", act_dtype());
+      .dtype(a.proj_weight, "proj_weight", DType::F32)
+      .that(a.candidates.dtype == act_dtype() || a.candidates.dtype == DType::F32,
+            "candidates are the activation dtype or F32")
+      .that(a.out.dtype == act_dtype() || a.out.dtype == DType::F32, "out is the activation dtype or F32");
   RILL_TRY(c.done());
   const int64_t H = a.candidates.size(2);
   c.that(a.candidates.size(0) >= 1, "needs at least one candidate").dim(a.out, "out", 0, a.candidates.size(1))

@@ -90,7 +90,7 @@ struct GluArgs {
 };
 
 struct AddArgs {
-  TensorView inout;  // act [M, N]
+  TensorView inout;  // act or F32 [M, N] (an fp32 running sum: exact fp32 addition)
   TensorView x;      // act [M, N]
 };
 
@@ -190,11 +190,11 @@ struct MoeExpertsArgs {
 // z_j = rsqrt(mean(V_j^2) + eps) * sum_c V_j[c] * norm[c] * proj[c] (a weightless RMSNorm key against the
 // pseudo-query norm * proj), p = softmax_j(z), out = sum_j p_j * V_j over the raw candidates.
 struct AttnResMixArgs {
-  TensorView candidates;   // act [N, T, H]: the block snapshots in order, then the partial sum (N >= 1)
+  TensorView candidates;   // act or F32 [N, T, H]: the block snapshots in order, then the partial sum (N >= 1)
   TensorView norm_weight;  // F32 [H]: *_res_norm.weight
   TensorView proj_weight;  // F32 [H]: *_res_proj.weight (stored [1, H])
   float eps = 1e-5f;
-  TensorView out;  // act [T, H]
+  TensorView out;  // act or F32 [T, H]
 };
 
 struct GatherRowsArgs {
@@ -264,12 +264,27 @@ class DeviceAllocation {
   std::shared_ptr<void> owner_;
 };
 
+// The model shapes a backend's kernels are built for, checked against a config when a model is built so an
+// unsupported shape is refused at load, naming the config field, rather than at the first step. 0: any value.
+struct KernelShapeLimits {
+  int kda_head_dim = 0;          // linear_attn_config.head_dim
+  int kda_conv_kernel = 0;       // linear_attn_config.short_conv_kernel_size
+  int mla_nope = 0, mla_rope = 0, mla_v = 0, mla_kv_lora = 0;  // qk_nope/qk_rope/v_head_dim, kv_lora_rank
+  int max_experts = 0;           // num_experts
+  int max_groups = 0;            // num_expert_group, when grouped routing is active
+  int max_attn_res_candidates = 0;  // K3: AttnRes blocks + 1
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
 
-  virtual std::string name() const = 0;
+  virtual std::string name() const = 0;  // "cpu", "cuda:N"
   virtual Device device() const = 0;
+  // Makes the calling thread's device calls go to this backend's device (CUDA: cudaSetDevice). The thread
+  // that creates a backend is bound; any other thread that runs ops (the engine's) calls this first.
+  virtual Status bind_thread() { return {}; }
+  virtual KernelShapeLimits shape_limits() const { return {}; }
   virtual DType act_dtype() const = 0;  // F32 on the CPU reference, BF16 on CUDA
   // Dtype the backend wants dense matrices in (the loader converts once at load). nullopt: keep as stored.
   virtual std::optional<DType> matrix_dtype() const = 0;
@@ -362,8 +377,11 @@ class Backend {
   virtual Status logprobs_impl(const LogprobsArgs& a) = 0;
 };
 
-// "cpu" or "cuda" (device 0); errors name what is missing (no CUDA build, no GPU).
+// "cpu", "cuda" (device 0) or "cuda:N" (the N-th device CUDA shows, after CUDA_VISIBLE_DEVICES); errors name
+// what is missing (no CUDA build, no GPU, a device index past the devices present).
 Result<std::unique_ptr<Backend>> make_backend(std::string_view name);
+// The CUDA device index of a "cuda" / "cuda:N" name; an error for any other spelling.
+Result<int> parse_cuda_device(std::string_view name);
 std::unique_ptr<Backend> make_cpu_backend();
 bool cuda_backend_compiled();
 

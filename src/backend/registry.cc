@@ -1,4 +1,6 @@
-// make_backend: "cpu" or "cuda" by name.
+// make_backend: "cpu", "cuda" or "cuda:N" by name.
+#include <charconv>
+
 #include "backend/backend.h"
 
 #if RILL_HAVE_CUDA
@@ -9,16 +11,27 @@ namespace rill::backend {
 
 bool cuda_backend_compiled() { return RILL_HAVE_CUDA != 0; }
 
+Result<int> parse_cuda_device(std::string_view name) {
+  if (name == "cuda") return 0;
+  constexpr std::string_view prefix = "cuda:";
+  if (name.starts_with(prefix)) {
+    const std::string_view digits = name.substr(prefix.size());
+    int index = -1;
+    const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), index);
+    if (ec == std::errc() && end == digits.data() + digits.size() && !digits.empty() && index >= 0) return index;
+  }
+  return invalid_argument("unknown device \"{}\" (expected cpu, cuda or cuda:N with N a device index)", name);
+}
+
 Result<std::unique_ptr<Backend>> make_backend(std::string_view name) {
   if (name == "cpu") return make_cpu_backend();
-  if (name == "cuda") {
+  RILL_ASSIGN_OR_RETURN(const int index, parse_cuda_device(name));
 #if RILL_HAVE_CUDA
-    return make_cuda_backend(0);
+  return make_cuda_backend(index);
 #else
-    return unavailable("this rill was built without the CUDA backend (no nvcc at build time); use --device cpu");
+  (void)index;
+  return unavailable("this rill was built without the CUDA backend (no nvcc at build time); use --device cpu");
 #endif
-  }
-  return invalid_argument("unknown device \"{}\" (expected cpu or cuda)", name);
 }
 
 }  // namespace rill::backend

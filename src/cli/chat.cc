@@ -79,8 +79,7 @@ Result<Json> reply(engine::Engine& engine, const server::ChatPrompt& chat, const
   if (!prompt->raw) {
     RILL_ASSIGN_OR_RETURN(parser, text::make_output_parser(prompt->parser));
   }
-  server::ChoiceDecoder decoder(std::move(parser), prompt->parser.starts_in_reasoning,
-                                engine.model().config().eos_token_ids, &tokenizer);
+  server::ChoiceDecoder decoder(std::move(parser), prompt->parser.starts_in_reasoning);
   for (const auto& f : decoder.begin(prompt->forced_prefix)) term.print(f);
   RILL_ASSIGN_OR_RETURN(auto stream,
                         engine.submit(engine::Request{prompt->ids, params, prompt->reported_prompt_tokens}));

@@ -8,8 +8,13 @@
 namespace rill::cli {
 
 void add_device_options(CLI::App& app, DeviceOptions& o) {
-  app.add_option("--device", o.device, "where to run: auto, cpu or cuda")
-      ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
+  app.add_option("--device", o.device,
+                 "where to run: auto (the first GPU, else the CPU), cpu, cuda or cuda:N (the N-th GPU CUDA shows; "
+                 "CUDA_VISIBLE_DEVICES applies)")
+      ->check([](const std::string& v) {
+        if (v == "auto" || v == "cpu" || backend::parse_cuda_device(v).ok()) return std::string();
+        return "expected auto, cpu, cuda or cuda:N, got \"" + v + "\"";
+      })
       ->capture_default_str();
 }
 

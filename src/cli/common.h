@@ -16,7 +16,7 @@
 namespace rill::cli {
 
 struct DeviceOptions {
-  std::string device = "auto";  // auto | cpu | cuda
+  std::string device = "auto";  // auto | cpu | cuda | cuda:N
 };
 void add_device_options(CLI::App& app, DeviceOptions& o);
 

@@ -141,10 +141,11 @@ void Engine::Impl::step() {
     if (s->constraint) s->constraint->accept(id);
     ev.token_ids.push_back(id);
     if (s->params.logprobs >= 0) ev.logprobs.push_back(sampled[k].logprob);
-    if (s->last_is_stop_token) continue;  // an EOS / stop id: no text
+    // An EOS / stop id ends the text without its own (vLLM), unless the stop is to be kept.
+    if (s->last_is_stop_token && !s->params.include_stop_str_in_output) continue;
     std::optional<std::string> matched;
     ev.text += s->stop->push(id, &matched);
-    if (matched && s->n_generated() >= s->params.min_tokens) {
+    if (matched && !s->last_is_stop_token) {
       s->stopped_on_string = true;
       sched->finish(s->id, FinishReason::Stop, *matched);
     }
@@ -238,7 +239,8 @@ Result<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<model::Model> mod
   impl->max_model_len = std::min<int>(want_len, impl->plan.n_blocks * impl->plan.block_size);
   SchedulerLimits sl{o.max_batch_size, o.max_num_tokens, impl->max_model_len, o.chunked_prefill};
   impl->sched = std::make_unique<Scheduler>(*impl->caches, sl, c.eos_token_ids);
-  RILL_ASSIGN_OR_RETURN(Sampler sampler, Sampler::create(model->backend(), o.max_batch_size));
+  RILL_ASSIGN_OR_RETURN(Sampler sampler,
+                        Sampler::create(model->backend(), o.max_batch_size, c.eos_token_ids));
   impl->sampler = std::make_unique<Sampler>(std::move(sampler));
   impl->model = std::move(model);
   impl->update_stats();
@@ -274,7 +276,7 @@ Result<std::shared_ptr<RequestStream>> Engine::submit(Request r) {
   seq->max_new_tokens = std::min(r.params.max_tokens, m.max_model_len - n);
   seq->seed = r.params.seed ? *r.params.seed : std::random_device{}() * 0x9e3779b97f4a7c15ull;
   if (r.params.repetition_penalty != 1.0f) seq->prompt_tokens.insert(r.prompt.begin(), r.prompt.end());
-  seq->stop = std::make_unique<StopChecker>(m.tokenizer.get(), r.params.stop);
+  seq->stop = std::make_unique<StopChecker>(m.tokenizer.get(), r.params);
   seq->stream = std::make_shared<RequestStream>(seq->id);
   seq->arrival = std::chrono::steady_clock::now();
   auto stream = seq->stream;

@@ -41,10 +41,17 @@ struct SamplingParams {
   float frequency_penalty = 0.0f;   // OpenAI: over generated tokens, [-2, 2]
   float repetition_penalty = 1.0f;  // vLLM: over prompt and generated tokens, > 0
   int32_t max_tokens = 16;          // generated tokens (clamped to the context left)
-  int32_t min_tokens = 0;           // stop conditions ignored before this many
-  std::vector<std::string> stop;    // stop strings (not included in the output)
+  // vLLM: the first min_tokens tokens are never EOS or stop ids (masked before sampling), and stop strings
+  // only count when they end in the text of a later token.
+  int32_t min_tokens = 0;
+  std::vector<std::string> stop;            // stop strings, matched in the text the caller gets
+  bool include_stop_str_in_output = false;  // vLLM: keep the matched stop string (or stop id's text)
   std::vector<int32_t> stop_token_ids;
   bool ignore_eos = false;
+  // vLLM (and Hugging Face decode): special tokens add no text — Tokenizer::is_skipped_special; the added
+  // tokens that output parsers read (tool-call markers, think tags, K3 tags) are not special and stay.
+  bool skip_special_tokens = true;
+  std::vector<int32_t> allowed_token_ids;  // vLLM: sample only these (empty: the whole vocabulary)
   int32_t logprobs = -1;  // -1: none; 0: the sampled token's logprob; n: plus the n most likely
   // Checks ranges against the model: errors name the parameter (OpenAI-style 400 material).
   Status validate(int32_t vocab_size) const;
@@ -71,7 +78,7 @@ struct TokenLogprob {
 // What a request's stream yields: new tokens with their text, then (once) the finish.
 struct StreamEvent {
   std::vector<int32_t> token_ids;      // generated ids in this event
-  std::string text;                    // their text: complete UTF-8, stop strings removed and held back safely
+  std::string text;  // their text: complete UTF-8, no skipped specials, stop strings cut and held back safely
   std::vector<TokenLogprob> logprobs;  // one per token when requested
   std::optional<FinishReason> finish;  // set on the last event
   std::string stop_reason;             // the stop string or id that ended it, if any

@@ -7,8 +7,8 @@
 
 namespace rill::engine {
 
-Result<Sampler> Sampler::create(backend::Backend& be, int max_rows) {
-  Sampler s(be, max_rows);
+Result<Sampler> Sampler::create(backend::Backend& be, int max_rows, std::vector<int32_t> eos_ids) {
+  Sampler s(be, max_rows, std::move(eos_ids));
   const size_t R = size_t(max_rows);
   RILL_ASSIGN_OR_RETURN(s.rows_, be.allocate(R * sizeof(backend::SamplingRow)));
   RILL_ASSIGN_OR_RETURN(s.ids_, be.allocate(R * 4));
@@ -32,9 +32,59 @@ Status Sampler::ensure_penalty_capacity(size_t n) {
   return {};
 }
 
-// Grammar masks: the host walks each constrained row's grammar over the vocabulary (while the GPU may still
-// be computing the logits: nothing here waits for it) and the device sets the rest to -inf after penalties.
-Status Sampler::apply_constraints(TensorView logits, const std::vector<const Sequence*>& seqs) {
+namespace {
+
+void set_bit(std::span<uint32_t> mask, int32_t t) {
+  mask[size_t(t) / 32] |= 1u << (t % 32);
+}
+void clear_bit(std::span<uint32_t> mask, int32_t t) {
+  mask[size_t(t) / 32] &= ~(1u << (t % 32));
+}
+bool test_bit(std::span<const uint32_t> mask, int32_t t) {
+  return (mask[size_t(t) / 32] >> (t % 32)) & 1u;
+}
+
+// `mask` becomes `narrowed`, unless that would leave nothing to sample.
+void narrow_to(std::span<uint32_t> mask, const std::vector<uint32_t>& narrowed) {
+  if (std::any_of(narrowed.begin(), narrowed.end(), [](uint32_t w) { return w != 0; }))
+    std::copy(narrowed.begin(), narrowed.end(), mask.begin());
+}
+
+}  // namespace
+
+// A row is masked for a grammar, for allowed_token_ids, and before min_tokens (its stop ids).
+bool Sampler::masks_logits(const Sequence& s) const {
+  return s.constraint || !s.params.allowed_token_ids.empty() || s.n_generated() < s.params.min_tokens;
+}
+
+// One row's mask (all ones on entry): the grammar's tokens, narrowed to allowed_token_ids, less the stop ids
+// (and EOS unless ignore_eos) while fewer than min_tokens are generated (vLLM's min-tokens logits processor).
+// A narrowing that would leave nothing is skipped: a complete grammar may allow only its end (stop) ids.
+void Sampler::row_mask(const Sequence& s, std::span<uint32_t> mask) {
+  if (s.constraint) s.constraint->allowed_tokens(mask);
+  const int64_t n_ids = int64_t(mask.size()) * 32;
+  auto in_mask = [&](int32_t t) { return t >= 0 && t < n_ids; };
+  if (!s.params.allowed_token_ids.empty()) {
+    narrowed_.assign(mask.size(), 0u);
+    for (int32_t t : s.params.allowed_token_ids)
+      if (in_mask(t) && test_bit(mask, t)) set_bit(narrowed_, t);
+    narrow_to(mask, narrowed_);
+  }
+  if (s.n_generated() < s.params.min_tokens) {
+    narrowed_.assign(mask.begin(), mask.end());
+    for (int32_t t : s.params.stop_token_ids)
+      if (in_mask(t)) clear_bit(narrowed_, t);
+    if (!s.params.ignore_eos)
+      for (int32_t t : eos_ids_)
+        if (in_mask(t)) clear_bit(narrowed_, t);
+    narrow_to(mask, narrowed_);
+  }
+}
+
+// Token masks: the host builds each masked row's mask (walking a grammar over the vocabulary while the GPU
+// may still be computing the logits: nothing here waits for it) and the device sets the rest to -inf after
+// penalties.
+Status Sampler::apply_token_masks(TensorView logits, const std::vector<const Sequence*>& seqs) {
   const int64_t R = int64_t(seqs.size()), V = logits.size(1), W = (V + 31) / 32;
   const size_t bytes = size_t(max_rows_ * W) * 4;
   if (mask_.size() < bytes) {
@@ -43,8 +93,8 @@ Status Sampler::apply_constraints(TensorView logits, const std::vector<const Seq
   }
   host_mask_.assign(size_t(R * W), ~0u);
   for (int64_t r = 0; r < R; ++r)
-    if (seqs[size_t(r)]->constraint)
-      seqs[size_t(r)]->constraint->allowed_tokens(std::span(host_mask_).subspan(size_t(r * W), size_t(W)));
+    if (masks_logits(*seqs[size_t(r)]))
+      row_mask(*seqs[size_t(r)], std::span(host_mask_).subspan(size_t(r * W), size_t(W)));
   RILL_TRY(be_->upload_async(mask_.data(), host_mask_.data(), host_mask_.size() * 4));
   return be_->mask_logits({logits, static_cast<const uint32_t*>(mask_.data()), W});
 }
@@ -81,8 +131,8 @@ Status Sampler::run(TensorView logits, const std::vector<const Sequence*>& seqs,
                                    static_cast<const float*>(pen_params_.data())}));
   }
 
-  if (std::any_of(seqs.begin(), seqs.end(), [](const Sequence* s) { return s->constraint != nullptr; }))
-    RILL_TRY(apply_constraints(logits, seqs));
+  if (std::any_of(seqs.begin(), seqs.end(), [&](const Sequence* s) { return masks_logits(*s); }))
+    RILL_TRY(apply_token_masks(logits, seqs));
 
   std::vector<backend::SamplingRow> rows;
   for (const Sequence* s : seqs) {

@@ -18,6 +18,9 @@ Status SamplingParams::validate(int32_t vocab_size) const {
   if (logprobs < -1 || logprobs > 20) return bad("logprobs", "must be in [0, 20]");
   for (int32_t id : stop_token_ids)
     if (id < 0 || id >= vocab_size) return bad("stop_token_ids", fmt::format("{} is outside the vocabulary", id));
+  for (int32_t id : allowed_token_ids)
+    if (id < 0 || id >= vocab_size)
+      return bad("allowed_token_ids", fmt::format("{} is outside the vocabulary", id));
   for (const auto& s : stop)
     if (s.empty()) return bad("stop", "stop strings must not be empty");
   return {};

@@ -149,7 +149,9 @@ void Scheduler::postprocess(const StepPlan& plan, const std::vector<int32_t>& sa
     const SamplingParams& sp = s->params;
     const bool eos = !sp.ignore_eos && std::find(eos_ids_.begin(), eos_ids_.end(), id) != eos_ids_.end();
     const bool stop_id = std::find(sp.stop_token_ids.begin(), sp.stop_token_ids.end(), id) != sp.stop_token_ids.end();
-    if (n_gen >= sp.min_tokens && (eos || stop_id)) {
+    // The sampler masks stop ids for the first min_tokens tokens; one sampled anyway (the mask would have
+    // left nothing to sample) does not end the sequence there.
+    if (n_gen > sp.min_tokens && (eos || stop_id)) {
       s->last_is_stop_token = true;
       finish(s->id, FinishReason::Stop, eos ? "eos" : std::to_string(id));
     } else if (n_gen >= s->max_new_tokens || int(s->tokens.size()) >= limits_.max_model_len) {

@@ -66,7 +66,7 @@ Status KimiK3Model::forward_impl(ForwardContext& cx, TensorView ids, TensorView 
   const int64_t T = ids.size(0), H = c.hidden_size, R = rows.size(0);
   auto& be = cx.be;
   BlockResiduals res(cx, c, T);
-  TensorView h = cx.ws.alloc(cx.act(), {T, H});  // a mixed sublayer input
+  TensorView h = cx.ws.alloc(DType::F32, {T, H});  // a mixed sublayer input (fp32, like the AttnRes state)
   TensorView normed = cx.ws.alloc(cx.act(), {T, H});
   TensorView delta = cx.ws.alloc(cx.act(), {T, H});  // a sublayer output added into P
   RILL_TRY(be.embed({embed_.weight, ids, res.partial()}));
@@ -83,10 +83,9 @@ Status KimiK3Model::forward_impl(ForwardContext& cx, TensorView ids, TensorView 
     if (i % c.attn_res_block_size == 0) RILL_TRY(res.push());
     RILL_TRY(be.rms_norm({in, L.input_norm, c.rms_norm_eps, normed}));
     cx.tap("input_norm", normed);
-    TensorView a = res.output_for(delta);
-    RILL_TRY(mixer(cx, i, normed, caches, a));
-    cx.tap("mixer_out", a);
-    RILL_TRY(res.accumulate(a));
+    RILL_TRY(mixer(cx, i, normed, caches, delta));
+    cx.tap("mixer_out", delta);
+    RILL_TRY(res.accumulate(delta));
     RILL_TRY(res.mix(L.mlp_res, h));
     cx.tap("mlp_res", h);
     RILL_TRY(be.rms_norm({h, L.post_norm, c.rms_norm_eps, normed}));
@@ -99,7 +98,7 @@ Status KimiK3Model::forward_impl(ForwardContext& cx, TensorView ids, TensorView 
   cx.layer = -1;
   RILL_TRY(res.mix(output_res_, h));
   cx.tap("residual", h);
-  TensorView picked = cx.ws.alloc(cx.act(), {R, H});
+  TensorView picked = cx.ws.alloc(DType::F32, {R, H});
   RILL_TRY(be.gather_rows({h, rows, picked}));
   TensorView final_normed = cx.ws.alloc(cx.act(), {R, H});
   RILL_TRY(be.rms_norm({picked, final_norm_, c.rms_norm_eps, final_normed}));

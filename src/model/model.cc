@@ -4,6 +4,7 @@
 
 #include "backend/sampling.h"
 #include "core/log.h"
+#include "model/kernel_limits.h"
 #include "model/kimi_k3.h"
 #include "model/kimi_linear.h"
 
@@ -167,6 +168,7 @@ Status Model::sample(TensorView logits, std::span<const backend::SamplingRow> ro
 }
 
 Result<std::unique_ptr<Model>> build_model(const ModelConfig& config, backend::Backend& be) {
+  RILL_TRY(check_kernel_limits(config, be.shape_limits(), be.name()));
   std::unique_ptr<Model> m;
   switch (config.family) {
     case ModelFamily::KimiLinear: m = std::make_unique<KimiLinearModel>(config, be); break;

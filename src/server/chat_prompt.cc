@@ -2,6 +2,7 @@
 
 #include "text/constraint/grammar_constraint.h"
 #include "text/constraint/json_schema.h"
+#include "text/k2/turn_grammar.h"
 #include "text/k3/k3_renderer.h"
 #include "text/k3/turn_grammar.h"
 
@@ -24,7 +25,11 @@ std::unique_ptr<ChatPrompt> ChatPrompt::load(const std::filesystem::path& model_
 std::shared_ptr<text::constraint::TokenConstraint> ChatPrompt::constraint(const RenderedChat& prompt,
                                                                           std::vector<int32_t> end_tokens) const {
   if (!prompt.grammar || !masker_) return nullptr;
-  return std::make_shared<text::constraint::GrammarConstraint>(prompt.grammar, masker_, std::move(end_tokens));
+  auto c =
+      std::make_shared<text::constraint::GrammarConstraint>(prompt.grammar, masker_, std::move(end_tokens));
+  // The grammar describes the whole turn; the forced prefix is its opening, already written into the prompt.
+  for (int32_t id : tokenizer_->encode(prompt.forced_prefix, /*allow_special=*/true)) c->accept(id);
+  return c;
 }
 
 ApiResult<RenderedChat> ChatPrompt::render(const ChatRequest& request) const {
@@ -53,12 +58,6 @@ ApiResult<RenderedChat> ChatPrompt::render_k2(const ChatRequest& request) const 
   auto prompt = template_->render(body);
   if (!prompt.ok()) return error_from_status(prompt.status(), "messages");
   RenderedChat out;
-  out.forced_prefix = request.tool_choice == ToolChoice::Required || request.tool_choice == ToolChoice::Named
-                          ? forced_tool_prefix(request)
-                          : "";
-  out.text = *prompt + out.forced_prefix;
-  out.ids = tokenizer_->encode(out.text, /*allow_special=*/true);
-  out.reported_prompt_tokens = int32_t(out.ids.size());
   out.parser.family = text::ModelFamily::KimiK2;
   out.parser.k2_reasoning = tokenizer_->token_id("<think>").has_value();
   std::string_view tail = *prompt;
@@ -66,12 +65,28 @@ ApiResult<RenderedChat> ChatPrompt::render_k2(const ChatRequest& request) const 
   out.parser.starts_in_reasoning = out.parser.k2_reasoning && tail.ends_with("<think>");
   out.parser.first_tool_call_number = request.n_prior_tool_calls;
   out.raw = request.tool_choice == ToolChoice::None && !out.parser.k2_reasoning;
+  // A forced call: the grammar holds the turn to calls of the declared (or named) tools. When no reasoning
+  // comes first, the prompt already opens the call (prefill instead of forced decode steps).
+  const bool forced = request.tool_choice == ToolChoice::Required || request.tool_choice == ToolChoice::Named;
+  if (forced) {
+    text::k2::ToolGrammarOptions go;
+    go.reasoning = out.parser.starts_in_reasoning;
+    go.parallel_tool_calls = request.body.value("parallel_tool_calls", Json(true)) != Json(false);
+    go.first_call_index = request.n_prior_tool_calls;
+    go.named_tool = request.tool_choice == ToolChoice::Named ? request.tool_choice_name : "";
+    auto grammar = text::k2::required_tool_call_grammar(request.body, *tokenizer_, go);
+    if (!grammar.ok()) return bad_request("tools", "{}", grammar.status().message());
+    out.grammar = *grammar;
+    if (!go.reasoning) out.forced_prefix = forced_tool_prefix(request);
+  }
+  out.text = *prompt + out.forced_prefix;
+  out.ids = tokenizer_->encode(out.text, /*allow_special=*/true);
+  out.reported_prompt_tokens = int32_t(out.ids.size());
   // response_format: the whole output is the JSON value, unless a reasoning channel comes first (K2 thinking
-  // templates; not constrained) or a call was forced open above.
+  // templates; not constrained) or a call is forced.
   const Json* rf = request.body.contains("response_format") ? &request.body["response_format"] : nullptr;
   const std::string rf_type = rf && rf->is_object() ? rf->value("type", "") : "";
-  if ((rf_type == "json_object" || rf_type == "json_schema") && !out.parser.starts_in_reasoning &&
-      out.forced_prefix.empty()) {
+  if ((rf_type == "json_object" || rf_type == "json_schema") && !out.parser.starts_in_reasoning && !forced) {
     const Json* schema = rf_type == "json_schema" ? &rf->at("json_schema").at("schema") : nullptr;
     auto grammar = text::constraint::json_grammar(schema);
     if (!grammar.ok()) return bad_request("response_format", "response_format.json_schema.{}", grammar.status().message());
@@ -92,10 +107,13 @@ ApiResult<RenderedChat> ChatPrompt::render_k3(const ChatRequest& request) const 
   out.parser.first_tool_call_number = request.n_prior_tool_calls;
   const text::k3::ChatOptions& o = rendered->options;
   out.parser.tool_calls = o.tool_choice != text::k3::ToolChoice::None;
-  if (o.tool_choice == text::k3::ToolChoice::Required && o.add_generation_prompt) {
+  const bool forced =
+      o.tool_choice == text::k3::ToolChoice::Required || o.tool_choice == text::k3::ToolChoice::Named;
+  if (forced && o.add_generation_prompt) {
     text::k3::ToolGrammarOptions go;
     go.thinking = o.thinking;
     go.parallel_tool_calls = request.body.value("parallel_tool_calls", Json(true)) != Json(false);
+    go.named_tool = o.tool_choice_name;
     auto grammar = text::k3::required_tool_call_grammar(request.body, *tokenizer_, go);
     if (!grammar.ok()) return bad_request("tools", "{}", grammar.status().message());
     out.grammar = *grammar;

@@ -26,8 +26,9 @@ struct RenderedChat {
   text::ParserConfig parser;
   bool raw = false;           // no parser: the text is content (K2 family, tool_choice none, no reasoning)
   std::string forced_prefix;  // generated-side text the prompt ends with, fed to the parser first
-  // The grammar every choice's output must follow (null: free): K3 tool_choice "required" and K3
-  // response_format (text/k3/turn_grammar.h); K2-family response_format (the output is the JSON value).
+  // The grammar every choice's output must follow (null: free): tool_choice "required" / named (text/k2,
+  // text/k3 turn_grammar.h, from the turn's start: the forced prefix is its opening), K3 response_format,
+  // K2-family response_format (the output is the JSON value).
   std::shared_ptr<const text::constraint::Grammar> grammar;
 };
 
@@ -39,11 +40,11 @@ class ChatPrompt {
 
   // Errors are 400s naming the request field (template errors included, as vLLM reports them).
   //  - tool_choice "none": K2 templates do not see the tools and the output is not parsed for calls.
-  //  - tool_choice named (or "required" with one tool), K2 family: the prompt ends with the opening of that
-  //    call
-  //    (`<|tool_calls_section_begin|><|tool_call_begin|>functions.NAME:IDX<|tool_call_argument_begin|>`), so
-  //    the model writes its arguments; "required" with several tools opens the section only. (K2 tool calls
-  //    are not grammar-constrained yet; K3's "required" and every response_format are: see `grammar`.)
+  //  - tool_choice "required" / named: the turn is grammar-constrained to calls of the declared tools (the
+  //    named one: exactly one call), arguments valid for each tool's parameters schema (text/k2, text/k3
+  //    turn_grammar.h); K2 family without a reasoning channel: the prompt also ends with the opening of the
+  //    call (`<|tool_calls_section_begin|><|tool_call_begin|>functions.NAME:IDX<|tool_call_argument_begin|>`
+  //    for a named tool or the only one; the section opening alone for several), fed to the constraint too.
   ApiResult<RenderedChat> render(const ChatRequest& request) const;
 
   bool kimi_k3() const { return kimi_k3_; }

@@ -11,14 +11,20 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-ChoiceDecoder make_decoder(const ServingContext& ctx, const RenderedChat& prompt) {
+// With ignore_eos the end of the message does not end the output: the parser passes what follows through.
+text::ParserConfig parser_config(const RenderedChat& prompt, const ChatRequest& request) {
+  text::ParserConfig config = prompt.parser;
+  config.stop_at_end_of_message = !request.sampling.params.ignore_eos;
+  return config;
+}
+
+ChoiceDecoder make_decoder(const RenderedChat& prompt, const ChatRequest& request) {
   std::unique_ptr<text::OutputParser> parser;
   if (!prompt.raw) {
-    auto made = text::make_output_parser(prompt.parser);
+    auto made = text::make_output_parser(parser_config(prompt, request));
     if (made.ok()) parser = std::move(made).value();
   }
-  return ChoiceDecoder(std::move(parser), prompt.parser.starts_in_reasoning, ctx.model_info().eos_token_ids,
-                       &ctx.tokenizer());
+  return ChoiceDecoder(std::move(parser), prompt.parser.starts_in_reasoning);
 }
 
 // The SSE side of one streamed chat request.
@@ -41,8 +47,9 @@ struct ChatStream {
         header, chat_chunk_choice(index, chat_delta_json(f.delta), "", logprobs_json(f)), include_usage));
   }
 
-  // The end frame (stream spec: delta {}, finish_reason, per-choice usage), or vLLM's error frame for an
-  // engine failure (K3 never gets an error-only frame: it ends with finish_reason "unexpected_state").
+  // The end frame (stream spec: delta {}, finish_reason; usage only in the usage chunk, as OpenAI), or vLLM's
+  // error frame for an engine failure (K3 never gets an error-only frame: it ends with finish_reason
+  // "unexpected_state").
   std::string finish(int index, const ChoiceFrame& f, bool* abort) {
     if (f.finish_reason == "error" && !kimi_k3) {
       *abort = true;
@@ -55,8 +62,8 @@ struct ChatStream {
     }
     total.completion_tokens += f.usage.completion_tokens;
     total.reasoning_tokens += f.usage.reasoning_tokens;
-    return sse_data(chat_chunk(
-        header, chat_chunk_choice(index, Json::object(), reason, logprobs_json(f), &f.usage), include_usage));
+    return sse_data(chat_chunk(header, chat_chunk_choice(index, Json::object(), reason, logprobs_json(f)),
+                               include_usage));
   }
 
   std::string pump(std::chrono::milliseconds timeout, bool* done) {
@@ -134,13 +141,13 @@ std::optional<ApiError> handle_chat(ServingContext& ctx, const httplib::Request&
   RILL_API_ASSIGN_OR_RETURN(RenderedChat prompt, ctx.chat().render(request));
   RILL_API_TRY(fit_max_tokens(int64_t(prompt.ids.size()), ctx.model_info().max_model_len, "messages",
                               &request.sampling));
-  if (!prompt.raw && !text::make_output_parser(prompt.parser).ok())
+  if (!prompt.raw && !text::make_output_parser(parser_config(prompt, request)).ok())
     return ApiError{500, "internal error: the output parser rejected its configuration"};
 
   auto job = std::make_shared<GenerationJob>(ctx, arrival);
   auto stream = std::make_shared<ChatStream>();
   for (int i = 0; i < request.sampling.n; ++i) {
-    ChoiceDecoder decoder = make_decoder(ctx, prompt);
+    ChoiceDecoder decoder = make_decoder(prompt, request);
     stream->opening.push_back(decoder.begin(prompt.forced_prefix));
     engine::Request r{prompt.ids, choice_params(request.sampling, i), prompt.reported_prompt_tokens,
                       ctx.chat().constraint(prompt, request.sampling.params.stop_token_ids)};
@@ -153,9 +160,8 @@ std::optional<ApiError> handle_chat(ServingContext& ctx, const httplib::Request&
   stream->tokenizer = &ctx.tokenizer();
   stream->header = std::move(header);
   stream->logprobs = request.logprobs;
-  // Moonshot reports usage without opt-in on K3 (serving.md §2.6).
-  stream->include_usage =
-      request.sampling.include_usage || (ctx.model_info().kimi_k3 && !body.contains("stream_options"));
+  // OpenAI's rule for every model (not Moonshot's usage without opt-in on K3, serving.md §2.6).
+  stream->include_usage = request.sampling.include_usage;
   stream->kimi_k3 = ctx.model_info().kimi_k3;
   res.set_header("X-Msh-Usage-Prompt-Tokens", std::to_string(prompt.reported_prompt_tokens));
   stream_sse(res, job,

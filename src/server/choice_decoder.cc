@@ -4,12 +4,8 @@
 
 namespace rill::server {
 
-ChoiceDecoder::ChoiceDecoder(std::unique_ptr<text::OutputParser> parser, bool starts_in_reasoning,
-                             std::vector<int32_t> stop_ids, const text::Tokenizer* tokenizer)
-    : parser_(std::move(parser)),
-      stop_ids_(std::move(stop_ids)),
-      tokenizer_(tokenizer),
-      in_reasoning_(starts_in_reasoning) {}
+ChoiceDecoder::ChoiceDecoder(std::unique_ptr<text::OutputParser> parser, bool starts_in_reasoning)
+    : parser_(std::move(parser)), in_reasoning_(starts_in_reasoning) {}
 
 void ChoiceDecoder::emit(std::vector<text::OutputDelta> deltas, std::vector<ChoiceFrame>* out) {
   for (text::OutputDelta& d : deltas) {
@@ -29,19 +25,6 @@ std::vector<ChoiceFrame> ChoiceDecoder::begin(std::string_view forced_prefix) {
   return out;
 }
 
-// Raw text keeps no end-of-sequence marker: when the event ends with a stop id whose name ends the text,
-// the name is cut (the parsers do the same for their own stop markers).
-std::string ChoiceDecoder::strip_stop_name(const engine::StreamEvent& ev) const {
-  std::string text = ev.text;
-  if (ev.token_ids.empty() || !tokenizer_) return text;
-  const int32_t last = ev.token_ids.back();
-  if (std::find(stop_ids_.begin(), stop_ids_.end(), last) == stop_ids_.end()) return text;
-  if (last < 0 || last >= tokenizer_->vocab_size() || !tokenizer_->is_special(last)) return text;
-  const std::string_view name = tokenizer_->token_bytes(last);
-  if (std::string_view(text).ends_with(name)) text.resize(text.size() - name.size());
-  return text;
-}
-
 std::vector<ChoiceFrame> ChoiceDecoder::on_event(const engine::StreamEvent& ev) {
   std::vector<ChoiceFrame> out;
   if (finished_) return out;
@@ -50,9 +33,8 @@ std::vector<ChoiceFrame> ChoiceDecoder::on_event(const engine::StreamEvent& ev) 
   if (parser_) {
     deltas = parser_->feed(ev.text);
   } else {
-    std::string text = strip_stop_name(ev);
-    raw_.content += text;
-    deltas.push_back(text::OutputDelta{text::DeltaKind::Content, std::move(text)});
+    raw_.content += ev.text;
+    deltas.push_back(text::OutputDelta{text::DeltaKind::Content, ev.text});
   }
   // Reasoning tokens: an event's tokens count as reasoning when the parser was in the reasoning channel
   // before them or routed any of their text there (an event straddling the boundary counts whole).

@@ -26,9 +26,8 @@ struct ChoiceFrame {
 class ChoiceDecoder {
  public:
   // `parser` null: raw text, every piece is content (completions; chat without tool or reasoning parsing).
-  // `stop_ids`: the model's end-of-sequence ids, whose names are cut from the end of raw text.
-  ChoiceDecoder(std::unique_ptr<text::OutputParser> parser, bool starts_in_reasoning,
-                std::vector<int32_t> stop_ids, const text::Tokenizer* tokenizer);
+  // The engine's text already leaves out stop ids and skipped special tokens.
+  ChoiceDecoder(std::unique_ptr<text::OutputParser> parser, bool starts_in_reasoning);
 
   // Text the prompt already holds on the generated side (a forced tool-call opening), parsed first.
   std::vector<ChoiceFrame> begin(std::string_view forced_prefix);
@@ -39,12 +38,9 @@ class ChoiceDecoder {
 
  private:
   void emit(std::vector<text::OutputDelta> deltas, std::vector<ChoiceFrame>* out);
-  std::string strip_stop_name(const engine::StreamEvent& event) const;
 
   std::unique_ptr<text::OutputParser> parser_;
   text::ParseResult raw_;
-  std::vector<int32_t> stop_ids_;
-  const text::Tokenizer* tokenizer_;
   std::vector<engine::TokenLogprob> pending_logprobs_;
   bool in_reasoning_;
   int64_t reasoning_tokens_ = 0;

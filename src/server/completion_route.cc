@@ -34,8 +34,8 @@ struct CompletionStream {
       lp = completion_logprobs_json(entries, choices[size_t(index)].offset);
       for (const LogprobEntry& e : entries) choices[size_t(index)].offset += int64_t(e.token.size());
     }
-    Json list = Json::array({completion_choice_json(index, text, finish, std::move(lp))});
-    return sse_data(completion_json(header, std::move(list), nullptr));
+    return sse_data(
+        completion_chunk(header, completion_choice_json(index, text, finish, std::move(lp)), include_usage));
   }
 
   std::string pump(std::chrono::milliseconds timeout, bool* done) {
@@ -67,7 +67,7 @@ struct CompletionStream {
     }
     if (abort) job->cancel();
     if (abort || job->done()) {
-      if (include_usage && !abort) out += sse_data(completion_json(header, Json::array(), &total));
+      if (include_usage && !abort) out += sse_data(completion_usage_chunk(header, total));
       out += kSseDone;
       *done = true;
     }
@@ -153,7 +153,7 @@ std::optional<ApiError> handle_completion(ServingContext& ctx, const httplib::Re
     reported_prompt_tokens += int64_t(prompts[p].size());
     for (int j = 0; j < n; ++j) {
       states.push_back(CompletionChoiceState{echo, int64_t(echo.size())});
-      ChoiceDecoder decoder(nullptr, false, ctx.model_info().eos_token_ids, &tokenizer);
+      ChoiceDecoder decoder(nullptr, false);
       engine::Request r{prompts[p], choice_params(request.sampling, j), -1};
       RILL_API_TRY(job->submit(std::move(r), std::move(decoder)));
     }

@@ -78,6 +78,23 @@ TEST_P(ElementwiseTest, AddRoundsTheFp32Sum) {
   }
 }
 
+// An fp32 running sum plus a bf16 sublayer output (K3's AttnRes partial sum): exact fp32 addition, no rounding.
+TEST_P(ElementwiseTest, AddIntoAnFp32AccumulatorIsExact) {
+  OpHarness h(GetParam());
+  RILL_REQUIRE_BACKEND(h);
+  for (auto [M, N] : {std::pair<int64_t, int64_t>{1, 64}, {7, 2304}, {300, 100}, {33, 7168}}) {
+    SCOPED_TRACE(::testing::Message() << "M " << M << " N " << N);
+    auto [ac, ad] = h.put_both(h.randn(M * N, 1.0f, /*round_bf16=*/false), DType::F32, DType::F32, {M, N});
+    auto [bc, bd] = h.put_both(h.randn(M * N, 0.3f), DType::F32, DType::BF16, {M, N});
+    ASSERT_TRUE(h.cpu().add({ac.view, bc.view}).ok());
+    ASSERT_TRUE(h.dev().add({ad.view, bd.view}).ok());
+    EXPECT_EQ(max_abs(h.get(h.dev(), ad.view), h.get(h.cpu(), ac.view)), 0.0);
+  }
+  // A bf16 accumulator with an fp32 addend is not a supported pairing: refused, not misread.
+  BackendTensor a = h.empty(h.dev(), DType::BF16, {2, 8}), b = h.empty(h.dev(), DType::F32, {2, 8});
+  EXPECT_FALSE(h.dev().add({a.view, b.view}).ok());
+}
+
 TEST_P(ElementwiseTest, SigmoidGate) {
   OpHarness h(GetParam());
   RILL_REQUIRE_BACKEND(h);

@@ -188,5 +188,23 @@ TEST(BadInput, ClearErrorsAndExitCodes) {
   }
 }
 
+// --device cuda:N names the device; an index past the visible devices is a clear error on a GPU machine, and on
+// one without a GPU (or a build without CUDA) the error says that instead. Spellings other than
+// auto/cpu/cuda/cuda:N are refused by the flag parser.
+TEST(Device, MissingGpuIndexIsNamed) {
+  const std::string fixture = (testing::data_dir() / "kimi_linear_tiny_a").string();
+  const auto r = run_rill("generate " + fixture + " --device cuda:7 --prompt-ids 1 --max-tokens 1");
+  EXPECT_NE(r.code, 0);
+  const bool named = r.out.find("device cuda:7 does not exist") != std::string::npos ||
+                     r.out.find("no usable CUDA GPU") != std::string::npos ||
+                     r.out.find("built without the CUDA backend") != std::string::npos;
+  EXPECT_TRUE(named) << r.out;
+  for (const char* bad : {"gpu", "cuda:", "cuda:-1", "cuda:1x", "cuda1"}) {
+    const auto b = run_rill("generate " + fixture + " --device " + bad + " --prompt-ids 1");
+    EXPECT_NE(b.code, 0) << bad;
+    EXPECT_NE(b.out.find("expected auto, cpu, cuda or cuda:N"), std::string::npos) << bad << "\n" << b.out;
+  }
+}
+
 }  // namespace
 }  // namespace rill

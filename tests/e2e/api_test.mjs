@@ -42,7 +42,6 @@ await run("e2e_api", async (track) => {
   assertEq(streamed.usage.completion_tokens, whole.usage.completion_tokens, "same completion_tokens streamed or not");
   assertEq(s0.logprobs.length, streamed.usage.completion_tokens, "completion_tokens == number of streamed tokens");
   assertEq(streamed.usage.prompt_tokens, tok.json.count, "streamed usage.prompt_tokens == /tokenize");
-  assertEq(s0.usage, streamed.usage, "per-choice end-frame usage == usage chunk (n = 1)");
   for (const lp of s0.logprobs) {
     assertEq(lp.top_logprobs.length, 3, "top_logprobs has 3 entries");
     assert(lp.logprob <= 0, "logprob <= 0");
@@ -106,8 +105,9 @@ await run("e2e_api", async (track) => {
   const sn = await collectChatStream(await client.chat.completions.create({ ...sampled, stream: true }), 3);
   assertEq(sn.choices.map((x) => x.content), a.choices.map((x) => x.message.content ?? ""), "streamed n = 3 == non-streamed");
 
-  // Tools. auto: well-formed either way; none: never tool calls; required / named: the call is opened for
-  // the model (rill's stand-in for constrained decoding), so a call to that tool comes back.
+  // Tools. auto: well-formed either way; none: never tool calls; required / named: grammar-constrained (the
+  // prompt opens the call, the grammar holds the rest), so a call to that tool comes back (e2e_k2_tools checks
+  // the arguments).
   const auto = await client.chat.completions.create({ messages, tools: [weather, clock], max_tokens: 16, temperature: 0 });
   checkChatCompletion(auto);
   const none = await client.chat.completions.create({ messages, tools: [weather], tool_choice: "none", max_tokens: 16, temperature: 0 });

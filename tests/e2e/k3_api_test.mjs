@@ -12,8 +12,9 @@
 //    model writes first is reasoning_content (random weights or not); thinking off (`thinking: {type:
 //    "disabled"}`, or chat_template_kwargs.thinking = false) ends it in `<|open|>response<|sep|>`: content only.
 //  - tools: tools / tool_choice "required" / "none" render as the reference does, tool_choice naming a
-//    function is a 400 (K3 has no form for it), and a follow-up turn with an assistant tool call and a `tool`
-//    result renders in the XTML call format and runs. Unconstrained, the random model never writes an XTML
+//    function renders as "auto" (K3 has no form for it) and is forced to one call of that tool by the grammar,
+//    and a follow-up turn with an assistant tool call and a `tool` result renders in the XTML call format and
+//    runs. Unconstrained, the random model never writes an XTML
 //    tool section; tool_choice "required" is grammar-constrained, so there the openai client gets tool_calls,
 //    whose arguments ajv validates against each tool's JSON Schema; so is response_format json_schema (the
 //    content validated the same way).
@@ -124,8 +125,8 @@ await run("e2e_k3_api", async (track) => {
   assertEq(response.headers.get("x-msh-usage-prompt-tokens"), String(whole.usage.prompt_tokens), "X-Msh-Usage-Prompt-Tokens");
   assert(whole.usage.completion_tokens_details.reasoning_tokens > 0, "reasoning_tokens counted");
   assert(whole.usage.completion_tokens_details.reasoning_tokens <= whole.usage.completion_tokens, "reasoning_tokens <= completion_tokens");
-  // No stream_options: K3 streams report usage anyway (Moonshot's default, serving.md §2.6).
-  const streamed = await collectChatStream(await client.chat.completions.create({ ...req, stream: true }), 1, true);
+  const streamed = await collectChatStream(await client.chat.completions.create({ ...req, stream: true,
+    stream_options: { include_usage: true } }), 1, true);
   const s0 = streamed.choices[0];
   assert(s0.reasoning.length > 0, "streamed reasoning_content deltas");
   assertEq(s0.reasoning, msg.reasoning_content, "streamed reasoning_content == non-streamed (greedy)");
@@ -144,10 +145,12 @@ await run("e2e_k3_api", async (track) => {
   const tail = whole.choices[0].finish_reason === "length" ? "\n[length]\n" : "\n";
   assert(chatCli.stdout.startsWith(msg.reasoning_content) && chatCli.stdout.endsWith((msg.content ?? "") + tail),
     `rill chat's reply == the server's (greedy): ${JSON.stringify(chatCli.stdout)}`);
-  // include_usage false is honoured when asked for.
-  const noUsage = await collectChatStream(await client.chat.completions.create({ ...req, max_tokens: 4, stream: true,
-    stream_options: { include_usage: false } }), 1, false);
-  assert(noUsage.usage === null, "stream_options.include_usage false: no usage chunk");
+  // Usage follows OpenAI's rule as on K2 (not Moonshot's usage without opt-in): no usage without include_usage.
+  for (const extra of [{}, { stream_options: { include_usage: false } }]) {
+    const noUsage = await collectChatStream(await client.chat.completions.create({ ...req, max_tokens: 4, stream: true,
+      ...extra }), 1, false);
+    assert(noUsage.usage === null, "no usage chunk without include_usage: " + JSON.stringify(extra));
+  }
 
   // Thinking off: the same conversation answers in content, with no reasoning_content, streamed or not.
   for (const extra of [{ thinking: { type: "disabled" } }, { chat_template_kwargs: { thinking: false } }]) {
@@ -157,18 +160,17 @@ await run("e2e_k3_api", async (track) => {
     assert((w.choices[0].message.content ?? "").length > 0, "thinking off: content");
     assertEq(w.usage.prompt_tokens, off.count - RESPONSE_STUB, "thinking off: prompt_tokens == /tokenize count - stub");
     assertEq(w.usage.completion_tokens_details.reasoning_tokens, 0, "thinking off: no reasoning tokens");
-    const st = await collectChatStream(await client.chat.completions.create({ ...req, ...extra, stream: true }), 1, true);
+    const st = await collectChatStream(await client.chat.completions.create({ ...req, ...extra, stream: true }));
     assertEq(st.choices[0].reasoning, "", "thinking off: no streamed reasoning");
     assertEq(st.choices[0].content, w.choices[0].message.content, "thinking off: streamed content == non-streamed");
   }
 
-  // Tools. Named: K3 has no form for it (serving.md §2.6) -> 400 naming tool_choice.
-  let named = null;
-  try {
-    await client.chat.completions.create({ ...req, tools: [weather, clock], tool_choice: { type: "function", function: { name: "get_time" } } });
-  } catch (e) { named = e; }
-  assert(named instanceof OpenAIModule.BadRequestError, "K3 named tool_choice: 400, got " + named);
-  assert(/tool_choice/.test(named.message), "the 400 names tool_choice: " + named.message);
+  // Tools. Named: the prompt of "auto" (the reference has no form for it, serving.md §2.6), so /tokenize
+  // gives the same ids; the grammar forces exactly one call of the named tool (checked with ajv below).
+  const namedChoice = { type: "function", function: { name: "get_weather" } };
+  const namedTok = await server.fetchJson("/tokenize", { model: MODEL, messages, tools: [weather, clock], tool_choice: namedChoice });
+  assertEq(namedTok.json.tokens, (await server.fetchJson("/tokenize", { model: MODEL, messages, tools: [weather, clock] })).json.tokens,
+    "named tool_choice renders as auto");
   let requiredNoTools = null;
   try { await client.chat.completions.create({ ...req, tool_choice: "required" }); } catch (e) { requiredNoTools = e; }
   assert(requiredNoTools instanceof OpenAIModule.BadRequestError, "tool_choice required without tools: 400");
@@ -184,7 +186,8 @@ await run("e2e_k3_api", async (track) => {
     calls.forEach((c, k) => assertEq(c.id, `${c.function.name}_${first + k}`, "K3 tool-call id NAME_<n>"));
     if (calls.length) assert(["tool_calls", "length"].includes(r.choices[0].finish_reason), "finish_reason tool_calls (or length)");
     assert(typeof r.choices[0].message.reasoning_content === "string", "thinking on: reasoning_content with tools too");
-    const st = await collectChatStream(await client.chat.completions.create({ ...req, max_tokens: 8, ...body, stream: true }), 1, true);
+    const st = await collectChatStream(await client.chat.completions.create({ ...req, max_tokens: 8, ...body, stream: true,
+      stream_options: { include_usage: true } }), 1, true);
     assertEq(st.choices[0].tool_calls.map((t) => [t.id, t.name, t.arguments]),
       calls.map((t) => [t.id, t.function.name, t.function.arguments]), "streamed tool calls == non-streamed");
     assertEq(st.choices[0].reasoning, r.choices[0].message.reasoning_content, "streamed reasoning == non-streamed (tools)");
@@ -235,12 +238,25 @@ await run("e2e_k3_api", async (track) => {
       const args = JSON.parse(c.function.arguments);
       assert(validate(args), `${where}: ${c.function.arguments} fails ${c.function.name}'s schema: ${ajv.errorsText(validate.errors)}`);
     });
-    const st = await collectChatStream(await client.chat.completions.create({ ...body, stream: true }), 1, true);
+    const st = await collectChatStream(await client.chat.completions.create({ ...body, stream: true }));
     assertEq(st.choices[0].finish_reason, "tool_calls", `${where}: streamed finish_reason`);
     assertEq(st.choices[0].tool_calls.map((t) => [t.id, t.name, t.arguments]),
       calls.map((t) => [t.id, t.function.name, t.function.arguments]), `${where}: streamed tool calls == non-streamed`);
   }
   assert(sawParallel, "some parallel request made more than one call");
+  // Named: exactly one call, of that tool, parallel_tool_calls or not; streamed == non-streamed.
+  for (const seed of [1, 2]) {
+    const body = { ...req, messages, tools: [alarm, clock], tool_choice: { type: "function", function: { name: "set_alarm" } },
+      thinking: { type: "disabled" }, max_tokens: 400, temperature: 1, seed };
+    const r = await client.chat.completions.create(body);
+    assertEq(r.choices[0].finish_reason, "tool_calls", `named, seed ${seed}: finish_reason`);
+    const calls = r.choices[0].message.tool_calls ?? [];
+    assertEq(calls.map((c) => [c.id, c.function.name]), [["set_alarm_0", "set_alarm"]], `named, seed ${seed}: one call of set_alarm`);
+    assert(validators.set_alarm(JSON.parse(calls[0].function.arguments)), `named, seed ${seed}: ${calls[0].function.arguments}`);
+    const st = await collectChatStream(await client.chat.completions.create({ ...body, stream: true }), 1, true);
+    assertEq(st.choices[0].tool_calls.map((t) => [t.id, t.name, t.arguments]),
+      calls.map((t) => [t.id, t.function.name, t.function.arguments]), `named, seed ${seed}: streamed == non-streamed`);
+  }
 
   // response_format json_schema is grammar-constrained too: the response channel is the JSON value.
   for (const seed of [1, 2]) {
@@ -251,7 +267,7 @@ await run("e2e_k3_api", async (track) => {
     assertEq(r.choices[0].finish_reason, "stop", `response_format seed ${seed}: ends after the JSON value`);
     const text = r.choices[0].message.content;
     assert(validators.set_alarm(JSON.parse(text)), `response_format seed ${seed}: ${text}: ${ajv.errorsText(validators.set_alarm.errors)}`);
-    const st = await collectChatStream(await client.chat.completions.create({ ...body, stream: true }), 1, true);
+    const st = await collectChatStream(await client.chat.completions.create({ ...body, stream: true }));
     assertEq(st.choices[0].content, text, `response_format seed ${seed}: streamed == non-streamed`);
   }
 });

@@ -232,5 +232,75 @@ TEST(Engine, ConstrainedRequestsSampleOnlyAllowedTokens) {
   }
 }
 
+// A constraint that bans `banned` for the first `n` generated tokens: the mask min_tokens must apply.
+struct BanFirst : text::constraint::TokenConstraint {
+  std::vector<int32_t> banned;
+  size_t n = 0, seen = 0;
+  void allowed_tokens(std::span<uint32_t> mask) override {
+    std::fill(mask.begin(), mask.end(), ~0u);
+    if (seen < n)
+      for (int32_t t : banned) mask[size_t(t) / 32] &= ~(1u << (t % 32));
+  }
+  void accept(int32_t) override { ++seen; }
+};
+
+// vLLM: before min_tokens tokens, the stop ids (and EOS unless ignore_eos) cannot be sampled at all — they
+// used to be sampled, kept in the output and fed back to the model. The greedy output equals a run whose
+// constraint bans those ids for min_tokens tokens, and the stop id still ends the request afterwards.
+TEST(Engine, MinTokensMasksStopIds) {
+  auto e = make_engine("kimi_linear_tiny_a", EngineOptions{.max_batch_size = 4, .max_num_tokens = 64});
+  testing::Reference ref(testing::data_dir() / "kimi_linear_tiny_a");
+  const auto prompt = ref.ints("prompt_2"), want = ref.ints("greedy_2");
+  const int32_t eos = e->model().config().eos_token_ids.at(0);
+  SamplingParams p = greedy(12);
+  p.stop_token_ids = {want[1]};
+  p.min_tokens = 4;
+  p.ignore_eos = false;
+  const Outcome o = collect(*e->submit({prompt, p}));
+  ASSERT_GE(o.ids.size(), 5u);
+  EXPECT_EQ(o.ids[0], want[0]);
+  for (size_t k = 0; k < 4; ++k) {
+    EXPECT_NE(o.ids[k], want[1]) << k;
+    EXPECT_NE(o.ids[k], eos) << k;
+  }
+  auto ban = std::make_shared<BanFirst>();
+  ban->banned = {want[1], eos};
+  ban->n = 4;
+  SamplingParams q = p;
+  q.min_tokens = 0;
+  const Outcome c = collect(*e->submit({prompt, q, -1, ban}));
+  EXPECT_EQ(o.ids, c.ids) << "min_tokens masks exactly what the banning constraint does";
+  EXPECT_EQ(o.reason, c.reason);
+  if (o.reason == FinishReason::Stop) {
+    EXPECT_TRUE(o.ids.back() == want[1] || o.ids.back() == eos);
+  }
+}
+
+// allowed_token_ids: greedy over the allowed ids only (the same tokens a constraint allowing exactly them
+// gives), alone or narrowing a grammar's set; ids outside the vocabulary are refused naming the parameter.
+TEST(Engine, AllowedTokenIdsRestrictSampling) {
+  auto e = make_engine("kimi_linear_tiny_a", EngineOptions{.max_batch_size = 4, .max_num_tokens = 64});
+  const std::vector<int32_t> prompt = {11, 12, 13, 14}, allowed = {5, 77, 300, 411};
+  SamplingParams p = greedy(10);
+  p.allowed_token_ids = allowed;
+  p.logprobs = 2;
+  auto only = std::make_shared<ScriptedConstraint>();
+  only->allowed = [&](size_t) { return allowed; };
+  const Outcome o = collect(*e->submit({prompt, p}));
+  const Outcome c = collect(*e->submit({prompt, greedy(10), -1, only}));
+  ASSERT_EQ(o.ids.size(), 10u);
+  EXPECT_EQ(o.ids, c.ids);
+  for (int32_t id : o.ids) EXPECT_NE(std::find(allowed.begin(), allowed.end(), id), allowed.end()) << id;
+  auto two = std::make_shared<ScriptedConstraint>();  // a grammar allowing 77 or 300, narrowed to 300
+  two->allowed = [](size_t) { return std::vector<int32_t>{77, 300}; };
+  SamplingParams narrow = greedy(3);
+  narrow.allowed_token_ids = {300, 5};
+  EXPECT_EQ(collect(*e->submit({prompt, narrow, -1, two})).ids, std::vector<int32_t>(3, 300));
+  p.allowed_token_ids = {1, 512};
+  auto bad = e->submit({prompt, p});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("allowed_token_ids"), std::string::npos) << bad.status().message();
+}
+
 }  // namespace
 }  // namespace rill::engine

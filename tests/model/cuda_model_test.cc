@@ -37,36 +37,11 @@ TEST_P(CudaFixture, MatchesCpuReference) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaFixture, ::testing::ValuesIn(testing::kimi_linear_fixtures()));
 
-// A model drawn fresh every run: random shape options and weights (seed printed).
+// A model drawn fresh every run from the shape space of shape_fuzz.h (seed and shape printed): prompts of 1 to 130
+// tokens (decode and prefill paths) followed by decode steps, within the model-level bounds.
+// RILL_FUZZ_RUNS=N draws N models (seeds seed, seed + 1, ...) in one run and prints the spread.
 TEST(CudaRandomModel, MatchesCpuReference) {
-  const uint32_t seed = rill::testing::test_seed();
-  std::printf("[ seed     ] %u (RILL_TEST_SEED)\n", seed);
-  std::mt19937 rng(seed);
-  nlohmann::ordered_json cfg = nlohmann::ordered_json::parse(R"({
-    "model_type": "kimi_linear", "vocab_size": 700, "hidden_size": 96, "intermediate_size": 160,
-    "num_hidden_layers": 5, "num_attention_heads": 2, "num_key_value_heads": 2, "hidden_act": "silu",
-    "rms_norm_eps": 1e-5, "first_k_dense_replace": 1, "moe_intermediate_size": 48, "num_experts": 16,
-    "num_experts_per_token": 4, "num_shared_experts": 1, "moe_renormalize": true, "routed_scaling_factor": 2.446,
-    "num_expert_group": 1, "topk_group": 1, "q_lora_rank": null, "kv_lora_rank": 512, "qk_nope_head_dim": 128,
-    "qk_rope_head_dim": 64, "v_head_dim": 128, "mla_use_nope": true,
-    "linear_attn_config": {"head_dim": 128, "num_heads": 2, "short_conv_kernel_size": 4,
-                           "kda_layers": [1, 2, 4], "full_attn_layers": [3, 5]},
-    "eos_token_id": 2})");
-  if (rng() % 2) cfg["q_lora_rank"] = 48;
-  if (rng() % 2) cfg["num_expert_group"] = 4, cfg["topk_group"] = 2;
-  if (rng() % 2) cfg["moe_renormalize"] = false;
-  cfg["linear_attn_config"]["num_heads"] = 1 + int(rng() % 3);
-  cfg["num_attention_heads"] = 1 + int(rng() % 3);
-  const auto dir = std::filesystem::temp_directory_path() / ("rill_cuda_random_" + std::to_string(seed));
-  ASSERT_TRUE(model::write_random_checkpoint(dir, cfg, seed).ok());
-  std::vector<ReplayedRun> runs;
-  for (int n : {1, 9, 64, 130}) {
-    std::vector<int32_t> ids(static_cast<size_t>(n));
-    for (auto& x : ids) x = int32_t(rng() % 700);
-    runs.push_back({ids, {}});
-  }
-  testing::expect_gpu_matches_cpu(dir, runs);
-  std::filesystem::remove_all(dir);
+  testing::expect_fuzzed_models_match(testing::fuzz_kimi_linear, testing::kKimiLinearBounds, "cuda_random");
 }
 
 // Chunked, one-shot and token-by-token prefill on the GPU agree (routing replayed from the one-shot run).

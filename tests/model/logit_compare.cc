@@ -3,11 +3,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <span>
 
 #include "model/fixture.h"
+#include "model/k3_checkpoint.h"
 #include "model/sequence_session.h"
+#include "test_seed.h"
 
 namespace rill::testing {
 
@@ -123,6 +126,52 @@ void expect_gpu_matches_cpu(const std::filesystem::path& dir, const std::vector<
   std::printf("%s: per-position rel L2 median %.3g, worst %.3g; top-1 agreement %d/%d\n", dir.filename().c_str(),
               c.median(), c.worst_rel_l2, c.agree, c.total);
   expect_within_bounds(c, dir.filename().string(), b);
+}
+
+void expect_fuzzed_models_match(const std::function<FuzzedShape(std::mt19937&)>& draw, const Bounds& b,
+                                const std::string& tag) {
+  const uint32_t first = test_seed();
+  const char* env = std::getenv("RILL_FUZZ_RUNS");
+  const int n_runs = env ? std::max(1, std::atoi(env)) : 1;
+  std::vector<double> medians, worsts, top1s;
+  for (int run = 0; run < n_runs; ++run) {
+    const uint32_t seed = first + uint32_t(run);
+    std::mt19937 rng(seed);
+    const FuzzedShape shape = draw(rng);
+    std::printf("[ seed     ] %u (RILL_TEST_SEED)\n[ shape    ] %s\n", seed, shape.summary.c_str());
+    SCOPED_TRACE(::testing::Message() << "seed " << seed << ": " << shape.summary);
+    TempDir dir(tag + "_" + std::to_string(seed));
+    ASSERT_TRUE(model::write_random_checkpoint(dir.path(), shape.config, seed).ok());
+    Pair p;
+    std::string why;
+    if (!load_pair(dir.path(), &p, &why)) {
+      if (!why.empty()) GTEST_SKIP() << why;
+      continue;  // a load failure is reported by load_pair; the other seeds still run
+    }
+    Compare c;
+    for (int n : {1, 9, 64, 130}) {
+      std::vector<int32_t> ids;
+      for (int i = 0; i < n + 8; ++i) ids.push_back(int32_t(rng() % uint32_t(shape.vocab)));
+      std::vector<int> pieces{n};
+      pieces.insert(pieces.end(), 8, 1);
+      auto [gpu, cpu] = run_replayed(p, ids, pieces);
+      compare_rows(gpu, cpu, shape.vocab, &c);
+    }
+    std::printf("%s seed %u: per-position rel L2 median %.3g, worst %.3g; top-1 agreement %d/%d\n", tag.c_str(),
+                seed, c.median(), c.worst_rel_l2, c.agree, c.total);
+    expect_within_bounds(c, tag + " seed " + std::to_string(seed), b);
+    medians.push_back(c.median());
+    worsts.push_back(c.worst_rel_l2);
+    top1s.push_back(double(c.agree) / std::max(c.total, 1));
+  }
+  if (n_runs > 1) {
+    auto spread = [](std::vector<double> v) {
+      std::sort(v.begin(), v.end());
+      return fmt::format("min {:.3g} / median {:.3g} / max {:.3g}", v.front(), v[v.size() / 2], v.back());
+    };
+    std::printf("%s over %d seeds from %u: median %s; worst %s; top-1 %s\n", tag.c_str(), n_runs, first,
+                spread(medians).c_str(), spread(worsts).c_str(), spread(top1s).c_str());
+  }
 }
 
 void expect_taps_match(const std::filesystem::path& dir, const std::vector<int32_t>& ids,

@@ -7,7 +7,9 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <functional>
 #include <map>
+#include <random>
 #include <memory>
 #include <string>
 #include <utility>
@@ -15,6 +17,7 @@
 
 #include "model/model.h"
 #include "model/ragged_batch.h"
+#include "model/shape_fuzz.h"
 #include "model/taps.h"
 
 namespace rill::testing {
@@ -33,7 +36,7 @@ struct Bounds {
   double median, worst, top1;
 };
 inline constexpr Bounds kKimiLinearBounds{2e-2, 5e-2, 0.95};
-// Kimi K3's tiny models (7-8 layers, AttnRes with a bf16 partial sum, MXFP4 latent experts) amplify the same
+// Kimi K3's tiny models (7-8 layers, AttnRes depth softmaxes, MXFP4 latent experts) amplify the same
 // roundings further: measured (H200, 2026-12-01, routing replayed) median 1.9-3.1%, worst position 9-22%, top-1
 // 92.7-95.5% against the CPU, and the GPU against itself (token-by-token vs one-shot, same routing) already
 // differs by median 2.8-3.0%, worst 13-16%. The K3 reference built on transformers' modules, run in bf16
@@ -86,6 +89,13 @@ struct ReplayedRun {
 // bounds over all positions together (printed per checkpoint).
 void expect_gpu_matches_cpu(const std::filesystem::path& dir, const std::vector<ReplayedRun>& runs,
                             const Bounds& b = kKimiLinearBounds);
+
+// Models drawn by `draw` (shape_fuzz.h) from the test seed, one per run or RILL_FUZZ_RUNS=N of them (seeds
+// seed, seed + 1, ...): each written as a random checkpoint, loaded on both backends and fed prompts of 1, 9, 64
+// and 130 tokens with 8 decode steps each (routing replayed), within `b`; prints each seed, shape and result, and
+// with several runs the spread of the per-model median, worst and top-1.
+void expect_fuzzed_models_match(const std::function<FuzzedShape(std::mt19937&)>& draw, const Bounds& b,
+                                const std::string& tag);
 
 // Every named intermediate of a forward pass, CUDA against the CPU, in order, for each step of `pieces`
 // ({offset, count} into `ids`, fed to one sequence): names the first tensor that diverges beyond b.worst

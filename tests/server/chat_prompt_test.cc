@@ -11,6 +11,7 @@
 #include "server/chat_prompt.h"
 #include "server/choice_decoder.h"
 #include "shared_data.h"
+#include "text/constraint/grammar_constraint.h"
 #include "text/tokenizer/bpe_trainer.h"
 
 namespace rill::server {
@@ -74,7 +75,7 @@ TEST(ChatPromptK2, RendersWithTheTemplateAndCountsEveryId) {
   EXPECT_EQ(r->parser.family, text::ModelFamily::KimiK2);
   EXPECT_TRUE(r->forced_prefix.empty());
   EXPECT_TRUE(r->parser.k2_reasoning);  // this vocabulary names <think>
-  EXPECT_FALSE(r->raw);                  // so the output is parsed for reasoning even without tools
+  EXPECT_FALSE(r->raw);                 // so the output is parsed for reasoning even without tools
 }
 
 TEST(ChatPromptK2, ToolChoices) {
@@ -107,6 +108,90 @@ TEST(ChatPromptK2, ToolChoices) {
   auto one = chat->render(parse({{"messages", kUser}, {"tools", {kTools[0]}}, {"tool_choice", "required"}}));
   ASSERT_TRUE(one.ok());
   EXPECT_NE(one->forced_prefix.find("functions.get_weather:0"), std::string::npos);
+}
+
+// Feeds `text` (as the model would tokenize it) through a fresh constraint of `prompt`: true when every
+// token is in the mask and the grammar is finished after it.
+bool constraint_follows(const ChatPrompt& chat, const RenderedChat& prompt, const std::string& text) {
+  auto c = chat.constraint(prompt, {163586});
+  if (!c) return false;
+  auto* g = dynamic_cast<text::constraint::GrammarConstraint*>(c.get());
+  std::vector<uint32_t> mask((size_t(k2().tokenizer->vocab_size()) + 31) / 32);
+  for (int32_t id : k2().tokenizer->encode(text, true)) {
+    c->allowed_tokens(mask);
+    if (!text::constraint::test_bit(mask, id)) return false;
+    c->accept(id);
+  }
+  return g && !g->broken() && g->matcher().is_finished();
+}
+
+// The bug: with two tools, "required" only opened the section and the model wrote plain content. Now every
+// forced tool choice carries the turn's grammar; the prompt's forced prefix is its opening, fed to the
+// constraint first, so the model continues right after it.
+TEST(ChatPromptK2, ForcedToolChoicesAreGrammarConstrained) {
+  RILL_REQUIRE_SHARED_FILES(kK2Files);
+  auto chat = ChatPrompt::load(k2().dir, false, k2().tokenizer);
+  const Json tools = Json::parse(R"([
+    {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object",
+      "properties": {"city": {"type": "string"}}, "required": ["city"], "additionalProperties": false}}},
+    {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object"}}}])");
+  const std::string weather =
+      R"(<|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>{"city": "Oslo"}<|tool_call_end|>)";
+  const std::string end = "<|tool_calls_section_end|><|im_end|>";
+
+  auto required = chat->render(parse({{"messages", kUser}, {"tools", tools}, {"tool_choice", "required"}}));
+  ASSERT_TRUE(required.ok()) << required.error().message;
+  ASSERT_TRUE(required->grammar);
+  EXPECT_TRUE(constraint_follows(*chat, *required, weather + end));
+  EXPECT_FALSE(constraint_follows(*chat, *required, "It is sunny.<|im_end|>"));
+  EXPECT_FALSE(constraint_follows(*chat, *required, end));  // at least one call
+  EXPECT_FALSE(constraint_follows(
+      *chat, *required,
+      R"(<|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>{"town": "Oslo"}<|tool_call_end|>)" +
+          end));
+
+  auto named =
+      chat->render(parse({{"messages", kUser},
+                          {"tools", tools},
+                          {"tool_choice", {{"type", "function"}, {"function", {{"name", "get_weather"}}}}}}));
+  ASSERT_TRUE(named.ok());
+  ASSERT_TRUE(named->grammar);
+  EXPECT_TRUE(constraint_follows(*chat, *named, R"({"city":"Oslo"}<|tool_call_end|>)" + end));
+  EXPECT_FALSE(constraint_follows(
+      *chat, *named,
+      R"({"city":"Oslo"}<|tool_call_end|>)" +
+          std::string(
+              R"(<|tool_call_begin|>functions.get_weather:1<|tool_call_argument_begin|>{"city":"Rome"}<|tool_call_end|>)") +
+          end));
+
+  // Calls of earlier turns: the forced call continues their numbering.
+  Json history = kUser;
+  history.push_back({{"role", "assistant"},
+                     {"content", ""},
+                     {"tool_calls",
+                      {{{"id", "functions.get_time:0"},
+                        {"type", "function"},
+                        {"function", {{"name", "get_time"}, {"arguments", "{}"}}}}}}});
+  history.push_back({{"role", "tool"}, {"tool_call_id", "functions.get_time:0"}, {"content", "12:00"}});
+  auto later = chat->render(parse({{"messages", history},
+                                   {"tools", tools},
+                                   {"tool_choice", "required"},
+                                   {"parallel_tool_calls", false}}));
+  ASSERT_TRUE(later.ok());
+  const std::string weather1 =
+      R"(<|tool_call_begin|>functions.get_weather:1<|tool_call_argument_begin|>{"city": "Oslo"}<|tool_call_end|>)";
+  EXPECT_TRUE(constraint_follows(*chat, *later, weather1 + end));
+  EXPECT_FALSE(constraint_follows(*chat, *later, weather + end));
+  EXPECT_FALSE(constraint_follows(*chat, *later, weather1 + weather1 + end));  // parallel_tool_calls false
+
+  Json bad_tools = tools;
+  bad_tools[0]["function"]["parameters"]["properties"]["city"]["not"] = {{"const", "x"}};
+  auto bad = chat->render(parse({{"messages", kUser}, {"tools", bad_tools}, {"tool_choice", "required"}}));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error().http_status, 400);
+  EXPECT_NE(bad.error().message.find("schema.properties.city: keyword \"not\" is not supported"),
+            std::string::npos)
+      << bad.error().message;
 }
 
 TEST(ChatPromptK2, TemplateErrorsAre400s) {
@@ -145,8 +230,10 @@ TEST(ChatPromptK3, ExcludesTheGenerationStubAndStartsInReasoning) {
       chat->render(parse({{"messages", kUser},
                           {"tools", kTools},
                           {"tool_choice", {{"type", "function"}, {"function", {{"name", "get_time"}}}}}}));
-  ASSERT_FALSE(named.ok());
-  EXPECT_EQ(named.error().http_status, 400);
+  // Named: the prompt of "auto" (the reference has no form for it), the call forced by the grammar.
+  ASSERT_TRUE(named.ok()) << named.error().message;
+  EXPECT_TRUE(named->grammar);
+  EXPECT_EQ(named->text, chat->render(parse({{"messages", kUser}, {"tools", kTools}}))->text);
   fs::remove_all(dir);
 }
 
@@ -174,11 +261,10 @@ ChoiceDecoder k2_decoder(bool reasoning, bool starts_in_reasoning) {
   config.starts_in_reasoning = starts_in_reasoning;
   auto p = text::make_output_parser(config);
   EXPECT_TRUE(p.ok());
-  return ChoiceDecoder(std::move(p).value(), starts_in_reasoning, {163586}, k2().tokenizer.get());
+  return ChoiceDecoder(std::move(p).value(), starts_in_reasoning);
 }
 
 TEST(ChoiceDecoder, ContentToolCallsAndFinish) {
-  RILL_REQUIRE_SHARED_FILES(kK2Files);
   ChoiceDecoder d = k2_decoder(false, false);
   std::vector<ChoiceFrame> frames;
   auto add = [&](std::vector<ChoiceFrame> f) { frames.insert(frames.end(), f.begin(), f.end()); };
@@ -205,7 +291,6 @@ TEST(ChoiceDecoder, ContentToolCallsAndFinish) {
 }
 
 TEST(ChoiceDecoder, ReasoningTokensAndLength) {
-  RILL_REQUIRE_SHARED_FILES(kK2Files);
   ChoiceDecoder d = k2_decoder(true, true);
   d.on_event(event({1, 2, 3}, "hmm, let"));
   d.on_event(event({4}, " me think"));
@@ -219,18 +304,17 @@ TEST(ChoiceDecoder, ReasoningTokensAndLength) {
   EXPECT_EQ(d.result().content, "Hello");
 }
 
-TEST(ChoiceDecoder, RawTextDropsTheStopNameAndMapsFinishReasons) {
-  RILL_REQUIRE_SHARED_FILES(kK2Files);
-  ChoiceDecoder d(nullptr, false, {163586}, k2().tokenizer.get());
+TEST(ChoiceDecoder, RawTextIsContentAndFinishReasonsMap) {
+  ChoiceDecoder d(nullptr, false);
   d.on_event(event({1}, "abc"));
-  d.on_event(event({2, 163586}, "d<|im_end|>"));
+  d.on_event(event({2, 163586}, "d"));  // the engine's text leaves out the stop id
   auto frames = d.on_event(finish(engine::FinishReason::Stop, 3));
   EXPECT_EQ(d.result().content, "abcd");
   EXPECT_EQ(frames.back().finish_reason, "stop");
-  ChoiceDecoder c(nullptr, false, {}, nullptr);
+  ChoiceDecoder c(nullptr, false);
   EXPECT_EQ(c.on_event(finish(engine::FinishReason::Cancelled, 0)).back().finish_reason,
             "server_interrupted");
-  ChoiceDecoder e(nullptr, false, {}, nullptr);
+  ChoiceDecoder e(nullptr, false);
   engine::StreamEvent failed = finish(engine::FinishReason::Error, 0);
   failed.error = internal_error("boom");
   auto f = e.on_event(failed);

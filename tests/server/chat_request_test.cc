@@ -171,6 +171,38 @@ TEST(ChatRequest, SamplingRanges) {
   expect_400(with({{"chat_template_kwargs", "x"}}), "chat_template_kwargs");
 }
 
+// vLLM's output fields are honoured or refused, never accepted and ignored (issue #13).
+TEST(ChatRequest, VllmOutputFields) {
+  auto r = parse_chat_request(minimal(), kLimits);
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r->sampling.params.skip_special_tokens);  // vLLM's default
+  EXPECT_FALSE(r->sampling.params.include_stop_str_in_output);
+  EXPECT_TRUE(r->sampling.params.allowed_token_ids.empty());
+  r = parse_chat_request(with({{"skip_special_tokens", false},
+                               {"include_stop_str_in_output", true},
+                               {"allowed_token_ids", {3, 1279}},
+                               {"echo", false},
+                               {"stream", true},
+                               {"stream_options", {{"continuous_usage_stats", false}}}}),
+                         kLimits);
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_FALSE(r->sampling.params.skip_special_tokens);
+  EXPECT_TRUE(r->sampling.params.include_stop_str_in_output);
+  EXPECT_EQ(r->sampling.params.allowed_token_ids, (std::vector<int32_t>{3, 1279}));
+
+  expect_400(with({{"skip_special_tokens", 0}}), "skip_special_tokens");
+  expect_400(with({{"include_stop_str_in_output", "yes"}}), "include_stop_str_in_output");
+  expect_400(with({{"allowed_token_ids", Json::array()}}), "allowed_token_ids");
+  expect_400(with({{"allowed_token_ids", {1280}}}), "allowed_token_ids");
+  expect_400(with({{"allowed_token_ids", {-1}}}), "allowed_token_ids");
+  expect_400(with({{"allowed_token_ids", 5}}), "allowed_token_ids");
+  expect_400(with({{"prompt_logprobs", 1}}), "prompt_logprobs");
+  expect_400(with({{"prompt_logprobs", 0}}), "prompt_logprobs");
+  expect_400(with({{"stream", true}, {"stream_options", {{"continuous_usage_stats", true}}}}),
+             "stream_options.continuous_usage_stats");
+  expect_400(with({{"echo", true}}), "echo");
+}
+
 TEST(ChatRequest, Tools) {
   auto r = parse_chat_request(with({{"tools", {weather_tool()}}}), kLimits);
   ASSERT_TRUE(r.ok()) << r.error().message;

@@ -61,6 +61,10 @@ TEST(CompletionRequest, Errors) {
   expect_400(R"({"prompt": "x", "temperature": 3})", "temperature");
   expect_400(R"({"prompt": "x", "use_beam_search": true})", "use_beam_search");
   expect_400(R"({"prompt": "x", "model": 3})", "model");
+  // The shared vLLM fields are read for completions too.
+  expect_400(R"({"prompt": "x", "prompt_logprobs": 2})", "prompt_logprobs");
+  expect_400(R"({"prompt": "x", "allowed_token_ids": [1280]})", "allowed_token_ids");
+  expect_400(R"({"prompt": "x", "skip_special_tokens": "no"})", "skip_special_tokens");
 }
 
 TEST(CompletionRequest, EmptySuffixAndEchoAlone) {

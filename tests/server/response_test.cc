@@ -63,18 +63,35 @@ TEST(ChatChunk, DeltasCarryExactlyOneKey) {
   EXPECT_EQ(more, Json::parse(R"({"tool_calls":[{"index":0,"function":{"arguments":"{\"a\":"}}]})"));
 }
 
-TEST(ChatChunk, EndFrameWithUsageAndUsageChunk) {
+// OpenAI's streaming usage: no usage inside a choice; `"usage": null` on every chunk and one last chunk with
+// `choices: []` and the usage, only when the client asked (include_usage); no usage key otherwise.
+TEST(ChatChunk, EndFrameAndUsageChunk) {
   Usage u{10, 3, 2, 1};
-  Json end = chat_chunk(kHeader, chat_chunk_choice(1, Json::object(), "length", nullptr, &u), true);
+  Json end = chat_chunk(kHeader, chat_chunk_choice(1, Json::object(), "length"), true);
   const Json& c = end["choices"][0];
   EXPECT_EQ(c["delta"], Json::object());
   EXPECT_EQ(c["finish_reason"], "length");
-  EXPECT_EQ(c["usage"]["total_tokens"], 13);
+  EXPECT_FALSE(c.contains("usage"));
   EXPECT_TRUE(end.contains("usage") && end["usage"].is_null());
+  EXPECT_FALSE(chat_chunk(kHeader, chat_chunk_choice(1, Json::object(), "length"), false).contains("usage"));
   Json last = chat_usage_chunk(kHeader, u);
+  EXPECT_EQ(last["object"], "chat.completion.chunk");
   EXPECT_EQ(last["choices"], Json::array());
   EXPECT_EQ(last["usage"], Json::parse(R"({"prompt_tokens":10,"completion_tokens":3,"total_tokens":13,
       "prompt_tokens_details":{"cached_tokens":2},"completion_tokens_details":{"reasoning_tokens":1}})"));
+}
+
+TEST(CompletionChunk, SameUsageRulesAsChat) {
+  const Json choice = completion_choice_json(0, "hi", "", nullptr);
+  Json with_usage = completion_chunk(kHeader, choice, true);
+  EXPECT_EQ(with_usage["object"], "text_completion");
+  EXPECT_EQ(with_usage["choices"], Json::array({choice}));
+  EXPECT_TRUE(with_usage.contains("usage") && with_usage["usage"].is_null());
+  EXPECT_FALSE(completion_chunk(kHeader, choice, false).contains("usage"));
+  Json last = completion_usage_chunk(kHeader, Usage{4, 2, 0, 0});
+  EXPECT_EQ(last["object"], "text_completion");
+  EXPECT_EQ(last["choices"], Json::array());
+  EXPECT_EQ(last["usage"]["total_tokens"], 6);
 }
 
 TEST(ChatCompletion, MessageShape) {

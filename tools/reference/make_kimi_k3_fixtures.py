@@ -84,6 +84,17 @@ CONFIGS = {
         situ_beta=1.5, situ_linear_beta=3.0, gate_lower_bound=-4.0, gate_gain=1.0, seed=27182, shards=2,
         vision_tensors=True,
     ),
+    # Issue #15's configuration, where the CUDA path once diverged from the CPU at the second MLA layer: hidden
+    # 256 and vocab 1024, 2 MLA heads with q-LoRA 64 at the real head dims, MLA at 1-based 4 (isolated) and 6, 7
+    # (adjacent), 2 KDA heads, 16 experts top-4 ungrouped, 2 shared, expert width 64, latent 128, scaling 1.5.
+    "kimi_k3_tiny_c": dict(
+        hidden_size=256, vocab_size=1024, num_hidden_layers=7, full_attn_layers=[4, 6, 7], attn_res_block_size=3,
+        kda_heads=2, mla_heads=2, q_lora_rank=64, intermediate_size=512, first_k_dense_replace=1,
+        num_experts=16, num_experts_per_token=4, moe_intermediate_size=64, routed_expert_hidden_size=128,
+        num_shared_experts=2, num_expert_group=1, topk_group=1, moe_renormalize=True, routed_scaling_factor=1.5,
+        situ_beta=4.0, situ_linear_beta=25.0, gate_lower_bound=-5.0, gate_gain=1.0, seed=15015, shards=1,
+        vision_tensors=False,
+    ),
 }
 
 QUANTIZATION_CONFIG = {
@@ -595,6 +606,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", help="write the fixtures to OUT/kimi_k3_tiny_{a,b} (e.g. tests/data)")
     ap.add_argument("--self-check", action="store_true", help="run every check; fixtures go to a temp dir only")
+    ap.add_argument("--only", nargs="+", metavar="NAME", help="make only these fixtures (e.g. kimi_k3_tiny_c)")
     ap.add_argument("--device", default="cpu", help="cpu (default) or cuda (TF32 disabled)")
     ap.add_argument("--dtype", default="float64", choices=["float64", "float32"],
                     help="working precision of the reference (default float64; logits are stored as F32)")
@@ -620,6 +632,8 @@ def main():
         check_kda_kernels(log)
         check_kimi_linear_fixtures(args.device, log)
         for name, c in CONFIGS.items():
+            if args.only and name not in args.only:
+                continue
             dir_, tensors = make_fixture(name, c, out_root, args.device, dtype, log)
             check_fixture(name, c, dir_, tensors, args.device, dtype, log)
         log("ALL CHECKS PASSED" + ("" if args.self_check else f"; fixtures written under {out_root}"))

@@ -1,13 +1,13 @@
 // K3 Block Attention Residuals depth mix (spec §3.11), the CPU reference's numerics (backend/cpu/attn_res.cc):
-// per token t, over the N candidates V_j (bf16 [N, T, H]: block snapshots, then the partial sum),
+// per token t, over the N candidates V_j ([N, T, H], fp32 or bf16: block snapshots, then the partial sum),
 //   z_j = (1 / sqrt(mean_c V_j[c]^2 + eps)) * sum_c V_j[c] * (norm[c] * proj[c]),
 //   p = softmax_j(z) (max-subtracted, expf, sum in order j = 0..N-1),
-//   out[t] = bf16( sum_j p_j * V_j ), accumulated in fp32 in order j, rounded once.
+//   out[t] = sum_j p_j * V_j, accumulated in fp32 in order j (rounded once when out is bf16).
 // One block per token row. Pass one reads each candidate row once, computing its sum of squares and its dot
 // with the pseudo-query together (two fp32 block reductions per candidate; the CPU sums the squares in fp64,
 // a difference far below the output's bf16 rounding). Thread 0 then takes the softmax over the N logits in
 // shared memory. Pass two re-reads the candidates for the weighted sum: a first version; the rows were just
-// read by this block and mostly hit L2 (N * H * 2 bytes per token, ~129 KB at K3's N = 9, H = 7168).
+// read by this block and mostly hit L2 (N * H * 4 bytes per token in fp32, ~258 KB at K3's N = 9, H = 7168).
 // 16-byte accesses when H, the strides and the pointers allow.
 #include <cuda_bf16.h>
 
@@ -27,24 +27,23 @@ bool aligned16(const void* p) {
   return (reinterpret_cast<uintptr_t>(p) & 15) == 0;
 }
 
-// At most this many candidates (K3: 61 layers in blocks of at least 1 give <= 62). The logits, then the
-// probabilities, live in a fixed shared array: with a dynamic one sized N, compute-sanitizer flagged 12-byte
-// reads at its end from the weighted-sum loop (the compiler's vectorised loads of prob[j..]); the padding keeps
-// any such read inside the array.
-constexpr int kMaxCandidates = 64;
+// The logits, then the probabilities, live in a fixed shared array of kAttnResMaxCandidates: with a dynamic one
+// sized N, compute-sanitizer flagged 12-byte reads at its end from the weighted-sum loop (the compiler's
+// vectorised loads of prob[j..]); the padding keeps any such read inside the array.
+constexpr int kMaxCandidates = kAttnResMaxCandidates;
 
 // grid (T).
-template <int kVec>
-__global__ void attn_res_mix_kernel(const bf16* v, int64_t ld_n, int64_t ld_t, const float* norm,
-                                    const float* proj, float eps, bf16* out, int64_t ldo, int N, int H) {
+template <int kVec, typename V, typename O>
+__global__ void attn_res_mix_kernel(const V* v, int64_t ld_n, int64_t ld_t, const float* norm,
+                                    const float* proj, float eps, O* out, int64_t ldo, int N, int H) {
   __shared__ float prob[kMaxCandidates + 4];  // [N] used
   const int64_t t = blockIdx.x;
   for (int j = 0; j < N; ++j) {
-    const bf16* vr = v + int64_t(j) * ld_n + t * ld_t;
+    const V* vr = v + int64_t(j) * ld_n + t * ld_t;
     float ss = 0.0f, dot = 0.0f;
     for (int c = threadIdx.x * kVec; c < H; c += blockDim.x * kVec) {
       float x[kVec];
-      load_bf16<kVec>(vr + c, x);
+      load_row<kVec>(vr + c, x);
 #pragma unroll
       for (int i = 0; i < kVec; ++i) {
         ss += x[i] * x[i];
@@ -71,11 +70,11 @@ __global__ void attn_res_mix_kernel(const bf16* v, int64_t ld_n, int64_t ld_t, c
     for (int j = 0; j < N; ++j) {
       const float pj = prob[j];
       float x[kVec];
-      load_bf16<kVec>(v + int64_t(j) * ld_n + t * ld_t + c, x);
+      load_row<kVec>(v + int64_t(j) * ld_n + t * ld_t + c, x);
 #pragma unroll
       for (int i = 0; i < kVec; ++i) acc[i] += pj * x[i];
     }
-    store_bf16<kVec>(out + t * ldo + c, acc);
+    store_row<kVec>(out + t * ldo + c, acc);
   }
 }
 
@@ -85,21 +84,14 @@ int row_threads(int64_t H, int vec) {
   return int(std::clamp<int64_t>((per + 31) / 32 * 32, 32, 256));
 }
 
-}  // namespace
-
-Status launch_attn_res_mix(const backend::AttnResMixArgs& a, const CudaContext& cx) {
-  if (a.candidates.dtype != DType::BF16 || a.out.dtype != DType::BF16)
-    return invalid_argument("attn_res_mix: CUDA activations must be BF16 (candidates {}, out {})",
-                            a.candidates.describe(), a.out.describe());
+template <typename V, typename O>
+void launch_mix(const backend::AttnResMixArgs& a, const CudaContext& cx) {
   const int64_t N = a.candidates.size(0), T = a.candidates.size(1), H = a.candidates.size(2);
-  if (T == 0 || H == 0) return {};
-  if (N > kMaxCandidates)
-    return invalid_argument("attn_res_mix: {} candidates is more than the CUDA kernel's {}", N, kMaxCandidates);
-  const auto* v = static_cast<const bf16*>(a.candidates.data);
+  const auto* v = static_cast<const V*>(a.candidates.data);
   const int64_t ld_n = a.candidates.stride(0), ld_t = a.candidates.stride(1);
   const float* norm = a.norm_weight.ptr<const float>();
   const float* proj = a.proj_weight.ptr<const float>();
-  auto* out = static_cast<bf16*>(a.out.data);
+  auto* out = static_cast<O*>(a.out.data);
   const int64_t ldo = a.out.stride(0);
   const bool vec = H % 8 == 0 && ld_n % 8 == 0 && ld_t % 8 == 0 && ldo % 8 == 0 && aligned16(v) && aligned16(out);
   if (vec)
@@ -108,6 +100,25 @@ Status launch_attn_res_mix(const backend::AttnResMixArgs& a, const CudaContext& 
   else
     attn_res_mix_kernel<1><<<unsigned(T), row_threads(H, 1), 0, cx.stream>>>(v, ld_n, ld_t, norm, proj, a.eps,
                                                                                 out, ldo, int(N), int(H));
+}
+
+}  // namespace
+
+// Candidates and output in fp32 (the model's AttnRes state) or bf16, in any combination.
+Status launch_attn_res_mix(const backend::AttnResMixArgs& a, const CudaContext& cx) {
+  auto ok = [](DType t) { return t == DType::BF16 || t == DType::F32; };
+  if (!ok(a.candidates.dtype) || !ok(a.out.dtype))
+    return invalid_argument("attn_res_mix: CUDA candidates and out must be BF16 or F32 (candidates {}, out {})",
+                            a.candidates.describe(), a.out.describe());
+  const int64_t N = a.candidates.size(0), T = a.candidates.size(1), H = a.candidates.size(2);
+  if (T == 0 || H == 0) return {};
+  if (N > kMaxCandidates)
+    return invalid_argument("attn_res_mix: {} candidates is more than the CUDA kernel's {}", N, kMaxCandidates);
+  const bool v32 = a.candidates.dtype == DType::F32, o32 = a.out.dtype == DType::F32;
+  if (v32 && o32) launch_mix<float, float>(a, cx);
+  else if (v32) launch_mix<float, bf16>(a, cx);
+  else if (o32) launch_mix<bf16, float>(a, cx);
+  else launch_mix<bf16, bf16>(a, cx);
   RILL_CUDA_CHECK_LAUNCH("attn_res_mix");
   return {};
 }

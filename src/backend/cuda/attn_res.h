@@ -6,6 +6,9 @@
 
 namespace rill::cuda {
 
+// At most this many candidates (K3: 61 layers in blocks of at least 1 give <= 62).
+constexpr int kAttnResMaxCandidates = 64;
+
 Status launch_attn_res_mix(const backend::AttnResMixArgs& a, const CudaContext& cx);
 
 }  // namespace rill::cuda

@@ -2,6 +2,7 @@
 
 #include <nvtx3/nvToolsExt.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 #include <vector>
@@ -11,9 +12,11 @@
 #include "backend/cuda/elementwise.h"
 #include "backend/cuda/gemm/gemm_runner.h"
 #include "backend/cuda/gemm/gemv.h"
+#include "backend/cuda/kda/config.h"
 #include "backend/cuda/kda/kda.h"
 #include "backend/cuda/make_cuda_backend.h"
 #include "backend/cuda/mla/mla.h"
+#include "backend/cuda/mla/params.h"
 #include "backend/cuda/moe/moe.h"
 #include "backend/cuda/moe/params.h"
 #include "backend/cuda/norm.h"
@@ -33,7 +36,12 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::create(int device) {
   const cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess || count == 0)
     return unavailable("no usable CUDA GPU ({})", e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
-  if (device < 0 || device >= count) return invalid_argument("CUDA device {} does not exist ({} present)", device, count);
+  if (device < 0 || device >= count) {
+    const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+    return invalid_argument("device cuda:{} does not exist: {} CUDA device{} visible (cuda:0{}){}", device, count,
+                            count == 1 ? " is" : "s are", count > 1 ? fmt::format("..cuda:{}", count - 1) : "",
+                            visible ? fmt::format(", CUDA_VISIBLE_DEVICES={}", visible) : "");
+  }
   std::unique_ptr<CudaBackend> b(new CudaBackend());
   RILL_CUDA_CHECK(cudaSetDevice(device));
   b->ctx_.device = device;
@@ -48,6 +56,25 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::create(int device) {
   b->ctx_.gemm = b->gemm_.get();
   RILL_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&b->ctx_.route_logits), size_t(kGemvMaxRows) * moe::kMaxExperts * sizeof(float)));
   return b;
+}
+
+backend::KernelShapeLimits CudaBackend::shape_limits() const {
+  backend::KernelShapeLimits l;
+  l.kda_head_dim = kda::kHeadDim;
+  l.kda_conv_kernel = kda::kConvTaps;
+  l.mla_nope = mla::kNope;
+  l.mla_rope = mla::kRope;
+  l.mla_v = mla::kV;
+  l.mla_kv_lora = mla::kLora;
+  l.max_experts = moe::kMaxExperts;
+  l.max_groups = moe::kRouteMaxGroups;
+  l.max_attn_res_candidates = kAttnResMaxCandidates;
+  return l;
+}
+
+Status CudaBackend::bind_thread() {
+  RILL_CUDA_CHECK(cudaSetDevice(ctx_.device));
+  return {};
 }
 
 CudaBackend::~CudaBackend() {

@@ -15,7 +15,9 @@ class CudaBackend final : public backend::Backend {
   static Result<std::unique_ptr<CudaBackend>> create(int device);
   ~CudaBackend() override;
 
-  std::string name() const override { return "cuda"; }
+  std::string name() const override { return "cuda:" + std::to_string(ctx_.device); }
+  Status bind_thread() override;
+  backend::KernelShapeLimits shape_limits() const override;
   Device device() const override { return Device::Cuda; }
   DType act_dtype() const override { return DType::BF16; }
   std::optional<DType> matrix_dtype() const override { return DType::BF16; }

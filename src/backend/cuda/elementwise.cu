@@ -30,20 +30,20 @@ unsigned grid_for(int64_t n, const CudaContext& cx) {
   return unsigned(std::max<int64_t>(1, std::min<int64_t>(blocks, int64_t(std::max(cx.sm_count, 1)) * 16)));
 }
 
-// out = op(a, b) elementwise over [M, N] bf16 rows (each with its own row stride).
-template <int kVec, typename Op>
-__global__ void binary_rows_kernel(const bf16* a, int64_t lda, const bf16* b, int64_t ldb, bf16* out,
-                                   int64_t ldo, int64_t M, int64_t N, Op op) {
+// out = op(a, b) elementwise over [M, N] rows (each with its own row stride), each operand bf16 or fp32.
+template <int kVec, typename A, typename B, typename O, typename Op>
+__global__ void binary_rows_kernel(const A* a, int64_t lda, const B* b, int64_t ldb, O* out, int64_t ldo,
+                                   int64_t M, int64_t N, Op op) {
   const int64_t per_row = N / kVec, total = M * per_row;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
        i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t r = i / per_row, c = (i - r * per_row) * kVec;
     float x[kVec], y[kVec];
-    load_bf16<kVec>(a + r * lda + c, x);
-    load_bf16<kVec>(b + r * ldb + c, y);
+    load_row<kVec>(a + r * lda + c, x);
+    load_row<kVec>(b + r * ldb + c, y);
 #pragma unroll
     for (int j = 0; j < kVec; ++j) x[j] = op(x[j], y[j]);
-    store_bf16<kVec>(out + r * ldo + c, x);
+    store_row<kVec>(out + r * ldo + c, x);
   }
 }
 
@@ -69,26 +69,39 @@ struct SituGluOp {
   }
 };
 
-template <typename Op>
-Status launch_binary(const char* name, const TensorView& a, const TensorView& b, const TensorView& out, Op op,
-                     const CudaContext& cx) {
-  if (a.dtype != DType::BF16 || b.dtype != DType::BF16 || out.dtype != DType::BF16)
-    return invalid_argument("{}: CUDA activations must be BF16 ({}, {}, {})", name, a.describe(),
-                            b.describe(), out.describe());
+template <typename A, typename B, typename O, typename Op>
+void launch_binary_typed(const TensorView& a, const TensorView& b, const TensorView& out, Op op,
+                         const CudaContext& cx) {
   const int64_t M = out.size(0), N = out.size(1);
-  if (M == 0 || N == 0) return {};
   const bool vec = N % 8 == 0 && a.stride(0) % 8 == 0 && b.stride(0) % 8 == 0 && out.stride(0) % 8 == 0 &&
                    aligned16(a.data) && aligned16(b.data) && aligned16(out.data);
   const int64_t items = vec ? M * (N / 8) : M * N;
-  const auto* pa = static_cast<const bf16*>(a.data);
-  const auto* pb = static_cast<const bf16*>(b.data);
-  auto* po = static_cast<bf16*>(out.data);
+  const auto* pa = static_cast<const A*>(a.data);
+  const auto* pb = static_cast<const B*>(b.data);
+  auto* po = static_cast<O*>(out.data);
   if (vec)
-    binary_rows_kernel<8><<<grid_for(items, cx), kThreads, 0, cx.stream>>>(pa, a.stride(0), pb, b.stride(0),
-                                                                           po, out.stride(0), M, N, op);
+    binary_rows_kernel<8><<<grid_for(items, cx), kThreads, 0, cx.stream>>>(pa, a.stride(0), pb, b.stride(0), po,
+                                                                           out.stride(0), M, N, op);
   else
-    binary_rows_kernel<1><<<grid_for(items, cx), kThreads, 0, cx.stream>>>(pa, a.stride(0), pb, b.stride(0),
-                                                                           po, out.stride(0), M, N, op);
+    binary_rows_kernel<1><<<grid_for(items, cx), kThreads, 0, cx.stream>>>(pa, a.stride(0), pb, b.stride(0), po,
+                                                                           out.stride(0), M, N, op);
+}
+
+// bf16 operands and output; with `f32_accumulator`, `a` and `out` may instead both be fp32 (a running sum kept
+// in fp32, such as K3's AttnRes partial sum, plus a bf16 sublayer output).
+template <typename Op>
+Status launch_binary(const char* name, const TensorView& a, const TensorView& b, const TensorView& out, Op op,
+                     const CudaContext& cx, bool f32_accumulator = false) {
+  const bool f32 = f32_accumulator && a.dtype == DType::F32 && out.dtype == DType::F32;
+  if ((!f32 && (a.dtype != DType::BF16 || out.dtype != DType::BF16)) || b.dtype != DType::BF16)
+    return invalid_argument("{}: CUDA activations must be BF16{} ({}, {}, {})", name,
+                            f32_accumulator ? " (or an F32 accumulator)" : "", a.describe(), b.describe(),
+                            out.describe());
+  if (out.size(0) == 0 || out.size(1) == 0) return {};
+  if (f32)
+    launch_binary_typed<float, bf16, float>(a, b, out, op, cx);
+  else
+    launch_binary_typed<bf16, bf16, bf16>(a, b, out, op, cx);
   RILL_CUDA_CHECK_LAUNCH(name);
   return {};
 }
@@ -227,7 +240,7 @@ Status launch_embed(const backend::EmbedArgs& a, const CudaContext& cx) {
 }
 
 Status launch_add(const backend::AddArgs& a, const CudaContext& cx) {
-  return launch_binary("add", a.inout, a.x, a.inout, AddOp{}, cx);
+  return launch_binary("add", a.inout, a.x, a.inout, AddOp{}, cx, /*f32_accumulator=*/true);
 }
 
 Status launch_sigmoid_gate(const backend::SigmoidGateArgs& a, const CudaContext& cx) {

@@ -32,35 +32,6 @@ __device__ __forceinline__ float round_bf16(float x) {
   return __bfloat162float(__float2bfloat16_rn(x));
 }
 
-// Loads / stores kVec consecutive values of a row in bf16 or fp32 (the residual stream may be either).
-template <int kVec>
-__device__ __forceinline__ void load_row(const bf16* p, float (&v)[kVec]) {
-  load_bf16<kVec>(p, v);
-}
-template <int kVec>
-__device__ __forceinline__ void load_row(const float* p, float (&v)[kVec]) {
-  if constexpr (kVec % 4 == 0) {
-#pragma unroll
-    for (int i = 0; i < kVec; i += 4) {
-      const float4 q = *reinterpret_cast<const float4*>(p + i);
-      v[i] = q.x, v[i + 1] = q.y, v[i + 2] = q.z, v[i + 3] = q.w;
-    }
-  } else {
-#pragma unroll
-    for (int i = 0; i < kVec; ++i) v[i] = p[i];
-  }
-}
-template <int kVec>
-__device__ __forceinline__ void store_row(float* p, const float (&v)[kVec]) {
-  if constexpr (kVec % 4 == 0) {
-#pragma unroll
-    for (int i = 0; i < kVec; i += 4) *reinterpret_cast<float4*>(p + i) = make_float4(v[i], v[i + 1], v[i + 2], v[i + 3]);
-  } else {
-#pragma unroll
-    for (int i = 0; i < kVec; ++i) p[i] = v[i];
-  }
-}
-
 // kAdd: x is the residual (updated in place with x + delta: rounded to bf16 when X is bf16, exact in fp32
 // when the residual stream is fp32); otherwise delta is unused.
 template <int kVec, bool kAdd, typename X>

@@ -11,18 +11,12 @@ void declare_attn_res_weights(WeightTable& t, const std::string& prefix, const s
 
 BlockResiduals::BlockResiduals(ForwardContext& cx, const ModelConfig& c, int64_t n_tokens)
     : cx_(cx), eps_(c.rms_norm_eps) {
-  all_ = cx.ws.alloc(cx.act(), {c.attn_res_max_blocks() + 1, n_tokens, c.hidden_size});
+  all_ = cx.ws.alloc(DType::F32, {c.attn_res_max_blocks() + 1, n_tokens, c.hidden_size});
 }
 
-Status BlockResiduals::accumulate(const TensorView& out) {
-  const TensorView p = partial();
-  if (partial_empty_) {
-    partial_empty_ = false;
-    if (out.data != p.data)
-      return internal_error("AttnRes: a new block's first output must be written into P");
-    return {};
-  }
-  return cx_.be.add({p, out});  // bf16 add on CUDA, as the reference keeps P in the activation dtype
+Status BlockResiduals::accumulate(const TensorView& a) {
+  partial_empty_ = false;
+  return cx_.be.add({partial(), a});  // fp32 P += a; an empty P holds zeros, so this is P = a exactly
 }
 
 Status BlockResiduals::push() {
@@ -31,7 +25,7 @@ Status BlockResiduals::push() {
     return internal_error("AttnRes: more than {} block snapshots", all_.size(0) - 1);
   ++n_blocks_;
   partial_empty_ = true;
-  return {};
+  return cx_.be.dry_run() ? Status{} : cx_.be.fill_zero(partial());
 }
 
 Status BlockResiduals::mix(const AttnResWeights& w, TensorView out) {

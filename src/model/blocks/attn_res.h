@@ -25,22 +25,25 @@ void declare_attn_res_weights(WeightTable& t, const std::string& prefix, const s
 
 // The depth-wise residual state of one forward pass: snapshots B_0..B_{n-1} and the partial sum P, kept
 // contiguously as rows [0, n] of one [max_blocks + 1, T, H] workspace buffer so a mix reads them as one view.
+// The state is fp32 on every backend, like Kimi Linear's residual stream: the reference keeps P in the
+// activation dtype, but a bf16 P rounds at every add, and the depth softmax of each mix amplifies those
+// roundings (a sharp pseudo-query turns a 0.4% error of a candidate into a different mixture); sublayer
+// outputs stay in the activation dtype and are added in fp32.
 class BlockResiduals {
  public:
   // Allocates from cx.ws (the caller's scope owns it); P starts as the embedding, written by the caller.
   BlockResiduals(ForwardContext& cx, const ModelConfig& c, int64_t n_tokens);
 
   int n_blocks() const { return n_blocks_; }
-  // P: the partial sum of the current block. After push() it is empty until the next sublayer writes it.
+  // P (F32 [T, H]): the partial sum of the current block. After push() it is empty (zeros) until the next
+  // sublayer's output is accumulated.
   TensorView partial() const { return slot(n_blocks_); }
   bool partial_empty() const { return partial_empty_; }
-  // Where a sublayer should write its output: straight into P when P is empty (P = a), else `scratch`.
-  TensorView output_for(const TensorView& scratch) const { return partial_empty_ ? partial() : scratch; }
-  // Takes a sublayer's output written where output_for said: P = a, or P = P + a.
-  Status accumulate(const TensorView& out);
+  // P = a when P is empty, else P = P + a (a: a sublayer output in the activation dtype).
+  Status accumulate(const TensorView& a);
   // B.append(P); P = None.
   Status push();
-  // out = Mix(B, P; w) over the n_blocks + 1 candidates (P must not be empty).
+  // out = Mix(B, P; w) over the n_blocks + 1 candidates (P must not be empty); out is F32 or act.
   Status mix(const AttnResWeights& w, TensorView out);
 
  private:
@@ -48,7 +51,7 @@ class BlockResiduals {
 
   ForwardContext& cx_;
   float eps_;
-  TensorView all_;  // act [max_blocks + 1, T, H]
+  TensorView all_;  // F32 [max_blocks + 1, T, H]
   int n_blocks_ = 0;
   bool partial_empty_ = false;
 };

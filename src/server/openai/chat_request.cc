@@ -233,7 +233,7 @@ ApiResult<ChatRequest> parse_chat_request(const Json& body, const ParseLimits& l
   r.object("thinking");
   r.string("reasoning_effort");
   r.boolean("add_generation_prompt");
-  r.boolean("echo");
+  if (auto v = r.boolean("echo"); v && *v) r.fail("echo", "is not supported on chat completions");
   if (!r.ok()) return *r.error();
   return out;
 }

@@ -30,7 +30,8 @@ struct ChatRequest {
 // {"type": "function", "function": {"name"}} naming a declared tool; required/named need tools),
 // response_format (text | json_object | json_schema with a non-empty name, an object schema, a boolean
 // strict), logprobs / top_logprobs (<= max_logprobs, only with logprobs), max_tokens /
-// max_completion_tokens (>= 1), chat_template_kwargs (object), the shared sampling fields.
+// max_completion_tokens (>= 1), chat_template_kwargs (object), echo (false only: vLLM's chat echo is not
+// implemented), the shared sampling fields.
 ApiResult<ChatRequest> parse_chat_request(const Json& body, const ParseLimits& limits);
 
 }  // namespace rill::server

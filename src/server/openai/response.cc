@@ -61,6 +61,21 @@ Json header_json(const ResponseHeader& h, std::string_view object) {
   return Json{{"id", h.id}, {"object", object}, {"created", h.created}, {"model", h.model}};
 }
 
+// One choice, and `"usage": null` when the stream ends with a usage chunk (OpenAI).
+Json stream_chunk(const ResponseHeader& header, std::string_view object, Json choice, bool usage_null) {
+  Json j = header_json(header, object);
+  j["choices"] = Json::array({std::move(choice)});
+  if (usage_null) j["usage"] = nullptr;
+  return j;
+}
+
+Json stream_usage_chunk(const ResponseHeader& header, std::string_view object, const Usage& usage) {
+  Json j = header_json(header, object);
+  j["choices"] = Json::array();
+  j["usage"] = usage_json(usage);
+  return j;
+}
+
 }  // namespace
 
 Json chat_logprobs_json(const std::vector<LogprobEntry>& entries) {
@@ -91,27 +106,19 @@ Json chat_delta_json(const text::OutputDelta& d) {
   return Json::object();
 }
 
-Json chat_chunk_choice(int index, Json delta, std::string_view finish_reason, Json logprobs,
-                       const Usage* usage) {
+Json chat_chunk_choice(int index, Json delta, std::string_view finish_reason, Json logprobs) {
   Json c{{"index", index}, {"delta", std::move(delta)}};
   c["finish_reason"] = finish_reason.empty() ? Json(nullptr) : Json(finish_reason);
   if (!logprobs.is_null()) c["logprobs"] = std::move(logprobs);
-  if (usage) c["usage"] = usage_json(*usage);
   return c;
 }
 
 Json chat_chunk(const ResponseHeader& header, Json choice, bool usage_null) {
-  Json j = header_json(header, "chat.completion.chunk");
-  j["choices"] = Json::array({std::move(choice)});
-  if (usage_null) j["usage"] = nullptr;
-  return j;
+  return stream_chunk(header, "chat.completion.chunk", std::move(choice), usage_null);
 }
 
 Json chat_usage_chunk(const ResponseHeader& header, const Usage& usage) {
-  Json j = header_json(header, "chat.completion.chunk");
-  j["choices"] = Json::array();
-  j["usage"] = usage_json(usage);
-  return j;
+  return stream_usage_chunk(header, "chat.completion.chunk", usage);
 }
 
 Json chat_completion_json(const ResponseHeader& header, const std::vector<ChatChoice>& choices,
@@ -169,6 +176,14 @@ Json completion_json(const ResponseHeader& header, Json choices, const Usage* us
   j["choices"] = std::move(choices);
   if (usage) j["usage"] = usage_json(*usage);
   return j;
+}
+
+Json completion_chunk(const ResponseHeader& header, Json choice, bool usage_null) {
+  return stream_chunk(header, "text_completion", std::move(choice), usage_null);
+}
+
+Json completion_usage_chunk(const ResponseHeader& header, const Usage& usage) {
+  return stream_usage_chunk(header, "text_completion", usage);
 }
 
 std::string dump_json(const Json& value) {

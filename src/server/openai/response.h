@@ -1,6 +1,8 @@
-// OpenAI response objects and their SSE framing (serving.md §1.3, including the stricter Kimi stream spec):
-// `data: <json>\n\n` frames, one choice per chat chunk, null keys dropped from deltas, a usage-only chunk
-// (choices: []) before `data: [DONE]` when stream_options.include_usage is set.
+// OpenAI response objects and their SSE framing (serving.md §1.3, with the stricter Kimi stream spec's frame
+// shapes): `data: <json>\n\n` frames, one choice per chunk, null keys dropped from deltas. Usage in streams
+// follows OpenAI on both endpoints and for both model families (not the Kimi spec's per-choice usage): only
+// with stream_options.include_usage, as `"usage": null` on every chunk and one last chunk with `choices: []`
+// and the usage, before `data: [DONE]`.
 #pragma once
 
 #include <cstdint>
@@ -45,10 +47,9 @@ int64_t unix_now();
 Json chat_logprobs_json(const std::vector<LogprobEntry>& entries);
 // The delta of one parser increment: content | reasoning_content | tool_calls (exactly one key).
 Json chat_delta_json(const text::OutputDelta& delta);
-// {"index", "delta", "finish_reason", ["logprobs"], ["usage"]}; finish_reason "" is sent as null; a null
-// `logprobs` is left out, `usage` only when given (the stream spec's per-choice usage on the end frame).
-Json chat_chunk_choice(int index, Json delta, std::string_view finish_reason, Json logprobs = nullptr,
-                       const Usage* usage = nullptr);
+// {"index", "delta", "finish_reason", ["logprobs"]}; finish_reason "" is sent as null; a null `logprobs` is
+// left out.
+Json chat_chunk_choice(int index, Json delta, std::string_view finish_reason, Json logprobs = nullptr);
 // {"id", "object": "chat.completion.chunk", "created", "model", "choices": [choice]} (+ "usage": null when
 // the client asked for a usage chunk, as OpenAI sends it on every other chunk).
 Json chat_chunk(const ResponseHeader& header, Json choice, bool usage_null);
@@ -71,8 +72,13 @@ Json chat_completion_json(const ResponseHeader& header, const std::vector<ChatCh
 // {"tokens", "token_logprobs", "top_logprobs": [{token: logprob}], "text_offset"}, offsets from `offset`.
 Json completion_logprobs_json(const std::vector<LogprobEntry>& entries, int64_t offset);
 Json completion_choice_json(int index, std::string_view text, std::string_view finish_reason, Json logprobs);
-// object "text_completion"; `usage` null leaves the key out (stream chunks without include_usage).
+// object "text_completion", the whole response: `usage` null leaves the key out.
 Json completion_json(const ResponseHeader& header, Json choices, const Usage* usage);
+// A stream chunk: {"id", "object": "text_completion", "created", "model", "choices": [choice]} (+ "usage":
+// null when the client asked for a usage chunk).
+Json completion_chunk(const ResponseHeader& header, Json choice, bool usage_null);
+// The final usage chunk: "choices": [] and the usage.
+Json completion_usage_chunk(const ResponseHeader& header, const Usage& usage);
 
 // ---- SSE -----------------------------------------------------------------------------------------------
 // JSON text with invalid UTF-8 replaced (never throws).

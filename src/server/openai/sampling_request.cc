@@ -21,15 +21,16 @@ void read_stop(FieldReader& r, engine::SamplingParams* p) {
   }
 }
 
-void read_stop_token_ids(FieldReader& r, int32_t vocab_size, engine::SamplingParams* p) {
-  const Json* ids = r.array("stop_token_ids");
+// A list of token ids inside the vocabulary (stop_token_ids, allowed_token_ids).
+void read_token_ids(FieldReader& r, const char* key, int32_t vocab_size, std::vector<int32_t>* out) {
+  const Json* ids = r.array(key);
   if (!ids) return;
   for (size_t i = 0; i < ids->size(); ++i) {
     const Json& id = (*ids)[i];
     const int64_t hi = vocab_size > 0 ? vocab_size - 1 : INT32_MAX;
     if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > hi)
-      return r.fail("stop_token_ids", "element {} must be a token id in [0, {}]", i, hi);
-    p->stop_token_ids.push_back(int32_t(id.get<int64_t>()));
+      return r.fail(key, "element {} must be a token id in [0, {}]", i, hi);
+    out->push_back(int32_t(id.get<int64_t>()));
   }
 }
 
@@ -51,9 +52,15 @@ void read_sampling_fields(FieldReader& r, const ParseLimits& limits, SamplingReq
   }
   if (auto v = r.integer("seed", INT64_MIN, INT64_MAX)) p.seed = uint64_t(*v);
   read_stop(r, &p);
-  read_stop_token_ids(r, limits.vocab_size, &p);
+  read_token_ids(r, "stop_token_ids", limits.vocab_size, &p.stop_token_ids);
   if (auto v = r.integer("min_tokens", 0, INT32_MAX)) p.min_tokens = int32_t(*v);
   if (auto v = r.boolean("ignore_eos")) p.ignore_eos = *v;
+  if (auto v = r.boolean("include_stop_str_in_output")) p.include_stop_str_in_output = *v;
+  if (auto v = r.boolean("skip_special_tokens")) p.skip_special_tokens = *v;
+  if (const Json* ids = r.array("allowed_token_ids"); ids && ids->empty())
+    r.fail("allowed_token_ids", "must not be empty");
+  read_token_ids(r, "allowed_token_ids", limits.vocab_size, &p.allowed_token_ids);
+  if (r.any("prompt_logprobs")) r.fail("prompt_logprobs", "is not supported");
 
   if (auto v = r.integer("n", 1, limits.max_n)) out->n = int(*v);
   if (auto v = r.integer("best_of", 1, limits.max_n); v && *v != out->n)
@@ -71,7 +78,8 @@ void read_sampling_fields(FieldReader& r, const ParseLimits& limits, SamplingReq
     } else {
       FieldReader options(*so, "stream_options.");
       if (auto v = options.boolean("include_usage")) out->include_usage = *v;
-      options.boolean("continuous_usage_stats");
+      if (auto v = options.boolean("continuous_usage_stats"); v && *v)
+        options.fail("continuous_usage_stats", "is not supported (usage comes in the last chunk)");
       if (options.error()) r.fail(*options.error());
     }
   }

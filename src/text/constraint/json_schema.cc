@@ -15,18 +15,31 @@
 //   "1000000000000000.0"; both parse to the same double.
 // - A required key missing from `properties` takes additionalProperties' schema, or any value when that is
 //   false (strictly the schema would then accept nothing; the author clearly wants the key).
-// - "integer" is integer syntax only: 1.0 (an integer for JSON Schema) is not offered. Numbers have no range
-//   bound (RFC 8259 sets none, nor does xgrammar): 1e400 passes, though nlohmann and Go reject it.
-// - Without `type`, properties / required / additionalProperties mean an object and items / prefixItems an
-//   array; otherwise the schema accepts any value.
+// - "integer" is integer syntax only: 1.0 (an integer for JSON Schema) is not offered. Unbounded numbers
+//   have no range limit (RFC 8259 sets none, nor does xgrammar): 1e400 passes, though nlohmann and Go reject
+//   it. Bounded ones (minimum, maximum, exclusive*) are exact digit ranges over the decimal text
+//   (number_range.h): no exponent, no "-0"; bounds are compared as decimals, so a validator that parses
+//   into doubles (ajv) can only disagree within a double's rounding of an exclusive bound. multipleOf: 1
+//   only (integer syntax).
+// - pattern and format compile to whole-string matches (regex.h, string_formats.h): every such string is
+//   valid for the unanchored JSON Schema pattern too. Together with minLength / maxLength the pattern's
+//   repeat counts are narrowed when the pattern's shape allows (regex.h fit_length), else an error.
+// - Without `type`, the keywords of a type say which are meant: properties / required /
+//   additionalProperties / min-maxProperties an object, items / prefixItems / min-maxItems / uniqueItems an
+//   array, minLength / maxLength / pattern / format a string, minimum / maximum / exclusive* / multipleOf a
+//   number (format int32 / int64 an integer); with none of them the schema accepts any value.
+// - min/maxProperties count listed and additional members alike. uniqueItems true is an error unless
+//   maxItems <= 1 (distinct items are not context-free).
 // - \uXXXX escapes exclude lone surrogates (strict parsers, nlohmann's included, reject them); a surrogate
 //   pair counts as one character for minLength / maxLength, as its code point does.
 // - oneOf is compiled like anyOf: exclusivity between branches cannot be expressed by this grammar.
 // - A $ref cycle with no JSON text in between ({"$ref": "#"} at the top) would be a left-recursive rule,
 //   which the matcher cannot run: an error.
-// - Keywords next to $ref, allOf, anyOf and oneOf are ignored, as is everything that only narrows values
-//   (format, pattern, minimum, minProperties, ...). enum / const values are filtered by `type` when both
-//   are given.
+// - No keyword is dropped silently: one the compiler does not implement (not, if/then/else,
+//   patternProperties, contains, dependentRequired, a typo, ...) is an error naming it and its schema
+//   path, and so is one next to $ref / allOf / anyOf / oneOf (merging siblings into a combinator is not
+//   implemented) or next to enum / const (other than `type`, which filters their values). Accepted with no
+//   effect: the annotations in kNoOpKeywords and "x-" extensions.
 #include "text/constraint/json_schema.h"
 
 #include <algorithm>
@@ -38,6 +51,10 @@
 #include <set>
 #include <string>
 #include <vector>
+
+#include "text/constraint/number_range.h"
+#include "text/constraint/regex.h"
+#include "text/constraint/string_formats.h"
 
 namespace rill::text::constraint {
 namespace {
@@ -178,6 +195,43 @@ constexpr int kMaxSchemaDepth = 128;
 const std::set<std::string, std::less<>> kTypeNames = {"string", "integer", "number", "boolean",
                                                        "null",   "object",  "array"};
 
+using KeywordSet = std::set<std::string, std::less<>>;
+
+// Accepted anywhere, with no effect on the grammar: annotations (JSON Schema 2020-12 core identifiers and
+// the meta-data and content vocabularies, OpenAPI's `example`), the $defs containers that $ref reads, and
+// two OpenAPI keywords whose omission only narrows: `nullable` (null is not offered) and `discriminator`
+// (the oneOf branches carry the constraint). Keys starting "x-" are OpenAPI extensions, annotations too.
+const KeywordSet kNoOpKeywords = {
+    "$schema",  "$id",         "$anchor",         "$comment",         "$defs",    "definitions",
+    "title",    "description", "default",         "examples",         "example",  "deprecated",
+    "readOnly", "writeOnly",   "contentEncoding", "contentMediaType", "nullable", "discriminator"};
+
+// The keywords of each type; without `type` they also say which types are meant (object, array, string,
+// number, in that order).
+const KeywordSet kObjectKeywords = {"properties", "required", "additionalProperties", "minProperties",
+                                    "maxProperties"};
+const KeywordSet kArrayKeywords = {"items",    "prefixItems", "additionalItems",
+                                   "minItems", "maxItems",    "uniqueItems"};
+const KeywordSet kStringKeywords = {"minLength", "maxLength", "pattern", "format"};
+const KeywordSet kNumberKeywords = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
+                                    "multipleOf"};
+
+// "type" and the keywords of every type: what a schema compiled by its type may hold.
+const KeywordSet& typed_keywords() {
+  static const KeywordSet keywords = [] {
+    KeywordSet k = {"type"};
+    for (const KeywordSet* set : {&kObjectKeywords, &kArrayKeywords, &kStringKeywords, &kNumberKeywords})
+      k.insert(set->begin(), set->end());
+    return k;
+  }();
+  return keywords;
+}
+
+// `format` values of integers (OpenAPI: ranges, enforced) and of numbers (OpenAPI: the storage type, no
+// constraint on the JSON value).
+const KeywordSet kIntegerFormats = {"int32", "int64"};
+const KeywordSet kNumberFormats = {"float", "double"};
+
 bool is_whole(double d) {
   return std::isfinite(d) && std::trunc(d) == d;
 }
@@ -214,14 +268,45 @@ class SchemaCompiler {
       return invalid_argument("{}: the schema `false` accepts no value", path);
     }
     if (!schema.is_object()) return invalid_argument("{}: a schema must be an object or a boolean", path);
-    if (schema.contains("$ref")) return compile_ref(schema["$ref"], path + ".$ref");
-    if (schema.contains("allOf")) return compile_all_of(schema["allOf"], path + ".allOf");
-    if (schema.contains("anyOf") && schema.contains("oneOf"))
-      return invalid_argument("{}: anyOf together with oneOf is not supported", path);
-    if (schema.contains("anyOf")) return compile_any_of(schema["anyOf"], path + ".anyOf");
-    if (schema.contains("oneOf")) return compile_any_of(schema["oneOf"], path + ".oneOf");
-    if (schema.contains("const") || schema.contains("enum")) return compile_enum(schema, path);
+    // A combinator takes no sibling keyword (but no-ops): merging siblings into it is not implemented.
+    if (schema.contains("$ref")) {
+      RILL_TRY(check_keywords(schema, path, "$ref", {"$ref"}));
+      return compile_ref(schema["$ref"], path + ".$ref");
+    }
+    if (schema.contains("allOf")) {
+      RILL_TRY(check_keywords(schema, path, "allOf", {"allOf"}));
+      return compile_all_of(schema["allOf"], path + ".allOf");
+    }
+    for (const char* keyword : {"anyOf", "oneOf"}) {
+      if (!schema.contains(keyword)) continue;
+      RILL_TRY(check_keywords(schema, path, keyword, {keyword}));
+      return compile_any_of(schema[keyword], path + "." + keyword);
+    }
+    if (schema.contains("const") || schema.contains("enum")) {
+      RILL_TRY(check_keywords(schema, path, schema.contains("const") ? "const" : "enum",
+                              {"const", "enum", "type"}));
+      return compile_enum(schema, path);
+    }
+    RILL_TRY(check_keywords(schema, path, "type", typed_keywords()));
     return compile_types(schema, path);
+  }
+
+  // Every keyword of `schema` is in `allowed` or a no-op (kNoOpKeywords): the compiler never drops a
+  // keyword that narrows the values silently. `family` is the keyword that decided how `schema` compiles.
+  Status check_keywords(const Json& schema, const std::string& path, std::string_view family,
+                        const KeywordSet& allowed) {
+    static const KeywordSet known = [] {
+      KeywordSet k = typed_keywords();
+      k.insert({"$ref", "allOf", "anyOf", "oneOf", "const", "enum"});
+      return k;
+    }();
+    for (const auto& [key, value] : schema.items()) {
+      if (allowed.contains(key) || kNoOpKeywords.contains(key) || key.starts_with("x-")) continue;
+      if (known.contains(key))
+        return invalid_argument("{}: \"{}\" next to \"{}\" is not supported", path, key, family);
+      return invalid_argument("{}: keyword \"{}\" is not supported", path, key);
+    }
+    return {};
   }
 
   // ---- $ref: each target compiles once into a rule, so recursive schemas close on themselves ----
@@ -346,14 +431,19 @@ class SchemaCompiler {
     RILL_ASSIGN_OR_RETURN(std::vector<std::string> types, type_names(schema, path));
     if (types.empty()) {
       // No `type`: the keywords that only make sense for one type say which; otherwise anything goes.
-      if (schema.contains("properties") || schema.contains("required") ||
-          schema.contains("additionalProperties"))
-        types = {"object"};
-      else if (schema.contains("items") || schema.contains("prefixItems"))
-        types = {"array"};
-      else
-        return syntax_.any_value();
+      auto has_any = [&](const KeywordSet& keywords) {
+        return std::any_of(keywords.begin(), keywords.end(),
+                           [&](const std::string& k) { return schema.contains(k); });
+      };
+      if (has_any(kObjectKeywords)) types.push_back("object");
+      if (has_any(kArrayKeywords)) types.push_back("array");
+      const bool integer_format = schema.contains("format") && schema["format"].is_string() &&
+                                  kIntegerFormats.contains(schema["format"].get<std::string>());
+      if (has_any(kStringKeywords) && !integer_format) types.push_back("string");
+      if (has_any(kNumberKeywords) || integer_format) types.push_back(integer_format ? "integer" : "number");
+      if (types.empty()) return syntax_.any_value();
     }
+    RILL_TRY(check_format(schema, types, path));
     std::vector<NodeId> nodes;
     for (const std::string& type : types) {
       RILL_ASSIGN_OR_RETURN(NodeId node, compile_type(schema, type, path));
@@ -364,12 +454,34 @@ class SchemaCompiler {
 
   Result<NodeId> compile_type(const Json& schema, const std::string& type, const std::string& path) {
     if (type == "string") return compile_string(schema, path);
-    if (type == "integer") return syntax_.integer();
-    if (type == "number") return syntax_.number();
+    if (type == "integer" || type == "number") return compile_number(schema, type == "integer", path);
     if (type == "boolean") return syntax_.boolean();
     if (type == "null") return b_.bytes("null");
     if (type == "object") return compile_object(schema, path);
     return compile_array(schema, path);  // type_names() admitted nothing else
+  }
+
+  // `format` must mean something to one of the types (a string format, or an integer / number one).
+  Status check_format(const Json& schema, const std::vector<std::string>& types, const std::string& path) {
+    if (!schema.contains("format")) return {};
+    if (!schema["format"].is_string()) return invalid_argument("{}.format: must be a string", path);
+    const std::string format = schema["format"].get<std::string>();
+    for (const std::string& type : types)
+      if (format_of(schema, type)) return {};
+    return invalid_argument(
+        "{}.format: \"{}\" is not supported (strings: {}; integers: int32, int64; numbers: float, double)",
+        path, format, string_format_names());
+  }
+
+  // The schema's format when it applies to `type`.
+  static std::optional<std::string> format_of(const Json& schema, std::string_view type) {
+    if (!schema.contains("format") || !schema["format"].is_string()) return std::nullopt;
+    std::string format = schema["format"].get<std::string>();
+    const bool applies = type == "string"    ? string_format_pattern(format).has_value()
+                         : type == "integer" ? kIntegerFormats.contains(format)
+                         : type == "number"  ? kNumberFormats.contains(format)
+                                             : false;
+    return applies ? std::optional<std::string>(std::move(format)) : std::nullopt;
   }
 
   // ---- counts (minLength, maxItems, ...) ----
@@ -398,9 +510,97 @@ class SchemaCompiler {
 
   // ---- string ----
 
+  // pattern or format: the expression's strings, cut to minLength / maxLength when those are given.
   Result<NodeId> compile_string(const Json& schema, const std::string& path) {
     RILL_ASSIGN_OR_RETURN(auto length, bounds(schema, "minLength", "maxLength", path));
-    return syntax_.string(length.first, length.second);
+    const std::optional<std::string> format = format_of(schema, "string");
+    if (!schema.contains("pattern") && !format) return syntax_.string(length.first, length.second);
+    if (schema.contains("pattern") && format)
+      return invalid_argument("{}: pattern together with format \"{}\" is not supported", path, *format);
+    std::string where = path + ".format", pattern;
+    if (format) {
+      pattern = std::string(*string_format_pattern(*format));
+    } else {
+      where = path + ".pattern";
+      if (!schema["pattern"].is_string()) return invalid_argument("{}: must be a string", where);
+      pattern = schema["pattern"].get<std::string>();
+    }
+    Result<Regex> regex = parse_regex(pattern);
+    if (!regex.ok()) return invalid_argument("{}: {}", where, regex.status().message());
+    Result<Regex> fitted = fit_length(*regex, length.first, length.second);
+    if (!fitted.ok()) return invalid_argument("{}: {}", where, fitted.status().message());
+    return json_string_node(b_, *fitted);
+  }
+
+  // ---- integer / number ----
+
+  // A bound keyword's value as a decimal; nullopt when absent.
+  Result<std::optional<Decimal>> decimal(const Json& schema, const char* key, const std::string& path) {
+    if (!schema.contains(key)) return std::optional<Decimal>();
+    const Json& v = schema[key];
+    if (!v.is_number()) return invalid_argument("{}.{}: must be a number", path, key);
+    // A double's shortest round-trip text: what the schema's author wrote, in the usual case.
+    const std::string text = v.is_number_float() ? fmt::format("{}", v.get<double>()) : v.dump();
+    std::optional<Decimal> d = Decimal::parse(text);
+    if (!d) return invalid_argument("{}.{}: {} is not a finite number", path, key, text);
+    return d;
+  }
+
+  // minimum / maximum / exclusiveMinimum / exclusiveMaximum (a number, or draft 4's boolean that makes the
+  // plain bound exclusive); the tighter one wins where both ends of a side are given.
+  Result<NumberRange> number_range(const Json& schema, const std::string& path) {
+    NumberRange range;
+    for (const bool lower : {true, false}) {
+      const char* plain = lower ? "minimum" : "maximum";
+      const char* exclusive = lower ? "exclusiveMinimum" : "exclusiveMaximum";
+      RILL_ASSIGN_OR_RETURN(std::optional<Decimal> inclusive_value, decimal(schema, plain, path));
+      std::optional<Bound> bound;
+      if (inclusive_value) bound = Bound{*inclusive_value, false};
+      if (schema.contains(exclusive) && schema[exclusive].is_boolean()) {
+        if (schema[exclusive].get<bool>()) {
+          if (!bound) return invalid_argument("{}.{}: true needs {}", path, exclusive, plain);
+          bound->exclusive = true;
+        }
+      } else {
+        RILL_ASSIGN_OR_RETURN(std::optional<Decimal> exclusive_value, decimal(schema, exclusive, path));
+        if (exclusive_value) {
+          const int c = bound ? compare(*exclusive_value, bound->value) : 0;
+          if (!bound || (lower ? c >= 0 : c <= 0)) bound = Bound{*exclusive_value, true};
+        }
+      }
+      (lower ? range.lo : range.hi) = bound;
+    }
+    if (range.empty())
+      return invalid_argument("{}: no number lies between the minimum and the maximum", path);
+    return range;
+  }
+
+  Result<NodeId> compile_number(const Json& schema, bool integer, const std::string& path) {
+    RILL_ASSIGN_OR_RETURN(NumberRange range, number_range(schema, path));
+    if (schema.contains("multipleOf")) {
+      RILL_ASSIGN_OR_RETURN(std::optional<Decimal> step, decimal(schema, "multipleOf", path));
+      if (step->text() != "1")
+        return invalid_argument(
+            "{}.multipleOf: {} is not supported (only 1: a grammar cannot check divisibility)", path,
+            step->text());
+      integer = true;
+    }
+    if (!integer) return range.lo || range.hi ? number_range_node(b_, range) : syntax_.number();
+    // The integers of the range: round the ends inwards.
+    std::optional<Decimal> lo, hi;
+    if (range.lo) lo = range.lo->exclusive ? range.lo->value.floor().plus_one() : range.lo->value.ceil();
+    if (range.hi) hi = range.hi->exclusive ? range.hi->value.ceil().minus_one() : range.hi->value.floor();
+    if (const auto format = format_of(schema, "integer")) {
+      const bool is32 = *format == "int32";
+      const Decimal min = *Decimal::parse(is32 ? "-2147483648" : "-9223372036854775808");
+      const Decimal max = *Decimal::parse(is32 ? "2147483647" : "9223372036854775807");
+      if (!lo || compare(*lo, min) < 0) lo = min;
+      if (!hi || compare(*hi, max) > 0) hi = max;
+    }
+    if (!lo && !hi) return syntax_.integer();
+    if (lo && hi && compare(*lo, *hi) > 0)
+      return invalid_argument("{}: no integer lies between the minimum and the maximum", path);
+    return integer_range_node(b_, lo, hi);
   }
 
   // ---- object ----
@@ -439,7 +639,20 @@ class SchemaCompiler {
       RILL_ASSIGN_OR_RETURN(std::string key_text, key_literal(key, path + ".required"));
       listed.push_back({std::move(key_text), additional.value_or(syntax_.any_value()), true});
     }
-    return object_members(listed, additional);
+    RILL_ASSIGN_OR_RETURN(auto counts, bounds(schema, "minProperties", "maxProperties", path));
+    const int32_t n_required =
+        int32_t(std::count_if(listed.begin(), listed.end(), [](const Property& p) { return p.required; }));
+    if (counts.second >= 0 && n_required > counts.second)
+      return invalid_argument("{}: maxProperties {} is less than the {} required properties", path,
+                              counts.second, n_required);
+    if (!additional && counts.first > int32_t(listed.size()))
+      return invalid_argument("{}: minProperties {} asks for more properties than the schema allows ({})",
+                              path, counts.first, listed.size());
+    const std::optional<NodeId> members = object_members(listed, additional, counts.first, counts.second);
+    if (!members)
+      return invalid_argument(
+          "{}: no object has a number of properties that minProperties / maxProperties allow", path);
+    return *members;
   }
 
   Result<std::vector<std::string>> required_keys(const Json& schema, const std::string& path) {
@@ -479,30 +692,46 @@ class SchemaCompiler {
     }
   }
 
-  // "{" members "}" where listed keys come in order (required ones always, optional ones maybe), then any
-  // additional pairs. Built back to front: before property i, rest_first is what may come when no member
-  // was written yet (the next one takes no comma) and rest_after what may come after some member. Two nodes
-  // per property, so the grammar stays linear in the number of properties whatever subset appears.
-  NodeId object_members(const std::vector<Property>& listed, std::optional<NodeId> additional) {
-    NodeId rest_first = b_.empty(), rest_after = b_.empty();
-    if (additional) {
-      const NodeId pair = syntax_.member(syntax_.any_string(), *additional);
-      rest_first = syntax_.list(pair, 0, -1);
-      rest_after = b_.repeat(b_.seq({syntax_.comma(), pair}), 0, -1);
+  // "{" members "}" where listed keys come in order (required ones always, optional ones maybe), then
+  // additional pairs; [min_members, max_members] members in all (max -1: unbounded). Built back to front:
+  // rest[c] is what may come from property i on once c members were written (the next one takes a comma
+  // when c > 0), or nullopt when no way on meets the counts: such branches are left out, so no prefix leads
+  // into a dead end. Counts past `cap` behave alike, so without minProperties / maxProperties two nodes per
+  // property remain and the grammar stays linear in the number of properties whatever subset appears.
+  std::optional<NodeId> object_members(const std::vector<Property>& listed, std::optional<NodeId> additional,
+                                       int32_t min_members, int32_t max_members) {
+    const int32_t n = int32_t(listed.size());
+    const int32_t cap = std::min(n, std::max(1, max_members >= 0 ? max_members : min_members));
+    auto key = [&](int32_t c) { return std::min(c, cap); };
+    std::vector<std::optional<NodeId>> rest(size_t(cap) + 1);
+    const NodeId pair = additional ? syntax_.member(syntax_.any_string(), *additional) : -1;
+    for (int32_t c = 0; c <= cap; ++c) {
+      // After the listed keys: additional pairs for what the counts still ask and allow. At the cap with no
+      // maximum, c stands for "c or more", which needs no more than c does.
+      const int32_t need = std::max(0, min_members - c), room = max_members >= 0 ? max_members - c : -1;
+      if (!additional) {
+        if (need == 0) rest[size_t(c)] = b_.empty();
+      } else if (room < 0 || need <= room) {
+        rest[size_t(c)] =
+            c == 0 ? syntax_.list(pair, need, room) : b_.repeat(b_.seq({syntax_.comma(), pair}), need, room);
+      }
     }
     for (auto it = listed.rbegin(); it != listed.rend(); ++it) {
       const NodeId member = syntax_.member(b_.bytes(it->key_text), it->value);
-      const NodeId as_first = b_.seq({member, rest_after});
-      const NodeId as_later = b_.seq({syntax_.comma(), member, rest_after});
-      if (it->required) {
-        rest_first = as_first;
-        rest_after = as_later;
-      } else {
-        rest_first = b_.alt({as_first, rest_first});
-        rest_after = b_.alt({as_later, rest_after});
+      const NodeId after_comma = b_.seq({syntax_.comma(), member});
+      std::vector<std::optional<NodeId>> before(rest.size());
+      for (int32_t c = 0; c <= cap; ++c) {
+        std::vector<NodeId> ways;
+        const bool room = max_members < 0 || c < max_members;
+        if (room && rest[size_t(key(c + 1))])
+          ways.push_back(b_.seq({c == 0 ? member : after_comma, *rest[size_t(key(c + 1))]}));
+        if (!it->required && rest[size_t(c)]) ways.push_back(*rest[size_t(c)]);
+        if (!ways.empty()) before[size_t(c)] = b_.alt(std::move(ways));
       }
+      rest = std::move(before);
     }
-    return b_.seq({b_.bytes("{"), rest_first, b_.bytes("}")});
+    if (!rest[0]) return std::nullopt;
+    return b_.seq({b_.bytes("{"), *rest[0], b_.bytes("}")});
   }
 
   // ---- array ----
@@ -510,6 +739,15 @@ class SchemaCompiler {
   Result<NodeId> compile_array(const Json& schema, const std::string& path) {
     RILL_ASSIGN_OR_RETURN(auto count_bounds, bounds(schema, "minItems", "maxItems", path));
     auto [min_items, max_items] = count_bounds;
+    if (schema.contains("uniqueItems")) {
+      if (!schema["uniqueItems"].is_boolean())
+        return invalid_argument("{}.uniqueItems: must be a boolean", path);
+      if (schema["uniqueItems"].get<bool>() && (max_items < 0 || max_items > 1))
+        return invalid_argument(
+            "{}.uniqueItems: true is not supported (a grammar cannot keep items distinct) unless maxItems <= "
+            "1",
+            path);
+    }
 
     // Tuple positions: prefixItems (2020-12) with `items` for the rest, or `items` as a list (older drafts)
     // with additionalItems for the rest.

@@ -1,11 +1,15 @@
 // JSON Schema -> grammar: the nodes for one JSON value that a schema accepts, for constrained decoding of
 // tool-call arguments and response_format json_schema (what vLLM / SGLang do with xgrammar).
 //
-// Supported (README lists the rest): type (one or a list), properties / required / additionalProperties,
-// items / prefixItems / minItems / maxItems, enum / const, anyOf / oneOf, allOf of one schema, $ref to
-// "#", "#/$defs/..." and "#/definitions/..." (recursion allowed), string minLength / maxLength, integer and
-// number syntax, boolean, null, and `{}` / `true` (any JSON value). Unknown keywords that only narrow values
-// (format, pattern, minimum, ...) are ignored: the output is still valid JSON of the right shape.
+// Supported: type (one or a list), properties / required / additionalProperties / minProperties /
+// maxProperties, items / prefixItems / additionalItems / minItems / maxItems / uniqueItems (false, or with
+// maxItems <= 1), enum / const, anyOf / oneOf, allOf of one schema, $ref to "#", "#/$defs/..." and
+// "#/definitions/..." (recursion allowed), string minLength / maxLength / pattern (an ECMAScript subset,
+// regex.h) / format (string_formats.h), integer and number minimum / maximum / exclusiveMinimum /
+// exclusiveMaximum (exact decimal ranges) / multipleOf 1 / format int32, int64, float, double, boolean,
+// null, and `{}` / `true` (any JSON value). Annotations (title, description, default, examples, $schema,
+// $id, $comment, ...: kNoOpKeywords in the .cc) are accepted with no effect; every other keyword is an
+// error naming its schema path, never silently ignored.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -18,12 +22,14 @@ namespace rill::text::constraint {
 struct JsonGrammarOptions {
   // Allow one optional space after ',' and ':' (Python json.dumps' default separators); never newlines.
   bool space_after_separators = true;
-  // Objects with `properties` allow no other keys unless additionalProperties says so (xgrammar's strict mode).
+  // Objects with `properties` allow no other keys unless additionalProperties says so (xgrammar's strict
+  // mode).
   bool strict_properties = true;
 };
 
 // Fails naming the schema path (e.g. "schema.properties.city.type: unknown type 'str'") for schemas that are
-// malformed or unsatisfiable in this subset (an empty enum, a $ref that does not resolve).
+// malformed, unsatisfiable (an empty enum, minimum > maximum, a $ref that does not resolve) or use a
+// keyword outside the subset above ("schema.properties.n: keyword \"not\" is not supported").
 Result<NodeId> json_schema_node(GrammarBuilder& b, const nlohmann::ordered_json& schema,
                                 const JsonGrammarOptions& options = {});
 

@@ -27,7 +27,8 @@ TokenMasker::TokenMasker(const Tokenizer& tokenizer) : vocab_size_(tokenizer.voc
       if (!bytes_[size_t(id)].empty()) sorted_.push_back(id);
     }
   }
-  std::sort(sorted_.begin(), sorted_.end(), [&](int32_t a, int32_t b) { return bytes_[size_t(a)] < bytes_[size_t(b)]; });
+  std::sort(sorted_.begin(), sorted_.end(),
+            [&](int32_t a, int32_t b) { return bytes_[size_t(a)] < bytes_[size_t(b)]; });
 }
 
 bool TokenMasker::advance(Matcher& m, int32_t token) const {
@@ -44,13 +45,15 @@ void TokenMasker::for_each_child(const Subtree& s, std::span<uint32_t> mask, Vis
   while (lo < s.hi) {
     const uint8_t c = uint8_t(bytes_[size_t(sorted_[lo])][s.depth]);
     // The group of tokens whose next byte is c.
-    const size_t end = size_t(std::partition_point(sorted_.begin() + long(lo), sorted_.begin() + long(s.hi),
-                                                   [&](int32_t id) { return uint8_t(bytes_[size_t(id)][s.depth]) <= c; }) -
-                              sorted_.begin());
+    const size_t end =
+        size_t(std::partition_point(sorted_.begin() + long(lo), sorted_.begin() + long(s.hi),
+                                    [&](int32_t id) { return uint8_t(bytes_[size_t(id)][s.depth]) <= c; }) -
+               sorted_.begin());
     if (s.m.can_advance(c)) {
       Subtree child{s.m.borrow(), lo, end, s.depth + 1};
-      child.m.advance(c);
-      visit(child);
+      // can_advance looks at the next terminals only; a grammar whose every continuation after c is dead
+      // would fail here (the builders avoid such dead ends), and its tokens must not be offered.
+      if (child.m.advance(c)) visit(child);
     }
     lo = end;
   }
@@ -60,7 +63,8 @@ void TokenMasker::walk(const Subtree& s, std::span<uint32_t> mask) const {
   for_each_child(s, mask, [&](const Subtree& child) { walk(child, mask); });
 }
 
-void TokenMasker::split(const Subtree& root, size_t limit, std::vector<Subtree>& out, std::span<uint32_t> mask) const {
+void TokenMasker::split(const Subtree& root, size_t limit, std::vector<Subtree>& out,
+                        std::span<uint32_t> mask) const {
   if (root.hi - root.lo <= limit || root.depth >= kMaxSplitDepth) {
     out.push_back(root);
     return;
@@ -83,7 +87,8 @@ void TokenMasker::allowed(const Matcher& m, std::span<uint32_t> mask, bool paral
     if (tokens < kMinParallelTokens) {
       for (const Subtree& s : parts) walk(s, mask);
     } else {
-      std::sort(parts.begin(), parts.end(), [](const Subtree& a, const Subtree& b) { return a.hi - a.lo > b.hi - b.lo; });
+      std::sort(parts.begin(), parts.end(),
+                [](const Subtree& a, const Subtree& b) { return a.hi - a.lo > b.hi - b.lo; });
       // Each thread sets bits in its own mask (token ids under one prefix are scattered over the whole mask:
       // shared words would bounce between cores), OR-ed together at the end.
       std::vector<std::vector<uint32_t>> masks(size_t(pool.size()), std::vector<uint32_t>(mask.size(), 0u));

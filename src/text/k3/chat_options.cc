@@ -76,7 +76,15 @@ Status resolve_tool_choice(const Json& request, ChatOptions& o) {
   const Json* choice = field(request, "tool_choice");
   if (!choice) return {};
   if (choice->is_object()) {
-    return unimplemented("tool_choice naming a function is not supported for Kimi K3 (use \"required\")");
+    const Json* fn = field(*choice, "function");
+    const Json* name = fn ? field(*fn, "name") : nullptr;
+    if (!name || !name->is_string() || name->get_ref<const std::string&>().empty())
+      return invalid_argument("tool_choice.function.name must be a non-empty string");
+    if (!has_any_tools(request))
+      return invalid_argument("tool_choice names a function, but there are no tools");
+    o.tool_choice = ToolChoice::Named;
+    o.tool_choice_name = name->get<std::string>();
+    return {};
   }
   if (*choice == "auto") return {};
   if (*choice == "required") {

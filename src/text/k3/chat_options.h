@@ -9,7 +9,7 @@
 
 namespace rill::text::k3 {
 
-enum class ToolChoice { Auto, Required, None };
+enum class ToolChoice { Auto, Required, None, Named };
 enum class ResponseFormat { Text, JsonObject, JsonSchema };
 
 struct ChatOptions {
@@ -17,6 +17,7 @@ struct ChatOptions {
   std::string thinking_effort = "max";  // low | high | max
   bool add_generation_prompt = true;
   ToolChoice tool_choice = ToolChoice::Auto;  // Required/None render a system message (only when tools exist)
+  std::string tool_choice_name;               // Named: the function (rendered as Auto: K3 has no form for it)
   ResponseFormat response_format = ResponseFormat::Text;
   Json response_schema;  // the schema rendered for JsonSchema
 };
@@ -26,8 +27,10 @@ struct ChatOptions {
 //             ("enabled" | "disabled") > reasoning_effort == "none" (off) > on.
 //   effort:   chat_template_kwargs.thinking_effort > thinking.effort > reasoning_effort > "max";
 //             reasoning_effort "medium" keeps the default (K3 has no medium); accepted: low | high | max.
-//   tool_choice: "auto" | "none" | "required"; "required" without any tool (request-level or dynamic) is an
-//             error; a named function is Unimplemented (K3 has no form for it).
+//   tool_choice: "auto" | "none" | "required" | {"type": "function", "function": {"name": ...}};
+//             "required" or a named function without any tool (request-level or dynamic) is an error. The
+//             reference renders no message for a named function (the template only knows required/none):
+//             the prompt is auto's, and the call is forced by the turn grammar (turn_grammar.h).
 //   response_format: {"type": "text" | "json_object" | "json_schema"}; json_schema needs a non-empty
 //             string `name`, an object `schema` and a boolean `strict` if present.
 // Errors name the request parameter.

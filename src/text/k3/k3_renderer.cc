@@ -48,6 +48,7 @@ class Renderer {
 
     switch (options_.tool_choice) {
       case ToolChoice::Auto:
+      case ToolChoice::Named:  // no form in the reference (its template compares with strings only)
         break;
       case ToolChoice::Required:
         w_.internal_system_message(

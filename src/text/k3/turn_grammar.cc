@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "text/constraint/json_schema.h"
+#include "text/constraint/tool_arguments.h"
 #include "text/k3/xtml_writer.h"
 
 namespace rill::text::k3 {
@@ -43,22 +44,12 @@ class Builder {
   NodeId open(std::string_view text) { return b.seq({b.special(open_), b.bytes(text), b.special(sep_)}); }
   NodeId close(std::string_view tag) { return b.seq({b.special(close_), b.bytes(tag), b.special(sep_)}); }
 
-  Result<NodeId> arguments(const Json& tool, size_t k) {
-    const Json& fn = tool.contains("function") ? tool.at("function") : tool;
-    if (!fn.is_object() || !fn.contains("name") || !fn.at("name").is_string())
-      return invalid_argument("tools[{}]: no function name", k);
-    const std::string name = fn.at("name").get<std::string>();
-    if (!fn.contains("parameters") || fn.at("parameters").is_null()) return constraint::json_object_node(b);
-    auto node = constraint::json_schema_node(b, fn.at("parameters"));
-    if (!node.ok()) return invalid_argument("tool {}: parameters: {}", name, node.status().message());
-    return *node;
-  }
-
-  // <|open|>call tool="NAME" index="i"<|sep|> json block <|close|>call<|sep|>, for any declared tool.
-  NodeId call(const std::vector<std::pair<std::string, NodeId>>& tools, int index) {
+  // <|open|>call tool="NAME" index="i"<|sep|> json block <|close|>call<|sep|>, for any of `tools`.
+  NodeId call(const std::vector<constraint::ToolArguments>& tools, int index) {
     std::vector<NodeId> alts;
     for (const auto& [name, args] : tools) {
-      const std::string attrs = "call tool=\"" + escape_attr_value(name) + "\" index=\"" + std::to_string(index) + "\"";
+      const std::string attrs =
+          "call tool=\"" + escape_attr_value(name) + "\" index=\"" + std::to_string(index) + "\"";
       alts.push_back(b.seq({open(attrs), open("json type=\"object\""), args, close("json"), close("call")}));
     }
     return b.alt(std::move(alts));
@@ -71,29 +62,22 @@ class Builder {
 
 }  // namespace
 
-Result<std::shared_ptr<const constraint::Grammar>> required_tool_call_grammar(const Json& request,
-                                                                              const Tokenizer& tokenizer,
-                                                                              const ToolGrammarOptions& options) {
+Result<std::shared_ptr<const constraint::Grammar>> required_tool_call_grammar(
+    const Json& request, const Tokenizer& tokenizer, const ToolGrammarOptions& options) {
   Builder g(tokenizer);
   RILL_TRY(g.control_ids());
   GrammarBuilder& b = g.b;
-  std::vector<std::pair<std::string, NodeId>> tools;
-  const auto declared = declared_tools(request);
-  for (size_t k = 0; k < declared.size(); ++k) {
-    RILL_ASSIGN_OR_RETURN(NodeId args, g.arguments(*declared[k], k));
-    const Json& fn = declared[k]->contains("function") ? declared[k]->at("function") : *declared[k];
-    tools.emplace_back(fn.at("name").get<std::string>(), args);
-  }
-  if (tools.empty()) return invalid_argument("tool_choice \"required\" needs at least one tool");
-
-  // calls(i) = call(i) [calls(i + 1)], built from the last so each index is its own node.
-  const int n_calls = options.parallel_tool_calls ? std::max(1, options.max_calls) : 1;
-  NodeId calls = g.call(tools, n_calls);
-  for (int i = n_calls - 1; i >= 1; --i) calls = b.seq({g.call(tools, i), b.optional(calls)});
+  RILL_ASSIGN_OR_RETURN(const std::vector<constraint::ToolArguments> tools,
+                        constraint::tool_arguments(b, declared_tools(request), options.named_tool));
+  // Named: exactly one call of that tool (vLLM's named tool_choice).
+  const bool one = !options.parallel_tool_calls || !options.named_tool.empty();
+  const NodeId calls = constraint::numbered_calls(b, 1, one ? 1 : std::max(1, options.max_calls),
+                                                  [&](int i) { return g.call(tools, i); });
 
   std::vector<NodeId> turn;
   if (options.thinking) turn = {b.any_bytes(), g.close("think"), g.open("response")};
-  for (NodeId n : {g.close("response"), g.open("tools"), calls, g.close("tools"), g.close("message"), b.special(g.end_)})
+  for (NodeId n :
+       {g.close("response"), g.open("tools"), calls, g.close("tools"), g.close("message"), b.special(g.end_)})
     turn.push_back(n);
   return b.build(b.seq(std::move(turn)));
 }

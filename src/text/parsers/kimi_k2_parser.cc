@@ -87,9 +87,10 @@ class KimiK2Parser final : public OutputParser {
   void section_marker(int marker);
   void call_id_marker(int marker);
   void call_args_marker(int marker);
-  void stop() {
+  void stop(int marker) {
     mark_stop();
     state_ = State::Done;
+    if (!config_.stop_at_end_of_message) emit_content(spelling(marker));
   }
   void unexpected_marker(int marker, const char* where);
 
@@ -132,7 +133,10 @@ void KimiK2Parser::on_text(std::string_view text) {
       args_text(text);
       return;
     case State::Done:
-      trailing_bytes_ += text.size();
+      if (config_.stop_at_end_of_message)
+        trailing_bytes_ += text.size();
+      else
+        emit_content(text);
       return;
   }
 }
@@ -164,7 +168,10 @@ void KimiK2Parser::on_marker(int marker) {
       call_args_marker(marker);
       return;
     case State::Done:
-      if (!is_stop(marker)) trailing_bytes_ += spelling(marker).size();
+      if (!config_.stop_at_end_of_message)
+        emit_content(spelling(marker));
+      else if (!is_stop(marker))
+        trailing_bytes_ += spelling(marker).size();
       return;
   }
 }
@@ -180,7 +187,7 @@ void KimiK2Parser::reasoning_marker(int marker) {
     emit_reasoning_end();
     state_ = marker == kThinkClose ? State::Content : State::Section;
   } else if (is_stop(marker)) {
-    stop();
+    stop(marker);
   } else {
     unexpected_marker(marker, "reasoning");
     emit_reasoning(spelling(marker));
@@ -191,7 +198,7 @@ void KimiK2Parser::content_marker(int marker) {
   if (marker == kSectionBegin) {
     state_ = State::Section;
   } else if (is_stop(marker)) {
-    stop();
+    stop(marker);
   } else {
     // Without a reasoning channel (Kimi-Linear-Instruct) the think tags are ordinary text.
     bool plain = !config_.k2_reasoning && (marker == kThinkOpen || marker == kThinkClose);
@@ -212,7 +219,7 @@ void KimiK2Parser::section_marker(int marker) {
   } else if (is_stop(marker)) {
     flush_garbage();
     report(ParseErrorKind::UnterminatedToolSection, -1, "message ended before <|tool_calls_section_end|>");
-    stop();
+    stop(marker);
   } else {
     garbage_.append(spelling(marker));
   }

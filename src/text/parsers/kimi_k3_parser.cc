@@ -32,9 +32,10 @@ class KimiK3Parser final : public OutputParser {
   void body_marker(int marker);
   void tools_marker(int marker);
   void call_marker(int marker);
-  void stop() {
+  void stop(int marker) {
     mark_stop();
     state_ = State::Done;
+    if (!config_.stop_at_end_of_message) emit_content(spelling(marker));
   }
   void unexpected_marker(int marker, const char* where) {
     report(ParseErrorKind::UnexpectedMarker, -1,
@@ -66,7 +67,10 @@ void KimiK3Parser::on_text(std::string_view text) {
       call_->text(text);
       return;
     case State::Done:
-      trailing_bytes_ += text.size();
+      if (config_.stop_at_end_of_message)
+        trailing_bytes_ += text.size();
+      else
+        emit_content(text);
       return;
   }
 }
@@ -90,7 +94,10 @@ void KimiK3Parser::on_marker(int marker) {
       return;
     case State::Done:
       // <|close|>message<|sep|> is normally followed by <|end_of_msg|>: that is not trailing text.
-      if (!is_stop(marker)) trailing_bytes_ += spelling(marker).size();
+      if (!config_.stop_at_end_of_message)
+        emit_content(spelling(marker));
+      else if (!is_stop(marker))
+        trailing_bytes_ += spelling(marker).size();
       return;
   }
 }
@@ -105,7 +112,7 @@ void KimiK3Parser::think_marker(int marker) {
     emit_reasoning_end();
     state_ = marker == kResponseOpen ? State::Response : State::Tools;
   } else if (marker == kMessageClose || is_stop(marker)) {
-    stop();
+    stop(marker);
   } else {
     unexpected_marker(marker, "the think channel");
     emit_reasoning(spelling(marker));
@@ -119,7 +126,7 @@ void KimiK3Parser::response_marker(int marker) {
     unexpected_marker(marker, "the response channel (before <|close|>response<|sep|>)");
     state_ = State::Tools;
   } else if (marker == kMessageClose || is_stop(marker)) {
-    stop();
+    stop(marker);
   } else {
     unexpected_marker(marker, "the response channel");
     emit_content(spelling(marker));
@@ -145,7 +152,7 @@ void KimiK3Parser::body_marker(int marker) {
   } else if (marker == kToolsOpen) {
     state_ = State::Tools;
   } else {
-    stop();
+    stop(marker);
   }
 }
 
@@ -160,7 +167,7 @@ void KimiK3Parser::tools_marker(int marker) {
   } else if (marker == kMessageClose || is_stop(marker)) {
     flush_garbage();
     report(ParseErrorKind::UnterminatedToolSection, -1, "message ended before <|close|>tools<|sep|>");
-    stop();
+    stop(marker);
   } else {
     garbage_.append(spelling(marker));
   }

@@ -50,6 +50,9 @@ struct ParserConfig {
   // K3: false under tool_choice "none": a call the model writes anyway is not a tool call; its text goes to
   // content as written (vLLM returns the output unparsed when tool_choice is none).
   bool tool_calls = true;
+  // false (ignore_eos): the end of the message does not end the output; its marker and everything after it
+  // are content as written, instead of being dropped.
+  bool stop_at_end_of_message = true;
 
   Status validate() const;
 };
@@ -87,7 +90,7 @@ enum class ParseErrorKind {
   UnterminatedToolSection,  // a tool-calls section that never closed
   UnexpectedText,           // text where only markup may stand (emitted as content)
   UnexpectedMarker,         // a marker that means nothing where it stands (emitted as text)
-  TextAfterStop,            // text after the end of the message (dropped)
+  TextAfterStop,            // text after the end of the message (dropped unless !stop_at_end_of_message)
 };
 
 struct ParseError {

@@ -1,5 +1,7 @@
 #include "text/parsers/xtml_call.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "text/parsers/json_text.h"
@@ -58,22 +60,25 @@ bool ends_value(int marker) {
   }
 }
 
-nlohmann::ordered_json coerce_argument(const std::string& key, const std::string& type,
-                                       const std::string& value, std::vector<std::string>& problems) {
-  if (type == "string") return value;  // raw text, exactly as generated
+// The argument's value as JSON text: a string's raw text as a JSON string, any other type's JSON as the
+// model wrote it (trimmed), so numbers keep their digits and spelling (no trip through a double).
+std::string coerce_argument(const std::string& key, const std::string& type, const std::string& value,
+                            std::vector<std::string>& problems) {
+  if (type == "string") return dump_compact(value);  // raw text, exactly as generated
   bool known = type == "number" || type == "boolean" || type == "null" || type == "object" || type == "array";
   if (!known) problems.push_back(fmt::format("argument \"{}\" has unknown type \"{}\"", key, type));
-  auto parsed = parse_json(value);
+  const std::string_view text = trim_json_space(value);
+  auto parsed = parse_json(text);
   if (!parsed) {
     problems.push_back(fmt::format("argument \"{}\" of type {} is not valid JSON, kept as a string: {}", key,
                                    type, quote_excerpt(value)));
-    return value;
+    return dump_compact(value);
   }
   if (known && type != json_type_name(*parsed)) {
     problems.push_back(
         fmt::format("argument \"{}\" declared {} holds a {}", key, type, json_type_name(*parsed)));
   }
-  return *parsed;
+  return std::string(text);
 }
 
 }  // namespace
@@ -242,20 +247,30 @@ std::string XtmlCall::arguments(std::vector<std::string>& problems) const {
     if (!parsed) {
       problems.push_back(
           fmt::format("json block is not valid JSON, kept as written: {}", quote_excerpt(body)));
-      return std::string(body);
-    }
-    if (!parsed->is_object())
+    } else if (!parsed->is_object()) {
       problems.push_back(fmt::format("json block holds a {}", json_type_name(*parsed)));
-    return dump_compact(*parsed);
-  }
-  auto object = nlohmann::ordered_json::object();
-  for (const Argument& arg : args_) {
-    if (object.contains(arg.key)) {
-      problems.push_back(fmt::format("argument \"{}\" appears twice, the last value is kept", arg.key));
     }
-    object[arg.key] = coerce_argument(arg.key, arg.type, arg.value, problems);
+    return std::string(body);  // as written: re-serialising would round big numbers through a double
   }
-  return dump_compact(object);
+  // Keys in generated order; a repeated key keeps its first place and its last value.
+  std::vector<std::pair<std::string, std::string>> members;
+  for (const Argument& arg : args_) {
+    std::string value = coerce_argument(arg.key, arg.type, arg.value, problems);
+    auto same =
+        std::find_if(members.begin(), members.end(), [&](const auto& m) { return m.first == arg.key; });
+    if (same == members.end()) {
+      members.emplace_back(arg.key, std::move(value));
+      continue;
+    }
+    problems.push_back(fmt::format("argument \"{}\" appears twice, the last value is kept", arg.key));
+    same->second = std::move(value);
+  }
+  std::string out = "{";
+  for (const auto& [key, value] : members) {
+    if (out.size() > 1) out += ",";
+    out += dump_compact(key) + ":" + value;
+  }
+  return out + "}";
 }
 
 }  // namespace rill::text::k3

@@ -66,8 +66,10 @@ class XtmlCall {
   const std::string& problem() const { return problem_; }  // why it is malformed
   const std::string& raw() const { return raw_; }          // every byte consumed, markers included
   const std::string& name() const { return name_; }
-  // The arguments as a compact JSON object, keys in generated order; each value that had to be
-  // coerced (bad JSON kept as a string, a type that does not match) adds a line to `problems`.
+  // The arguments as a JSON object: a json block as written; typed arguments as {"key":VALUE,...} in
+  // generated order, each VALUE the model's own JSON text (numbers keep their digits and spelling). Each
+  // value that had to be coerced (bad JSON kept as a string, a type that does not match) adds a line to
+  // `problems`.
   std::string arguments(std::vector<std::string>& problems) const;
 
  private:

@@ -8,20 +8,21 @@
 
 namespace rill::text {
 
-Result<std::vector<std::string>> parse_control_block(std::string_view config_json, std::string_view file_name,
-                                                     int32_t n_ranks) {
+Result<ControlBlock> parse_control_block(std::string_view config_json, std::string_view file_name,
+                                         int32_t n_ranks) {
   nlohmann::json config;
   try {
     config = nlohmann::json::parse(config_json);
   } catch (const nlohmann::json::exception& e) {
     return invalid_argument("{}: {}", file_name, e.what());
   }
-  std::vector<std::string> names(kControlBlockSize);
+  ControlBlock block{std::vector<std::string>(kControlBlockSize), std::vector<bool>(kControlBlockSize, true)};
+  std::vector<std::string>& names = block.names;
   for (int32_t i = 0; i < kControlBlockSize; ++i)
     names[i] = fmt::format("<|reserved_token_{}|>", n_ranks + i);
   if (!config.is_object()) return invalid_argument("{}: expected a JSON object", file_name);
   const auto decoder = config.find("added_tokens_decoder");
-  if (decoder == config.end()) return names;
+  if (decoder == config.end()) return block;
   if (!decoder->is_object()) return invalid_argument("{}: added_tokens_decoder must be an object", file_name);
   for (const auto& [key, entry] : decoder->items()) {
     int64_t id = -1;
@@ -40,6 +41,11 @@ Result<std::vector<std::string>> parse_control_block(std::string_view config_jso
                               file_name, key);
     }
     names[id - n_ranks] = content->get<std::string>();
+    if (const auto special = entry.find("special"); special != entry.end()) {
+      if (!special->is_boolean())
+        return invalid_argument("{}: added_tokens_decoder[\"{}\"].special must be a boolean", file_name, key);
+      block.special[id - n_ranks] = special->get<bool>();
+    }
   }
   std::unordered_map<std::string_view, int32_t> seen;
   for (int32_t i = 0; i < kControlBlockSize; ++i) {
@@ -49,7 +55,7 @@ Result<std::vector<std::string>> parse_control_block(std::string_view config_jso
                               it->second, n_ranks + i);
     }
   }
-  return names;
+  return block;
 }
 
 SpecialMatcher::SpecialMatcher(const std::vector<std::string>& names, int32_t first_id) {

@@ -14,11 +14,18 @@ namespace rill::text {
 
 inline constexpr int32_t kControlBlockSize = 256;
 
-// Names of ids n_ranks .. n_ranks+255: `added_tokens_decoder[id].content` where present, else
-// `<|reserved_token_{id}|>` (the reference's rule). Entries outside the block, non-string contents, empty or
-// duplicate names, and JSON syntax errors are reported with the file name (and line for syntax errors).
-Result<std::vector<std::string>> parse_control_block(std::string_view config_json, std::string_view file_name,
-                                                     int32_t n_ranks);
+// Ids n_ranks .. n_ranks+255. Names: `added_tokens_decoder[id].content` where present, else
+// `<|reserved_token_{id}|>` (the reference's rule). `special`: false only for added tokens whose entry says
+// `"special": false` (K2's tool-call markers and think tags, K3's <|open|> <|close|> <|sep|>): those are text
+// that decoding with skip_special_tokens keeps, as Hugging Face does; reserved ids are special.
+struct ControlBlock {
+  std::vector<std::string> names;
+  std::vector<bool> special;
+};
+// Entries outside the block, non-string contents, a non-boolean `special`, empty or duplicate names, and JSON
+// syntax errors are reported with the file name (and line for syntax errors).
+Result<ControlBlock> parse_control_block(std::string_view config_json, std::string_view file_name,
+                                         int32_t n_ranks);
 
 // Finds special-token names in text: the leftmost occurrence (the longest name if two start there).
 class SpecialMatcher {

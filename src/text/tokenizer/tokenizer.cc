@@ -11,7 +11,7 @@ namespace rill::text {
 
 struct Tokenizer::Impl {
   BpeRanks ranks;
-  std::vector<std::string> control_names;  // ids n_ranks .. n_ranks + 255
+  ControlBlock control;  // ids n_ranks .. n_ranks + 255
   SpecialMatcher specials;
   KimiPreTokenizer pretokenizer;
 
@@ -52,12 +52,12 @@ Result<Tokenizer> Tokenizer::from_files(const std::filesystem::path& tiktoken_mo
   RILL_ASSIGN_OR_RETURN(std::vector<std::string> ranks, read_tiktoken_model(tiktoken_model));
   RILL_ASSIGN_OR_RETURN(const std::string config, read_file(tokenizer_config_json));
   const auto n_ranks = static_cast<int32_t>(ranks.size());
-  RILL_ASSIGN_OR_RETURN(std::vector<std::string> names,
+  RILL_ASSIGN_OR_RETURN(ControlBlock control,
                         parse_control_block(config, tokenizer_config_json.string(), n_ranks));
   auto impl = std::make_unique<Impl>();
   impl->ranks = BpeRanks(ranks);
-  impl->specials = SpecialMatcher(names, n_ranks);
-  impl->control_names = std::move(names);
+  impl->specials = SpecialMatcher(control.names, n_ranks);
+  impl->control = std::move(control);
   return Tokenizer(std::move(impl));
 }
 
@@ -95,6 +95,9 @@ int32_t Tokenizer::n_ranks() const {
 bool Tokenizer::is_special(int32_t id) const {
   return id >= n_ranks() && id < vocab_size();
 }
+bool Tokenizer::is_skipped_special(int32_t id) const {
+  return is_special(id) && impl_->control.special[size_t(id - n_ranks())];
+}
 
 std::optional<int32_t> Tokenizer::token_id(std::string_view special_name) const {
   const int32_t id = impl_->specials.id_of(special_name);
@@ -104,7 +107,7 @@ std::optional<int32_t> Tokenizer::token_id(std::string_view special_name) const 
 
 std::string_view Tokenizer::token_bytes(int32_t id) const {
   if (id < n_ranks()) return impl_->ranks.token(id);
-  return impl_->control_names[id - n_ranks()];
+  return impl_->control.names[size_t(id - n_ranks())];
 }
 
 Result<std::string> IncrementalDetokenizer::push(int32_t id) {

@@ -39,7 +39,10 @@ class Tokenizer {
 
   int32_t vocab_size() const;
   int32_t n_ranks() const;
-  bool is_special(int32_t id) const;
+  bool is_special(int32_t id) const;  // in the control block
+  // A control-block id that skip_special_tokens leaves out of text (Hugging Face's special tokens): every id
+  // of the block except added tokens marked `"special": false`, which stay text that output parsers read.
+  bool is_skipped_special(int32_t id) const;
   std::optional<int32_t> token_id(std::string_view special_name) const;  // "<|im_end|>" -> 163586
   // Raw bytes of a rank token, or the name of a special token. Precondition: 0 <= id < vocab_size().
   std::string_view token_bytes(int32_t id) const;

@@ -190,11 +190,12 @@ export function checkCompletion(r, n = 1) {
   checkUsage(r.usage, "text_completion");
 }
 
-// Collects a streamed chat completion through the SDK and checks the Kimi stream spec on the way: constant
-// id/created/model, one choice per frame, role + content "" first, no null keys in deltas, content /
-// reasoning_content / tool_calls exclusive, an end frame with delta {} and per-choice usage, and (with
-// include_usage) a last chunk with choices [] and usage. Returns per choice {content, reasoning, tool_calls,
-// finish_reason, usage, logprobs, frames} and the final usage.
+// Collects a streamed chat completion through the SDK and checks the Kimi stream spec's frames on the way:
+// constant id/created/model, one choice per frame, role + content "" first, no null keys in deltas, content /
+// reasoning_content / tool_calls exclusive, an end frame with delta {}; and OpenAI's usage rule: no usage in
+// a choice, and with include_usage `usage: null` on every chunk and a last chunk with choices [] and usage
+// (without it, no usage key at all). Returns per choice {content, reasoning, tool_calls, finish_reason,
+// logprobs, frames} and the final usage.
 export async function collectChatStream(stream, n = 1, includeUsage = false) {
   const choices = Array.from({ length: n }, () => ({ content: "", reasoning: "", tool_calls: [], frames: 0, logprobs: [], started: false }));
   let head = null, usage = null, sawUsageChunk = false;
@@ -213,7 +214,9 @@ export async function collectChatStream(stream, n = 1, includeUsage = false) {
     }
     assertEq(chunk.choices.length, 1, "one choice per frame");
     if (includeUsage) assert(chunk.usage === null, "usage: null on ordinary chunks");
+    else assert(!("usage" in chunk), "no usage key without include_usage");
     const c = chunk.choices[0];
+    assert(!("usage" in c), "no usage inside a choice (OpenAI)");
     const st = choices[c.index];
     assert(st && !st.finish_reason, "frame for a live choice " + c.index);
     assert("finish_reason" in c && "delta" in c, "index, delta, finish_reason present");
@@ -229,9 +232,7 @@ export async function collectChatStream(stream, n = 1, includeUsage = false) {
     if (c.logprobs) st.logprobs.push(...c.logprobs.content);
     if (c.finish_reason !== null) {
       assertEq(c.delta, {}, "end frame delta is {}");
-      checkUsage(c.usage, "per-choice usage on the end frame");
       st.finish_reason = c.finish_reason;
-      st.usage = c.usage;
       continue;
     }
     const keys = Object.keys(c.delta);

@@ -9,14 +9,15 @@
 #include <functional>
 #include <iterator>
 #include <random>
+#include <regex>
 #include <set>
 #include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
 
-#include "text/constraint/json_schema.h"
 #include "test_seed.h"
+#include "text/constraint/json_schema.h"
 
 namespace rill::text::constraint {
 namespace {
@@ -215,6 +216,148 @@ TEST(JsonSchema, StringLengthCountsCharacters) {
   expect_language(R"({"type": "string", "minLength": 1})", {R"("a")", R"("a long one")"}, {R"("")"});
 }
 
+// ---- bounds, patterns, formats, counts (the keywords that only narrow values) ----
+
+TEST(JsonSchema, IntegerBounds) {
+  // The bug: `maximum: 7` was ignored and the model wrote 9640010098050097597.
+  expect_language(R"({"type": "integer", "minimum": 1, "maximum": 7})", {"1", "4", "7"},
+                  {"0", "8", "9640010098050097597", "-1", "07", "70", "1.0"});
+  expect_language(R"({"type": "integer", "exclusiveMinimum": 0, "exclusiveMaximum": 10})", {"1", "9"},
+                  {"0", "10", "-0"});
+  expect_language(R"({"type": "integer", "minimum": 0.5, "maximum": 3.5})", {"1", "3"}, {"0", "4"});
+  expect_language(R"({"type": "integer", "minimum": -3.5, "exclusiveMaximum": -1})", {"-3", "-2"},
+                  {"-4", "-1", "0"});
+  // Draft 4: a boolean exclusiveMinimum makes `minimum` exclusive; with both forms, the tighter bound wins.
+  expect_language(R"({"type": "integer", "minimum": 0, "exclusiveMinimum": true})", {"1", "12"}, {"0", "-1"});
+  expect_language(R"({"type": "integer", "minimum": 5, "exclusiveMinimum": 5})", {"6"}, {"5"});
+  expect_language(R"({"type": "integer", "minimum": 6, "exclusiveMinimum": 5})", {"6"}, {"5"});
+  expect_language(R"({"type": "integer", "format": "int32"})", {"2147483647", "-2147483648", "0"},
+                  {"2147483648", "-2147483649"});
+  expect_language(R"({"type": "integer", "format": "int64", "minimum": 0})", {"9223372036854775807"},
+                  {"9223372036854775808", "-1"});
+  expect_language(R"({"type": "integer", "maximum": 1e30})", {"1000000000000000000000000000000", "-5"},
+                  {"1000000000000000000000000000001"});
+  expect_language(R"({"type": "integer", "multipleOf": 1, "minimum": 2})", {"2"}, {"1"});
+  expect_language(R"({"type": "number", "multipleOf": 1})", {"2", "-3"}, {"2.5", "1e3"});
+}
+
+TEST(JsonSchema, NumberBounds) {
+  expect_language(R"({"type": "number", "minimum": -90, "maximum": 90})",
+                  {"-90", "90", "0.5", "-89.999", "45", "90.000", "0"},
+                  {"90.0001", "-91", "1e1", "100", "-90.5"});
+  expect_language(R"({"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1})",
+                  {"0.5", "0.0001", "0.999"}, {"0", "1", "1.0", "0.0", "-0.5"});
+  expect_language(R"({"type": "number", "minimum": 0.25})", {"0.25", "0.250", "0.3", "7", "1234.5"},
+                  {"0.2", "0.249", "-1", "0.05"});
+  expect_language(R"({"type": ["number", "null"], "maximum": -1.5})", {"-1.5", "-2", "null"}, {"-1.4", "0"});
+  // No `type`: numeric keywords mean a number.
+  expect_language(R"({"minimum": 1, "maximum": 2})", {"1", "1.5"}, {"3", "\"1\"", "null"});
+}
+
+TEST(JsonSchema, PatternsAndFormats) {
+  expect_language(R"({"type": "string", "pattern": "^[A-Z]{3}$"})", {R"("ABC")"},
+                  {R"("ABCD")", R"("abc")", R"("")"});
+  expect_language(R"({"type": "string", "pattern": "^[a-z]+$", "maxLength": 3})", {R"("abc")"},
+                  {R"("abcd")"});
+  expect_language(R"({"type": "string", "pattern": "a\\.b"})", {R"("a.b")"}, {R"("axb")"});
+  expect_language(R"({"type": "string", "format": "date"})", {R"("2024-02-29")", R"("2000-02-29")"},
+                  {R"("2023-02-29")", R"("1900-02-29")", R"("x")"});
+  expect_language(R"({"type": "string", "format": "uuid"})", {R"("123e4567-e89b-12d3-a456-426614174000")"},
+                  {R"("123e4567e89b12d3a456426614174000")"});
+  expect_language(R"({"format": "email"})", {R"("a.b@example.org")"},
+                  {R"("a@b")", "1"});  // no type: a string
+  expect_language(R"({"type": ["string", "integer"], "format": "int32"})", {R"("any")", "5"}, {"2147483648"});
+  expect_language(R"({"type": "number", "format": "double"})", {"1.5e300"}, {R"("1")"});
+}
+
+TEST(JsonSchema, PropertyCounts) {
+  const char* schema =
+      R"({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"},
+                           "c": {"type": "integer"}}, "minProperties": 2, "maxProperties": 2})";
+  const auto g = schema_grammar(schema);
+  ASSERT_TRUE(g);
+  for (int subset = 0; subset < 8; ++subset) {
+    std::string text = "{";
+    int n = 0;
+    for (int i = 0; i < 3; ++i) {
+      if (!(subset & (1 << i))) continue;
+      text += (n++ ? "," : "") + fmt::format(R"("{}":{})", char('a' + i), i);
+    }
+    text += "}";
+    EXPECT_EQ(accepts(g, text), n == 2) << text;
+  }
+  expect_language(R"({"type": "object", "additionalProperties": {"type": "integer"}, "minProperties": 1,
+                      "maxProperties": 2})",
+                  {R"({"x":1})", R"({"x":1,"y":2})"}, {"{}", R"({"x":1,"y":2,"z":3})"});
+  expect_language(
+      R"({"type": "object", "properties": {"a": {"type": "integer"}}, "additionalProperties": true,
+                      "minProperties": 3})",
+      {R"({"a":1,"b":2,"c":3})", R"({"b":2,"c":3,"d":4,"e":5})"}, {R"({"a":1,"b":2})", "{}"});
+  expect_language(R"({"minProperties": 1})", {R"({"k":null})"}, {"{}", "1"});
+  const std::string too_many = compile_error(R"({"type": "object", "properties": {"a": {}, "b": {}},
+                                                "required": ["a", "b"], "maxProperties": 1})");
+  EXPECT_NE(too_many.find("maxProperties 1"), std::string::npos) << too_many;
+  const std::string too_few = compile_error(R"({"properties": {"a": {}}, "additionalProperties": false,
+                                               "minProperties": 2})");
+  EXPECT_NE(too_few.find("minProperties 2"), std::string::npos) << too_few;
+}
+
+TEST(JsonSchema, UniqueItems) {
+  expect_language(R"({"type": "array", "uniqueItems": false})", {"[1,1]"}, {});
+  expect_language(R"({"type": "array", "uniqueItems": true, "maxItems": 1})", {"[]", "[1]"}, {"[1,2]"});
+  EXPECT_NE(compile_error(R"({"type": "array", "items": {"type": "integer"}, "uniqueItems": true})")
+                .find("schema.uniqueItems: true is not supported"),
+            std::string::npos);
+}
+
+// The compiler never drops a keyword silently: what it does not implement is an error naming the keyword
+// and its schema path; annotations are accepted.
+TEST(JsonSchema, UnsupportedKeywordsAreErrors) {
+  EXPECT_EQ(compile_error(R"({"not": {"type": "string"}})"), R"(schema: keyword "not" is not supported)");
+  EXPECT_EQ(compile_error(R"({"type": "object", "properties": {"n": {"type": "integer", "maximun": 7}}})"),
+            R"(schema.properties.n: keyword "maximun" is not supported)");
+  for (const char* keyword : {"if", "patternProperties", "propertyNames", "contains", "dependentRequired",
+                              "unevaluatedProperties", "$dynamicRef"}) {
+    const std::string error = compile_error(fmt::format(R"({{"type": "object", "{}": {{}}}})", keyword));
+    EXPECT_EQ(error, fmt::format(R"(schema: keyword "{}" is not supported)", keyword)) << keyword;
+  }
+  EXPECT_EQ(compile_error(R"({"$defs": {"x": {"type": "integer"}}, "$ref": "#/$defs/x", "minimum": 1})"),
+            R"(schema: "minimum" next to "$ref" is not supported)");
+  EXPECT_EQ(compile_error(R"({"anyOf": [{"type": "integer"}], "type": "integer"})"),
+            R"(schema: "type" next to "anyOf" is not supported)");
+  EXPECT_EQ(compile_error(R"({"anyOf": [{"type": "integer"}], "oneOf": [{"type": "integer"}]})"),
+            R"(schema: "oneOf" next to "anyOf" is not supported)");
+  EXPECT_EQ(compile_error(R"({"enum": ["a", "bb"], "maxLength": 1})"),
+            R"(schema: "maxLength" next to "enum" is not supported)");
+  EXPECT_EQ(compile_error(R"({"type": "number", "multipleOf": 0.5})"),
+            "schema.multipleOf: 0.5 is not supported (only 1: a grammar cannot check divisibility)");
+  EXPECT_NE(compile_error(R"({"type": "string", "format": "duration"})")
+                .find(R"(schema.format: "duration" is not supported)"),
+            std::string::npos);
+  EXPECT_NE(compile_error(R"({"type": "integer", "format": "date"})").find("schema.format"),
+            std::string::npos);
+  EXPECT_NE(compile_error(R"js({"type": "string", "pattern": "(?=a)"})js").find("schema.pattern: lookahead"),
+            std::string::npos);
+  EXPECT_NE(compile_error(R"({"type": "string", "pattern": 5})").find("schema.pattern: must be a string"),
+            std::string::npos);
+  EXPECT_NE(compile_error(R"({"type": "string", "pattern": "a", "format": "date"})")
+                .find("pattern together with format"),
+            std::string::npos);
+  EXPECT_NE(compile_error(R"({"type": "integer", "minimum": 5, "maximum": 4})").find("no number lies"),
+            std::string::npos);
+  EXPECT_NE(compile_error(R"({"type": "integer", "minimum": 4.2, "maximum": 4.8})").find("no integer lies"),
+            std::string::npos);
+  EXPECT_NE(compile_error(R"({"type": "integer", "minimum": "1"})").find("schema.minimum: must be a number"),
+            std::string::npos);
+  EXPECT_NE(compile_error(R"({"type": "integer", "exclusiveMaximum": true})").find("true needs maximum"),
+            std::string::npos);
+  // Annotations, $defs containers and OpenAPI extensions change nothing.
+  expect_language(R"({"type": "string", "title": "t", "description": "d", "default": "x", "examples": ["a"],
+                      "$comment": "c", "deprecated": true, "readOnly": false, "x-order": 1, "nullable": true,
+                      "$schema": "https://json-schema.org/draft/2020-12/schema", "$id": "s", "example": "e"})",
+                  {R"("a")"}, {"null", "1"});
+}
+
 // ---- enum / const ----
 
 TEST(JsonSchema, EnumValuesAsCompactJson) {
@@ -279,7 +422,7 @@ TEST(JsonSchema, AnyValueSchemas) {
       "1",       "-2.5e3", R"("s")", "true", "null", "[]", "{}", R"({"a":[1,{"b":null}],"c":"\u00e9"})",
       "[[[[]]]]"};
   const std::vector<std::string> not_values = {"", "[1,]", "{\"a\"}", "tru", "'s'", "{}{}", "01", "[1]]"};
-  for (const char* schema : {"{}", "true", R"({"description": "anything", "format": "date"})"})
+  for (const char* schema : {"{}", "true", R"({"description": "anything", "title": "t", "$comment": "c"})"})
     expect_language(schema, values, not_values);
   expect_language(R"({"properties": {"a": {"type": "integer"}}})", {R"({"a":1})", "{}"}, {"1", "[]"});
   expect_language(R"({"items": {"type": "integer"}})", {"[1,2]"}, {"1", "{}"});
@@ -469,6 +612,41 @@ const std::vector<WalkCase>& walk_cases() {
          if (!(id == "a\"b" || id == "c\\d" || id == "é" || id == 7)) return false;
          return std::all_of(std::next(v.begin()), v.end(), [](const Json& x) { return x.is_number(); });
        }},
+      {"bounded",
+       R"({"type": "object", "properties": {"n": {"type": "integer", "minimum": -5, "maximum": 1000},
+           "code": {"type": "string", "pattern": "^[A-Z]{2}-\\d{2,4}$"}, "day": {"type": "string", "format": "date"},
+           "x": {"type": "number", "exclusiveMinimum": 0, "maximum": 2.5}},
+           "required": ["n", "code", "x"]})",
+       {},
+       [](const Json& v) {
+         static const std::regex code("^[A-Z]{2}-[0-9]{2,4}$");
+         if (!v.is_object() || !keys_in_order(v, {"n", "code", "day", "x"})) return false;
+         if (!v.contains("n") || !v["n"].is_number_integer()) return false;
+         const int64_t n = v["n"].get<int64_t>();
+         if (n < -5 || n > 1000 || !v["x"].is_number()) return false;
+         const double x = v["x"].get<double>();
+         if (!(x > 0 && x <= 2.5) || !v["code"].is_string()) return false;
+         if (!std::regex_match(v["code"].get<std::string>(), code)) return false;
+         return !v.contains("day") || (v["day"].is_string() && v["day"].get<std::string>().size() == 10);
+       }},
+      {"counted", R"({"type": "object", "additionalProperties": {"type": "boolean"}, "minProperties": 1,
+           "maxProperties": 3})",
+       kCompact,
+       [](const Json& v) {
+         return v.is_object() && v.size() >= 1 && v.size() <= 3 &&
+                std::all_of(v.begin(), v.end(), [](const Json& x) { return x.is_boolean(); });
+       }},
+      // Optional listed keys with a minimum count: no prefix may lead into a dead end (the walk fails if
+      // the matcher offers a byte it cannot take).
+      {"listed_counts",
+       R"({"type": "object", "properties": {"a": {"type": "integer", "minimum": -99, "maximum": 99}, "b": {"type": "string", "maxLength": 3},
+           "c": {"type": "boolean"}}, "minProperties": 2, "maxProperties": 2})",
+       {},
+       [](const Json& v) {
+         return v.is_object() && v.size() == 2 && keys_in_order(v, {"a", "b", "c"}) &&
+                (!v.contains("a") || v["a"].is_number_integer()) &&
+                (!v.contains("b") || v["b"].is_string()) && (!v.contains("c") || v["c"].is_boolean());
+       }},
       {"any", "{}", {}, [](const Json&) { return true; }},
       {"any_object", R"({"type": "object"})", kCompact, [](const Json& v) { return v.is_object(); }},
   };
@@ -518,7 +696,8 @@ bool has_duplicate_key(const std::string& text) {
   const Json ignored = Json::parse(text, [&](int, Json::parse_event_t event, Json& parsed) {
     if (event == Json::parse_event_t::object_start) keys.emplace_back();
     if (event == Json::parse_event_t::object_end) keys.pop_back();
-    if (event == Json::parse_event_t::key && !keys.back().insert(parsed.get<std::string>()).second) duplicate = true;
+    if (event == Json::parse_event_t::key && !keys.back().insert(parsed.get<std::string>()).second)
+      duplicate = true;
     return true;
   });
   return duplicate;

@@ -127,6 +127,24 @@ void expect_error(const Json& request, StatusCode code, const std::string& needl
   EXPECT_NE(r.status().message().find(needle), std::string::npos) << r.status().message();
 }
 
+// A named tool_choice has no form in the reference (Kimi-K3.jinja compares tool_choice with "required" and
+// "none" only): the prompt is the one of "auto"; the turn grammar forces the call.
+TEST(K3Renderer, NamedToolChoiceRendersAsAuto) {
+  RILL_REQUIRE_KIMI_TOKENIZER();
+  const Json user = {{"role", "user"}, {"content", "hi"}};
+  const Json tool = {{"type", "function"}, {"function", {{"name", "f"}}}};
+  auto named = render_chat({{"messages", {user}},
+                            {"tools", {tool}},
+                            {"tool_choice", {{"type", "function"}, {"function", {{"name", "f"}}}}}},
+                           k3_tokenizer());
+  auto plain = render_chat({{"messages", {user}}, {"tools", {tool}}}, k3_tokenizer());
+  ASSERT_TRUE(named.ok()) << named.status().to_string();
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(named->text, plain->text);
+  EXPECT_EQ(named->options.tool_choice, ToolChoice::Named);
+  EXPECT_EQ(named->options.tool_choice_name, "f");
+}
+
 TEST(K3Renderer, ClearErrors) {
   RILL_REQUIRE_KIMI_TOKENIZER();
   const Json user = {{"role", "user"}, {"content", "hi"}};
@@ -150,10 +168,10 @@ TEST(K3Renderer, ClearErrors) {
                "needs at least one tool");
   expect_error({{"messages", {user}}, {"tools", {tool}}, {"tool_choice", "sometimes"}}, C::InvalidArgument,
                "tool_choice");
-  expect_error({{"messages", {user}},
-                {"tools", {tool}},
-                {"tool_choice", {{"type", "function"}, {"function", {{"name", "f"}}}}}},
-               C::Unimplemented, "tool_choice naming a function");
+  expect_error({{"messages", {user}}, {"tool_choice", {{"type", "function"}, {"function", {{"name", "f"}}}}}},
+               C::InvalidArgument, "no tools");
+  expect_error({{"messages", {user}}, {"tools", {tool}}, {"tool_choice", {{"type", "function"}}}},
+               C::InvalidArgument, "tool_choice.function.name");
   expect_error({{"messages", {user}}, {"response_format", {{"type", "xml"}}}}, C::InvalidArgument,
                "response_format.type");
   expect_error(

@@ -68,6 +68,15 @@ std::vector<Case> well_formed_cases() {
                        {"functions.get_time:1", "get_time", R"({"tz":"CET"})"}},
         .reasoning_ended = true,
         .stop_seen = true}},
+      // The model's text, streamed and whole: big integers and number spellings are not re-serialised.
+      {"numbers_verbatim",
+       k2(),
+       kBegin +
+           call("functions.pay:0", R"({"z": 63200810010550512345678901234, "amount": 1.50, "big": 1e3})") +
+           kEnd + kImEnd,
+       {.tool_calls = {{"functions.pay:0", "pay",
+                        R"({"z": 63200810010550512345678901234, "amount": 1.50, "big": 1e3})"}},
+        .stop_seen = true}},
       {"whitespace_between_markers",
        k2(),
        kBegin +
@@ -174,6 +183,15 @@ std::vector<Case> malformed_cases() {
        k2(),
        "Hi[EOS]junk",
        {.content = "Hi", .errors = {{E::TextAfterStop, -1}}, .stop_seen = true}},
+      // ignore_eos: the end of the message ends nothing; it and what follows are content as written.
+      {"ignore_eos_keeps_text_after_the_end",
+       {.family = ModelFamily::KimiK2, .stop_at_end_of_message = false},
+       "Hi" + kImEnd + "<|im_user|>more" + kBegin + "x[EOS]",
+       {.content = "Hi" + kImEnd + "<|im_user|>more" + kBegin + "x[EOS]", .stop_seen = true}},
+      {"ignore_eos_ends_reasoning_into_content",
+       {.family = ModelFamily::KimiK2, .starts_in_reasoning = true, .stop_at_end_of_message = false},
+       "hmm[EOT]</think>after",
+       {.reasoning = "hmm", .content = "[EOT]</think>after", .stop_seen = true}},
   };
 }
 

@@ -66,14 +66,38 @@ std::vector<Case> well_formed_cases() {
         .tool_calls =
             {{"search_0", "search",
               R"({"q":"rust \"async\" & <tokio>","limit":10,"ratio":0.25,"exact":false,"cursor":null,)"
-              R"("filters":{"lang":"en","tags":["a","b"]},"fields":["title",2,true]})"}},
+              R"("filters":{"lang": "en", "tags": ["a", "b"]},"fields":["title", 2, true]})"}},
         .reasoning_ended = true,
         .stop_seen = true}},
       {"json_block",
        no_thinking(),
        kResponseEnd + kTools + call("create", 1, json_block(R"({"title": "T", "n": [1, 2]})")) + kToolsEnd +
            kMessageEnd,
-       {.tool_calls = {{"create_0", "create", R"({"title":"T","n":[1,2]})"}}, .stop_seen = true}},
+       {.tool_calls = {{"create_0", "create", R"({"title": "T", "n": [1, 2]})"}}, .stop_seen = true}},
+      // Arguments are the model's text: a 29-digit integer, 1.50, 1e3 and -0.0 keep their spelling (through
+      // a double they would read 6.32008100105505e+28, 1.5, 1000.0, -0.0), and keys keep their order.
+      {"json_block_numbers_verbatim",
+       no_thinking(),
+       kResponseEnd + kTools +
+           call("pay", 1,
+                json_block(
+                    R"( {"z": 63200810010550512345678901234, "amount": 1.50, "big": 1e3, "neg": -0.0} )")) +
+           kToolsEnd + kMessageEnd,
+       {.tool_calls = {{"pay_0", "pay",
+                        R"({"z": 63200810010550512345678901234, "amount": 1.50, "big": 1e3, "neg": -0.0})"}},
+        .stop_seen = true}},
+      {"typed_numbers_verbatim",
+       no_thinking(),
+       kResponseEnd + kTools +
+           call("pay", 1,
+                arg("z", "number", "63200810010550512345678901234") + arg("amount", "number", " 1.50 ") +
+                    arg("nested", "object", R"({"n": 1E+3})") +
+                    arg("list", "array", "[18446744073709551617]")) +
+           kToolsEnd + kMessageEnd,
+       {.tool_calls = {{"pay_0", "pay",
+                        R"({"z":63200810010550512345678901234,"amount":1.50,"nested":{"n": 1E+3},)"
+                        R"("list":[18446744073709551617]})"}},
+        .stop_seen = true}},
       {"two_calls_kimi_k2_ids",
        {.family = ModelFamily::KimiK3, .tool_call_ids = ToolCallIdStyle::KimiK2, .first_tool_call_number = 2},
        "ok" + kResponseEnd + kTools + call("a", 1, arg("x", "number", "1")) + call("b", 2, "") + kToolsEnd +
@@ -155,6 +179,12 @@ std::vector<Case> malformed_cases() {
        no_thinking(),
        kResponseEnd + kTools + call("f", 1, arg("a", "number", "1") + arg("a", "number", "2")) + kToolsEnd,
        {.tool_calls = {{"f_0", "f", R"({"a":2})"}}, .errors = {{E::InvalidArguments, 0}}}},
+      {"duplicate_argument_keeps_first_place",
+       no_thinking(),
+       kResponseEnd + kTools +
+           call("f", 1, arg("a", "number", "1") + arg("b", "string", "x") + arg("a", "number", "2.50")) +
+           kToolsEnd,
+       {.tool_calls = {{"f_0", "f", R"({"a":2.50,"b":"x"})"}}, .errors = {{E::InvalidArguments, 0}}}},
       {"bad_json_block",
        no_thinking(),
        kResponseEnd + kTools + call("f", 1, json_block(R"( {"a": } )")) + kToolsEnd,
@@ -226,6 +256,15 @@ std::vector<Case> malformed_cases() {
        no_thinking(),
        "a" + kResponseEnd + kMessageEnd + "junk",
        {.content = "a", .errors = {{E::TextAfterStop, -1}}, .stop_seen = true}},
+      // ignore_eos: the end of the message ends nothing; it and what follows are content as written.
+      {"ignore_eos_keeps_text_after_the_message",
+       {.family = ModelFamily::KimiK3, .stop_at_end_of_message = false},
+       "a" + kResponseEnd + kMessageEnd + "<|open|>message role=\"user\"<|sep|>junk",
+       {.content = "a" + kMessageEnd + "<|open|>message role=\"user\"<|sep|>junk", .stop_seen = true}},
+      {"ignore_eos_in_the_think_channel",
+       {.family = ModelFamily::KimiK3, .starts_in_reasoning = true, .stop_at_end_of_message = false},
+       "hmm<|end_of_msg|>" + kResponse + "x",
+       {.reasoning = "hmm", .content = "<|end_of_msg|>" + kResponse + "x", .stop_seen = true}},
   };
 }
 
@@ -281,7 +320,8 @@ TEST(KimiK3Parser, ToolChoiceNoneKeepsCallsAsContent) {
   auto made = make_output_parser(config);
   ASSERT_TRUE(made.ok());
   auto& p = *made;
-  const std::string call = "<|open|>call tool=\"f\" index=\"1\"<|sep|>" + arg("a", "number", "1") + "<|close|>call<|sep|>";
+  const std::string call =
+      "<|open|>call tool=\"f\" index=\"1\"<|sep|>" + arg("a", "number", "1") + "<|close|>call<|sep|>";
   p->feed("ok" + kResponseEnd + kTools + call + "<|close|>tools<|sep|>" + kMessageEnd);
   p->finish();
   EXPECT_TRUE(p->result().tool_calls.empty());

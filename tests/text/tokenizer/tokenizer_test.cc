@@ -76,8 +76,16 @@ TEST(TokenizerLoad, RealKimiFiles) {
     EXPECT_EQ(t.token_id(entry["content"].get<std::string>()), id);
     EXPECT_EQ(t.token_bytes(id), entry["content"].get<std::string>());
     EXPECT_TRUE(t.is_special(id));
+    // skip_special_tokens drops what the config flags special (K2's tool-call markers and think tags are
+    // not).
+    EXPECT_EQ(t.is_skipped_special(id), entry["special"].get<bool>()) << entry["content"];
   }
+  EXPECT_FALSE(t.is_skipped_special(*t.token_id("<|tool_call_begin|>")));
+  EXPECT_TRUE(t.is_skipped_special(*t.token_id("<|im_end|>")));
   const int32_t reserved = t.n_ranks() + 200;
+  EXPECT_TRUE(t.is_skipped_special(reserved)) << "reserved ids are special";
+  EXPECT_FALSE(t.is_skipped_special(t.n_ranks() - 1));
+  EXPECT_FALSE(t.is_skipped_special(t.vocab_size()));
   EXPECT_EQ(t.token_id("<|reserved_token_" + std::to_string(reserved) + "|>"), reserved);
   EXPECT_FALSE(t.token_id("<|not_a_token|>").has_value());
   EXPECT_FALSE(t.is_special(t.n_ranks() - 1));
@@ -142,6 +150,8 @@ TEST(TokenizerLoad, MalformedConfig) {
                     "must be a non-empty string");
   expect_load_error(model, R"({"added_tokens_decoder": {"256": {"content": 3}}})",
                     "must be a non-empty string");
+  expect_load_error(model, R"({"added_tokens_decoder": {"256": {"content": "[A]", "special": "yes"}}})",
+                    "added_tokens_decoder[\"256\"].special must be a boolean");
   expect_load_error(model,
                     R"({"added_tokens_decoder": {"256": {"content": "[A]"}, "300": {"content": "[A]"}}})",
                     "special token '[A]' names both id 256 and id 300");

@@ -42,6 +42,42 @@ __device__ __forceinline__ void store_bf16(__nv_bfloat16* p, const float (&f)[kV
   }
 }
 
+// Loads / stores kVec consecutive values of a row held in bf16 or fp32 (the residual stream and the AttnRes
+// state may be either): one spelling for kernels templated on the element type. Vector widths as load_bf16;
+// fp32 rows use 16-byte accesses when kVec is a multiple of 4.
+template <int kVec>
+__device__ __forceinline__ void load_row(const __nv_bfloat16* p, float (&v)[kVec]) {
+  load_bf16<kVec>(p, v);
+}
+template <int kVec>
+__device__ __forceinline__ void load_row(const float* p, float (&v)[kVec]) {
+  if constexpr (kVec % 4 == 0) {
+#pragma unroll
+    for (int i = 0; i < kVec; i += 4) {
+      const float4 q = *reinterpret_cast<const float4*>(p + i);
+      v[i] = q.x, v[i + 1] = q.y, v[i + 2] = q.z, v[i + 3] = q.w;
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) v[i] = p[i];
+  }
+}
+template <int kVec>
+__device__ __forceinline__ void store_row(__nv_bfloat16* p, const float (&v)[kVec]) {
+  store_bf16<kVec>(p, v);
+}
+template <int kVec>
+__device__ __forceinline__ void store_row(float* p, const float (&v)[kVec]) {
+  if constexpr (kVec % 4 == 0) {
+#pragma unroll
+    for (int i = 0; i < kVec; i += 4)
+      *reinterpret_cast<float4*>(p + i) = make_float4(v[i], v[i + 1], v[i + 2], v[i + 3]);
+  } else {
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) p[i] = v[i];
+  }
+}
+
 __device__ __forceinline__ float to_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
 __device__ __forceinline__ float to_f32(float x) { return x; }
 __device__ __forceinline__ __nv_bfloat16 to_bf16(float x) { return __float2bfloat16_rn(x); }
