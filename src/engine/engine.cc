@@ -37,6 +37,8 @@ struct Engine::Impl {
 
   void loop();
   void step();
+  // Set once by the engine thread: binding it to the backend's device (a failure fails every step).
+  Status device_bound;
   void finish_all(FinishReason reason, const Status& error);  // shutdown without drain
   void emit_finished(std::map<uint64_t, StreamEvent>& pending);
   void update_stats();
@@ -110,6 +112,11 @@ void Engine::Impl::step() {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
     return;
   }
+  if (!device_bound.ok()) {
+    for (const auto& p : plan.seqs) sched->finish(p.seq->id, FinishReason::Error, device_bound.message());
+    emit_finished(pending);
+    return;
+  }
   const model::StepBatch batch = plan.to_batch();
   auto logits = model->forward(batch, caches->caches());
   std::vector<const Sequence*> rows;
@@ -168,6 +175,9 @@ Status Engine::Impl::call_logits_hook(const StepPlan& plan, const TensorView& lo
 }
 
 void Engine::Impl::loop() {
+  // The backend was created on the caller's thread; every step runs here, on the backend's device (cuda:N).
+  device_bound = model->backend().bind_thread();
+  if (!device_bound.ok()) RILL_LOG_ERROR("engine thread: {}", device_bound.to_string());
   for (;;) {
     {
       std::unique_lock lock(mu);

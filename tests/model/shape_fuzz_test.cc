@@ -82,7 +82,13 @@ TEST(KernelLimits, UnsupportedShapesAreRefusedNamingTheField) {
          t["use_grouped_topk"] = true;
        },
        "num_expert_group"},
-      {[](auto& t) { t["attn_res_block_size"] = 1, t["num_hidden_layers"] = 64; }, "attn_res_block_size"},
+      {[](auto& t) {
+         std::vector<int> kda;
+         for (int l = 1; l < 64; ++l) kda.push_back(l);
+         t["attn_res_block_size"] = 1, t["num_hidden_layers"] = 64;
+         t["linear_attn_config"]["kda_layers"] = kda, t["linear_attn_config"]["full_attn_layers"] = {64};
+       },
+       "attn_res_block_size"},
   };
   for (const Case& k : cases) {
     nlohmann::ordered_json cfg = base.config;

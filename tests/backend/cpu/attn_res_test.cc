@@ -41,8 +41,8 @@ std::vector<double> mix_reference(const std::vector<float>& v, const std::vector
 }
 
 TEST(AttnResMix, MatchesTheFormulaInDoublePrecision) {
-  const uint32_t seed = rill::testing::test_seed();
-  SCOPED_TRACE("RILL_TEST_SEED=" + std::to_string(seed));
+  const uint32_t seed = rill::testing::test_seed();  // RILL_TEST_SEED replays
+  SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937 rng(seed);
   std::normal_distribution<float> n01(0.0f, 1.0f);
   auto be = make_cpu_backend();

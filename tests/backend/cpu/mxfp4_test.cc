@@ -111,8 +111,8 @@ std::vector<float> to_vector(const TensorView& v) {
 }
 
 TEST(Mxfp4, GemmOnPackedWeightsEqualsGemmOnTheDequantisedMatrix) {
-  const uint32_t seed = rill::testing::test_seed();
-  SCOPED_TRACE("RILL_TEST_SEED=" + std::to_string(seed));
+  const uint32_t seed = rill::testing::test_seed();  // RILL_TEST_SEED replays
+  SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937 rng(seed);
   const int64_t M = 5, N = 40, K = 96;
   PackedMatrix w(N, K, rng);
@@ -128,8 +128,8 @@ TEST(Mxfp4, GemmOnPackedWeightsEqualsGemmOnTheDequantisedMatrix) {
 }
 
 TEST(Mxfp4, ExpertsOnPackedWeightsEqualExpertsOnTheDequantisedWeights) {
-  const uint32_t seed = rill::testing::test_seed();
-  SCOPED_TRACE("RILL_TEST_SEED=" + std::to_string(seed));
+  const uint32_t seed = rill::testing::test_seed();  // RILL_TEST_SEED replays
+  SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937 rng(seed);
   const int64_t E = 4, I = 32, Hx = 64, T = 6, k = 2;
   PackedMatrix gate_up(E * 2 * I, Hx, rng), down(E * Hx, I, rng);
