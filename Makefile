@@ -33,6 +33,7 @@ build: setup $(BUILD)/build.ninja
 test: build
 	./scripts/setup_node.sh
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 1800
+	@./scripts/skipped_tests.sh $(BUILD)
 	$(MAKE) --no-print-directory test-tsan
 
 $(TSAN_BUILD)/build.ninja:

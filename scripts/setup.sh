@@ -7,7 +7,7 @@ PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config git
   nlohmann-json3-dev libcpp-httplib-dev libpcre2-dev libcli11-dev libfmt-dev libssl-dev zlib1g-dev libbrotli-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  python3 nodejs npm
+  python3 python3-jinja2 nodejs npm
 )
 
 missing=()
@@ -25,6 +25,13 @@ if ((${#missing[@]})); then
   SUDO=""; [[ $(id -u) -ne 0 ]] && SUDO="sudo"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# The tests run `python3` from PATH with jinja2 as their template oracle; a python3 ahead of Debian's (pyenv,
+# a venv) needs its own jinja2.
+if ! python3 -c 'import jinja2' 2>/dev/null; then
+  echo "setup: $(command -v python3) cannot import jinja2 (the tests need it): pip install jinja2 there," \
+       "or put /usr/bin first on PATH" >&2
 fi
 
 # The CUDA toolkit is optional: without nvcc rill builds the CPU backend only.

@@ -3,13 +3,14 @@
 // per token with the mask cache. docs/PERF.md "Constrained decoding" keeps the numbers; the budget they are
 // held against is the GPU decode step the walk overlaps (the masks are computed while it runs).
 //
-//   constraint_bench [--benchmark_filter=...]   (vocabulary: ../shared/tokenizers/kimi)
+//   constraint_bench [--benchmark_filter=...]   (vocabulary: the shared test data's tokenizers/kimi)
 #include <benchmark/benchmark.h>
 
 #include <cstdio>
 #include <memory>
 #include <random>
 
+#include "shared_data.h"
 #include "text/constraint/grammar_constraint.h"
 #include "text/constraint/json_schema.h"
 
@@ -21,9 +22,11 @@ using Json = nlohmann::ordered_json;
 
 const Tokenizer& kimi() {
   static const auto* t = [] {
-    auto r = Tokenizer::load(RILL_SHARED_DIR "/tokenizers/kimi");
+    auto r = Tokenizer::load(rill::testing::shared_path(rill::testing::kKimiTokenizerDir));
     if (!r.ok()) {
-      std::fprintf(stderr, "%s\n", r.status().to_string().c_str());
+      const std::string missing = rill::testing::missing_shared_files(
+          {rill::testing::kKimiTiktokenModel, rill::testing::kKimiTokenizerConfig});
+      std::fprintf(stderr, "%s\n%s\n", r.status().to_string().c_str(), missing.c_str());
       std::exit(1);
     }
     return new Tokenizer(std::move(r).value());

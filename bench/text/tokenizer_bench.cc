@@ -4,7 +4,7 @@
 // `&&[^\p{Han}]` intersections rewritten as (?!\p{Han}) look-aheads). tiktoken_bench.mjs times OpenAI's npm
 // tiktoken on the same corpus; docs/PERF.md "Tokenizer" keeps the numbers.
 //
-//   tokenizer_bench [MODEL_DIR]   (default: ../shared/tokenizers/kimi)
+//   tokenizer_bench [MODEL_DIR]   (default: the shared test data's tokenizers/kimi)
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
@@ -14,13 +14,14 @@
 #include <memory>
 #include <string>
 
+#include "shared_data.h"
 #include "text/tokenizer/kimi_pretokenizer.h"
 #include "text/tokenizer/mixed_corpus.h"
 #include "text/tokenizer/tokenizer.h"
 
 namespace {
 
-std::string g_model_dir = RILL_SHARED_DIR "/tokenizers/kimi";
+std::string g_model_dir = rill::testing::shared_path(rill::testing::kKimiTokenizerDir).string();
 
 const std::string& corpus() {
   static const std::string c = rill::text::testing::make_mixed_corpus();

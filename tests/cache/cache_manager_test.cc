@@ -90,8 +90,8 @@ std::vector<int32_t> random_tokens(std::mt19937& rng, size_t n) {
 }
 
 TEST(CacheManager, PrefixHitRestoresTheStateAndBlocksOfExactlyTheMatchedTokens) {
-  const uint32_t seed = std::random_device{}();
-  SCOPED_TRACE("seed " + std::to_string(seed));
+  const uint32_t seed = rill::testing::test_seed();
+  SCOPED_TRACE("RILL_TEST_SEED=" + std::to_string(seed));
   std::mt19937 rng(seed);
   Caches s(8, 16, 8, 64);
   CacheManager& cm = *s.cm;

@@ -7,6 +7,7 @@
 #include <random>
 
 #include "cache/prefix_index.h"
+#include "test_seed.h"
 
 namespace rill::cache {
 namespace {
@@ -65,8 +66,8 @@ uint64_t weak_hash(uint64_t parent_hash, std::span<const int32_t> tokens) {
 }
 
 TEST(PrefixIndex, CollidingHashesNeverMatchOtherTokens) {
-  const uint32_t seed = std::random_device{}();
-  SCOPED_TRACE("seed " + std::to_string(seed));
+  const uint32_t seed = rill::testing::test_seed();
+  SCOPED_TRACE("RILL_TEST_SEED=" + std::to_string(seed));
   std::mt19937 rng(seed);
   PrefixIndex ix(&weak_hash);
   int32_t next = 0;

@@ -25,10 +25,12 @@ import path from "path";
 import { fileURLToPath } from "url";
 
 import { Ajv, assert, assertEq, checkChatCompletion, collectChatStream, MODEL_DIR, OpenAIModule, RILL, run, startServer } from "./lib/harness.mjs";
+import { checkSharedFiles, SHARED_DIR as SHARED, skip } from "../shared_data.mjs";
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
-const SHARED = process.env.RILL_SHARED_DIR ?? path.resolve(HERE, "../../../shared");
 const REFERENCE = path.resolve(HERE, "../text/k3/render_k3_reference.py");
+// Without Kimi-K3.jinja (shared test data) everything else runs and the test then reports as skipped.
+const missingTemplate = checkSharedFiles("e2e_k3_api", ["chat_templates/Kimi-K3.jinja"]);
 const MODEL = "rill-tiny-k3";
 
 const weather = {
@@ -84,7 +86,7 @@ await run("e2e_k3_api", async (track) => {
     { request: { messages: toolTurn, tools: [weather, clock] }, vars: { tools: [weather, clock] } },
     { request: { messages: toolTurn, tools: [weather, clock], thinking: { type: "disabled" } }, vars: { tools: [weather, clock], thinking: false } },
   ];
-  const reference = jinjaRender(renders.map(({ request, vars }) => ({ messages: structuredClone(request.messages), add_generation_prompt: true, ...vars })));
+  const reference = missingTemplate ? null : jinjaRender(renders.map(({ request, vars }) => ({ messages: structuredClone(request.messages), add_generation_prompt: true, ...vars })));
   const rendered = [];
   for (const [i, { request }] of renders.entries()) {
     const tok = await server.fetchJson("/tokenize", { model: MODEL, ...request });
@@ -92,7 +94,7 @@ await run("e2e_k3_api", async (track) => {
     assertEq(tok.json.count, tok.json.tokens.length, "count == number of ids");
     const det = await server.fetchJson("/detokenize", { model: MODEL, tokens: tok.json.tokens });
     assertEq(det.status, 200, "/detokenize");
-    assertEq(det.json.prompt, reference[i], `the served prompt is Kimi-K3.jinja's (case ${i}: ${JSON.stringify(request).slice(0, 200)})`);
+    if (reference) assertEq(det.json.prompt, reference[i], `the served prompt is Kimi-K3.jinja's (case ${i}: ${JSON.stringify(request).slice(0, 200)})`);
     rendered.push({ text: det.json.prompt, count: tok.json.count });
   }
   const [plain, off] = rendered;
@@ -269,3 +271,4 @@ await run("e2e_k3_api", async (track) => {
     assertEq(st.choices[0].content, text, `response_format seed ${seed}: streamed == non-streamed`);
   }
 });
+if (missingTemplate && !process.exitCode) skip("e2e_k3_api", `the rest passed; the prompts were not compared with Kimi-K3.jinja: ${missingTemplate}`);

@@ -77,7 +77,7 @@ TEST(Engine, GreedyMatchesTransformers) {
 // too small for all of them (preemption): each greedy output equals the request run alone.
 void concurrent_equals_alone(EngineOptions o, bool expect_preemption) {
   const uint32_t seed = rill::testing::test_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
+  SCOPED_TRACE("RILL_TEST_SEED=" + std::to_string(seed));
   std::mt19937 rng(seed);
   std::vector<std::vector<int32_t>> prompts;
   for (int i = 0; i < 12; ++i) {

@@ -107,7 +107,7 @@ TEST(PrefixCacheGpu, SnapshotsTakenInsideOneStepResumeExactly) {
   ASSERT_TRUE(off.ok());
 
   const uint32_t seed = rill::testing::test_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
+  SCOPED_TRACE("RILL_TEST_SEED=" + std::to_string(seed));
   std::mt19937 rng(seed);
   // 300 tokens in one 512-token step: snapshots after 64, 128, 192 and 256 are written inside the step.
   const auto first = random_tokens(rng, 300);

@@ -6,12 +6,14 @@
 #include <gtest/gtest.h>
 
 #include "engine/stop_checker.h"
+#include "shared_data.h"
 
 namespace rill::engine {
 namespace {
 
+// The real Kimi vocabulary; a test calls RILL_REQUIRE_KIMI_TOKENIZER() first.
 const text::Tokenizer& kimi() {
-  static const auto t = text::Tokenizer::load(std::string(RILL_SHARED_DIR) + "/tokenizers/kimi");
+  static const auto t = text::Tokenizer::load(rill::testing::shared_path(rill::testing::kKimiTokenizerDir));
   return *t;
 }
 
@@ -35,6 +37,7 @@ int32_t id_of(const char* special) {
 }
 
 TEST(StopChecker, StopsBeforeTheStopString) {
+  RILL_REQUIRE_KIMI_TOKENIZER();
   std::optional<std::string> m;
   EXPECT_EQ(run("Hello world. STOP here and more", {"STOP"}, &m), "Hello world. ");
   EXPECT_EQ(m, "STOP");
@@ -44,6 +47,7 @@ TEST(StopChecker, StopsBeforeTheStopString) {
 }
 
 TEST(StopChecker, ReleasesFalsePrefixesAndKeepsEverythingWithoutStops) {
+  RILL_REQUIRE_KIMI_TOKENIZER();
   std::optional<std::string> m;
   EXPECT_EQ(run("the STO is not a stop; 🚀 emoji ok", {"STOP"}, &m), "the STO is not a stop; 🚀 emoji ok");
   EXPECT_FALSE(m.has_value());
@@ -51,12 +55,14 @@ TEST(StopChecker, ReleasesFalsePrefixesAndKeepsEverythingWithoutStops) {
 }
 
 TEST(StopChecker, EarliestStopWins) {
+  RILL_REQUIRE_KIMI_TOKENIZER();
   std::optional<std::string> m;
   EXPECT_EQ(run("a b c d", {"c", "b"}, &m), "a ");
   EXPECT_EQ(m, "b");
 }
 
 TEST(StopChecker, IncludeStopStrInOutputKeepsTheMatch) {
+  RILL_REQUIRE_KIMI_TOKENIZER();
   std::optional<std::string> m;
   const SamplingParams p{.stop = {"STOP", "here"}, .include_stop_str_in_output = true};
   EXPECT_EQ(run_ids(kimi().encode("Hello world. STOP here and more", false), p, &m), "Hello world. STOP");
@@ -66,6 +72,7 @@ TEST(StopChecker, IncludeStopStrInOutputKeepsTheMatch) {
 // The case: "identif" generated within the first min_tokens tokens is text, not a stop (it used to be
 // cut out of the output while generation went on: "identifform" came back as "form").
 TEST(StopChecker, StopStringsBeforeMinTokensAreText) {
+  RILL_REQUIRE_KIMI_TOKENIZER();
   const std::vector<int32_t> word = kimi().encode("identifform", false);
   const std::vector<int32_t> ids = kimi().encode("identifform and then identif more", false);
   ASSERT_TRUE(std::equal(word.begin(), word.end(), ids.begin())) << "the word is its own pre-token";
@@ -79,6 +86,7 @@ TEST(StopChecker, StopStringsBeforeMinTokensAreText) {
 // stop-string occurrences that end in that token's text are looked for in the text so far; the first token
 // with one cuts the text before the earliest of them (or nothing is cut).
 TEST(StopChecker, MinTokensAgainstBruteForce) {
+  RILL_REQUIRE_KIMI_TOKENIZER();
   for (const std::string& text :
        std::vector<std::string>{"ab ab abab cab", "the fox, the fox; thethe end", "ééé é ééé"}) {
     const std::vector<int32_t> ids = kimi().encode(text, false);
@@ -109,6 +117,7 @@ TEST(StopChecker, MinTokensAgainstBruteForce) {
 // their names (but match across them); the added tokens that are not special (tool-call markers) stay.
 // skip_special_tokens false keeps every name, as text that stop strings see.
 TEST(StopChecker, SkipSpecialTokens) {
+  RILL_REQUIRE_KIMI_TOKENIZER();
   const int32_t reserved = kimi().n_ranks() + 100;
   const std::vector<int32_t> a = kimi().encode("a", false), b = kimi().encode("b", false);
   std::vector<int32_t> ids = a;

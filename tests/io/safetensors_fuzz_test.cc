@@ -2,8 +2,9 @@
 // files fed to SafetensorsFile::open. Every rejection must be a clear Status; every acceptance is checked
 // against invariants computed here, independently of the parser, and against nlohmann's DOM parse.
 //
-// The seed is fresh each run and printed; replay a failure with RILL_FUZZ_SEED=<seed>.
-// RILL_FUZZ_ITERATIONS scales the header fuzz (default 200000) for longer local runs.
+// The seed is the commit's (tests/test_seed.h) and printed; replay a failure with RILL_TEST_SEED=<seed>,
+// explore with RILL_TEST_SEED=random. RILL_FUZZ_ITERATIONS scales the header fuzz (default 200000) for longer
+// local runs.
 #include <algorithm>
 #include <cctype>
 #include <chrono>
@@ -23,6 +24,7 @@
 
 #include "io/safetensors.h"
 #include "io/test_files.h"
+#include "test_seed.h"
 
 namespace rill::io {
 namespace {
@@ -40,9 +42,8 @@ uint64_t env_u64(const char* name, uint64_t fallback) {
 }
 
 uint64_t fuzz_seed(const char* test) {
-  const uint64_t fresh = (uint64_t(std::random_device{}()) << 32) ^ std::random_device{}();
-  const uint64_t seed = env_u64("RILL_FUZZ_SEED", fresh);
-  std::printf("[fuzz] %s seed %llu (replay: RILL_FUZZ_SEED=%llu)\n", test, (unsigned long long)seed,
+  const uint64_t seed = rill::testing::test_seed();
+  std::printf("[fuzz] %s seed %llu (replay: RILL_TEST_SEED=%llu)\n", test, (unsigned long long)seed,
               (unsigned long long)seed);
   std::fflush(stdout);
   ::testing::Test::RecordProperty("fuzz_seed", std::to_string(seed));

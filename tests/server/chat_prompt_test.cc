@@ -1,6 +1,6 @@
 // The chat path: ChatPrompt (K2 template + real Kimi tokenizer; K3 native renderer) and ChoiceDecoder (engine
 // events -> frames, finish reasons, reasoning-token counts, logprob attachment). References: the Kimi
-// vocabulary's control ids (serving.md §0), the Kimi-K2 template from ../shared/chat_templates, the K3
+// vocabulary's control ids (serving.md §0), the Kimi-K2 template from the shared test data, the K3
 // generation stub of 3 ids (serving.md §1.4).
 #include <gtest/gtest.h>
 
@@ -10,6 +10,7 @@
 
 #include "server/chat_prompt.h"
 #include "server/choice_decoder.h"
+#include "shared_data.h"
 #include "text/constraint/grammar_constraint.h"
 #include "text/tokenizer/bpe_trainer.h"
 
@@ -17,7 +18,9 @@ namespace rill::server {
 namespace {
 
 namespace fs = std::filesystem;
-const fs::path kShared = RILL_SHARED_DIR;
+using rill::testing::kKimiTiktokenModel;
+using rill::testing::kKimiTokenizerConfig;
+using rill::testing::shared_path;
 
 fs::path temp_dir(const char* tag) {
   const fs::path dir =
@@ -26,14 +29,17 @@ fs::path temp_dir(const char* tag) {
   return dir;
 }
 
-// A K2-family model directory: the real Kimi tokenizer and the Kimi-K2 chat template.
+// A K2-family model directory: the real Kimi tokenizer and the Kimi-K2 chat template (kK2Files: a test
+// requires them before it builds one).
+const std::vector<std::string> kK2Files = {kKimiTiktokenModel, kKimiTokenizerConfig,
+                                           "chat_templates/moonshotai-Kimi-K2.jinja"};
 struct K2Dir {
   fs::path dir = temp_dir("rill_server_k2_");
   std::shared_ptr<const text::Tokenizer> tokenizer;
   K2Dir() {
-    fs::copy_file(kShared / "tokenizers/kimi/tiktoken.model", dir / "tiktoken.model");
-    fs::copy_file(kShared / "tokenizers/kimi/tokenizer_config.json", dir / "tokenizer_config.json");
-    fs::copy_file(kShared / "chat_templates/moonshotai-Kimi-K2.jinja", dir / "chat_template.jinja");
+    fs::copy_file(shared_path(kKimiTiktokenModel), dir / "tiktoken.model");
+    fs::copy_file(shared_path(kKimiTokenizerConfig), dir / "tokenizer_config.json");
+    fs::copy_file(shared_path("chat_templates/moonshotai-Kimi-K2.jinja"), dir / "chat_template.jinja");
     auto t = text::Tokenizer::load(dir);
     EXPECT_TRUE(t.ok()) << t.status().to_string();
     tokenizer = std::make_shared<const text::Tokenizer>(std::move(t).value());
@@ -58,6 +64,7 @@ const Json kTools = Json::parse(R"([
   {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object"}}}])");
 
 TEST(ChatPromptK2, RendersWithTheTemplateAndCountsEveryId) {
+  RILL_REQUIRE_SHARED_FILES(kK2Files);
   auto chat = ChatPrompt::load(k2().dir, false, k2().tokenizer);
   auto r = chat->render(parse({{"messages", kUser}}));
   ASSERT_TRUE(r.ok()) << r.error().message;
@@ -72,6 +79,7 @@ TEST(ChatPromptK2, RendersWithTheTemplateAndCountsEveryId) {
 }
 
 TEST(ChatPromptK2, ToolChoices) {
+  RILL_REQUIRE_SHARED_FILES(kK2Files);
   auto chat = ChatPrompt::load(k2().dir, false, k2().tokenizer);
   auto with_tools = chat->render(parse({{"messages", kUser}, {"tools", kTools}}));
   ASSERT_TRUE(with_tools.ok());
@@ -121,6 +129,7 @@ bool constraint_follows(const ChatPrompt& chat, const RenderedChat& prompt, cons
 // forced tool choice carries the turn's grammar; the prompt's forced prefix is its opening, fed to the
 // constraint first, so the model continues right after it.
 TEST(ChatPromptK2, ForcedToolChoicesAreGrammarConstrained) {
+  RILL_REQUIRE_SHARED_FILES(kK2Files);
   auto chat = ChatPrompt::load(k2().dir, false, k2().tokenizer);
   const Json tools = Json::parse(R"([
     {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object",
@@ -186,6 +195,7 @@ TEST(ChatPromptK2, ForcedToolChoicesAreGrammarConstrained) {
 }
 
 TEST(ChatPromptK2, TemplateErrorsAre400s) {
+  RILL_REQUIRE_SHARED_FILES(kK2Files);
   auto chat = ChatPrompt::load(k2().dir, false, k2().tokenizer);
   auto r = chat->render(parse({{"messages", kUser}, {"continue_final_message", true}}));
   ASSERT_FALSE(r.ok());
@@ -198,10 +208,11 @@ TEST(ChatPromptK2, TemplateErrorsAre400s) {
 }
 
 TEST(ChatPromptK3, ExcludesTheGenerationStubAndStartsInReasoning) {
+  RILL_REQUIRE_KIMI_TOKENIZER();
   const fs::path dir = temp_dir("rill_server_k3_");
   ASSERT_TRUE(
       text::write_tokenizer_config(dir / "tokenizer_config.json", 163584, text::ControlBlockLayout::K3).ok());
-  fs::copy_file(kShared / "tokenizers/kimi/tiktoken.model", dir / "tiktoken.model");
+  fs::copy_file(shared_path(kKimiTiktokenModel), dir / "tiktoken.model");
   auto t = text::Tokenizer::load(dir);
   ASSERT_TRUE(t.ok());
   auto tokenizer = std::make_shared<const text::Tokenizer>(std::move(t).value());
@@ -314,6 +325,7 @@ TEST(ChoiceDecoder, RawTextIsContentAndFinishReasonsMap) {
 }
 
 TEST(ChoiceDecoder, LogprobEntriesSpellTokens) {
+  RILL_REQUIRE_SHARED_FILES(kK2Files);
   const text::Tokenizer& tok = *k2().tokenizer;
   const auto ids = tok.encode("Hello", false);
   std::vector<engine::TokenLogprob> lps{{ids[0], -0.25f, {{ids[0], -0.25f}, {163586, -3.0f}}}};

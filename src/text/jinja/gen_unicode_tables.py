@@ -2,7 +2,7 @@
 """Writes unicode_tables.inc: the Unicode data behind Python's str methods that rill's Jinja engine mirrors
 (upper/lower/title case mappings, cased / case-ignorable for the final-sigma rule, isspace, isprintable,
 and the `\\w` class of Python's re). Everything is read from Python itself, so the tables match the
-interpreter that renders the reference (render_reference.py).
+interpreter that renders the reference (tests/text/jinja/render_reference.py).
 
 usage: python3 gen_unicode_tables.py > unicode_tables.inc
 """

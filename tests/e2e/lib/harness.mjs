@@ -7,6 +7,8 @@ import { spawn } from "child_process";
 import { createRequire } from "module";
 import path from "path";
 
+import { testSeed } from "../../test_seed.mjs";
+
 export const [RILL, MODEL_DIR, NODE_MODULES] = process.argv.slice(2);
 if (!RILL || !MODEL_DIR || !NODE_MODULES) {
   console.error("usage: node SCRIPT.mjs RILL_BINARY MODEL_DIR NODE_MODULES");
@@ -27,10 +29,9 @@ export function assertEq(a, b, msg) {
 }
 export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
-// A random generator with a printed seed (RILL_TEST_SEED=N replays it).
+// A random generator on the commit's seed (tests/test_seed.mjs: printed; RILL_TEST_SEED=N replays it).
 export function makeRng(label) {
-  let seed = Number(process.env.RILL_TEST_SEED ?? Math.floor(Math.random() * 2 ** 31));
-  console.log(`${label}: seed ${seed} (RILL_TEST_SEED=${seed} replays it)`);
+  let seed = testSeed(label);
   return {
     next() {  // mulberry32
       seed = (seed + 0x6d2b79f5) | 0;

@@ -13,6 +13,7 @@
 
 #include <gtest/gtest.h>
 
+#include "shared_data.h"
 #include "text/jinja/jinja_reference.h"
 
 namespace rill::text {
@@ -22,7 +23,7 @@ using Json = nlohmann::ordered_json;
 using jinja::testing::ReferenceResult;
 using jinja::testing::RenderCase;
 
-const std::string kTemplates = std::string(RILL_SHARED_DIR) + "/chat_templates/";
+const std::string kTemplates = rill::testing::shared_path("chat_templates/").string();
 
 class TempDir {
  public:
@@ -168,6 +169,9 @@ TEST(ChatTemplate, RendersRequestsForEveryShippedTemplate) {
       {"deepseek-ai-DeepSeek-V3.1.jinja", deepseek_config, true, Json{{"thinking", true}}},
       {"deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja", deepseek_config, true, Json::object()},
   };
+  std::vector<std::string> files;
+  for (const Case& t : templates) files.push_back("chat_templates/" + t.file);
+  RILL_REQUIRE_SHARED_FILES(files);
   std::vector<Expectation> expectations;
   for (const Case& t : templates) {
     const std::string source = jinja::testing::read_file(kTemplates + t.file);
@@ -189,6 +193,7 @@ TEST(ChatTemplate, RendersRequestsForEveryShippedTemplate) {
 }
 
 TEST(ChatTemplate, ParsesToolArgumentsWhenAsked) {
+  RILL_REQUIRE_SHARED_FILES({"chat_templates/moonshotai-Kimi-K2-Thinking.jinja"});
   const std::string source = jinja::testing::read_file(kTemplates + "moonshotai-Kimi-K2-Thinking.jinja");
   const Json config = kimi_config(source);
   ChatTemplateOptions options;

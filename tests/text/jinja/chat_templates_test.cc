@@ -1,4 +1,4 @@
-// The five real chat templates in shared/chat_templates, each over the conversations of
+// The five real chat templates of the shared test data (chat_templates/), each over the conversations of
 // chat_conversations.json (system/user/assistant/tool roles, tool calls with string and object
 // arguments, tool declarations, multimodal parts, reasoning_content, unicode, empty content, ...) and the
 // template's own kwargs, rendered by rill and live by jinja2 (render_reference.py): byte-identical output,
@@ -12,16 +12,17 @@
 
 #include <gtest/gtest.h>
 
+#include "shared_data.h"
+#include "test_seed.h"
 #include "text/jinja/jinja_reference.h"
 #include "text/jinja/template.h"
-#include "test_seed.h"
 
 namespace rill::text::jinja {
 namespace {
 
 using testing::RenderCase;
 
-const std::string kTemplates = std::string(RILL_SHARED_DIR) + "/chat_templates/";
+const std::string kTemplates = rill::testing::shared_path("chat_templates/").string();
 
 struct TemplateUnderTest {
   std::string file;
@@ -41,6 +42,13 @@ std::vector<TemplateUnderTest> templates() {
       {"deepseek-ai-DeepSeek-V3.1.jinja", {"{}", R"({"thinking": true})"}},
       {"deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja", {"{}"}},
   };
+}
+
+// The shared test data every test here reads.
+std::vector<std::string> template_files() {
+  std::vector<std::string> files;
+  for (const TemplateUnderTest& t : templates()) files.push_back("chat_templates/" + t.file);
+  return files;
 }
 
 nlohmann::ordered_json conversations() {
@@ -68,6 +76,7 @@ nlohmann::ordered_json variables_for(const nlohmann::ordered_json& conversation,
 }
 
 TEST(ChatTemplates, AllTemplatesMatchJinja2) {
+  RILL_REQUIRE_SHARED_FILES(template_files());
   const nlohmann::ordered_json convs = conversations();
   ASSERT_GE(convs.size(), 20u);
   std::vector<RenderCase> cases;
@@ -248,6 +257,7 @@ class RandomConversation {
 };
 
 TEST(ChatTemplates, RandomConversationsMatchJinja2) {
+  RILL_REQUIRE_SHARED_FILES(template_files());
   const uint32_t seed = rill::testing::test_seed();
   SCOPED_TRACE("RILL_TEST_SEED=" + std::to_string(seed));
   RandomConversation gen(seed);
@@ -273,8 +283,8 @@ CliRun run_reference_cli(const std::string& template_path, const nlohmann::order
   char path[] = "/tmp/rill_cli_request_XXXXXX";
   const int fd = mkstemp(path);
   { std::ofstream(path) << request.dump(); }
-  const std::string cmd =
-      "python3 " + kTemplates + "render_reference.py " + template_path + " < " + path + " 2>&1";
+  const std::string cmd = "python3 " RILL_SOURCE_DIR "/tests/text/jinja/render_reference.py " +
+                          template_path + " < " + path + " 2>&1";
   CliRun run;
   if (FILE* pipe = popen(cmd.c_str(), "r")) {
     char buf[65536];
@@ -288,6 +298,7 @@ CliRun run_reference_cli(const std::string& template_path, const nlohmann::order
 }
 
 TEST(ChatTemplates, ReferenceScriptProcessAgrees) {
+  RILL_REQUIRE_SHARED_FILES(template_files());
   const nlohmann::ordered_json convs = conversations();
   const std::vector<std::pair<std::string, nlohmann::ordered_json>> requests = {
       {"moonshotai-Kimi-K2.jinja", variables_for(conversation(convs, "tool_call_string_args"), "{}")},

@@ -510,6 +510,7 @@ TEST(JinjaEngine, Sandbox) {
       T("append", "{{ l.append(2) }}", vars),
       T("append in set", "{% set _ = l.append(2) %}{{ l }}", vars),
       T("pop", "{{ l.pop() }}", vars),
+      T("list clear", "{{ l.clear() }}", vars),
       T("update", "{{ d.update({'b': 2}) }}", vars),
       T("setdefault", "{% set x = d.setdefault('b', 2) %}", vars),
       T("clear", "{{ d.clear() }}", vars),

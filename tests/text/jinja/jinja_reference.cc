@@ -53,8 +53,8 @@ std::vector<ReferenceResult> render_with_jinja2(const std::vector<RenderCase>& c
       out << line.dump() << "\n";
     }
   }
-  const std::string cmd = std::string("python3 ") + RILL_SOURCE_DIR "/tests/text/jinja/jinja_reference.py " +
-                          RILL_SHARED_DIR + " < " + path;
+  const std::string cmd =
+      std::string("python3 ") + RILL_SOURCE_DIR "/tests/text/jinja/jinja_reference.py < " + path;
   FILE* pipe = popen(cmd.c_str(), "r");
   std::string text;
   if (pipe) {

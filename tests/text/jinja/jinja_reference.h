@@ -1,5 +1,5 @@
-// Runs test cases through Python's jinja2 in the reference environment (render_reference.py) and checks
-// that rill's engine renders the same bytes, or fails where jinja2 fails.
+// Runs test cases through Python's jinja2 in the reference environment (render_reference.py, beside this
+// file) and checks that rill's engine renders the same bytes, or fails where jinja2 fails.
 #pragma once
 
 #include <string>

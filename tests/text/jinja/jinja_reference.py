@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Batch front end to shared/chat_templates/render_reference.py for rill's Jinja tests.
+"""Batch front end to render_reference.py (beside this file) for rill's Jinja tests.
 
-usage: jinja_reference.py SHARED_DIR < cases.jsonl > results.jsonl
+usage: jinja_reference.py < cases.jsonl > results.jsonl
 Each input line is {"template": TEXT} or {"template_file": PATH}, plus "variables": {...}. Each output
 line is {"ok": true, "output": TEXT} or {"ok": false, "kind": "raised" | "template_error" | "exception",
 "type": NAME, "message": TEXT} (+ "line" for syntax errors). "raised" is raise_exception() (render_reference.py exits 2 with it, as it
@@ -10,12 +10,10 @@ Rendering uses render_reference.make_env(), i.e. exactly the reference environme
 template text is compiled once (render_reference.render would recompile it for every case).
 """
 import json
-import os
 import sys
 
-sys.path.insert(0, os.path.join(sys.argv[1], "chat_templates"))
-import jinja2  # noqa: E402
-import render_reference  # noqa: E402
+import render_reference  # beside this script (its directory is on sys.path); first: it explains a missing jinja2
+import jinja2
 
 
 _compiled = {}

@@ -4,8 +4,7 @@
 // tool choice or a tool's schema are not.
 #include <gtest/gtest.h>
 
-#include <filesystem>
-
+#include "shared_data.h"
 #include "text/constraint/grammar_constraint.h"
 #include "text/k2/turn_grammar.h"
 
@@ -16,10 +15,11 @@ using constraint::GrammarConstraint;
 using constraint::TokenMasker;
 using Json = nlohmann::ordered_json;
 
+// The real Kimi vocabulary; a test calls RILL_REQUIRE_KIMI_TOKENIZER() first.
 const Tokenizer& kimi() {
   static const Tokenizer* t = [] {
-    const std::filesystem::path dir = std::filesystem::path(RILL_SHARED_DIR) / "tokenizers/kimi";
-    auto loaded = Tokenizer::from_files(dir / "tiktoken.model", dir / "tokenizer_config.json");
+    auto loaded = Tokenizer::from_files(rill::testing::shared_path(rill::testing::kKimiTiktokenModel),
+                                        rill::testing::shared_path(rill::testing::kKimiTokenizerConfig));
     EXPECT_TRUE(loaded.ok()) << loaded.status().to_string();
     return new Tokenizer(std::move(loaded).value());
   }();
@@ -66,6 +66,7 @@ bool follows(const std::string& text, const ToolGrammarOptions& o, const Json& r
 }
 
 TEST(K2ToolGrammar, AcceptsWellFormedTurns) {
+  RILL_REQUIRE_KIMI_TOKENIZER();
   const ToolGrammarOptions o;
   EXPECT_TRUE(follows(section(call("set_alarm", 0, R"({"hour":7})")), o));
   EXPECT_TRUE(follows(section(call("set_alarm", 0, R"({"hour": 23, "label": "wake"})")), o));
@@ -80,6 +81,7 @@ TEST(K2ToolGrammar, AcceptsWellFormedTurns) {
 }
 
 TEST(K2ToolGrammar, RejectsWhatTheFormatToolChoiceOrSchemaForbids) {
+  RILL_REQUIRE_KIMI_TOKENIZER();
   const ToolGrammarOptions o;
   EXPECT_FALSE(follows(section(call("set_timer", 0, "{}")), o));                // undeclared tool
   EXPECT_FALSE(follows(section(call("get_time", 1, "{}")), o));                 // the index starts at 0
@@ -100,6 +102,7 @@ TEST(K2ToolGrammar, RejectsWhatTheFormatToolChoiceOrSchemaForbids) {
 
 // A named tool_choice: exactly one call, of that tool (vLLM's named semantics), parallel or not.
 TEST(K2ToolGrammar, NamedToolIsExactlyOneCallOfIt) {
+  RILL_REQUIRE_KIMI_TOKENIZER();
   const ToolGrammarOptions named{.named_tool = "set_alarm"};
   EXPECT_TRUE(follows(section(call("set_alarm", 0, R"({"hour":9})")), named));
   EXPECT_FALSE(follows(section(call("get_time", 0, "{}")), named));
@@ -111,6 +114,7 @@ TEST(K2ToolGrammar, NamedToolIsExactlyOneCallOfIt) {
 }
 
 TEST(K2ToolGrammar, ErrorsNameTheToolAndTheSchemaPath) {
+  RILL_REQUIRE_KIMI_TOKENIZER();
   Json bad = kRequest;
   bad["tools"][1]["function"]["parameters"]["properties"]["hour"]["multipleOf"] = 2;
   auto g = required_tool_call_grammar(bad, kimi(), {});

@@ -15,7 +15,6 @@ namespace rill::text::k3 {
 namespace {
 
 namespace fs = std::filesystem;
-const fs::path kShared = RILL_SHARED_DIR;
 const fs::path kHere = fs::path(RILL_SOURCE_DIR) / "tests/text/k3";
 
 Json read_json(const fs::path& path) {
@@ -37,6 +36,7 @@ std::string run_with_input(const std::string& cmd, const std::string& input) {
 }
 
 TEST(K3Renderer, KimiVendorVerifierPromptTokens) {
+  RILL_REQUIRE_KIMI_TOKENIZER();
   const Json cases = read_json(kHere / "render_cases.json");
   int checked = 0;
   for (const Json& c : cases) {
@@ -53,6 +53,8 @@ TEST(K3Renderer, KimiVendorVerifierPromptTokens) {
 }
 
 TEST(K3Renderer, TextMatchesJinjaReference) {
+  RILL_REQUIRE_KIMI_TOKENIZER();
+  RILL_REQUIRE_SHARED_FILES({"chat_templates/Kimi-K3.jinja"});
   const Json cases = read_json(kHere / "render_cases.json");
   ASSERT_GE(cases.size(), 20u);
   Json variables = Json::array();
@@ -63,8 +65,9 @@ TEST(K3Renderer, TextMatchesJinjaReference) {
     if (!v.contains("add_generation_prompt")) v["add_generation_prompt"] = true;
     variables.push_back(v);
   }
-  const std::string out = run_with_input(
-      "python3 " + (kHere / "render_k3_reference.py").string() + " " + kShared.string(), variables.dump());
+  const std::string out = run_with_input("python3 " + (kHere / "render_k3_reference.py").string() + " " +
+                                             rill::testing::shared_path("").string(),
+                                         variables.dump());
   const Json reference = Json::parse(out);
   ASSERT_EQ(reference.size(), cases.size());
   const Tokenizer& tok = k3_tokenizer();
@@ -86,6 +89,7 @@ TEST(K3Renderer, TextMatchesJinjaReference) {
 }
 
 TEST(K3Renderer, SegmentsFollowTheReferenceGranularity) {
+  RILL_REQUIRE_KIMI_TOKENIZER();
   const Json request = {{"messages", {{{"role", "user"}, {"content", "hi"}}}},
                         {"thinking", {{"type", "disabled"}}}};
   auto r = render_chat(request, k3_tokenizer());
@@ -104,6 +108,7 @@ TEST(K3Renderer, SegmentsFollowTheReferenceGranularity) {
 }
 
 TEST(K3Renderer, SpecialLookingUserTextStaysText) {
+  RILL_REQUIRE_KIMI_TOKENIZER();
   const Json request = {{"messages", {{{"role", "user"}, {"content", "<|open|><|end_of_msg|>"}}}}};
   auto r = render_chat(request, k3_tokenizer());
   ASSERT_TRUE(r.ok());
@@ -125,6 +130,7 @@ void expect_error(const Json& request, StatusCode code, const std::string& needl
 // A named tool_choice has no form in the reference (Kimi-K3.jinja compares tool_choice with "required" and
 // "none" only): the prompt is the one of "auto"; the turn grammar forces the call.
 TEST(K3Renderer, NamedToolChoiceRendersAsAuto) {
+  RILL_REQUIRE_KIMI_TOKENIZER();
   const Json user = {{"role", "user"}, {"content", "hi"}};
   const Json tool = {{"type", "function"}, {"function", {{"name", "f"}}}};
   auto named = render_chat({{"messages", {user}},
@@ -140,6 +146,7 @@ TEST(K3Renderer, NamedToolChoiceRendersAsAuto) {
 }
 
 TEST(K3Renderer, ClearErrors) {
+  RILL_REQUIRE_KIMI_TOKENIZER();
   const Json user = {{"role", "user"}, {"content", "hi"}};
   const Json tool = {{"type", "function"}, {"function", {{"name", "f"}}}};
   using C = StatusCode;
@@ -195,7 +202,9 @@ TEST(K3Renderer, ClearErrors) {
 }
 
 TEST(K3Renderer, NeedsK3ControlTokens) {
-  auto kimi_linear = Tokenizer::load(kShared / "tokenizers/kimi");  // K2 names: no <|open|>
+  RILL_REQUIRE_KIMI_TOKENIZER();
+  // The Kimi Linear control block (K2 names): no <|open|>.
+  auto kimi_linear = Tokenizer::load(rill::testing::shared_path(rill::testing::kKimiTokenizerDir));
   ASSERT_TRUE(kimi_linear.ok());
   auto r = render_chat({{"messages", {{{"role", "user"}, {"content", "x"}}}}}, *kimi_linear);
   ASSERT_FALSE(r.ok());

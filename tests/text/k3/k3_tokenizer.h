@@ -1,6 +1,7 @@
-// The tokenizer K3 tests run on: the real Kimi ranks (../shared/tokenizers/kimi) with K3's control-block names.
-// K3 reuses the K2 vocabulary file; only the names of the control block differ (spec §6.3). Built once per
-// test program.
+// The tokenizer K3 tests run on: the real Kimi ranks (shared test data, tokenizers/kimi) with K3's
+// control-block names. K3 reuses the K2 vocabulary file; only the names of the control block differ (spec
+// §6.3). Built once per test program; a test calls RILL_REQUIRE_KIMI_TOKENIZER() first (it skips where the
+// file is missing).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -9,6 +10,7 @@
 #include <random>
 #include <string>
 
+#include "shared_data.h"
 #include "text/tokenizer/bpe_trainer.h"
 #include "text/tokenizer/tokenizer.h"
 
@@ -20,7 +22,7 @@ inline const Tokenizer& k3_tokenizer() {
     const fs::path config =
         fs::temp_directory_path() / ("rill_k3_config_" + std::to_string(std::random_device{}()));
     EXPECT_TRUE(write_tokenizer_config(config, 163584, ControlBlockLayout::K3).ok());
-    auto t = Tokenizer::from_files(fs::path(RILL_SHARED_DIR) / "tokenizers/kimi/tiktoken.model", config);
+    auto t = Tokenizer::from_files(rill::testing::shared_path(rill::testing::kKimiTiktokenModel), config);
     fs::remove(config);
     EXPECT_TRUE(t.ok()) << t.status().to_string();
     return new Tokenizer(std::move(t).value());

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Renders K3 prompts with the reference: ../shared/chat_templates/Kimi-K3.jinja through render_reference.py
-(the environment of transformers' apply_chat_template).
+"""Renders K3 prompts with the reference: SHARED_DIR/chat_templates/Kimi-K3.jinja (shared test data) through
+tests/text/jinja/render_reference.py (the environment of transformers' apply_chat_template).
 
 usage: render_k3_reference.py SHARED_DIR < cases.json > rendered.json
 cases.json is a JSON array of template-variable objects; the output is an array of {"text": ...} or
@@ -28,7 +28,7 @@ def normalize_arguments(holder):
 
 def main():
     shared = sys.argv[1]
-    sys.path.insert(0, os.path.join(shared, "chat_templates"))
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "jinja"))
     import render_reference  # noqa: E402
 
     template = open(os.path.join(shared, "chat_templates", "Kimi-K3.jinja"), encoding="utf-8").read()

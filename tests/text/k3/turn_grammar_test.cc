@@ -53,6 +53,7 @@ bool follows(const std::string& text, const ToolGrammarOptions& o, const Json& r
 }
 
 TEST(K3ToolGrammar, AcceptsWellFormedTurns) {
+  RILL_REQUIRE_KIMI_TOKENIZER();
   ToolGrammarOptions no_think{.thinking = false};
   EXPECT_TRUE(follows(turn(call("set_alarm", 1, R"({"unit":"celsius"})")), no_think));
   EXPECT_TRUE(follows(turn(call("set_alarm", 1, R"({"unit": "fahrenheit", "label": "wake up \"now\" ☀"})")),
@@ -66,6 +67,7 @@ TEST(K3ToolGrammar, AcceptsWellFormedTurns) {
 }
 
 TEST(K3ToolGrammar, RejectsWhatTheFormatOrSchemaForbids) {
+  RILL_REQUIRE_KIMI_TOKENIZER();
   ToolGrammarOptions o{.thinking = false};
   EXPECT_FALSE(follows(turn(call("set_timer", 1, "{}")), o));                    // undeclared tool
   EXPECT_FALSE(follows(turn(call("get_time", 2, "{}")), o));                     // index starts at 1
@@ -85,6 +87,7 @@ TEST(K3ToolGrammar, RejectsWhatTheFormatOrSchemaForbids) {
 
 // A named tool_choice: exactly one call, of that tool (a dynamic one too), parallel or not.
 TEST(K3ToolGrammar, NamedToolIsExactlyOneCallOfIt) {
+  RILL_REQUIRE_KIMI_TOKENIZER();
   const ToolGrammarOptions named{.thinking = false, .named_tool = "set_alarm"};
   EXPECT_TRUE(follows(turn(call("set_alarm", 1, R"({"unit":"celsius"})")), named));
   EXPECT_FALSE(follows(turn(call("get_time", 1, "{}")), named));
@@ -106,6 +109,7 @@ bool response_follows(const std::string& text, const Json* schema, bool thinking
 }
 
 TEST(K3ResponseFormatGrammar, TheResponseIsTheJsonValue) {
+  RILL_REQUIRE_KIMI_TOKENIZER();
   const std::string end = "<|close|>response<|sep|><|close|>message<|sep|><|end_of_msg|>";
   const Json schema = kRequest["tools"][0]["function"]["parameters"];
   EXPECT_TRUE(response_follows(R"({"unit": "celsius", "label": "x"})" + end, &schema, false));
@@ -125,6 +129,7 @@ TEST(K3ResponseFormatGrammar, TheResponseIsTheJsonValue) {
 }
 
 TEST(K3ToolGrammar, ErrorsNameTheTool) {
+  RILL_REQUIRE_KIMI_TOKENIZER();
   Json bad = kRequest;
   bad["tools"][0]["function"]["parameters"] =
       Json::parse(R"({"type": "object", "properties": {"a": {"type": "str"}}})");

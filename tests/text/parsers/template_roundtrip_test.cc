@@ -2,9 +2,10 @@
 // trained on those renderings, so they are what it emits.
 //
 // The literals below were derived by rendering the request JSONs below with
-//   python3 ../shared/chat_templates/render_reference.py TEMPLATE < request.json
+//   python3 tests/text/jinja/render_reference.py ../shared/chat_templates/TEMPLATE < request.json
 // (moonshotai-Kimi-K2-Thinking.jinja; Kimi-K3.jinja with thinking true and false) and keeping what
-// follows the generation prompt. RendersAsCommitted re-renders them when python3 + jinja2 exist.
+// follows the generation prompt. RendersAsCommitted re-renders them when python3 + jinja2 and the shared
+// templates exist.
 // moonshotai-Kimi-K2.jinja (K2-Instruct) drops tool_calls from assistant turns altogether (it renders
 // content only), so the K2 tool-call format is taken from the K2-Thinking template, which writes it.
 // Expected values come from the request JSON, not from the parser.
@@ -17,6 +18,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "shared_data.h"
 #include "text/parsers/output_parser.h"
 #include "text/parsers/parser_harness.h"
 
@@ -125,8 +127,9 @@ std::string render(const char* template_name, Json request) {
                               ("rill_parsers_" + std::to_string(std::hash<std::string>{}(request.dump())));
   std::filesystem::create_directories(dir);
   std::ofstream(dir / "request.json") << request.dump();
-  std::string script = std::string(RILL_SHARED_DIR) + "/chat_templates/render_reference.py";
-  std::string command = "python3 '" + script + "' '" + RILL_SHARED_DIR + "/chat_templates/" + template_name +
+  std::string script = RILL_SOURCE_DIR "/tests/text/jinja/render_reference.py";
+  std::string command = "python3 '" + script + "' '" +
+                        rill::testing::shared_path(std::string("chat_templates/") + template_name).string() +
                         "' < '" + (dir / "request.json").string() + "' > '" + (dir / "out.txt").string() +
                         "'";
   int rc = std::system(command.c_str());
@@ -143,6 +146,8 @@ std::string after(const std::string& text, std::string_view prompt) {
 }
 
 TEST(TemplateRoundTrip, RendersAsCommitted) {
+  RILL_REQUIRE_SHARED_FILES(
+      {"chat_templates/moonshotai-Kimi-K2-Thinking.jinja", "chat_templates/Kimi-K3.jinja"});
   if (std::system("python3 -c 'import jinja2' > /dev/null 2>&1") != 0) {
     GTEST_SKIP()
         << "python3 with jinja2 not available: the committed literals stay unchecked against the templates";

@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "shared_data.h"
 #include "text/tokenizer/bpe_trainer.h"
 #include "text/tokenizer/mixed_corpus.h"
 #include "text/tokenizer/tokenizer.h"
@@ -76,9 +77,10 @@ TEST(BpeTrainer, StopsWhenNoPairIsLeft) {
 
 // The Kimi Linear layout, written for the real vocabulary size, is the real file's added_tokens_decoder.
 TEST(BpeTrainer, KimiLinearLayoutMatchesRealConfig) {
-  const fs::path real = fs::path(RILL_SHARED_DIR) / "tokenizers/kimi/tokenizer_config.json";
+  RILL_REQUIRE_KIMI_TOKENIZER();
+  const fs::path real = rill::testing::shared_path(rill::testing::kKimiTokenizerConfig);
   const auto want = nlohmann::json::parse(std::ifstream(real))["added_tokens_decoder"];
-  std::ifstream model(fs::path(RILL_SHARED_DIR) / "tokenizers/kimi/tiktoken.model");
+  std::ifstream model(rill::testing::shared_path(rill::testing::kKimiTiktokenModel));
   int32_t n_ranks = 0;
   for (std::string line; std::getline(model, line);) n_ranks += !line.empty();
   const fs::path out =

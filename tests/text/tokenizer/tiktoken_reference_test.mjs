@@ -2,21 +2,27 @@
 // compiled to WASM) configured with the real Kimi ranks, the Kimi control block and the Kimi pattern, wrapped
 // in a transcription of tokenization_kimi.py's chunking guard (400,000-char pieces, 25,000-char runs).
 //
-//   node tiktoken_reference_test.mjs DRIVER MODEL_DIR NODE_MODULES [SEED]
+//   node tiktoken_reference_test.mjs DRIVER MODEL_DIR NODE_MODULES
 //
-// Cases: the mixed corpus (>= 1 MB), >= 10,000 random Unicode strings drawn from a fresh seed (printed; pass
-// it back as SEED to replay), chunking-guard edge cases. Each text is encoded with special tokens allowed and
-// disallowed; ids must be identical and decode(encode(x)) must give x back.
+// Cases: the mixed corpus (>= 1 MB), >= 10,000 random Unicode strings drawn from the commit's seed
+// (tests/test_seed.mjs: printed; RILL_TEST_SEED=N replays it), chunking-guard edge cases. Each text is encoded
+// with special tokens allowed and disallowed; ids must be identical and decode(encode(x)) must give x back.
+// MODEL_DIR is the real Kimi vocabulary (../shared/tokenizers/kimi): without it the test skips (exit 77).
 import { spawn } from "child_process";
 import fs from "fs";
 import { createRequire } from "module";
 import path from "path";
 
-const [driver, modelDir, nodeModules, seedArg] = process.argv.slice(2);
+import { checkSharedFiles, skip } from "../../shared_data.mjs";
+import { testSeed } from "../../test_seed.mjs";
+
+const [driver, modelDir, nodeModules] = process.argv.slice(2);
 if (!driver || !modelDir || !nodeModules) {
-  console.error("usage: tiktoken_reference_test.mjs DRIVER MODEL_DIR NODE_MODULES [SEED]");
+  console.error("usage: tiktoken_reference_test.mjs DRIVER MODEL_DIR NODE_MODULES");
   process.exit(2);
 }
+const missing = checkSharedFiles("tiktoken_reference_test", ["tiktoken.model", "tokenizer_config.json"], modelDir);
+if (missing) skip("tiktoken_reference_test", missing);
 const { Tiktoken } = createRequire(path.join(path.resolve(nodeModules), "x.js"))("tiktoken");
 
 // The pattern, verbatim from tokenization_kimi.py (spec §6.2).
@@ -78,9 +84,7 @@ function rng32(seed) {
     return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
   };
 }
-const seed = seedArg !== undefined ? Number(seedArg) >>> 0 : (Date.now() ^ (Math.random() * 2 ** 32)) >>> 0;
-console.log(`tiktoken_reference_test: seed ${seed} (replay: node tiktoken_reference_test.mjs ... ${seed})`);
-const rand = rng32(seed);
+const rand = rng32(testSeed("tiktoken_reference_test"));
 const below = (n) => Math.floor(rand() * n);
 
 // Pools weight the classes the pattern distinguishes; one draw in four is uniform over all scalar values.

@@ -10,6 +10,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "shared_data.h"
+#include "test_seed.h"
 #include "text/tokenizer/bpe_ranks.h"
 #include "text/tokenizer/kimi_pretokenizer.h"
 #include "text/tokenizer/mixed_corpus.h"
@@ -21,8 +23,9 @@ namespace rill::text {
 namespace {
 
 namespace fs = std::filesystem;
-const fs::path kKimiDir = fs::path(RILL_SHARED_DIR) / "tokenizers/kimi";
+const fs::path kKimiDir = rill::testing::shared_path(rill::testing::kKimiTokenizerDir);
 
+// The real Kimi vocabulary; a test calls RILL_REQUIRE_KIMI_TOKENIZER() first.
 const Tokenizer& kimi() {
   static const Tokenizer* tokenizer = [] {
     auto t = Tokenizer::load(kKimiDir);
@@ -58,6 +61,7 @@ std::string byte_ranks(const std::vector<std::string>& extra = {}) {
 }
 
 TEST(TokenizerLoad, RealKimiFiles) {
+  RILL_REQUIRE_KIMI_TOKENIZER();
   const Tokenizer& t = kimi();
   // tiktoken.model has one line per rank; the control block follows.
   std::ifstream in(kKimiDir / "tiktoken.model");
@@ -157,6 +161,7 @@ TEST(TokenizerLoad, MalformedConfig) {
 }
 
 TEST(TokenizerEncode, EmptyInput) {
+  RILL_REQUIRE_KIMI_TOKENIZER();
   EXPECT_TRUE(kimi().encode("", false).empty());
   EXPECT_TRUE(kimi().encode("", true).empty());
   auto text = kimi().decode({});
@@ -165,6 +170,7 @@ TEST(TokenizerEncode, EmptyInput) {
 }
 
 TEST(TokenizerEncode, SpecialsOnlyWhenAllowed) {
+  RILL_REQUIRE_KIMI_TOKENIZER();
   const Tokenizer& t = kimi();
   const int32_t im_end = *t.token_id("<|im_end|>");
   const std::string text = "hi<|im_end|>there<|im_end";
@@ -184,6 +190,7 @@ TEST(TokenizerEncode, SpecialsOnlyWhenAllowed) {
 }
 
 TEST(TokenizerDecode, OutOfVocabularyIdsAreNamed) {
+  RILL_REQUIRE_KIMI_TOKENIZER();
   const Tokenizer& t = kimi();
   for (const int32_t bad : {-1, t.vocab_size(), t.vocab_size() + 7, 1 << 30}) {
     const std::vector<int32_t> ids = {100, bad};
@@ -207,6 +214,7 @@ std::vector<int32_t> byte_token_ids(const Tokenizer& t) {
 }
 
 TEST(IncrementalDetokenizer, EverySplitOfMultiByteSequences) {
+  RILL_REQUIRE_KIMI_TOKENIZER();
   const Tokenizer& t = kimi();
   const std::vector<int32_t> byte_ids = byte_token_ids(t);
   const std::string text = "aé中😀\u0301 ok 한국어 𝔘";
@@ -233,9 +241,10 @@ TEST(IncrementalDetokenizer, EverySplitOfMultiByteSequences) {
 }
 
 TEST(IncrementalDetokenizer, MatchesDecodeOnArbitraryBytes) {
+  RILL_REQUIRE_KIMI_TOKENIZER();
   const Tokenizer& t = kimi();
   const std::vector<int32_t> byte_ids = byte_token_ids(t);
-  const uint32_t seed = std::random_device{}();
+  const uint32_t seed = rill::testing::test_seed();
   std::mt19937 rng(seed);
   const std::vector<int32_t> specials = {*t.token_id("<|im_end|>"), *t.token_id("[BOS]")};
   for (int round = 0; round < 3000; ++round) {
@@ -268,7 +277,7 @@ TEST(IncrementalDetokenizer, MatchesDecodeOnArbitraryBytes) {
 
 // U+FFFD placement must be Python's bytes.decode("utf-8", "replace"): compare with python3 itself.
 TEST(Utf8, SanitizeMatchesPython) {
-  const uint32_t seed = std::random_device{}();
+  const uint32_t seed = rill::testing::test_seed();
   std::mt19937 rng(seed);
   const unsigned char interesting[] = {0x41, 0x80, 0x8F, 0x90, 0x9F, 0xA0, 0xBF, 0xC0, 0xC1, 0xC2, 0xDF,
                                        0xE0, 0xE1, 0xED, 0xEE, 0xEF, 0xF0, 0xF1, 0xF3, 0xF4, 0xF5, 0xFF};
@@ -323,12 +332,13 @@ TEST(KimiPreTokenizer, SpecVectors) {
 }
 
 TEST(BpeRanks, ScanAndHeapMergeAgree) {
+  RILL_REQUIRE_KIMI_TOKENIZER();
   const Tokenizer& t = kimi();
   std::vector<std::string> tokens;
   for (int32_t id = 0; id < t.n_ranks(); ++id) tokens.emplace_back(t.token_bytes(id));
   const BpeRanks ranks(tokens);
   const std::string corpus = testing::make_mixed_corpus(1 << 16);
-  const uint32_t seed = std::random_device{}();
+  const uint32_t seed = rill::testing::test_seed();
   std::mt19937 rng(seed);
   for (int i = 0; i < 300; ++i) {
     // Long pieces (as a pathological pre-token would be) taken from real text and random bytes.
