@@ -26,8 +26,13 @@ void TapRecorder::record(backend::Backend& be, std::string name, const TensorVie
       }
     }
     if (!be.copy_to_device(v.data, bytes.data(), bytes.size()).ok()) return;
+  } else if (round_bf16_ && v.dtype == DType::F32 && round_bf16_(name)) {
+    std::vector<float> x(size_t(v.numel()));
+    if (!be.copy_to_host(x.data(), v.data, v.nbytes()).ok()) return;
+    for (float& f : x) f = bf16_to_f32(f32_to_bf16(f));
+    if (!be.copy_to_device(v.data, x.data(), v.nbytes()).ok()) return;
   }
-  Tap t{std::move(name), v.shape, {}};
+  Tap t{std::move(name), v.shape, v.dtype, {}};
   std::vector<char> host(v.nbytes());
   if (!be.copy_to_host(host.data(), v.data, host.size()).ok()) return;
   t.values.resize(static_cast<size_t>(v.numel()));

@@ -9,8 +9,10 @@
 // every other op comparable at the model level (the router itself is compared op by op in tests/backend).
 #pragma once
 
+#include <functional>
 #include <map>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -23,6 +25,7 @@ class TapRecorder {
   struct Tap {
     std::string name;  // "L3.kda.qkv"
     Shape shape;
+    DType dtype;  // as the backend stored it
     std::vector<float> values;
   };
   // Applies an override named `name` to `v` if there is one, then copies `v` (contiguous) to the host.
@@ -32,9 +35,15 @@ class TapRecorder {
 
   void set_overrides(std::map<std::string, std::vector<float>> overrides) { overrides_ = std::move(overrides); }
 
+  // Rounds every F32 tap `which` selects to bf16 in place, before it is recorded: a CPU run that stores the
+  // intermediates the GPU stores in bf16 the way the GPU does. It measures how far a model moves under the
+  // roundings of a bf16 implementation alone (the yardstick the GPU-vs-CPU errors are read against).
+  void set_bf16_rounding(std::function<bool(std::string_view name)> which) { round_bf16_ = std::move(which); }
+
  private:
   std::vector<Tap> taps_;
   std::map<std::string, std::vector<float>> overrides_;
+  std::function<bool(std::string_view)> round_bf16_;
 };
 
 }  // namespace rill::model

@@ -227,6 +227,45 @@ TEST_F(KimiK3Model, Mxfp4ExpertsEqualTheSameExpertsDequantisedToBf16) {
 
 // --- consistency ----------------------------------------------------------------------------------------
 
+// The bf16 yardstick of the GPU tests (tests/model/logit_compare.h) rounds selected taps to bf16 in place:
+// the selected tap becomes exactly the bf16 rounding of the unrounded run's value, everything before it is
+// untouched, and what follows moves (the rounded value is what the next op reads).
+TEST_F(KimiK3Model, Bf16RoundingOfATapRoundsItInPlace) {
+  auto be = backend::make_cpu_backend();
+  auto m = load(*be, dir_->path());
+  ASSERT_TRUE(m);
+  std::mt19937 rng(seed_);
+  const std::vector<int32_t> ids = random_tokens(12, rng);
+  model::TapRecorder plain, rounded;
+  rounded.set_bf16_rounding([](std::string_view n) { return n == "L1.input_norm"; });
+  m->set_tap_recorder(&plain);
+  const std::vector<float> a = prompt_logits(*m, ids, 0);
+  m->set_tap_recorder(&rounded);
+  const std::vector<float> b = prompt_logits(*m, ids, 0);
+  m->set_tap_recorder(nullptr);
+  ASSERT_EQ(plain.taps().size(), rounded.taps().size());
+  bool before = true;
+  double moved_after = 0;
+  for (size_t i = 0; i < plain.taps().size(); ++i) {
+    const auto& p = plain.taps()[i];
+    const auto& r = rounded.taps()[i];
+    ASSERT_EQ(p.name, r.name);
+    if (p.name == "L1.input_norm") {
+      for (size_t j = 0; j < p.values.size(); ++j)
+        ASSERT_EQ(r.values[j], bf16_to_f32(f32_to_bf16(p.values[j]))) << j;
+      EXPECT_GT(max_abs_diff(p.values, r.values), 0.0);  // fp32 values are not all bf16 already
+      before = false;
+    } else if (before) {
+      EXPECT_EQ(max_abs_diff(p.values, r.values), 0.0) << p.name;
+    } else {
+      moved_after = std::max(moved_after, double(max_abs_diff(p.values, r.values)));
+    }
+  }
+  EXPECT_FALSE(before) << "no tap L1.input_norm";
+  EXPECT_GT(moved_after, 0.0);
+  EXPECT_GT(max_abs_diff(a, b), 0.0);
+}
+
 TEST_F(KimiK3Model, ChunkedOneShotAndTokenByTokenAgree) {
   auto be = backend::make_cpu_backend();
   auto m = load(*be, dir_->path());

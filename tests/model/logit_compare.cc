@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <set>
+#include <string_view>
 #include <span>
 
 #include "model/fixture.h"
@@ -46,6 +48,20 @@ void expect_within_bounds(const Compare& c, const std::string& what, const Bound
   EXPECT_GE(double(c.agree), b.top1 * c.total) << what;
 }
 
+Bounds widened_by(const Bounds& b, const Compare& yardstick) {
+  const double miss = 1.0 - double(yardstick.agree) / std::max(yardstick.total, 1);
+  return Bounds{std::max(b.median, kYardstickFactor * yardstick.median()),
+                std::max(b.worst, kYardstickFactor * yardstick.worst_rel_l2),
+                std::min(b.top1, 1.0 - kYardstickFactor * miss)};
+}
+
+void print_comparison(const std::string& what, const Compare& c, const Compare& yardstick) {
+  std::printf("%s: per-position rel L2 median %.3g, worst %.3g; top-1 agreement %d/%d "
+              "(bf16 yardstick: median %.3g, worst %.3g, top-1 %d/%d)\n",
+              what.c_str(), c.median(), c.worst_rel_l2, c.agree, c.total, yardstick.median(),
+              yardstick.worst_rel_l2, yardstick.agree, yardstick.total);
+}
+
 bool load_pair(const std::filesystem::path& dir, Pair* p, std::string* why) {
   auto gpu = backend::make_backend("cuda");
   if (!gpu.ok()) {
@@ -76,14 +92,33 @@ std::map<std::string, std::vector<float>> routing_of(const model::TapRecorder& r
   return out;
 }
 
-std::pair<std::vector<float>, std::vector<float>> run_replayed(Pair& p, const std::vector<int32_t>& ids,
-                                                               const std::vector<int>& pieces) {
-  model::TapRecorder gpu_taps, cpu_taps;
-  p.gpu_model->set_tap_recorder(&gpu_taps);
-  p.cpu_model->set_tap_recorder(&cpu_taps);
+namespace {
+
+// The names of the taps `gpu` stored in bf16 (the predicate of the yardstick run).
+std::function<bool(std::string_view)> stored_in_bf16(const model::TapRecorder& gpu) {
+  std::set<std::string, std::less<>> names;
+  for (const auto& t : gpu.taps())
+    if (t.dtype == DType::BF16) names.insert(t.name);
+  return [names = std::move(names)](std::string_view n) { return names.count(n) > 0; };
+}
+
+double tap_rel_l2(const model::TapRecorder::Tap& got, const model::TapRecorder::Tap& ref) {
+  double num = 0, den = 0;
+  for (size_t j = 0; j < ref.values.size() && j < got.values.size(); ++j) {
+    num += double(ref.values[j] - got.values[j]) * (ref.values[j] - got.values[j]);
+    den += double(ref.values[j]) * ref.values[j];
+  }
+  return std::sqrt(num / std::max(den, 1e-30));
+}
+
+}  // namespace
+
+ReplayedLogits run_replayed(Pair& p, const std::vector<int32_t>& ids, const std::vector<int>& pieces) {
+  model::TapRecorder gpu_taps, cpu_taps, rounded_taps;
   auto gs = model::SequenceSession::create(*p.gpu_model, 512);
   auto cs = model::SequenceSession::create(*p.cpu_model, 512);
-  std::vector<float> g, c;
+  auto rs = model::SequenceSession::create(*p.cpu_model, 512);
+  ReplayedLogits out;
   const std::vector<int> steps = pieces.empty() ? std::vector<int>{int(ids.size())} : pieces;
   size_t off = 0;
   for (int n : steps) {
@@ -92,19 +127,28 @@ std::pair<std::vector<float>, std::vector<float>> run_replayed(Pair& p, const st
     std::span<const int32_t> part(ids.data() + off, size_t(n));
     off += size_t(n);
     gpu_taps.clear();
+    p.gpu_model->set_tap_recorder(&gpu_taps);
     auto gl = gs->feed(part, n, true);
     EXPECT_TRUE(gl.ok()) << gl.status().to_string();
     cpu_taps.clear();
     cpu_taps.set_overrides(routing_of(gpu_taps));
+    p.cpu_model->set_tap_recorder(&cpu_taps);
     auto cl = cs->feed(part, n, true);
     EXPECT_TRUE(cl.ok()) << cl.status().to_string();
-    if (!gl.ok() || !cl.ok()) break;
-    g.insert(g.end(), gl->begin(), gl->end());
-    c.insert(c.end(), cl->begin(), cl->end());
+    rounded_taps.clear();
+    rounded_taps.set_overrides(routing_of(gpu_taps));
+    rounded_taps.set_bf16_rounding(stored_in_bf16(gpu_taps));
+    p.cpu_model->set_tap_recorder(&rounded_taps);
+    auto rl = rs->feed(part, n, true);
+    EXPECT_TRUE(rl.ok()) << rl.status().to_string();
+    if (!gl.ok() || !cl.ok() || !rl.ok()) break;
+    out.gpu.insert(out.gpu.end(), gl->begin(), gl->end());
+    out.cpu.insert(out.cpu.end(), cl->begin(), cl->end());
+    out.cpu_bf16.insert(out.cpu_bf16.end(), rl->begin(), rl->end());
   }
   p.gpu_model->set_tap_recorder(nullptr);
   p.cpu_model->set_tap_recorder(nullptr);
-  return {g, c};
+  return out;
 }
 
 std::vector<int> chunks_of(int n, int chunk) {
@@ -118,14 +162,14 @@ void expect_gpu_matches_cpu(const std::filesystem::path& dir, const std::vector<
   std::string why;
   if (!load_pair(dir, &p, &why)) GTEST_SKIP() << why;
   const int64_t V = p.cpu_model->config().vocab_size;
-  Compare c;
+  Compare c, yardstick;
   for (const auto& run : runs) {
-    auto [gpu, cpu] = run_replayed(p, run.ids, run.pieces);
-    compare_rows(gpu, cpu, V, &c);
+    const ReplayedLogits l = run_replayed(p, run.ids, run.pieces);
+    compare_rows(l.gpu, l.cpu, V, &c);
+    compare_rows(l.cpu_bf16, l.cpu, V, &yardstick);
   }
-  std::printf("%s: per-position rel L2 median %.3g, worst %.3g; top-1 agreement %d/%d\n", dir.filename().c_str(),
-              c.median(), c.worst_rel_l2, c.agree, c.total);
-  expect_within_bounds(c, dir.filename().string(), b);
+  print_comparison(dir.filename().string(), c, yardstick);
+  expect_within_bounds(c, dir.filename().string(), widened_by(b, yardstick));
 }
 
 void expect_fuzzed_models_match(const std::function<FuzzedShape(std::mt19937&)>& draw, const Bounds& b,
@@ -148,18 +192,19 @@ void expect_fuzzed_models_match(const std::function<FuzzedShape(std::mt19937&)>&
       if (!why.empty()) GTEST_SKIP() << why;
       continue;  // a load failure is reported by load_pair; the other seeds still run
     }
-    Compare c;
+    Compare c, yardstick;
     for (int n : {1, 9, 64, 130}) {
       std::vector<int32_t> ids;
       for (int i = 0; i < n + 8; ++i) ids.push_back(int32_t(rng() % uint32_t(shape.vocab)));
       std::vector<int> pieces{n};
       pieces.insert(pieces.end(), 8, 1);
-      auto [gpu, cpu] = run_replayed(p, ids, pieces);
-      compare_rows(gpu, cpu, shape.vocab, &c);
+      const ReplayedLogits l = run_replayed(p, ids, pieces);
+      compare_rows(l.gpu, l.cpu, shape.vocab, &c);
+      compare_rows(l.cpu_bf16, l.cpu, shape.vocab, &yardstick);
     }
-    std::printf("%s seed %u: per-position rel L2 median %.3g, worst %.3g; top-1 agreement %d/%d\n", tag.c_str(),
-                seed, c.median(), c.worst_rel_l2, c.agree, c.total);
-    expect_within_bounds(c, tag + " seed " + std::to_string(seed), b);
+    const std::string what = tag + " seed " + std::to_string(seed);
+    print_comparison(what, c, yardstick);
+    expect_within_bounds(c, what, widened_by(b, yardstick));
     medians.push_back(c.median());
     worsts.push_back(c.worst_rel_l2);
     top1s.push_back(double(c.agree) / std::max(c.total, 1));
@@ -179,41 +224,48 @@ void expect_taps_match(const std::filesystem::path& dir, const std::vector<int32
   Pair p;
   std::string why;
   if (!load_pair(dir, &p, &why)) GTEST_SKIP() << why;
-  model::TapRecorder cpu_taps, gpu_taps;
-  p.cpu_model->set_tap_recorder(&cpu_taps);
-  p.gpu_model->set_tap_recorder(&gpu_taps);
+  model::TapRecorder cpu_taps, gpu_taps, rounded_taps;
   auto cs = model::SequenceSession::create(*p.cpu_model, 512);
+  auto rs = model::SequenceSession::create(*p.cpu_model, 512);
   auto gs = model::SequenceSession::create(*p.gpu_model, 512);
+  p.gpu_model->set_tap_recorder(&gpu_taps);
   for (const auto& [off, n] : pieces) {
     ASSERT_LE(off + n, ids.size());
     gpu_taps.clear();
     cpu_taps.clear();
+    rounded_taps.clear();
     std::span<const int32_t> part(ids.data() + off, n);
     ASSERT_TRUE(gs->feed(part, int(n), true).ok());
     cpu_taps.set_overrides(routing_of(gpu_taps));
+    p.cpu_model->set_tap_recorder(&cpu_taps);
     ASSERT_TRUE(cs->feed(part, int(n), true).ok());
+    rounded_taps.set_overrides(routing_of(gpu_taps));
+    rounded_taps.set_bf16_rounding(stored_in_bf16(gpu_taps));
+    p.cpu_model->set_tap_recorder(&rounded_taps);
+    ASSERT_TRUE(rs->feed(part, int(n), true).ok());
     ASSERT_EQ(cpu_taps.taps().size(), gpu_taps.taps().size());
+    ASSERT_EQ(cpu_taps.taps().size(), rounded_taps.taps().size());
     std::string first_bad;
     double worst = 0;
-    std::vector<std::pair<double, std::string>> by_error;  // printed: where the bf16 error enters
+    struct Row {
+      double gpu, yardstick;
+      std::string name;
+    };
+    std::vector<Row> rows;  // printed: where the bf16 error enters, beside what bf16 storage alone gives
     for (size_t i = 0; i < cpu_taps.taps().size(); ++i) {
       const auto& c = cpu_taps.taps()[i];
       const auto& g = gpu_taps.taps()[i];
       ASSERT_EQ(c.name, g.name);
-      double num = 0, den = 0;
-      for (size_t j = 0; j < c.values.size() && j < g.values.size(); ++j) {
-        num += double(c.values[j] - g.values[j]) * (c.values[j] - g.values[j]);
-        den += double(c.values[j]) * c.values[j];
-      }
-      const double rel = std::sqrt(num / std::max(den, 1e-30));
+      const double rel = tap_rel_l2(g, c), yard = tap_rel_l2(rounded_taps.taps()[i], c);
       worst = std::max(worst, rel);
-      by_error.emplace_back(rel, c.name);
-      if (!(rel <= b.worst) && first_bad.empty()) first_bad = c.name;
+      rows.push_back({rel, yard, c.name});
+      if (!(rel <= std::max(b.worst, kYardstickFactor * yard)) && first_bad.empty()) first_bad = c.name;
     }
     std::printf("step at %zu (+%zu): %zu taps, worst rel L2 %.3g\n", off, n, cpu_taps.taps().size(), worst);
-    std::sort(by_error.begin(), by_error.end(), std::greater<>());
-    for (size_t i = 0; i < by_error.size() && i < 6; ++i)
-      std::printf("    %-28s rel L2 %.3g\n", by_error[i].second.c_str(), by_error[i].first);
+    std::sort(rows.begin(), rows.end(), [](const Row& x, const Row& y) { return x.gpu > y.gpu; });
+    for (size_t i = 0; i < rows.size() && i < 6; ++i)
+      std::printf("    %-28s rel L2 %.3g (bf16 yardstick %.3g)\n", rows[i].name.c_str(), rows[i].gpu,
+                  rows[i].yardstick);
     EXPECT_TRUE(first_bad.empty()) << "step at " << off << ": first diverging tensor " << first_bad;
   }
   p.cpu_model->set_tap_recorder(nullptr);
