@@ -138,7 +138,13 @@ Status CacheManager::admit(SequenceCache* seq, const PrefixHit& hit, int first_s
     return fresh.status();
   }
   if (hit.snapshot >= 0) {
-    RILL_TRY(copy_kda_slot(*be_, caches_, snapshots_.slot(hit.snapshot), slot[0]));
+    // A failed restore gives back what was taken above, so the sequence can be retried or failed cleanly.
+    if (Status st = copy_kda_slot(*be_, caches_, snapshots_.slot(hit.snapshot), slot[0]); !st.ok()) {
+      RILL_TRY(blocks_.release(*fresh));
+      RILL_TRY(index_.release(hit.entries));
+      RILL_TRY(slots_.release(slot));
+      return st;
+    }
     snapshots_.touch(hit.snapshot);
   }
   seq->slot = slot[0];

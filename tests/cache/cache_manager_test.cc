@@ -335,5 +335,27 @@ TEST(CacheManager, AFailedReleaseIsReportedAndLeavesNothingToReleaseTwice) {
   EXPECT_TRUE(cm.release(&b).ok());
 }
 
+// A snapshot restore that fails (here: a hit naming a snapshot outside the pool, so the KDA slot copy is refused)
+// fails admit() and gives back the slot and blocks it took; the next admission gets them.
+TEST(CacheManager, AFailedSnapshotRestoreGivesBackTheSlotAndBlocks) {
+  auto be = backend::make_cpu_backend();
+  const auto cfg = *model::ModelConfig::load(testing::data_dir() / "kimi_linear_tiny_a");
+  MemoryPlan plan;
+  plan.n_slots = 1;
+  plan.n_blocks = 2;
+  auto cm = *CacheManager::create(*be, cfg, plan);
+  PrefixHit bad;
+  bad.snapshot = 1000;
+  SequenceCache a;
+  const Status st = cm.admit(&a, bad, 100);
+  EXPECT_EQ(st.code(), StatusCode::Internal) << st.to_string();
+  EXPECT_EQ(a.slot, -1);
+  EXPECT_EQ(cm.slots().used_count(), 0);
+  EXPECT_EQ(cm.blocks().used_count(), 0);
+  SequenceCache b;
+  EXPECT_TRUE(cm.admit(&b, 100).ok());  // the only slot and both blocks are free again
+  EXPECT_TRUE(cm.release(&b).ok());
+}
+
 }  // namespace
 }  // namespace rill::cache

@@ -22,8 +22,10 @@ Status CpuBackend::mla_cache_write_impl(const MlaCacheWriteArgs& a) {
   const int64_t width = a.ckv.size(1), lat = a.norm_weight.size(0);
   for (int t = 0; t < l.n_tokens; ++t) {
     const int s = l.token_seq[t], pos = l.token_pos[t];
-    const int32_t block = l.block_tables[int64_t(s) * l.max_blocks_per_seq + pos / l.block_size];
-    if (pos / l.block_size >= l.max_blocks_per_seq || block < 0 || block >= a.cache.size(0))
+    const int32_t block = pos / l.block_size < l.max_blocks_per_seq
+                              ? l.block_tables[int64_t(s) * l.max_blocks_per_seq + pos / l.block_size]
+                              : -1;  // the table is read only inside its row
+    if (block < 0 || block >= a.cache.size(0))
       return internal_error("mla_cache_write: no cache block for position {} of sequence {}", pos, s);
     const float* x = cpu::row_f32(a.ckv, t);
     float* dst = a.cache.ptr<float>() + int64_t(block) * a.cache.stride(0) + (pos % l.block_size) * a.cache.stride(1);

@@ -121,6 +121,22 @@ TEST(MlaCpu, CacheWriteNormalisesTheLatentIntoShuffledBlocks) {
   }
 }
 
+// A position past the end of its sequence's block-table row is refused, naming it (the table is not read past
+// the end of the row).
+TEST(MlaCpu, CacheWriteRefusesAPositionOutsideTheBlockTable) {
+  OpHarness h(kCpuOnly);
+  const int bs = 16;
+  const PagedSteps steps = make_steps({{0, 37}}, bs, h.rng());
+  const BackendTensor cache = h.empty(h.cpu(), DType::F32, {steps.n_blocks, bs, kWidth});  // NaN
+  const BackendTensor norm_w = h.put(h.cpu(), h.uniform(kLora, 0.5f, 1.5f, false), DType::F32, {kLora});
+  const BackendTensor ckv = h.put(h.cpu(), make_ckv(h, 37), DType::F32, {37, kWidth});
+  backend::BatchLayout l = cpu_layout(h, steps.step, bs);
+  l.max_blocks_per_seq = 2;  // positions 32..36 have no block
+  const Status st = h.cpu().mla_cache_write({ckv.view, norm_w.view, kEps, cache.view, &l});
+  EXPECT_EQ(st.code(), StatusCode::Internal);
+  EXPECT_NE(st.message().find("position 32 of sequence 0"), std::string::npos) << st.message();
+}
+
 // One head's keys [W_UK,h c_u ; k_pe_u] (192) and values W_UV,h c_u (128) for the positions u whose cache
 // rows are `rows`, expanded in double from the cache the op wrote (spec §3.4, naive form).
 struct HeadKeysValues {
