@@ -55,9 +55,10 @@ int run_serve(int argc, char** argv) {
       ->check(CLI::Range(0, 65535));
   app.add_option("--served-model-name", o.served_model_name,
                  "the model id clients send and /v1/models lists (default: MODEL_DIR's last component)");
-  app.add_option("--api-key", o.api_key,
-                 "require `Authorization: Bearer KEY` on every route but /health (and /metrics, unless "
-                 "--api-key-metrics): 401 otherwise");
+  app.add_option(
+      "--api-key", o.api_key,
+      "require `Authorization: Bearer KEY` (401 otherwise) on every route but /health and /metrics "
+      "(/metrics too with --api-key-metrics)");
   app.add_option("--max-batch-size", o.engine.max_batch_size,
                  "sequences per engine step, = KDA state slots (vLLM --max-num-seqs)")
       ->capture_default_str()
