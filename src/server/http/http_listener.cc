@@ -2,8 +2,10 @@
 
 #include <array>
 #include <atomic>
-#include <future>
+#include <condition_variable>
+#include <deque>
 #include <mutex>
+#include <sstream>
 #include <thread>
 #include <unordered_map>
 
@@ -15,12 +17,12 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/asio/write.hpp>
-#include <boost/beast/http/chunk_encode.hpp>
 #include <boost/beast/http/empty_body.hpp>
 #include <boost/beast/http/message.hpp>
-#include <boost/beast/http/serializer.hpp>
 #include <boost/beast/http/string_body.hpp>
 #include <boost/beast/http/write.hpp>
+
+#include <fmt/format.h>
 
 #include "server/http/handler_pool.h"
 #include "server/http/request_reader.h"
@@ -296,50 +298,86 @@ class Session : public std::enable_shared_from_this<Session> {
     http::response<http::empty_body> head;
     start_message(head, res, version, keep_alive && chunked);
     if (chunked) head.chunked(true);
-    http::response_serializer<http::empty_body> serializer(head);
-    bool ok = write_and_wait([&](auto done) { http::async_write_header(socket_, serializer, done); });
+    std::ostringstream head_text;
+    head_text << head.base();
+    bool ok = enqueue(head_text.str());
     const ChunkWriter writer = [&](std::string_view chunk) {
+      if (ok && chunk.empty()) ok = !output_failed();
       if (!ok || chunk.empty()) return ok;
-      if (chunked) {
-        auto body = http::make_chunk(net::buffer(chunk.data(), chunk.size()));
-        ok = write_and_wait([&](auto done) { net::async_write(socket_, body, done); });
-      } else {
-        ok = write_and_wait(
-            [&](auto done) { net::async_write(socket_, net::buffer(chunk.data(), chunk.size()), done); });
-      }
+      ok = enqueue(chunked ? fmt::format("{:x}\r\n{}\r\n", chunk.size(), chunk) : std::string(chunk));
       return ok;
     };
     if (ok) res.stream(writer);
-    if (ok && chunked) {
-      auto last = http::make_chunk_last();
-      ok = write_and_wait([&](auto done) { net::async_write(socket_, last, done); });
-    }
+    if (ok && chunked) ok = enqueue("0\r\n\r\n");
+    ok = ok && flush();
     net::post(socket_.get_executor(),
               [self = shared_from_this(), again = ok && chunked && keep_alive] { self->finish(again); });
   }
 
-  // Starts a write on the strand and blocks this (handler) thread until it completes; false when it failed
-  // or the write deadline closed the connection (the client is then gone).
-  template <typename Start>
-  bool write_and_wait(Start start) {
-    std::promise<error_code> promise;
-    std::future<error_code> result = promise.get_future();
-    net::post(socket_.get_executor(), [&] {
-      if (closed_) return promise.set_value(net::error::operation_aborted);
-      arm_write_deadline();
-      writing_ = true;
-      start([this, &promise](error_code ec, size_t) {
-        writing_ = false;
-        disarm_write_deadline();
-        promise.set_value(ec);
-      });
+  // Stream output. The handler thread queues bytes and goes on (one hand-over per chunk, no wait for the
+  // write: a token's latency is not two thread switches longer); it waits only while more than
+  // kMaxQueuedBytes are unwritten (a slow reader), and at the end of the body. False once a write failed or
+  // the write deadline closed the connection: the client is gone.
+  static constexpr size_t kMaxQueuedBytes = 64u << 10;
+
+  bool enqueue(std::string bytes) {
+    {
+      std::unique_lock<std::mutex> lock(out_mu_);
+      out_cv_.wait(lock, [&] { return out_failed_ || out_unwritten_ < kMaxQueuedBytes; });
+      if (out_failed_) return false;
+      out_unwritten_ += bytes.size();
+    }
+    net::post(socket_.get_executor(), [self = shared_from_this(), bytes = std::move(bytes)]() mutable {
+      self->out_queue_.push_back(std::move(bytes));
+      self->write_queued();
     });
-    const error_code ec = result.get();
-    if (ec) gone_->store(true);
-    return !ec;
+    return true;
+  }
+
+  bool output_failed() {
+    std::lock_guard<std::mutex> lock(out_mu_);
+    return out_failed_;
+  }
+
+  // Waits until everything queued is written (or a write failed).
+  bool flush() {
+    std::unique_lock<std::mutex> lock(out_mu_);
+    out_cv_.wait(lock, [&] { return out_failed_ || out_unwritten_ == 0; });
+    return !out_failed_;
   }
 
   // ---- strand ------------------------------------------------------------------------------------------
+
+  void write_queued() {
+    if (writing_ || out_queue_.empty()) return;
+    if (closed_) return fail_output();
+    writing_ = true;
+    arm_write_deadline();
+    net::async_write(socket_, net::buffer(out_queue_.front()),
+                     [self = shared_from_this()](error_code ec, size_t) {
+                       self->writing_ = false;
+                       self->disarm_write_deadline();
+                       if (ec) return self->fail_output();
+                       const size_t written = self->out_queue_.front().size();
+                       self->out_queue_.pop_front();
+                       {
+                         std::lock_guard<std::mutex> lock(self->out_mu_);
+                         self->out_unwritten_ -= written;
+                       }
+                       self->out_cv_.notify_all();
+                       self->write_queued();
+                     });
+  }
+
+  // The queue is left as it is: a write of its front may still be in flight (it is freed with the session).
+  void fail_output() {
+    gone_->store(true);
+    {
+      std::lock_guard<std::mutex> lock(out_mu_);
+      out_failed_ = true;
+    }
+    out_cv_.notify_all();
+  }
 
   void arm_write_deadline() { arm(write_timer_, write_generation_, server_.limits.write_timeout, false); }
 
@@ -397,6 +435,7 @@ class Session : public std::enable_shared_from_this<Session> {
     write_timer_.cancel();
     socket_.shutdown(tcp::socket::shutdown_both, ignored);
     socket_.close(ignored);
+    fail_output();  // a stream's handler waiting on its queue wakes (its writes fail)
   }
 
   tcp::socket socket_;  // its executor is this connection's strand: every member below is touched there
@@ -415,6 +454,12 @@ class Session : public std::enable_shared_from_this<Session> {
   bool closing_ = false;    // draining: close after the current response
   bool lingering_ = false;  // the last response is out; waiting to close
   bool closed_ = false;
+  std::deque<std::string> out_queue_;  // stream bytes not yet written (the front one is being written)
+  // Shared with the stream's handler thread:
+  std::mutex out_mu_;
+  std::condition_variable out_cv_;
+  size_t out_unwritten_ = 0;
+  bool out_failed_ = false;
 };
 
 }  // namespace
