@@ -5,7 +5,7 @@ set -euo pipefail
 
 PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config git
-  nlohmann-json3-dev libcpp-httplib-dev libpcre2-dev libcli11-dev libfmt-dev libssl-dev zlib1g-dev libbrotli-dev
+  nlohmann-json3-dev libboost1.81-dev libpcre2-dev libcli11-dev libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-jinja2 nodejs npm
 )

@@ -7,8 +7,7 @@ cd "$(dirname "$0")/.."
 mkdir -p .deps
 cd .deps
 pkgs=(nlohmann-json3-dev libfmt-dev libfmt9 libcli11-dev libpcre2-dev libpcre2-8-0 libpcre2-16-0 libpcre2-32-0
-      libpcre2-posix3 libgtest-dev libgmock-dev libbenchmark-dev libbenchmark1debian libcpp-httplib-dev
-      libcpp-httplib0.11 libbrotli1 libbrotli-dev)
+      libpcre2-posix3 libgtest-dev libgmock-dev libbenchmark-dev libbenchmark1debian libboost1.81-dev)
 missing=()
 for p in "${pkgs[@]}"; do ls "${p}"_*.deb >/dev/null 2>&1 || missing+=("$p"); done
 if ((${#missing[@]})); then apt-get download "${missing[@]}"; fi

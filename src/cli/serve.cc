@@ -1,6 +1,7 @@
 // rill serve MODEL_DIR [--host --port ...]: the OpenAI-compatible server (server/). Flags follow vLLM /
 // trtllm-serve; `_` spellings (--max_batch_size) and the vLLM / trtllm names of the same knobs
 // (--max-num-seqs, --max-num-batched-tokens, --max-seq-len, --free-gpu-memory-fraction) are accepted.
+#include <chrono>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -54,7 +55,10 @@ int run_serve(int argc, char** argv) {
       ->check(CLI::Range(0, 65535));
   app.add_option("--served-model-name", o.served_model_name,
                  "the model id clients send and /v1/models lists (default: MODEL_DIR's last component)");
-  app.add_option("--api-key", o.api_key, "require `Authorization: Bearer KEY` on /v1 routes (401 otherwise)");
+  app.add_option(
+      "--api-key", o.api_key,
+      "require `Authorization: Bearer KEY` (401 otherwise) on every route but /health and /metrics "
+      "(/metrics too with --api-key-metrics)");
   app.add_option("--max-batch-size", o.engine.max_batch_size,
                  "sequences per engine step, = KDA state slots (vLLM --max-num-seqs)")
       ->capture_default_str()
@@ -76,16 +80,19 @@ int run_serve(int argc, char** argv) {
                  "MLA KV cache blocks (overrides --kv-cache-fraction; 0: sized automatically)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
-  app.add_flag("--enable-prefix-caching", o.engine.enable_prefix_caching,
-               "keep full KV blocks and KDA state snapshots after each request and resume requests that start "
-               "with the same tokens from them (usage.prompt_tokens_details.cached_tokens counts the reuse)");
-  app.add_option("--kda-snapshot-interval", o.engine.kda_snapshot_interval,
-                 "with prefix caching: tokens between KDA state snapshots while prefilling (a multiple of 64); "
-                 "prefill chunks end at each snapshot position")
+  app.add_flag(
+      "--enable-prefix-caching", o.engine.enable_prefix_caching,
+      "keep full KV blocks and KDA state snapshots after each request and resume requests that start "
+      "with the same tokens from them (usage.prompt_tokens_details.cached_tokens counts the reuse)");
+  app.add_option(
+         "--kda-snapshot-interval", o.engine.kda_snapshot_interval,
+         "with prefix caching: tokens between KDA state snapshots while prefilling (a multiple of 64); "
+         "prefill chunks end at each snapshot position")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  app.add_option("--kda-snapshot-budget", o.engine.kda_snapshot_budget_mib,
-                 "with prefix caching: MiB of device memory for KDA state snapshots (taken from the KV cache)")
+  app.add_option(
+         "--kda-snapshot-budget", o.engine.kda_snapshot_budget_mib,
+         "with prefix caching: MiB of device memory for KDA state snapshots (taken from the KV cache)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   app.add_option("--max-queue", o.engine.max_queue, "waiting requests before new ones get HTTP 429")
@@ -95,17 +102,56 @@ int run_serve(int argc, char** argv) {
                  "seconds running requests get to finish after SIGINT/SIGTERM before they are cancelled")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
-  app.add_option("--http-threads", o.http_threads,
-                 "HTTP worker threads: open connections served at once (a stream holds one while it runs)")
+  app.add_option("--http-threads", o.http.handler_threads,
+                 "requests handled at once (a stream holds one while it runs; idle and still-arriving "
+                 "connections hold none)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4096));
+  app.add_option("--http-io-threads", o.http.io_threads, "threads that run the sockets (no route code)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
+  app.add_option("--max-connections", o.http.max_connections,
+                 "open connections at once; beyond it a new connection gets HTTP 503 and is closed")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 20));
+  app.add_option("--max-request-bytes", o.http.max_body_bytes,
+                 "largest request body accepted, after chunked decoding too (HTTP 413 above)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  app.add_option("--max-request-bytes", o.max_body_bytes, "largest request body accepted (HTTP 413 above)")
+  app.add_option("--max-header-bytes", o.http.max_header_bytes,
+                 "largest request line + headers accepted (HTTP 431 above)")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(size_t(1024), size_t(1) << 24));
+  auto seconds = [](std::chrono::milliseconds d) { return double(d.count()) / 1000; };
+  double header_timeout = seconds(o.http.header_timeout), body_timeout = seconds(o.http.body_timeout),
+         keep_alive_timeout = seconds(o.http.keep_alive_timeout),
+         write_timeout = seconds(o.http.write_timeout);
+  app.add_option(
+         "--header-timeout", header_timeout,
+         "seconds a request's line and headers may take in all, from their first byte (or the accept); "
+         "then the connection is closed")
+      ->capture_default_str()
+      ->check(CLI::Range(0.1, 3600.0));
+  app.add_option("--body-timeout", body_timeout,
+                 "seconds a request body may take in all, from the end of the headers")
+      ->capture_default_str()
+      ->check(CLI::Range(0.1, 3600.0));
+  app.add_option("--keep-alive-timeout", keep_alive_timeout,
+                 "seconds an idle keep-alive connection is kept between requests")
+      ->capture_default_str()
+      ->check(CLI::Range(0.1, 3600.0));
+  app.add_option(
+         "--write-timeout", write_timeout,
+         "seconds one write to a client (a response, one stream chunk) may stall before the connection "
+         "is closed (a stream's generation is then cancelled)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.1, 3600.0));
+  app.add_flag("--api-key-metrics", o.api_key_metrics, "with --api-key: /metrics needs the key too");
   std::string load_format = "auto";
-  app.add_option("--load-format", load_format,
-                 "auto: weights from MODEL_DIR; dummy: seeded random weights on the device (MODEL_DIR needs only "
-                 "config.json and the tokenizer files) for benchmarks without a download")
+  app.add_option(
+         "--load-format", load_format,
+         "auto: weights from MODEL_DIR; dummy: seeded random weights on the device (MODEL_DIR needs only "
+         "config.json and the tokenizer files) for benchmarks without a download")
       ->check(CLI::IsMember({"auto", "dummy"}))
       ->capture_default_str();
   add_device_options(app, dev);
@@ -114,6 +160,11 @@ int run_serve(int argc, char** argv) {
   std::vector<char*> ptrs;
   for (std::string& a : args) ptrs.push_back(a.data());
   if (int rc = parse_args(app, int(ptrs.size()), ptrs.data()); rc >= 0) return rc;
+  auto ms = [](double seconds) { return std::chrono::milliseconds(int64_t(seconds * 1000)); };
+  o.http.header_timeout = ms(header_timeout);
+  o.http.body_timeout = ms(body_timeout);
+  o.http.keep_alive_timeout = ms(keep_alive_timeout);
+  o.http.write_timeout = ms(write_timeout);
 
   auto loader = [&](const model::LoadProgress& progress) -> Result<server::LoadedModel> {
     RILL_ASSIGN_OR_RETURN(auto backend, open_backend(dev));

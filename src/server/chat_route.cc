@@ -94,12 +94,13 @@ struct ChatStream {
 
 std::optional<ApiError> respond_whole(GenerationJob& job, const ChatRequest& request,
                                       const ResponseHeader& header, const text::Tokenizer& tokenizer,
-                                      httplib::Response& res) {
+                                      const HttpRequest& req, HttpResponse& res) {
   const int n = job.size();
   std::vector<ChatChoice> choices(static_cast<size_t>(n));
   std::vector<std::vector<engine::TokenLogprob>> logprobs(static_cast<size_t>(n));
   Usage total;
   while (!job.done()) {
+    if (req.client_gone()) return client_gone(job);
     for (JobFrame& jf : job.poll(std::chrono::milliseconds(200))) {
       auto& lp = logprobs[size_t(jf.choice)];
       lp.insert(lp.end(), jf.frame.logprobs.begin(), jf.frame.logprobs.end());
@@ -131,8 +132,7 @@ std::optional<ApiError> respond_whole(GenerationJob& job, const ChatRequest& req
 
 }  // namespace
 
-std::optional<ApiError> handle_chat(ServingContext& ctx, const httplib::Request& req,
-                                    httplib::Response& res) {
+std::optional<ApiError> handle_chat(ServingContext& ctx, const HttpRequest& req, HttpResponse& res) {
   const auto arrival = Clock::now();
   RILL_API_ASSIGN_OR_RETURN(Json body, parse_body(req));
   RILL_API_ASSIGN_OR_RETURN(ChatRequest request, parse_chat_request(body, ctx.parse_limits()));
@@ -154,7 +154,7 @@ std::optional<ApiError> handle_chat(ServingContext& ctx, const httplib::Request&
     RILL_API_TRY(job->submit(std::move(r), std::move(decoder)));
   }
   ResponseHeader header{make_response_id("chatcmpl-"), unix_now(), ctx.config().served_model_name};
-  if (!request.sampling.stream) return respond_whole(*job, request, header, ctx.tokenizer(), res);
+  if (!request.sampling.stream) return respond_whole(*job, request, header, ctx.tokenizer(), req, res);
 
   stream->job = job;
   stream->tokenizer = &ctx.tokenizer();

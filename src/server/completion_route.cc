@@ -78,12 +78,13 @@ struct CompletionStream {
 std::optional<ApiError> respond_whole(GenerationJob& job, const CompletionRequest& request, int n,
                                       const std::vector<CompletionChoiceState>& states,
                                       const ResponseHeader& header, const text::Tokenizer& tokenizer,
-                                      httplib::Response& res) {
+                                      const HttpRequest& req, HttpResponse& res) {
   const int count = job.size();
   std::vector<std::string> finish(static_cast<size_t>(count));
   std::vector<std::vector<engine::TokenLogprob>> logprobs(static_cast<size_t>(count));
   Usage total;
   while (!job.done()) {
+    if (req.client_gone()) return client_gone(job);
     for (JobFrame& jf : job.poll(std::chrono::milliseconds(200))) {
       auto& lp = logprobs[size_t(jf.choice)];
       lp.insert(lp.end(), jf.frame.logprobs.begin(), jf.frame.logprobs.end());
@@ -117,8 +118,7 @@ std::optional<ApiError> respond_whole(GenerationJob& job, const CompletionReques
 
 }  // namespace
 
-std::optional<ApiError> handle_completion(ServingContext& ctx, const httplib::Request& req,
-                                          httplib::Response& res) {
+std::optional<ApiError> handle_completion(ServingContext& ctx, const HttpRequest& req, HttpResponse& res) {
   const auto arrival = Clock::now();
   RILL_API_ASSIGN_OR_RETURN(Json body, parse_body(req));
   RILL_API_ASSIGN_OR_RETURN(CompletionRequest request, parse_completion_request(body, ctx.parse_limits()));
@@ -159,7 +159,7 @@ std::optional<ApiError> handle_completion(ServingContext& ctx, const httplib::Re
     }
   }
   ResponseHeader header{make_response_id("cmpl-"), unix_now(), ctx.config().served_model_name};
-  if (!request.sampling.stream) return respond_whole(*job, request, n, states, header, tokenizer, res);
+  if (!request.sampling.stream) return respond_whole(*job, request, n, states, header, tokenizer, req, res);
 
   auto stream = std::make_shared<CompletionStream>();
   stream->job = job;

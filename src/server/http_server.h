@@ -1,16 +1,18 @@
-// The HTTP front end (cpp-httplib): a thread per connection from a fixed pool, the route table of
-// routes.cc behind one wrapper that turns an ApiError or a stray exception into the OpenAI envelope
-// (llama.cpp's ex_wrapper), API-key checks on /v1, 503 while not ready, envelopes for httplib's own
-// 404 / 405 / 413 / 400.
+// The HTTP front end: the route table of routes.cc behind one router that checks the API key (every route
+// but /health, and /metrics only with --api-key-metrics), answers 404 / 405 (with Allow) itself, and wraps
+// each route so an ApiError or a stray exception becomes the OpenAI envelope (llama.cpp's ex_wrapper) and
+// model routes answer 503 while not ready. The sockets are http/'s HttpListener.
 #pragma once
 
 #include <functional>
 #include <optional>
+#include <regex>
 #include <string>
 #include <vector>
 
-#include <httplib.h>
-
+#include "server/http/http_limits.h"
+#include "server/http/http_listener.h"
+#include "server/http/http_types.h"
 #include "server/openai/errors.h"
 #include "server/serving_context.h"
 
@@ -18,11 +20,11 @@ namespace rill::server {
 
 // A route writes its response into `res`, or returns the error to send instead.
 using RouteHandler =
-    std::function<std::optional<ApiError>(ServingContext&, const httplib::Request&, httplib::Response&)>;
+    std::function<std::optional<ApiError>(ServingContext&, const HttpRequest&, HttpResponse&)>;
 
 struct Route {
   const char* method;  // GET | POST
-  const char* path;    // httplib pattern (a regex)
+  const char* path;    // a regex over the whole decoded path; its groups land in HttpRequest::matches
   RouteHandler handler;
   bool needs_model;  // 503 unless the model is loaded and the server is not draining
 };
@@ -30,31 +32,28 @@ struct Route {
 // The route table (routes.cc).
 const std::vector<Route>& route_table();
 
-void write_json(httplib::Response& res, const Json& body, int status = 200);
-void write_error(httplib::Response& res, const ApiError& error);
+void write_json(HttpResponse& res, const Json& body, int status = 200);
+void write_error(HttpResponse& res, const ApiError& error);
 
 class HttpServer {
  public:
-  HttpServer(ServingContext& ctx, int n_threads);
+  HttpServer(ServingContext& ctx, const HttpLimits& limits);
   // Binds now (before the model loads), so /health answers during loading. Port 0 picks a free port.
   Status bind(const std::string& host, int port);
-  int port() const { return port_; }
-  void listen();  // serves until stop()
-  // Stops accepting; requests being written finish first (httplib joins its workers).
-  void stop() { server_.stop(); }
+  int port() const { return listener_.port(); }
+  void listen() { listener_.run(); }  // serves until stop(); returns at once if stop() came first
+  // Stops accepting and closes idle and half-read connections; requests being answered go on.
+  void begin_drain() { listener_.begin_drain(); }
+  // begin_drain(), then waits for the requests being answered and makes listen() return.
+  void stop() { listener_.stop(); }
 
  private:
-  void install_routes();
-
-  // httplib listens with a backlog of 5 (CPPHTTPLIB_LISTEN_BACKLOG, compiled into the library): a burst of
-  // clients would wait for SYN retransmits. This exposes the socket so bind() can raise it.
-  struct Listener : httplib::Server {
-    int socket() const { return int(svr_sock_); }
-  };
+  void handle(HttpRequest& req, HttpResponse& res);
+  bool authorized(const HttpRequest& req) const;
 
   ServingContext& ctx_;
-  Listener server_;
-  int port_ = 0;
+  std::vector<std::regex> patterns_;  // route_table()'s paths, compiled once
+  HttpListener listener_;
 };
 
 }  // namespace rill::server

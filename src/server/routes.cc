@@ -12,7 +12,7 @@ namespace {
 
 const int64_t kStartTime = unix_now();
 
-std::optional<ApiError> handle_health(ServingContext& ctx, const httplib::Request&, httplib::Response& res) {
+std::optional<ApiError> handle_health(ServingContext& ctx, const HttpRequest&, HttpResponse& res) {
   if (ctx.phase() != Phase::Ready) return ApiError{503, ctx.unavailable_message()};
   write_json(res, Json{{"status", "ok"}});
   return std::nullopt;
@@ -28,35 +28,33 @@ Json model_card(const ServingContext& ctx) {
               {"max_model_len", ctx.model_info().max_model_len}};
 }
 
-std::optional<ApiError> handle_models(ServingContext& ctx, const httplib::Request&, httplib::Response& res) {
+std::optional<ApiError> handle_models(ServingContext& ctx, const HttpRequest&, HttpResponse& res) {
   write_json(res, Json{{"object", "list"}, {"data", Json::array({model_card(ctx)})}});
   return std::nullopt;
 }
 
-std::optional<ApiError> handle_model(ServingContext& ctx, const httplib::Request& req,
-                                     httplib::Response& res) {
-  const std::string id = req.matches.size() > 1 ? std::string(req.matches[1]) : "";
+std::optional<ApiError> handle_model(ServingContext& ctx, const HttpRequest& req, HttpResponse& res) {
+  const std::string id = req.matches.size() > 1 ? req.matches[1] : "";
   if (id != ctx.config().served_model_name) return model_not_found(id);
   write_json(res, model_card(ctx));
   return std::nullopt;
 }
 
-std::optional<ApiError> handle_metrics(ServingContext& ctx, const httplib::Request&, httplib::Response& res) {
+std::optional<ApiError> handle_metrics(ServingContext& ctx, const HttpRequest&, HttpResponse& res) {
   std::optional<engine::EngineStats> stats;
   if (engine::Engine* engine = ctx.engine_if_loaded()) stats = engine->stats();
   res.set_content(ctx.metrics().render(stats ? &*stats : nullptr), "text/plain; version=0.0.4");
   return std::nullopt;
 }
 
-std::optional<ApiError> handle_version(ServingContext&, const httplib::Request&, httplib::Response& res) {
+std::optional<ApiError> handle_version(ServingContext&, const HttpRequest&, HttpResponse& res) {
   write_json(res, Json{{"version", "0.1.0"}});
   return std::nullopt;
 }
 
 // vLLM's shapes: {prompt, add_special_tokens, return_token_strs} or the chat form {messages, tools, ...}
 // -> {count, max_model_len, tokens, [token_strs]}. The chat form renders exactly as /v1/chat/completions.
-std::optional<ApiError> handle_tokenize(ServingContext& ctx, const httplib::Request& req,
-                                        httplib::Response& res) {
+std::optional<ApiError> handle_tokenize(ServingContext& ctx, const HttpRequest& req, HttpResponse& res) {
   RILL_API_ASSIGN_OR_RETURN(Json body, parse_body(req));
   if (!body.is_object()) return bad_request("", "the request body must be a JSON object");
   FieldReader r(body);
@@ -85,8 +83,7 @@ std::optional<ApiError> handle_tokenize(ServingContext& ctx, const httplib::Requ
   return std::nullopt;
 }
 
-std::optional<ApiError> handle_detokenize(ServingContext& ctx, const httplib::Request& req,
-                                          httplib::Response& res) {
+std::optional<ApiError> handle_detokenize(ServingContext& ctx, const HttpRequest& req, HttpResponse& res) {
   RILL_API_ASSIGN_OR_RETURN(Json body, parse_body(req));
   if (!body.is_object()) return bad_request("", "the request body must be a JSON object");
   FieldReader r(body);
@@ -125,7 +122,7 @@ const std::vector<Route>& route_table() {
   return routes;
 }
 
-ApiResult<Json> parse_body(const httplib::Request& req) {
+ApiResult<Json> parse_body(const HttpRequest& req) {
   try {
     return Json::parse(req.body);
   } catch (const Json::parse_error& e) {
@@ -171,19 +168,25 @@ engine::SamplingParams choice_params(const SamplingRequest& sampling, int i) {
   return p;
 }
 
-void stream_sse(httplib::Response& res, std::shared_ptr<GenerationJob> job, SsePump pump) {
+ApiError client_gone(GenerationJob& job) {
+  job.cancel();
+  return ApiError{499,
+                  "The client closed the connection before the response was ready: generation cancelled"};
+}
+
+void stream_sse(HttpResponse& res, std::shared_ptr<GenerationJob> job, SsePump pump) {
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");
-  res.set_chunked_content_provider("text/event-stream", [job, pump](size_t, httplib::DataSink& sink) {
-    bool done = false;
-    const std::string text = pump(std::chrono::milliseconds(100), &done);
-    if (!text.empty() && !sink.write(text.data(), text.size())) {
-      job->cancel();  // the client went away
-      return false;
+  res.content_type = "text/event-stream";
+  res.stream = [job, pump](const ChunkWriter& write) {
+    for (bool done = false; !done;) {
+      const std::string text = pump(std::chrono::milliseconds(100), &done);
+      if (!write(text)) {
+        job->cancel();  // the client went away
+        return;
+      }
     }
-    if (done) sink.done();
-    return true;
-  });
+  };
 }
 
 }  // namespace rill::server

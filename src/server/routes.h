@@ -13,12 +13,11 @@
 
 namespace rill::server {
 
-std::optional<ApiError> handle_chat(ServingContext& ctx, const httplib::Request& req, httplib::Response& res);
-std::optional<ApiError> handle_completion(ServingContext& ctx, const httplib::Request& req,
-                                          httplib::Response& res);
+std::optional<ApiError> handle_chat(ServingContext& ctx, const HttpRequest& req, HttpResponse& res);
+std::optional<ApiError> handle_completion(ServingContext& ctx, const HttpRequest& req, HttpResponse& res);
 
 // The body as JSON (400 naming the parse error otherwise).
-ApiResult<Json> parse_body(const httplib::Request& req);
+ApiResult<Json> parse_body(const HttpRequest& req);
 // 404 unless `model` is empty or the served name.
 std::optional<ApiError> check_model_name(const ServingContext& ctx, const std::string& model);
 // Fits max_tokens to the context: 400 (naming `prompt_param`) when the prompt leaves no room, 400 naming
@@ -31,9 +30,13 @@ void add_serving_stop_ids(const ServingContext& ctx, SamplingRequest* sampling);
 // Choice i's engine parameters: max_tokens filled in, seed + i when a seed was given.
 engine::SamplingParams choice_params(const SamplingRequest& sampling, int i);
 
+// A whole (non-streamed) generation whose client closed its side of the connection: cancel it and answer
+// 499 (it is not read; a half-closed client gets it, see README.md).
+ApiError client_gone(GenerationJob& job);
+
 // Streams `next(timeout)` as text/event-stream: each call returns SSE text (maybe empty) and sets `done`
 // when the stream is complete. A failed write (the client went away) cancels the job.
 using SsePump = std::function<std::string(std::chrono::milliseconds timeout, bool* done)>;
-void stream_sse(httplib::Response& res, std::shared_ptr<GenerationJob> job, SsePump pump);
+void stream_sse(HttpResponse& res, std::shared_ptr<GenerationJob> job, SsePump pump);
 
 }  // namespace rill::server

@@ -2,7 +2,9 @@
 
 #include <pthread.h>
 #include <signal.h>
+#include <sys/resource.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <filesystem>
@@ -91,6 +93,22 @@ void load(const ServerOptions& options, const ModelLoader& loader, ServingContex
                 std::move(info));
 }
 
+// Each connection is a file descriptor: lift the soft limit towards the hard one so --max-connections, not
+// EMFILE, is what refuses connections (a warning when even the hard limit is lower).
+void raise_open_file_limit(int max_connections) {
+  rlimit lim{};
+  if (getrlimit(RLIMIT_NOFILE, &lim) != 0) return;
+  const rlim_t want = rlim_t(max_connections) + 256;  // + the model files, logs, the engine's own
+  if (lim.rlim_cur >= want) return;
+  lim.rlim_cur = lim.rlim_max == RLIM_INFINITY ? want : std::min(want, lim.rlim_max);
+  setrlimit(RLIMIT_NOFILE, &lim);
+  if (lim.rlim_cur < want)
+    std::fprintf(stderr,
+                 "rill serve: warning: the open-file limit (%llu) is below --max-connections + 256: new "
+                 "connections may fail before the cap\n",
+                 (unsigned long long)lim.rlim_cur);
+}
+
 }  // namespace
 
 std::string default_served_name(const std::string& model_dir) {
@@ -102,12 +120,13 @@ std::string default_served_name(const std::string& model_dir) {
 
 int run_server(const ServerOptions& options, const ModelLoader& loader) {
   signal(SIGPIPE, SIG_IGN);  // writes to a closed connection fail with EPIPE instead
+  raise_open_file_limit(options.http.max_connections);
   ServingConfig config{
       options.served_model_name.empty() ? default_served_name(options.model_dir) : options.served_model_name,
-      options.model_dir, options.api_key, options.max_body_bytes};
+      options.model_dir, options.api_key, options.api_key_metrics};
   ServingContext ctx(std::move(config));
   SignalWatcher signals;
-  HttpServer http(ctx, options.http_threads);
+  HttpServer http(ctx, options.http);
   if (Status st = http.bind(options.host, options.port); !st.ok()) {
     std::fprintf(stderr, "rill serve: %s\n", st.message().c_str());
     return 1;
@@ -131,7 +150,7 @@ int run_server(const ServerOptions& options, const ModelLoader& loader) {
   if (!failed && !loaded) {  // a signal during loading: nothing to drain, the load cannot be interrupted
     std::fprintf(stderr, "rill serve: interrupted while loading\n");
     ctx.set_phase(Phase::Draining);
-    http.stop();
+    http.stop();  // safe before listen() has begun: listen() then returns at once
     listener.join();
     std::fflush(nullptr);
     std::_Exit(0);
@@ -139,6 +158,7 @@ int run_server(const ServerOptions& options, const ModelLoader& loader) {
   loading.join();
   if (!failed) {
     ctx.set_phase(Phase::Draining);
+    http.begin_drain();  // no new connections; idle and still-arriving ones closed now
     std::fprintf(
         stderr, "rill serve: shutting down: %d request(s) in flight, %.0f s grace (signal again to cancel)\n",
         ctx.in_flight(), options.shutdown_timeout_s);

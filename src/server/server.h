@@ -11,6 +11,7 @@
 #include "core/status.h"
 #include "engine/engine.h"
 #include "model/model.h"
+#include "server/http/http_limits.h"
 
 namespace rill::server {
 
@@ -20,10 +21,10 @@ struct ServerOptions {
   int port = 8000;                // 0: any free port (printed)
   std::string served_model_name;  // "": the model directory's name
   std::string api_key;            // "": no authentication
+  bool api_key_metrics = false;   // the key guards /metrics too
   engine::EngineOptions engine;
   double shutdown_timeout_s = 30.0;  // grace for running requests after SIGINT/SIGTERM
-  int http_threads = 256;            // one per open connection (streams hold theirs while they run)
-  size_t max_body_bytes = 16u << 20;
+  HttpLimits http;                   // sizes, deadlines, connection cap, threads
 };
 
 struct LoadedModel {

@@ -23,8 +23,8 @@ namespace rill::server {
 struct ServingConfig {
   std::string served_model_name;
   std::string model_dir;
-  std::string api_key;  // "" = no authentication
-  size_t max_body_bytes = 16u << 20;
+  std::string api_key;           // "" = no authentication (else every route but /health needs it)
+  bool api_key_metrics = false;  // /metrics needs the key too
 };
 
 // The loaded model's facts the protocol needs.
