@@ -2,6 +2,8 @@
 
 #include <chrono>
 
+#include "core/sizes.h"
+
 namespace rill::backend {
 namespace {
 
@@ -67,6 +69,18 @@ Status Backend::copy_to_device_batch(const std::vector<CopyJob>& jobs, const std
     if (progress) progress(j.bytes);
   }
   return {};
+}
+
+std::optional<size_t> Backend::available_memory() const {
+  if (auto mem = device_memory()) return mem->first;
+  return std::nullopt;
+}
+
+Status Backend::check_available(uint64_t bytes, std::string_view what) const {
+  const std::optional<size_t> available = available_memory();
+  if (!available || bytes <= *available) return {};
+  return resource_exhausted("{}: {} needed, {} available on {}", what, format_bytes(double(bytes)),
+                            format_bytes(double(*available)), name());
 }
 
 Result<double> Backend::time_ms(const std::function<Status()>& body) {

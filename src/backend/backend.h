@@ -293,6 +293,13 @@ class Backend {
   virtual Result<DeviceAllocation> allocate(size_t bytes) = 0;
   // (free, total) bytes of device memory; nullopt where memory is the host's (sized by explicit limits).
   virtual std::optional<std::pair<size_t, size_t>> device_memory() const { return std::nullopt; }
+  // Bytes an allocation can still get: the free device memory (device_memory()) on a GPU, MemAvailable of
+  // /proc/meminfo on the CPU; nullopt where unknown.
+  virtual std::optional<size_t> available_memory() const;
+  // ResourceExhausted "<what>: 3.2 TiB needed, 22.1 GiB available on cpu" when `bytes` exceed
+  // available_memory(). Start-up allocations sized by a config or flags check this first, so an absurd size
+  // is reported before anything is allocated rather than as std::bad_alloc (or the OOM killer).
+  Status check_available(uint64_t bytes, std::string_view what) const;
   virtual Status copy_to_device(void* dst, const void* host_src, size_t bytes) = 0;  // blocking
   virtual Status copy_to_host(void* host_dst, const void* src, size_t bytes) = 0;    // blocking
   virtual Status copy_device_to_device(void* dst, const void* src, size_t bytes) = 0;

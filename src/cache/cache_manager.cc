@@ -73,6 +73,11 @@ Result<MemoryPlan> plan_memory(backend::Backend& be, const model::ModelConfig& c
     p.n_snapshots = int(std::min<int64_t>(n_snapshots, useful));
     p.snapshot_bytes = state_bytes(n_slots + p.n_snapshots + p.n_staging) - state;
   }
+  // Where the flags size the caches (the CPU, --num-kv-blocks) rather than the free memory: they must fit.
+  RILL_TRY(be.check_available(
+      uint64_t(p.state_bytes + p.kv_bytes + p.snapshot_bytes),
+      fmt::format("the caches ({}; set by --max-batch-size, --max-model-len, --num-kv-blocks)",
+                  p.describe())));
   return p;
 }
 

@@ -72,13 +72,22 @@ int run_bench(int argc, char** argv) {
   app.add_option("--preset", preset,
                  "model shape for dummy weights: " + preset_list +
                      " (kimi-k3-slice: 4 of K3's layers at full width, MXFP4 experts; see docs/PERF.md)");
-  app.add_option("--decode-context", o.decode_context, "context length of the decode benchmark")->capture_default_str();
-  app.add_option("--decode-batches", o.decode_batches, "decode batch sizes")->capture_default_str();
-  app.add_option("--prefill-tokens", o.prefill_long, "length of the single-prompt prefill")->capture_default_str();
+  app.add_option("--decode-context", o.decode_context, "context length of the decode benchmark")
+      ->capture_default_str()
+      ->check(CLI::Range(1, kMaxContextFlag));
+  app.add_option("--decode-batches", o.decode_batches, "decode batch sizes")
+      ->capture_default_str()
+      ->check(CLI::Range(1, kMaxBatchSizeFlag));
+  app.add_option("--prefill-tokens", o.prefill_long, "length of the single-prompt prefill")
+      ->capture_default_str()
+      ->check(CLI::Range(1, kMaxStepTokensFlag));
   app.add_option("--prefill-batch", o.prefill_batch,
                  "prompts of 2048 tokens in the batched prefill step (0: none; kimi-k3-slice: 0)")
-      ->capture_default_str();
-  app.add_option("--repeats", o.repeats, "timed repetitions per measurement (median)")->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::Range(0, kMaxStepTokensFlag / 2048));
+  app.add_option("--repeats", o.repeats, "timed repetitions per measurement (median)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, kMaxRepeatsFlag));
   app.add_option("--markdown", markdown, "also write the results as a markdown table to this file");
   app.add_flag("--skip-model", skip_model, "only the per-op benchmarks");
   app.add_flag("--skip-ops", skip_ops, "only the whole-model benchmarks");
@@ -92,12 +101,19 @@ int run_bench(int argc, char** argv) {
   app.add_flag("--prefix-reuse", prefix_reuse,
                "only the prefix-caching scenario: time to first token of a --prefill-tokens prompt cold, then of one "
                "whose first --prefix-cached-tokens are cached (through the engine, caching on)");
-  app.add_option("--prefix-cached-tokens", prefix_cached, "--prefix-reuse: shared prefix (default 7/8 of --prefill-tokens)");
-  app.add_option("--max-num-tokens", po.max_num_tokens, "--prefix-reuse: engine tokens per step")->capture_default_str();
-  app.add_option("--kda-snapshot-interval", po.snapshot_interval, "--prefix-reuse: tokens between KDA snapshots")
-      ->capture_default_str();
+  app.add_option("--prefix-cached-tokens", prefix_cached,
+                 "--prefix-reuse: shared prefix (default 7/8 of --prefill-tokens)")
+      ->check(CLI::Range(0, kMaxStepTokensFlag));
+  app.add_option("--max-num-tokens", po.max_num_tokens, "--prefix-reuse: engine tokens per step")
+      ->capture_default_str()
+      ->check(CLI::Range(1, kMaxStepTokensFlag));
+  app.add_option("--kda-snapshot-interval", po.snapshot_interval,
+                 "--prefix-reuse: tokens between KDA snapshots")
+      ->capture_default_str()
+      ->check(CLI::Range(1, kMaxContextFlag));
   app.add_option("--kda-snapshot-budget", po.snapshot_budget_mib, "--prefix-reuse: MiB for KDA snapshots")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::Range(0, kMaxMiBFlag));
   add_device_options(app, dev);
   if (int rc = parse_args(app, argc, argv); rc >= 0) return rc;
   apply_preset_defaults(preset, app, o, layer_types);

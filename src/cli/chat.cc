@@ -126,11 +126,11 @@ int run_chat(int argc, char** argv) {
       ->check(CLI::Range(0.01f, 1.0f));
   app.add_option("--max-tokens", s.max_tokens, "tokens per reply at most")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(1, kMaxContextFlag));
   app.add_option("--seed", s.seed, "sampling seed (-1: random)")->capture_default_str();
   app.add_option("--max-model-len", eo.max_model_len, "context length (0: the model's, capped by the cache)")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0, kMaxContextFlag));
   add_device_options(app, dev);
   if (int rc = parse_args(app, argc, argv); rc >= 0) return rc;
 

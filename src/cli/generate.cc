@@ -24,14 +24,22 @@ int run_generate(int argc, char** argv) {
   auto* ids_opt = app.add_option("--prompt-ids", prompt_ids, "prompt as comma-separated token ids, e.g. 1,2,3");
   auto* text_opt = app.add_option("--prompt", prompt_text, "prompt text (encoded with the checkpoint's tokenizer)");
   ids_opt->excludes(text_opt);
-  app.add_option("--max-tokens", max_tokens, "tokens to generate")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--temperature", p.temperature, "0 = greedy")->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_option("--max-tokens", max_tokens, "tokens to generate")
+      ->capture_default_str()
+      ->check(CLI::Range(1, kMaxContextFlag));
+  app.add_option("--temperature", p.temperature, "0 = greedy")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0f, 100.0f));
   app.add_option("--top-p", p.top_p, "nucleus sampling mass")->capture_default_str()->check(CLI::Range(0.0f, 1.0f));
-  app.add_option("--top-k", p.top_k, "keep the k most likely tokens (0 = all)")->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_option("--top-k", p.top_k, "keep the k most likely tokens (0 = all)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1 << 24));  // the vocabulary bound of config.cc
   app.add_option("--min-p", p.min_p, "drop tokens below min_p x the top probability")->capture_default_str()->check(CLI::Range(0.0f, 1.0f));
   app.add_option("--seed", seed, "sampling seed")->capture_default_str();
   app.add_option("--stop", p.stop, "stop string (repeatable)");
-  app.add_option("--chunk", chunk, "prefill chunk size in tokens (--max-num-tokens of the engine)")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--chunk", chunk, "prefill chunk size in tokens (--max-num-tokens of the engine)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, kMaxStepTokensFlag));
   app.add_flag("--ignore-eos", p.ignore_eos, "keep generating past end-of-sequence tokens");
   app.add_flag("--json", json, "print {prompt_ids, completion_ids, text, finish_reason} as JSON");
   add_device_options(app, dev);

@@ -17,7 +17,9 @@ int run_logits(int argc, char** argv) {
   app.add_option("MODEL_DIR", dir, "Hugging Face checkpoint directory")->required();
   app.add_option("--prompt-ids", prompt_ids, "prompt as comma-separated token ids")->required();
   app.add_option("--out", out_path, "output .safetensors path")->required();
-  app.add_option("--chunk", chunk, "prefill chunk size in tokens (0 = whole prompt)")->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_option("--chunk", chunk, "prefill chunk size in tokens (0 = whole prompt)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, kMaxStepTokensFlag));
   add_device_options(app, dev);
   if (int rc = parse_args(app, argc, argv); rc >= 0) return rc;
 

@@ -1,6 +1,7 @@
 // `rill <command> ...`: dispatches to cli/<command>.cc.
 #include <cstdio>
 #include <cstring>
+#include <new>
 #include <string_view>
 
 #include "cli/commands.h"
@@ -40,7 +41,15 @@ int main(int argc, char** argv) {
   }
   const std::string_view name = argv[1];
   for (const Command& c : kCommands) {
-    if (name == c.name) return c.run(argc - 1, argv + 1);
+    if (name != c.name) continue;
+    // Sizes from configs and flags are checked against the available memory before allocating; this is the
+    // last resort, so that an allocation that still fails ends with a message and exit 1, not an abort.
+    try {
+      return c.run(argc - 1, argv + 1);
+    } catch (const std::bad_alloc&) {
+      std::fprintf(stderr, "rill %s: out of memory (std::bad_alloc)\n", c.name);
+      return 1;
+    }
   }
   std::fprintf(stderr, "rill: unknown command '%s'\n\n", argv[1]);
   print_usage(stderr);

@@ -62,16 +62,16 @@ int run_serve(int argc, char** argv) {
   app.add_option("--max-batch-size", o.engine.max_batch_size,
                  "sequences per engine step, = KDA state slots (vLLM --max-num-seqs)")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(1, kMaxBatchSizeFlag));
   app.add_option(
          "--max-num-tokens", o.engine.max_num_tokens,
          "tokens per engine step; prefill chunks fill what decode leaves (vLLM --max-num-batched-tokens)")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(1, kMaxStepTokensFlag));
   app.add_option("--max-model-len", o.engine.max_model_len,
                  "context length, prompt + completion (0: the model's, capped by the cache; CPU: 8192)")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0, kMaxContextFlag));
   app.add_option("--kv-cache-fraction", o.engine.kv_cache_fraction,
                  "GPU: fraction of the memory free after the weights given to caches")
       ->capture_default_str()
@@ -79,7 +79,7 @@ int run_serve(int argc, char** argv) {
   app.add_option("--num-kv-blocks", o.engine.num_kv_blocks,
                  "MLA KV cache blocks (overrides --kv-cache-fraction; 0: sized automatically)")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0, kMaxKvBlocksFlag));
   app.add_flag(
       "--enable-prefix-caching", o.engine.enable_prefix_caching,
       "keep full KV blocks and KDA state snapshots after each request and resume requests that start "
@@ -89,19 +89,19 @@ int run_serve(int argc, char** argv) {
          "with prefix caching: tokens between KDA state snapshots while prefilling (a multiple of 64); "
          "prefill chunks end at each snapshot position")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(1, kMaxContextFlag));
   app.add_option(
          "--kda-snapshot-budget", o.engine.kda_snapshot_budget_mib,
          "with prefix caching: MiB of device memory for KDA state snapshots (taken from the KV cache)")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0, kMaxMiBFlag));
   app.add_option("--max-queue", o.engine.max_queue, "waiting requests before new ones get HTTP 429")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(1, 1 << 20));
   app.add_option("--shutdown-timeout", o.shutdown_timeout_s,
                  "seconds running requests get to finish after SIGINT/SIGTERM before they are cancelled")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0.0, 86400.0));  // a day
   app.add_option("--http-threads", o.http.handler_threads,
                  "requests handled at once (a stream holds one while it runs; idle and still-arriving "
                  "connections hold none)")
@@ -117,7 +117,7 @@ int run_serve(int argc, char** argv) {
   app.add_option("--max-request-bytes", o.http.max_body_bytes,
                  "largest request body accepted, after chunked decoding too (HTTP 413 above)")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(size_t(1), size_t(1) << 32));  // 4 GiB
   app.add_option("--max-header-bytes", o.http.max_header_bytes,
                  "largest request line + headers accepted (HTTP 431 above)")
       ->capture_default_str()

@@ -1,6 +1,8 @@
 #include "model/config.h"
 
 #include <algorithm>
+#include <cfloat>
+#include <cmath>
 #include <initializer_list>
 #include <set>
 
@@ -10,6 +12,33 @@ namespace rill::model {
 namespace {
 
 using Json = nlohmann::ordered_json;
+
+// The accepted range of a config.json integer. Zero is let through where a field may be unused (a width of a
+// layer kind the model lacks): `validate` then requires a positive value of every field the model uses. The
+// upper bounds are sanity bounds, each far above the released Kimi models (Kimi K3: vocab 163840, hidden
+// 7168, 93 layers, 896 experts of width 3072 on a 3584 latent), chosen so that every size derived from them
+// fits int64 without a check at each use: vocab x hidden <= 2^40, one expert stack experts x width x ffn <=
+// 2^48, the whole model < 2^60 bytes; and every width fits the int32 indices of the kernels.
+struct Range {
+  int64_t lo, hi;
+  const char* why = "";
+};
+constexpr int64_t kInt32Max = INT32_MAX;
+constexpr Range kVocabRange{0, 1 << 24, " (sanity bound: 2^24 ids, 100x Kimi's 163840)"};
+constexpr Range kTokenIdRange{0, (1 << 24) - 1, " (a token id below the 2^24 vocabulary bound)"};
+constexpr Range kWidthRange{0, 1 << 16, " (sanity bound: 65536, 9x Kimi K3's hidden_size 7168)"};
+constexpr Range kFfnWidthRange{0, 1 << 20, " (sanity bound: 2^20, 50x Kimi K3's widest MLP)"};
+constexpr Range kLayersRange{0, 1024, " (sanity bound: 1024 layers, 11x Kimi K3's 93)"};
+constexpr Range kHeadsRange{0, 1024, " (sanity bound: 1024 heads)"};
+constexpr Range kHeadDimRange{0, 1024, " (sanity bound: 1024 per head)"};
+constexpr Range kExpertsRange{0, 4096, " (sanity bound: 4096 experts, 4.5x Kimi K3's 896)"};
+constexpr Range kCountRange{0, 1024, " (sanity bound: 1024)"};
+constexpr Range kLayerIndexRange{0, kInt32Max, " (a 32-bit layer count)"};
+// Positions are int32 in the batch layout; the released models have 1M (Kimi Linear) and 256K (K3).
+constexpr Range kPositionsRange{1, kInt32Max, " (positions are 32-bit)"};
+// Weight specs and their names are declared per routed expert and layer; this keeps the table of a model
+// below ~1M entries (~300 MB of host memory before anything is checked). Kimi K3: 896 x 92 = 82432.
+constexpr int64_t kMaxRoutedExpertLayers = 1 << 18;
 
 // Reads fields of one JSON object, accepting the aliases the spec lists (§1.5) and collecting every
 // problem, so a bad config.json is reported completely in one go.
@@ -36,23 +65,42 @@ class FieldReader {
     return found;
   }
 
-  int integer(std::initializer_list<const char*> names, std::optional<int> fallback = std::nullopt) {
+  // An integer inside `range`, read as a 64-bit value before narrowing so that 2^32 + 128 is refused rather
+  // than wrapped to 128; an error names the field and the value.
+  int64_t wide_integer(std::initializer_list<const char*> names, Range range,
+                       std::optional<int64_t> fallback = std::nullopt) {
     const Json* v = find(names);
     if (!v) {
       if (fallback) return *fallback;
       errors_.push_back(fmt::format("missing field {}{}", path_, *names.begin()));
       return 0;
     }
-    if (!v->is_number_integer()) {
-      errors_.push_back(fmt::format("{}{} must be an integer, got {}", path_, *names.begin(), v->dump()));
-      return 0;
-    }
-    return v->get<int>();
+    return in_range(*v, path_ + *names.begin(), range);
   }
 
-  std::optional<int> optional_integer(std::initializer_list<const char*> names) {
+  // `v`, named `name` in errors, as an integer inside `range` (0 and an error otherwise).
+  int64_t in_range(const Json& v, const std::string& name, Range range) {
+    if (!v.is_number_integer()) {
+      errors_.push_back(fmt::format("{} must be an integer, got {}", name, v.dump()));
+      return 0;
+    }
+    const bool fits = !v.is_number_unsigned() || v.get<uint64_t>() <= uint64_t(INT64_MAX);
+    if (!fits || v.get<int64_t>() < range.lo || v.get<int64_t>() > range.hi) {
+      errors_.push_back(
+          fmt::format("{} = {} is outside {}..{}{}", name, v.dump(), range.lo, range.hi, range.why));
+      return 0;
+    }
+    return v.get<int64_t>();
+  }
+
+  int integer(std::initializer_list<const char*> names, Range range,
+              std::optional<int> fallback = std::nullopt) {
+    return int(wide_integer(names, range, fallback));  // every Range below fits an int
+  }
+
+  std::optional<int> optional_integer(std::initializer_list<const char*> names, Range range) {
     if (!find(names)) return std::nullopt;
-    return integer(names);
+    return integer(names, range);
   }
 
   double number(std::initializer_list<const char*> names, std::optional<double> fallback = std::nullopt) {
@@ -64,6 +112,12 @@ class FieldReader {
     }
     if (!v->is_number()) {
       errors_.push_back(fmt::format("{}{} must be a number, got {}", path_, *names.begin(), v->dump()));
+      return 0;
+    }
+    // 1e400 parses as infinity; every float field is a finite scale, epsilon or bound.
+    if (!std::isfinite(v->get<double>()) || std::abs(v->get<double>()) > FLT_MAX) {
+      errors_.push_back(
+          fmt::format("{}{} = {} is not a finite 32-bit float", path_, *names.begin(), v->dump()));
       return 0;
     }
     return v->get<double>();
@@ -155,8 +209,8 @@ std::vector<LayerKind> layer_kinds_from_types(const Json& types, int n_layers, F
 
 std::vector<FfnKind> ffn_kinds_from(const Json& json, int n_layers, FieldReader& r) {
   std::vector<FfnKind> kinds(n_layers, FfnKind::Moe);
-  const int first_dense = r.integer({"first_k_dense_replace"}, 0);
-  const int freq = r.integer({"moe_layer_freq"}, 1);
+  const int first_dense = r.integer({"first_k_dense_replace"}, kLayerIndexRange, 0);
+  const int freq = r.integer({"moe_layer_freq"}, kLayerIndexRange, 1);
   if (freq < 1) r.error(fmt::format("moe_layer_freq must be >= 1, got {}", freq));
   for (int i = 0; i < n_layers; ++i)
     kinds[i] = (i >= first_dense && freq >= 1 && i % freq == 0) ? FfnKind::Moe : FfnKind::Dense;
@@ -185,19 +239,25 @@ std::vector<FfnKind> ffn_kinds_from(const Json& json, int n_layers, FieldReader&
 }
 
 void parse_kimi_linear(const Json& json, ModelConfig& c, FieldReader& r) {
-  c.vocab_size = r.integer({"vocab_size"});
-  c.hidden_size = r.integer({"hidden_size"});
-  c.n_layers = r.integer({"num_hidden_layers"});
-  c.intermediate_size = r.integer({"intermediate_size"});
+  c.vocab_size = r.integer({"vocab_size"}, kVocabRange);
+  c.hidden_size = r.integer({"hidden_size"}, kWidthRange);
+  c.n_layers = r.integer({"num_hidden_layers"}, kLayersRange);
+  c.intermediate_size = r.integer({"intermediate_size"}, kFfnWidthRange);
   c.rms_norm_eps = float(r.number({"rms_norm_eps"}, 1e-5));
   c.tie_word_embeddings = r.boolean({"tie_word_embeddings"}, false);
-  c.max_position_embeddings = r.integer({"model_max_length", "max_position_embeddings"}, 1048576);
-  c.bos_token_id = r.optional_integer({"bos_token_id"});
+  c.max_position_embeddings =
+      r.wide_integer({"model_max_length", "max_position_embeddings"}, kPositionsRange, 1048576);
+  c.bos_token_id = r.optional_integer({"bos_token_id"}, kTokenIdRange);
   if (const Json* eos = r.find({"eos_token_id"})) {
-    if (eos->is_number_integer()) c.eos_token_ids = {eos->get<int32_t>()};
-    else if (eos->is_array() && std::all_of(eos->begin(), eos->end(), [](const Json& v) { return v.is_number_integer(); }))
-      for (const Json& v : *eos) c.eos_token_ids.push_back(v.get<int32_t>());
-    else r.error(fmt::format("eos_token_id must be an integer or a list of integers, got {}", eos->dump()));
+    if (eos->is_number_integer()) {
+      c.eos_token_ids = {r.integer({"eos_token_id"}, kTokenIdRange)};
+    } else if (eos->is_array()) {
+      for (size_t i = 0; i < eos->size(); ++i)
+        c.eos_token_ids.push_back(
+            int32_t(r.in_range((*eos)[i], fmt::format("{}eos_token_id[{}]", r.path(), i), kTokenIdRange)));
+    } else {
+      r.error(fmt::format("eos_token_id must be an integer or a list of integers, got {}", eos->dump()));
+    }
   }
 
   const std::string act = r.string({"hidden_act"}, "silu");
@@ -236,22 +296,27 @@ void parse_kimi_linear(const Json& json, ModelConfig& c, FieldReader& r) {
   const Json& lac = (lac_it != json.end() && lac_it->is_object()) ? *lac_it : kEmpty;
   FieldReader lr(lac, "linear_attn_config.");
   FieldReader& top = r;
-  auto pick_int = [&](std::initializer_list<const char*> nested, std::initializer_list<const char*> flat) {
+  auto pick_int = [&](std::initializer_list<const char*> nested, std::initializer_list<const char*> flat,
+                      Range range) {
     const bool in_nested = lr.find(nested) != nullptr;
     const bool in_flat = top.find(flat) != nullptr;
-    if (in_nested && in_flat && lr.integer(nested) != top.integer(flat))
+    if (in_nested && in_flat && lr.integer(nested, range) != top.integer(flat, range))
       r.error(fmt::format("linear_attn_config.{} contradicts {}", *nested.begin(), *flat.begin()));
-    return in_nested ? lr.integer(nested) : top.integer(flat);
+    return in_nested ? lr.integer(nested, range) : top.integer(flat, range);
   };
   if (c.layer_kinds.empty() || std::count(c.layer_kinds.begin(), c.layer_kinds.end(), LayerKind::Kda) > 0) {
-    c.kda.head_dim = pick_int({"head_dim"}, {"linear_head_dim", "linear_key_head_dim", "linear_value_head_dim"});
-    c.kda.n_heads = pick_int({"num_heads"}, {"linear_num_heads", "linear_num_key_heads", "linear_num_value_heads"});
-    c.kda.conv_kernel = pick_int({"short_conv_kernel_size"}, {"linear_conv_kernel_dim"});
+    c.kda.head_dim = pick_int(
+        {"head_dim"}, {"linear_head_dim", "linear_key_head_dim", "linear_value_head_dim"}, kHeadDimRange);
+    c.kda.n_heads = pick_int(
+        {"num_heads"}, {"linear_num_heads", "linear_num_key_heads", "linear_num_value_heads"}, kHeadsRange);
+    c.kda.conv_kernel = pick_int({"short_conv_kernel_size"}, {"linear_conv_kernel_dim"}, kHeadDimRange);
     const Json* lb = lr.find({"gate_lower_bound", "forget_gate_lower_bound"});
     if (!lb) lb = top.find({"forget_gate_lower_bound", "gate_lower_bound"});
     if (lb) {
-      if (lb->is_number()) c.kda.gate_lower_bound = lb->get<float>();
-      else r.error(fmt::format("gate_lower_bound must be a number, got {}", lb->dump()));
+      if (lb->is_number() && std::isfinite(lb->get<double>()) && std::abs(lb->get<double>()) <= FLT_MAX)
+        c.kda.gate_lower_bound = lb->get<float>();
+      else
+        r.error(fmt::format("gate_lower_bound must be a finite number, got {}", lb->dump()));
     }
     c.kda.full_rank_output_gate = lr.boolean({"use_full_rank_gate", "use_full_rank_output_gate"},
                                              top.boolean({"use_full_rank_output_gate"}, false));
@@ -259,12 +324,12 @@ void parse_kimi_linear(const Json& json, ModelConfig& c, FieldReader& r) {
   for (auto& e : lr.errors()) r.error(e);
 
   // MLA.
-  c.mla.n_heads = r.integer({"num_attention_heads"});
-  c.mla.q_lora_rank = r.optional_integer({"q_lora_rank"}).value_or(0);
-  c.mla.kv_lora_rank = r.integer({"kv_lora_rank"});
-  c.mla.qk_nope_head_dim = r.integer({"qk_nope_head_dim"});
-  c.mla.qk_rope_head_dim = r.integer({"qk_rope_head_dim"});
-  c.mla.v_head_dim = r.integer({"v_head_dim"});
+  c.mla.n_heads = r.integer({"num_attention_heads"}, kHeadsRange);
+  c.mla.q_lora_rank = r.optional_integer({"q_lora_rank"}, kWidthRange).value_or(0);
+  c.mla.kv_lora_rank = r.integer({"kv_lora_rank"}, kWidthRange);
+  c.mla.qk_nope_head_dim = r.integer({"qk_nope_head_dim"}, kHeadDimRange);
+  c.mla.qk_rope_head_dim = r.integer({"qk_rope_head_dim"}, kHeadDimRange);
+  c.mla.v_head_dim = r.integer({"v_head_dim"}, kHeadDimRange);
   c.mla.output_gate = r.boolean({"mla_use_output_gate"}, false);
   if (!r.boolean({"mla_use_nope"}, true))
     r.error("mla_use_nope = false (rotary MLA) is not supported: Kimi models are NoPE");
@@ -273,24 +338,24 @@ void parse_kimi_linear(const Json& json, ModelConfig& c, FieldReader& r) {
   const bool any_moe = std::count(c.ffn_kinds.begin(), c.ffn_kinds.end(), FfnKind::Moe) > 0;
   if (any_moe) {
     MoeConfig& m = c.moe;
-    m.n_experts = r.integer({"num_experts", "n_routed_experts", "num_local_experts"});
-    m.n_experts_per_token = r.integer({"num_experts_per_token", "num_experts_per_tok"});
-    m.n_shared_experts = r.integer({"num_shared_experts", "n_shared_experts"}, 0);
-    m.intermediate_size = r.integer({"moe_intermediate_size"});
+    m.n_experts = r.integer({"num_experts", "n_routed_experts", "num_local_experts"}, kExpertsRange);
+    m.n_experts_per_token = r.integer({"num_experts_per_token", "num_experts_per_tok"}, kExpertsRange);
+    m.n_shared_experts = r.integer({"num_shared_experts", "n_shared_experts"}, kExpertsRange, 0);
+    m.intermediate_size = r.integer({"moe_intermediate_size"}, kFfnWidthRange);
     m.renormalize = r.boolean({"moe_renormalize", "norm_topk_prob"}, true);
     m.routed_scaling_factor = float(r.number({"routed_scaling_factor"}, 1.0));
-    m.n_groups = r.integer({"num_expert_group", "n_group"}, 1);
-    m.topk_group = r.integer({"topk_group"}, m.n_groups);
+    m.n_groups = r.integer({"num_expert_group", "n_group"}, kExpertsRange, 1);
+    m.topk_group = r.integer({"topk_group"}, kExpertsRange, m.n_groups);
     if (!r.boolean({"use_grouped_topk"}, true)) m.topk_group = m.n_groups;  // grouping disabled
     const std::string fn = r.string({"moe_router_activation_func", "scoring_func"}, "sigmoid");
     if (fn == "sigmoid") m.activation = RouterActivation::Sigmoid;
     else if (fn == "softmax") m.activation = RouterActivation::Softmax;
     else r.error(fmt::format("moe_router_activation_func \"{}\" is not supported (sigmoid or softmax)", fn));
-    m.latent_size = r.optional_integer({"routed_expert_hidden_size"}).value_or(0);
+    m.latent_size = r.optional_integer({"routed_expert_hidden_size"}, kWidthRange).value_or(0);
     m.latent_norm = r.boolean({"latent_moe_use_norm"}, m.latent_size > 0);
   }
-  c.attn_res_block_size = r.optional_integer({"attn_res_block_size"}).value_or(0);
-  c.n_mtp_layers = r.integer({"num_nextn_predict_layers", "num_mtp_layers"}, 0);
+  c.attn_res_block_size = r.optional_integer({"attn_res_block_size"}, kLayersRange).value_or(0);
+  c.n_mtp_layers = r.integer({"num_nextn_predict_layers", "num_mtp_layers"}, kCountRange, 0);
   if (c.n_mtp_layers < 0)
     r.error(fmt::format("num_nextn_predict_layers must not be negative, got {}", c.n_mtp_layers));
 }
@@ -336,6 +401,12 @@ void validate(ModelConfig& c, FieldReader& r) {
       r.error("grouped top-k scores each group by its best two experts: groups need >= 2 experts");
     else if (m.grouped() && m.topk_group * (m.n_experts / m.n_groups) < m.n_experts_per_token)
       r.error("topk_group groups hold fewer experts than num_experts_per_token");
+    const int64_t moe_layers = std::count(c.ffn_kinds.begin(), c.ffn_kinds.end(), FfnKind::Moe);
+    if (int64_t(m.n_experts) * moe_layers > kMaxRoutedExpertLayers)
+      r.error(
+          fmt::format("num_experts ({}) x {} MoE layers = {} routed experts exceeds the sanity bound {} "
+                      "(Kimi K3: 896 x 92)",
+                      m.n_experts, moe_layers, int64_t(m.n_experts) * moe_layers, kMaxRoutedExpertLayers));
   }
   if (c.mxfp4_experts && std::count(c.ffn_kinds.begin(), c.ffn_kinds.end(), FfnKind::Moe) > 0) {
     const int width = c.moe.latent_size > 0 ? c.moe.latent_size : c.hidden_size;
@@ -420,9 +491,9 @@ void parse_kimi_k3(const Json& root, ModelConfig& c, FieldReader& r) {
   parse_kimi_linear(text, c, r);
   // Token ids: the text config's own, else the root's (both carry them in the released config).
   FieldReader rr(root, "");
-  if (!c.bos_token_id) c.bos_token_id = rr.optional_integer({"bos_token_id"});
+  if (!c.bos_token_id) c.bos_token_id = rr.optional_integer({"bos_token_id"}, kTokenIdRange);
   if (c.eos_token_ids.empty())
-    if (auto eos = rr.optional_integer({"eos_token_id"})) c.eos_token_ids = {*eos};
+    if (auto eos = rr.optional_integer({"eos_token_id"}, kTokenIdRange)) c.eos_token_ids = {*eos};
   for (auto& e : rr.errors()) r.error(e);
   auto in_text = text.find("quantization_config");
   auto in_root = root.find("quantization_config");

@@ -4,6 +4,7 @@
 
 #include "backend/sampling.h"
 #include "core/log.h"
+#include "core/sizes.h"
 #include "model/kernel_limits.h"
 #include "model/kimi_k3.h"
 #include "model/kimi_linear.h"
@@ -28,14 +29,14 @@ CacheShapes cache_shapes(const ModelConfig& c, int n_slots, int n_blocks, int bl
 
 int64_t ModelCaches::bytes_needed(const ModelConfig& c, DType act, int n_slots, int n_blocks, int block_size) {
   const CacheShapes s = cache_shapes(c, n_slots, n_blocks, block_size);
-  int64_t total = 0;
-  for (LayerKind k : c.layer_kinds) {
-    if (k == LayerKind::Kda)
-      total += int64_t(align256(static_cast<size_t>(s.state.numel()) * 4) + align256(static_cast<size_t>(s.conv.numel()) * dtype_size(act)));
-    else
-      total += int64_t(align256(static_cast<size_t>(s.kv.numel()) * dtype_size(act)));
-  }
-  return total;
+  // Sized from flags: a sum that would overflow saturates, so the memory check reports it as too large.
+  const int64_t kda = int64_t(align256(static_cast<size_t>(s.state.numel()) * 4) +
+                              align256(static_cast<size_t>(s.conv.numel()) * dtype_size(act)));
+  const int64_t mla = int64_t(align256(static_cast<size_t>(s.kv.numel()) * dtype_size(act)));
+  const std::optional<int64_t> total =
+      checked_sum(checked_product({c.n_layers_of(LayerKind::Kda), kda}).value_or(INT64_MAX),
+                  checked_product({c.n_layers_of(LayerKind::Mla), mla}).value_or(INT64_MAX));
+  return total.value_or(INT64_MAX);
 }
 
 Result<ModelCaches> ModelCaches::allocate(backend::Backend& be, const ModelConfig& c, int n_slots, int n_blocks,
@@ -48,6 +49,9 @@ Result<ModelCaches> ModelCaches::allocate(backend::Backend& be, const ModelConfi
   out.block_size = block_size;
   const DType act = be.act_dtype();
   const int64_t bytes = bytes_needed(c, act, n_slots, n_blocks, block_size);
+  RILL_TRY(be.check_available(
+      uint64_t(bytes),
+      fmt::format("the caches ({} state slots, {} blocks of {} tokens)", n_slots, n_blocks, block_size)));
   RILL_ASSIGN_OR_RETURN(auto alloc, be.allocate(static_cast<size_t>(std::max<int64_t>(bytes, 1))));
   char* p = static_cast<char*>(alloc.data());
   out.storage.push_back(std::move(alloc));
@@ -101,6 +105,8 @@ Status Model::reserve_workspace(const StepLimits& limits) {
   be_->set_dry_run(false);
   RILL_TRY(st);
   const size_t bytes = measure.high_water() + (1 << 20);
+  RILL_TRY(be_->check_available(bytes, fmt::format("the step workspace ({} tokens, {} sequences, context {})",
+                                                   limits.max_tokens, limits.max_seqs, limits.max_context)));
   RILL_ASSIGN_OR_RETURN(workspace_, be_->allocate(bytes));
   arena_ = Arena(workspace_.data(), workspace_.size(), be_->device());
   limits_ = limits;

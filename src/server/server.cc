@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstdio>
 #include <filesystem>
+#include <new>
 #include <thread>
 
 #include "server/http_server.h"
@@ -62,11 +63,13 @@ class SignalWatcher {
   std::thread thread_;
 };
 
-void load(const ServerOptions& options, const ModelLoader& loader, ServingContext& ctx) {
-  auto fail = [&](const Status& st) {
-    std::fprintf(stderr, "rill serve: %s\n", st.message().c_str());
-    ctx.set_phase(Phase::Failed, st.message());
-  };
+void fail_load(ServingContext& ctx, const Status& st) {
+  std::fprintf(stderr, "rill serve: %s\n", st.message().c_str());
+  ctx.set_phase(Phase::Failed, st.message());
+}
+
+void load_checked(const ServerOptions& options, const ModelLoader& loader, ServingContext& ctx) {
+  auto fail = [&](const Status& st) { fail_load(ctx, st); };
   // Everything besides the weights first, checked as `rill inspect` checks it: a bad directory fails in
   // seconds, not after the weights have loaded.
   auto dir_config = model::ModelConfig::load(options.model_dir);
@@ -91,6 +94,16 @@ void load(const ServerOptions& options, const ModelLoader& loader, ServingContex
   auto chat = ChatPrompt::load(options.model_dir, info.kimi_k3, shared_tokenizer);
   ctx.set_ready(std::move(loaded->backend), std::move(engine).value(), shared_tokenizer, std::move(chat),
                 std::move(info));
+}
+
+// Sizes are checked against the memory available before anything is allocated (config.cc, check_available);
+// std::bad_alloc is the last resort, reported as a failed load rather than terminating the process.
+void load(const ServerOptions& options, const ModelLoader& loader, ServingContext& ctx) {
+  try {
+    load_checked(options, loader, ctx);
+  } catch (const std::bad_alloc&) {
+    fail_load(ctx, resource_exhausted("out of memory while loading {} (std::bad_alloc)", options.model_dir));
+  }
 }
 
 // Each connection is a file descriptor: lift the soft limit towards the hard one so --max-connections, not

@@ -16,6 +16,30 @@ Status check_token_id(const char* field, int32_t id, const model::ModelConfig& c
       field, id, n, config.vocab_size, tokenizer.vocab_size());
 }
 
+// The model's embedding and lm_head may have more rows than the tokenizer has ids (padding to a multiple, ids
+// the decoder skips), never fewer: an id the tokenizer produces (the control block holds BOS, EOS and the
+// chat markers) must have a row, or every request carrying it is refused (spec §2.5 item 9, §6.3). Padding
+// beyond 1024 rows is no padding scheme in use: the files come from different checkpoints.
+constexpr int32_t kMaxVocabPadding = 1024;
+
+Status check_vocab_sizes(const model::ModelConfig& config, const text::Tokenizer& tokenizer) {
+  const int32_t model_ids = config.vocab_size, tokenizer_ids = tokenizer.vocab_size();
+  if (tokenizer_ids > model_ids)
+    return invalid_argument(
+        "config.json: vocab_size {} is smaller than the tokenizer's {} ids (tiktoken.model ranks + 256 "
+        "control "
+        "tokens): ids {}..{} would have no embedding row; the config and the tokenizer files must come from "
+        "the "
+        "same checkpoint",
+        model_ids, tokenizer_ids, model_ids, tokenizer_ids - 1);
+  if (model_ids - tokenizer_ids >= kMaxVocabPadding)
+    return invalid_argument(
+        "config.json: vocab_size {} exceeds the tokenizer's {} ids by {}, more than padding (< {} rows): the "
+        "config and the tokenizer files must come from the same checkpoint",
+        model_ids, tokenizer_ids, model_ids - tokenizer_ids, kMaxVocabPadding);
+  return {};
+}
+
 }  // namespace
 
 Result<ServingFiles> load_serving_files(const std::filesystem::path& model_dir,
@@ -29,6 +53,7 @@ Result<ServingFiles> load_serving_files(const std::filesystem::path& model_dir,
   ServingFiles files;
   files.tokenizer = std::make_shared<const text::Tokenizer>(std::move(tokenizer).value());
   const text::Tokenizer& tok = *files.tokenizer;
+  RILL_TRY(check_vocab_sizes(config, tok));
   if (config.bos_token_id) RILL_TRY(check_token_id("bos_token_id", *config.bos_token_id, config, tok));
   for (int32_t id : config.eos_token_ids) RILL_TRY(check_token_id("eos_token_id", id, config, tok));
   files.eos_token_ids = config.eos_token_ids;

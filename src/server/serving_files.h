@@ -1,7 +1,8 @@
 // What `rill serve` needs from MODEL_DIR besides the weights, loaded and checked in one place: `rill serve`
 // loads it before the weights, and `rill inspect` (which loads no weights) reports it, so that inspect's
-// "validation ok" means serve starts. The tokenizer (tiktoken.model, tokenizer_config.json), BOS and EOS ids
-// that both the vocabulary and the model's logits have, the serving stop set, and the chat template.
+// "validation ok" means serve starts. The tokenizer (tiktoken.model, tokenizer_config.json) with as many ids
+// as the model's vocab_size (up to padding), BOS and EOS ids that both the vocabulary and the model's logits
+// have, the serving stop set, and the chat template.
 #pragma once
 
 #include <filesystem>

@@ -2,16 +2,35 @@
 #include "backend/cpu/cpu_backend.h"
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
+#include <new>
+#include <string>
 
 #include "core/rng.h"
+#include "core/sizes.h"
 
 namespace rill::backend {
 
 Result<DeviceAllocation> CpuBackend::allocate(size_t bytes) {
-  auto buf = std::make_shared<HostBuffer>(bytes);
-  void* p = buf->data();
-  return DeviceAllocation(p, bytes, std::move(buf));
+  try {
+    auto buf = std::make_shared<HostBuffer>(bytes);
+    void* p = buf->data();
+    return DeviceAllocation(p, bytes, std::move(buf));
+  } catch (const std::bad_alloc&) {  // callers check available_memory() first; this is the last resort
+    return resource_exhausted("cannot allocate {} of host memory for the cpu backend",
+                              format_bytes(double(bytes)));
+  }
+}
+
+std::optional<size_t> CpuBackend::available_memory() const {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string line;
+  unsigned long long kib = 0;
+  while (std::getline(meminfo, line))  // "MemAvailable:   23174512 kB"
+    if (std::sscanf(line.c_str(), "MemAvailable: %llu kB", &kib) == 1) return size_t(kib) * 1024;
+  return std::nullopt;
 }
 
 Status CpuBackend::copy_to_device(void* dst, const void* host_src, size_t bytes) {

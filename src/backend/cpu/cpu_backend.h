@@ -15,6 +15,7 @@ class CpuBackend final : public Backend {
   bool kda_snapshots_in_step() const override { return true; }
 
   Result<DeviceAllocation> allocate(size_t bytes) override;
+  std::optional<size_t> available_memory() const override;  // MemAvailable of /proc/meminfo
   Status copy_to_device(void* dst, const void* host_src, size_t bytes) override;
   Status copy_to_host(void* host_dst, const void* src, size_t bytes) override;
   Status copy_device_to_device(void* dst, const void* src, size_t bytes) override;

@@ -202,6 +202,7 @@ Result<LoadedWeights> load_weights(const WeightTable& table, std::shared_ptr<con
   out.device_bytes = int64_t(total);
   char* base = nullptr;
   if (total) {
+    RILL_TRY(be.check_available(total, "the model's weights"));
     RILL_ASSIGN_OR_RETURN(auto alloc, be.allocate(total));
     base = static_cast<char*>(alloc.data());
     out.storage.push_back(std::move(alloc));
@@ -274,6 +275,7 @@ Result<LoadedWeights> load_dummy_weights(const WeightTable& table, backend::Back
   }
   LoadedWeights out;
   out.device_bytes = int64_t(total);
+  RILL_TRY(be.check_available(total, "the model's weights (--load-format dummy)"));
   RILL_ASSIGN_OR_RETURN(auto alloc, be.allocate(total ? total : 1));
   char* base = static_cast<char*>(alloc.data());
   out.storage.push_back(std::move(alloc));
