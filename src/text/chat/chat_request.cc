@@ -1,5 +1,7 @@
 #include "text/chat/chat_request.h"
 
+#include "text/json/bounded_json.h"
+
 namespace rill::text {
 namespace {
 
@@ -48,12 +50,12 @@ Status parse_arguments(Json& message, size_t message_index) {
     if (args.is_null() || (args.is_string() && args.get<std::string>().empty())) {
       args = Json::object();
     } else if (args.is_string()) {
-      Json parsed = Json::parse(args.get<std::string>(), nullptr, false);
-      if (parsed.is_discarded()) {
-        return invalid_argument("messages[{}].tool_calls[{}].function.arguments is not valid JSON",
-                                message_index, j);
+      auto parsed = parse_bounded_json(args.get<std::string>());
+      if (!parsed.ok()) {
+        return invalid_argument("messages[{}].tool_calls[{}].function.arguments is not valid JSON: {}",
+                                message_index, j, parsed.status().message());
       }
-      args = std::move(parsed);
+      args = std::move(parsed).value();
     }
   }
   return Status::ok_status();
