@@ -23,6 +23,7 @@
 #include <random>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include <fcntl.h>
@@ -166,7 +167,7 @@ class Mutator {
 
   Bytes next() {
     Bytes b = corpus_.empty() ? Bytes() : corpus_[below(corpus_.size())];
-    const size_t rounds = 1 + below(4);
+    const size_t rounds = below(2) ? 1 : 2 + below(3);  // often one edit: most inputs should stay near-valid
     for (size_t i = 0; i < rounds; ++i) mutate(b);
     if (b.size() > max_len_) b.resize(max_len_);
     return b;
@@ -179,8 +180,17 @@ class Mutator {
     return limit == 0 ? 0 : 1 + below(std::min(limit, below(3) ? size_t(8) : limit));
   }
 
+  // The span around `at` between JSON delimiters (after one of `,:[{`, up to one of `,]}`): roughly one
+  // value, so that replacing it with another value keeps the document parseable more often than a byte edit.
+  static std::pair<size_t, size_t> value_span(const Bytes& b, size_t at) {
+    size_t lo = at, hi = at;
+    while (lo > 0 && std::strchr(",:[{", b[lo - 1]) == nullptr) --lo;
+    while (hi < b.size() && std::strchr(",]}", b[hi]) == nullptr) ++hi;
+    return {lo, hi};
+  }
+
   void mutate(Bytes& b) {
-    switch (below(8)) {
+    switch (below(10)) {
       case 0:  // flip a bit
         if (!b.empty()) b[below(b.size())] ^= char(1u << below(8));
         break;
@@ -225,9 +235,24 @@ class Mutator {
           }
         }
         break;
-      default:  // insert a token (dictionary or JSON)
+      case 6:
+      case 7:  // insert a token (dictionary or JSON)
         b.insert(below(b.size() + 1), tokens_[below(tokens_.size())]);
         break;
+      default: {  // replace a value with a token or with a value of another corpus entry
+        if (b.empty()) break;
+        const auto [lo, hi] = value_span(b, below(b.size()));
+        Bytes with = tokens_[below(tokens_.size())];
+        if (!corpus_.empty() && below(4)) {
+          const Bytes& other = corpus_[below(corpus_.size())];
+          if (!other.empty()) {
+            const auto [olo, ohi] = value_span(other, below(other.size()));
+            with = other.substr(olo, ohi - olo);
+          }
+        }
+        b.replace(lo, hi - lo, with);
+        break;
+      }
     }
   }
 
