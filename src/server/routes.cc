@@ -6,6 +6,7 @@
 
 #include "server/openai/chat_request.h"
 #include "server/openai/response.h"
+#include "text/json/bounded_json.h"
 
 namespace rill::server {
 namespace {
@@ -123,11 +124,9 @@ const std::vector<Route>& route_table() {
 }
 
 ApiResult<Json> parse_body(const HttpRequest& req) {
-  try {
-    return Json::parse(req.body);
-  } catch (const Json::parse_error& e) {
-    return bad_request("", "Invalid JSON in the request body: {}", e.what());
-  }
+  auto body = text::parse_bounded_json(req.body);
+  if (!body.ok()) return bad_request("", "Invalid JSON in the request body: {}", body.status().message());
+  return std::move(body).value();
 }
 
 std::optional<ApiError> check_model_name(const ServingContext& ctx, const std::string& model) {

@@ -263,6 +263,58 @@ TEST(ChatRequest, ResponseFormat) {
              "response_format.json_schema.strict");
 }
 
+// A schema whose compact JSON is exactly `bytes` long: {"type":"object","description":"xxx..."}.
+Json schema_of_bytes(size_t bytes) {
+  const std::string frame = R"({"type":"object","description":""})";
+  return Json{{"type", "object"}, {"description", std::string(bytes - frame.size(), 'x')}};
+}
+
+Json tool_with_schema(const std::string& name, Json schema) {
+  return Json{{"type", "function"}, {"function", {{"name", name}, {"parameters", std::move(schema)}}}};
+}
+
+std::pair<int, std::string> status_of(const Json& body) {
+  auto r = parse_chat_request(body, kLimits);
+  return r.ok() ? std::pair<int, std::string>{200, ""} : std::pair{r.error().http_status, r.error().param};
+}
+
+// Issue #14: OpenAI's 128 tools; a tool schema of at most 128 KiB, all tools at most 512 KiB, a
+// response_format schema at most 128 KiB (sizes as compact JSON; 413 naming the field).
+TEST(ChatRequest, ToolsAndSchemasAreBounded) {
+  using Status = std::pair<int, std::string>;
+  auto tools = [](int count) {
+    Json list = Json::array();
+    for (int i = 0; i < count; ++i) list.push_back(weather_tool(fmt::format("t{}", i).c_str()));
+    return list;
+  };
+  EXPECT_EQ(status_of(with({{"tools", tools(128)}})), (Status{200, ""}));
+  EXPECT_EQ(status_of(with({{"tools", tools(129)}})), (Status{400, "tools"}));
+
+  EXPECT_EQ(status_of(with({{"tools", {tool_with_schema("a", schema_of_bytes(128 * 1024))}}})),
+            (Status{200, ""}));
+  EXPECT_EQ(status_of(with({{"tools", {tool_with_schema("a", schema_of_bytes(128 * 1024 + 1))}}})),
+            (Status{413, "tools[0].function.parameters"}));
+  Json five = Json::array();  // 5 x 110 KiB: each within its bound, together over 512 KiB
+  for (int i = 0; i < 5; ++i)
+    five.push_back(tool_with_schema(fmt::format("t{}", i), schema_of_bytes(110 * 1024)));
+  EXPECT_EQ(status_of(with({{"tools", five}})), (Status{413, "tools"}));
+  five.erase(4);
+  EXPECT_EQ(status_of(with({{"tools", five}})), (Status{200, ""}));
+
+  auto response_format = [](Json schema) {
+    return Json{{"type", "json_schema"}, {"json_schema", {{"name", "r"}, {"schema", std::move(schema)}}}};
+  };
+  EXPECT_EQ(status_of(with({{"response_format", response_format(schema_of_bytes(128 * 1024))}})),
+            (Status{200, ""}));
+  EXPECT_EQ(status_of(with({{"response_format", response_format(schema_of_bytes(128 * 1024 + 1))}})),
+            (Status{413, "response_format.json_schema.schema"}));
+}
+
+TEST(ChatRequest, StopIsBoundedOnChatToo) {
+  EXPECT_EQ(status_of(with({{"stop", std::string(1025, 'x')}})), (std::pair<int, std::string>{400, "stop"}));
+  EXPECT_EQ(status_of(with({{"n", 17}})), (std::pair<int, std::string>{400, "n"}));
+}
+
 TEST(ChatRequest, BodyMustBeAnObject) {
   auto r = parse_chat_request(Json::array(), kLimits);
   ASSERT_FALSE(r.ok());

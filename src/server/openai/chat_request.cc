@@ -2,6 +2,8 @@
 
 #include <set>
 
+#include "server/openai/request_limits.h"
+
 namespace rill::server {
 namespace {
 
@@ -102,9 +104,20 @@ std::optional<ApiError> check_messages(Json& messages, int* n_prior_tool_calls) 
   return std::nullopt;
 }
 
+// 413 naming `param`: a schema larger than its request_limits.h bound.
+ApiError too_large(const std::string& param, const char* what, size_t bytes, size_t limit) {
+  return ApiError{
+      413, fmt::format("{}: {} is {} bytes as JSON, more than the {} allowed", param, what, bytes, limit),
+      param, ""};
+}
+
 std::optional<ApiError> check_tools(const Json& tools, std::set<std::string>* names) {
   if (!tools.is_array())
     return bad_request("tools", "tools: must be an array, got {}", json_type_phrase(tools));
+  if (tools.size() > kMaxTools)
+    return bad_request("tools", "tools: at most {} tools, got {}", kMaxTools, tools.size());
+  if (const size_t bytes = json_text_bytes(tools); bytes > kMaxToolsBytes)
+    return too_large("tools", "the list of tools", bytes, kMaxToolsBytes);
   for (size_t i = 0; i < tools.size(); ++i) {
     const std::string path = fmt::format("tools[{}]", i);
     if (!tools[i].is_object()) return bad_request(path, "{}: must be an object", path);
@@ -118,9 +131,11 @@ std::optional<ApiError> check_tools(const Json& tools, std::set<std::string>* na
     FieldReader fr(*fn, path + ".function.");
     const auto name = fr.string("name");
     fr.string("description");
-    fr.object("parameters");
+    const Json* parameters = fr.object("parameters");
     fr.boolean("strict");
     if (!fr.ok()) return fr.error();
+    if (const size_t bytes = parameters ? json_text_bytes(*parameters) : 0; bytes > kMaxToolSchemaBytes)
+      return too_large(path + ".function.parameters", "the schema", bytes, kMaxToolSchemaBytes);
     if (!name || !is_tool_name(*name))
       return bad_request(path + ".function.name",
                          "{}.function.name: must match ^[a-zA-Z_][a-zA-Z0-9_-]{{0,255}}$, got '{}'", path,
@@ -193,6 +208,10 @@ void read_response_format(FieldReader& r) {
       if (sr.ok() && (!name || name->empty())) sr.fail("name", "must be a non-empty string");
       const Json* schema = sr.object("schema");
       if (sr.ok() && !schema) sr.fail("schema", "is required (a JSON schema object)");
+      if (const size_t bytes = schema ? json_text_bytes(*schema) : 0;
+          sr.ok() && bytes > kMaxResponseSchemaBytes)
+        sr.fail(
+            too_large("response_format.json_schema.schema", "the schema", bytes, kMaxResponseSchemaBytes));
       sr.string("description");
       sr.boolean("strict");
       if (!sr.ok()) fr.fail(*sr.error());

@@ -26,12 +26,13 @@ struct ChatRequest {
 // Checks, each a 400 naming the field: messages (non-empty array of objects; roles system, developer,
 // user, assistant, tool; content a string or a list of text parts, null only for assistants; tool messages
 // need tool_call_id; assistant tool_calls well-formed), tools (type "function", name
-// ^[a-zA-Z_][a-zA-Z0-9_-]{0,255}$, unique, parameters an object), tool_choice (none | auto | required |
+// ^[a-zA-Z_][a-zA-Z0-9_-]{0,255}$, unique, parameters an object; count and schema bytes bounded by
+// request_limits.h, the bytes a 413), tool_choice (none | auto | required |
 // {"type": "function", "function": {"name"}} naming a declared tool; required/named need tools),
-// response_format (text | json_object | json_schema with a non-empty name, an object schema, a boolean
-// strict), logprobs / top_logprobs (<= max_logprobs, only with logprobs), max_tokens /
-// max_completion_tokens (>= 1), chat_template_kwargs (object), echo (false only: vLLM's chat echo is not
-// implemented), the shared sampling fields.
+// response_format (text | json_object | json_schema with a non-empty name, an object schema of at most
+// kMaxResponseSchemaBytes (else 413), a boolean strict), logprobs / top_logprobs (<= max_logprobs, only with
+// logprobs), max_tokens / max_completion_tokens (>= 1), chat_template_kwargs (object), echo (false only:
+// vLLM's chat echo is not implemented), the shared sampling fields.
 ApiResult<ChatRequest> parse_chat_request(const Json& body, const ParseLimits& limits);
 
 }  // namespace rill::server

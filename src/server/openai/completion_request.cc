@@ -1,5 +1,7 @@
 #include "server/openai/completion_request.h"
 
+#include "server/openai/request_limits.h"
+
 namespace rill::server {
 namespace {
 
@@ -64,6 +66,10 @@ ApiResult<CompletionRequest> parse_completion_request(const Json& body, const Pa
   RILL_API_TRY(read_prompt(*prompt, limits.vocab_size, &out));
   if (auto suffix = r.string("suffix"); suffix && !suffix->empty()) r.fail("suffix", "is not supported");
   read_sampling_fields(r, limits, &out.sampling);
+  if (r.ok() && out.n_prompts() * size_t(out.sampling.n) > size_t(kMaxSequencesPerRequest))
+    r.fail(out.sampling.n > 1 ? "n" : "prompt",
+           "{} prompts x n {} = {} sequences: at most {} per request (send more requests)", out.n_prompts(),
+           out.sampling.n, out.n_prompts() * size_t(out.sampling.n), kMaxSequencesPerRequest);
   out.sampling.max_tokens = 16;  // OpenAI's default for completions
   if (auto v = r.integer("max_tokens", 1, INT32_MAX)) out.sampling.max_tokens = *v;
   if (auto v = r.boolean("echo")) out.echo = *v;

@@ -21,8 +21,9 @@ struct CompletionRequest {
 };
 
 // Checks (400 naming the field): prompt present, of one of the four forms, non-empty, ids inside the
-// vocabulary; suffix (unsupported unless empty); echo (not with logprobs: rill has no prompt logprobs);
-// logprobs in [0, max_logprobs]; max_tokens >= 1; the shared sampling fields.
+// vocabulary; prompts x n at most kMaxSequencesPerRequest (param "n", or "prompt" when n is 1); suffix
+// (unsupported unless empty); echo (not with logprobs: rill has no prompt logprobs); logprobs in [0,
+// max_logprobs]; max_tokens >= 1; the shared sampling fields.
 ApiResult<CompletionRequest> parse_completion_request(const Json& body, const ParseLimits& limits);
 
 }  // namespace rill::server

@@ -29,6 +29,10 @@ const char* json_type_phrase(const Json& value) {
   return "a value";
 }
 
+size_t json_text_bytes(const Json& value) {
+  return value.dump(-1, ' ', /*ensure_ascii=*/false, Json::error_handler_t::replace).size();
+}
+
 const Json* FieldReader::any(std::string_view key) const {
   if (!object_.is_object()) return nullptr;
   auto it = object_.find(key);

@@ -54,4 +54,7 @@ class FieldReader {
 // "a string", "an integer", ... for messages about a value's JSON type.
 const char* json_type_phrase(const Json& value);
 
+// The length of `value` as compact JSON text: how request_limits.h measures schemas.
+size_t json_text_bytes(const Json& value);
+
 }  // namespace rill::server

@@ -1,30 +1,42 @@
 #include "server/openai/sampling_request.h"
 
+#include "server/openai/request_limits.h"
+
 namespace rill::server {
 namespace {
 
 void read_stop(FieldReader& r, engine::SamplingParams* p) {
   const Json* stop = r.any("stop");
   if (!stop) return;
+  auto too_long = [](const Json& s) { return s.get_ref<const std::string&>().size() > kMaxStopStringBytes; };
   if (stop->is_string()) {
+    if (too_long(*stop))
+      return r.fail("stop", "must be at most {} bytes long, got {}", kMaxStopStringBytes,
+                    stop->get_ref<const std::string&>().size());
     if (!stop->get<std::string>().empty()) p->stop.push_back(stop->get<std::string>());
     return;
   }
   if (!stop->is_array())
     return r.fail("stop", "must be a string or a list of strings, got {}", json_type_phrase(*stop));
-  if (stop->size() > 16) return r.fail("stop", "at most 16 stop strings, got {}", stop->size());
+  if (stop->size() > kMaxStopStrings)
+    return r.fail("stop", "at most {} stop strings, got {}", kMaxStopStrings, stop->size());
   for (size_t i = 0; i < stop->size(); ++i) {
     const Json& s = (*stop)[i];
     if (!s.is_string() || s.get<std::string>().empty())
       return r.fail("stop", "element {} must be a non-empty string, got {}", i, json_type_phrase(s));
+    if (too_long(s))
+      return r.fail("stop", "element {} must be at most {} bytes long, got {}", i, kMaxStopStringBytes,
+                    s.get_ref<const std::string&>().size());
     p->stop.push_back(s.get<std::string>());
   }
 }
 
-// A list of token ids inside the vocabulary (stop_token_ids, allowed_token_ids).
-void read_token_ids(FieldReader& r, const char* key, int32_t vocab_size, std::vector<int32_t>* out) {
+// A list of at most `max_count` token ids inside the vocabulary (stop_token_ids, allowed_token_ids).
+void read_token_ids(FieldReader& r, const char* key, int32_t vocab_size, size_t max_count,
+                    std::vector<int32_t>* out) {
   const Json* ids = r.array(key);
   if (!ids) return;
+  if (ids->size() > max_count) return r.fail(key, "at most {} token ids, got {}", max_count, ids->size());
   for (size_t i = 0; i < ids->size(); ++i) {
     const Json& id = (*ids)[i];
     const int64_t hi = vocab_size > 0 ? vocab_size - 1 : INT32_MAX;
@@ -52,14 +64,14 @@ void read_sampling_fields(FieldReader& r, const ParseLimits& limits, SamplingReq
   }
   if (auto v = r.integer("seed", INT64_MIN, INT64_MAX)) p.seed = uint64_t(*v);
   read_stop(r, &p);
-  read_token_ids(r, "stop_token_ids", limits.vocab_size, &p.stop_token_ids);
+  read_token_ids(r, "stop_token_ids", limits.vocab_size, kMaxStopTokenIds, &p.stop_token_ids);
   if (auto v = r.integer("min_tokens", 0, INT32_MAX)) p.min_tokens = int32_t(*v);
   if (auto v = r.boolean("ignore_eos")) p.ignore_eos = *v;
   if (auto v = r.boolean("include_stop_str_in_output")) p.include_stop_str_in_output = *v;
   if (auto v = r.boolean("skip_special_tokens")) p.skip_special_tokens = *v;
   if (const Json* ids = r.array("allowed_token_ids"); ids && ids->empty())
     r.fail("allowed_token_ids", "must not be empty");
-  read_token_ids(r, "allowed_token_ids", limits.vocab_size, &p.allowed_token_ids);
+  read_token_ids(r, "allowed_token_ids", limits.vocab_size, kMaxAllowedTokenIds, &p.allowed_token_ids);
   if (r.any("prompt_logprobs")) r.fail("prompt_logprobs", "is not supported");
 
   if (auto v = r.integer("n", 1, limits.max_n)) out->n = int(*v);

@@ -28,9 +28,9 @@ struct SamplingRequest {
 // temperature [0, 2], top_p (0, 1], top_k >= -1 (-1 and 0: all), min_p [0, 1], presence/frequency [-2, 2],
 // repetition_penalty > 0, seed (any integer), stop (string or list of non-empty strings), stop_token_ids,
 // min_tokens >= 0, ignore_eos, include_stop_str_in_output, skip_special_tokens, allowed_token_ids (non-empty
-// ids in the vocabulary), prompt_logprobs (unsupported: any value is a 400), n [1, max_n], best_of (== n),
-// use_beam_search (false), logit_bias (empty), stream, stream_options (only with stream;
-// continuous_usage_stats unsupported), user.
+// ids in the vocabulary; the counts and stop string lengths of request_limits.h), prompt_logprobs
+// (unsupported: any value is a 400), n [1, max_n], best_of (== n), use_beam_search (false), logit_bias
+// (empty), stream, stream_options (only with stream; continuous_usage_stats unsupported), user.
 void read_sampling_fields(FieldReader& r, const ParseLimits& limits, SamplingRequest* out);
 
 }  // namespace rill::server

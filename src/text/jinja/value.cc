@@ -80,6 +80,10 @@ bool consume_once(const SeqData& s) {
 
 // --- DictData ---------------------------------------------------------------------------------------
 
+size_t DictData::size() const {
+  return items_.size();
+}
+
 const Value* DictData::find(std::string_view key) const {
   auto it = string_index_.find(key);
   return it == string_index_.end() ? nullptr : &items_[it->second].second;

@@ -43,7 +43,7 @@ class DictData {
   const Value* find(const Value& key) const;
   const Value* find(std::string_view key) const;  // a string key, without building a Value
   void set(const Value& key, Value value);        // overwrites in place, keeping the first key's position
-  size_t size() const { return items_.size(); }
+  size_t size() const;  // out of line: clang instantiates it here, where Value is incomplete
   const std::vector<std::pair<Value, Value>>& items() const { return items_; }
 
  private:

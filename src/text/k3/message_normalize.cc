@@ -1,5 +1,7 @@
 #include "text/k3/message_normalize.h"
 
+#include "text/json/bounded_json.h"
+
 #include <algorithm>
 #include <map>
 #include <optional>
@@ -47,14 +49,14 @@ Status normalize_arguments(Json& holder, const std::string& where) {
     if (python_strip(raw).empty()) {
       args = Json::object();
     } else {
-      Json parsed = Json::parse(raw, nullptr, /*allow_exceptions=*/false);
-      if (parsed.is_discarded()) {
+      auto parsed = parse_bounded_json(raw);
+      if (!parsed.ok()) {
         args = Json::object();
         json_block = raw;
-      } else if (!parsed.is_object()) {
-        return invalid_argument("{}.arguments must be a JSON object, got {}", where, parsed.type_name());
+      } else if (!parsed->is_object()) {
+        return invalid_argument("{}.arguments must be a JSON object, got {}", where, parsed->type_name());
       } else {
-        args = std::move(parsed);
+        args = std::move(parsed).value();
       }
     }
   } else if (!args.is_object()) {

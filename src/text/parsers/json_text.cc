@@ -1,15 +1,13 @@
 #include "text/parsers/json_text.h"
 
+#include "text/json/bounded_json.h"
+
 namespace rill::text {
 
 std::optional<nlohmann::ordered_json> parse_json(std::string_view text) {
-  try {
-    auto value = nlohmann::ordered_json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
-    if (value.is_discarded()) return std::nullopt;
-    return value;
-  } catch (const std::exception&) {  // allow_exceptions=false covers syntax; stay safe on anything else
-    return std::nullopt;
-  }
+  auto value = parse_bounded_json(text);
+  if (!value.ok()) return std::nullopt;
+  return std::move(value).value();
 }
 
 std::string dump_compact(const nlohmann::ordered_json& value) {

@@ -9,7 +9,8 @@
 
 namespace rill::text {
 
-// Parses `text` keeping object key order; nullopt when it is not valid JSON.
+// Parses `text` keeping object key order (text/json's bounded parser); nullopt when it is not valid JSON or
+// is nested deeper than kMaxJsonDepth.
 std::optional<nlohmann::ordered_json> parse_json(std::string_view text);
 // Compact JSON ("," and ":" separators), UTF-8 kept as is, invalid bytes replaced by U+FFFD.
 std::string dump_compact(const nlohmann::ordered_json& value);
