@@ -1,5 +1,6 @@
 #include "engine/engine.h"
 
+#include <algorithm>
 #include <atomic>
 #include <random>
 #include <thread>
@@ -10,7 +11,6 @@
 #include "engine/scheduler.h"
 #include "engine/stop_checker.h"
 #include "model/model.h"
-#include "text/constraint/token_constraint.h"
 
 namespace rill::engine {
 
@@ -23,7 +23,8 @@ struct Engine::Impl {
   std::unique_ptr<cache::CacheManager> caches;
   std::unique_ptr<Scheduler> sched;
   std::unique_ptr<Sampler> sampler;
-  EngineStats counters;  // the engine thread's running totals (steps, tokens, finished requests)
+  std::unique_ptr<MaskPool> masks;  // constrained sequences' next-token masks, off this thread
+  EngineStats counters;             // the engine thread's running totals (steps, tokens, finished requests)
   int max_model_len = 0;
   std::atomic<uint64_t> next_id{1};
 
@@ -157,7 +158,7 @@ void Engine::Impl::step() {
     Sequence* s = const_cast<Sequence*>(rows[k]);
     StreamEvent& ev = pending[s->id];
     const int32_t id = sampled[k].id;
-    if (s->constraint) s->constraint->accept(id);
+    if (s->constraint) s->constraint->accept(id);  // its mask was ready (it sampled): no worker holds it
     ev.token_ids.push_back(id);
     if (s->params.logprobs >= 0) ev.logprobs.push_back(sampled[k].logprob);
     // An EOS / stop id ends the text without its own (vLLM), unless the stop is to be kept.
@@ -169,6 +170,10 @@ void Engine::Impl::step() {
       sched->finish(s->id, FinishReason::Stop, *matched);
     }
   }
+  // The next masks of the constrained sequences that go on, computed while this thread emits and runs the
+  // next step; until one is ready its sequence sits out (Scheduler::schedule).
+  for (const Sequence* s : rows)
+    if (s->constraint && sched->find(s->id)) masks->start(s->constraint);
   emit_finished(pending);
 }
 
@@ -230,6 +235,7 @@ Result<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<model::Model> mod
                                                const EngineOptions& o) {
   if (o.max_batch_size < 1) return invalid_argument("--max-batch-size must be at least 1");
   if (o.max_num_tokens < 1) return invalid_argument("--max-num-tokens must be at least 1");
+  if (o.mask_threads < 0) return invalid_argument("mask_threads must be 0 (automatic) or more");
   auto impl = std::make_unique<Impl>();
   impl->opts = o;
   impl->tokenizer = std::move(tokenizer);
@@ -266,6 +272,8 @@ Result<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<model::Model> mod
   RILL_ASSIGN_OR_RETURN(Sampler sampler,
                         Sampler::create(model->backend(), o.max_batch_size, c.eos_token_ids));
   impl->sampler = std::make_unique<Sampler>(std::move(sampler));
+  impl->masks = std::make_unique<MaskPool>(
+      o.mask_threads > 0 ? o.mask_threads : std::clamp(int(std::thread::hardware_concurrency()) / 8, 1, 4));
   impl->model = std::move(model);
   impl->publish();
   Impl* p = impl.get();
@@ -301,7 +309,11 @@ Result<std::shared_ptr<RequestStream>> Engine::submit(Request r) {
   seq->n_prompt = n;
   seq->reported_prompt_tokens = r.reported_prompt_tokens >= 0 ? r.reported_prompt_tokens : n;
   seq->params = r.params;
-  seq->constraint = std::move(r.constraint);
+  if (r.constraint) {
+    seq->constraint =
+        std::make_shared<ConstraintMask>(std::move(r.constraint), size_t(c.vocab_size + 31) / 32);
+    m.masks->start(seq->constraint);  // the first token's mask, while the prompt waits and prefills
+  }
   seq->max_new_tokens = std::min(r.params.max_tokens, m.max_model_len - n);
   seq->seed = r.params.seed ? *r.params.seed : std::random_device{}() * 0x9e3779b97f4a7c15ull;
   if (r.params.repetition_penalty != 1.0f) seq->prompt_tokens.insert(r.prompt.begin(), r.prompt.end());

@@ -119,6 +119,8 @@ struct EngineOptions {
   // Take KDA snapshots inside prefill steps where the backend can (else chunks end at every snapshot
   // position). Tests turn it off to cover the chunk-cutting path on the CPU.
   bool kda_snapshots_in_step = true;
+  // Threads computing constrained requests' token masks (0: an eighth of the hardware threads, 1 to 4).
+  int mask_threads = 0;
   // Tests only: called on the engine thread with every sampled row's logits (copied to the host: slow).
   std::function<void(uint64_t request_id, int32_t position, std::span<const float> logits)> logits_hook;
 };

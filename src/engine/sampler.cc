@@ -3,7 +3,6 @@
 #include <algorithm>
 
 #include "backend/sampling.h"
-#include "text/constraint/token_constraint.h"
 
 namespace rill::engine {
 
@@ -61,7 +60,13 @@ bool Sampler::masks_logits(const Sequence& s) const {
 // (and EOS unless ignore_eos) while fewer than min_tokens are generated (vLLM's min-tokens logits processor).
 // A narrowing that would leave nothing is skipped: a complete grammar may allow only its end (stop) ids.
 void Sampler::row_mask(const Sequence& s, std::span<uint32_t> mask) {
-  if (s.constraint) s.constraint->allowed_tokens(mask);
+  if (s.constraint) {
+    // Computed for the current state off the engine thread (the scheduler only lets it sample once ready);
+    // ids past the constraint's words stay off, like those past a grammar's vocabulary.
+    const std::span<const uint32_t> words = s.constraint->words();
+    std::fill(mask.begin(), mask.end(), 0u);
+    std::copy_n(words.begin(), std::min(words.size(), mask.size()), mask.begin());
+  }
   const int64_t n_ids = int64_t(mask.size()) * 32;
   auto in_mask = [&](int32_t t) { return t >= 0 && t < n_ids; };
   if (!s.params.allowed_token_ids.empty()) {
@@ -81,9 +86,8 @@ void Sampler::row_mask(const Sequence& s, std::span<uint32_t> mask) {
   }
 }
 
-// Token masks: the host builds each masked row's mask (walking a grammar over the vocabulary while the GPU
-// may still be computing the logits: nothing here waits for it) and the device sets the rest to -inf after
-// penalties.
+// Token masks: the host builds each masked row's mask (a grammar's, computed by the mask pool while the
+// model ran, narrowed here) and the device sets the rest to -inf after penalties.
 Status Sampler::apply_token_masks(TensorView logits, const std::vector<const Sequence*>& seqs) {
   const int64_t R = int64_t(seqs.size()), V = logits.size(1), W = (V + 31) / 32;
   const size_t bytes = size_t(max_rows_ * W) * 4;

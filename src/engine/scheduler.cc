@@ -95,6 +95,7 @@ StepPlan Scheduler::schedule() {
        ++i) {
     Sequence* s = running_[i].get();
     if (s->n_remaining() != 1) continue;
+    if (!s->can_sample()) continue;  // its mask is still being computed: a later step, caches untouched
     if (!make_room(s, s->n_computed + 1)) continue;
     plan.seqs.push_back({s, 1, true});
     budget -= 1;
@@ -106,19 +107,25 @@ StepPlan Scheduler::schedule() {
     if (s->n_remaining() <= 1 || in_plan(s)) continue;
     const int n = chunk_size(*s, s->n_computed, budget);
     if (!limits_.chunked_prefill && n < s->n_remaining()) continue;
+    if (s->n_computed + n == int(s->tokens.size()) && !s->can_sample()) continue;
     if (!make_room(s, s->n_computed + n)) continue;
     plan.seqs.push_back({s, n, s->n_computed + n == int(s->tokens.size()),
                          plan_snapshots(*s, s->n_computed, n, &staging_used)});
     budget -= n;
   }
-  // 3. Admit waiting requests in arrival order while their first chunk fits.
-  while (!waiting_.empty() && int(plan.seqs.size()) < limits_.max_batch_size && budget > 0) {
-    Sequence* s = waiting_.front().get();
+  // 3. Admit waiting requests in arrival order while their first chunk fits, passing over those whose first
+  // chunk would sample before their mask is ready.
+  for (size_t i = 0; i < waiting_.size() && int(plan.seqs.size()) < limits_.max_batch_size && budget > 0;) {
+    Sequence* s = waiting_[i].get();
     // A cached prefix (prefix caching) lets it start past position 0, from a restored KDA snapshot.
     const cache::PrefixHit hit = caches_.find_prefix(s->tokens);
     const int start = hit.n_tokens(caches_.block_size());
     const int n = chunk_size(*s, start, budget);
     if (!limits_.chunked_prefill && start + n < int(s->tokens.size())) break;
+    if (start + n == int(s->tokens.size()) && !s->can_sample()) {
+      ++i;
+      continue;
+    }
     if (!caches_.can_admit(hit, start + n)) break;
     if (!caches_.admit(&s->cache, hit, start + n).ok()) break;
     s->n_computed = start;
@@ -127,8 +134,8 @@ StepPlan Scheduler::schedule() {
       prefix_queries_ += uint64_t(s->n_prompt);
       prefix_hits_ += uint64_t(s->n_cached);
     }
-    running_.push_back(std::move(waiting_.front()));
-    waiting_.pop_front();
+    running_.push_back(std::move(waiting_[i]));
+    waiting_.erase(waiting_.begin() + long(i));
     plan.seqs.push_back({s, n, s->n_computed + n == int(s->tokens.size()),
                          plan_snapshots(*s, s->n_computed, n, &staging_used)});
     budget -= n;

@@ -5,7 +5,8 @@
 //                  when its first chunk's blocks and a state slot can be had, starting after its longest
 //                  cached prefix (prefix caching); when blocks run out for a running sequence, unreferenced
 //                  cached blocks are evicted, then the newest running sequence is preempted (recomputed
-//                  later).
+//                  later). A sequence that would sample while its constraint's mask is still being
+//                  computed (Sequence::can_sample) sits out the step: not preempted, caches untouched.
 //   postprocess(): advances counters, commits the step to the caches (prefix caching), appends sampled
 //   tokens,
 //                  applies the token-level stop conditions.

@@ -14,6 +14,7 @@
 
 #include "cache/cache_manager.h"
 #include "engine/engine.h"
+#include "engine/mask_pool.h"
 
 namespace rill::engine {
 
@@ -33,7 +34,9 @@ struct Sequence {
   std::unique_ptr<StopChecker> stop;
   std::map<int32_t, int32_t> output_counts;  // generated token -> occurrences (penalties)
   std::set<int32_t> prompt_tokens;           // distinct prompt tokens (repetition penalty)
-  std::shared_ptr<text::constraint::TokenConstraint> constraint;  // told every sampled token
+  // The request's constraint and its next-token mask (computed off the engine thread); told every sampled
+  // token.
+  std::shared_ptr<ConstraintMask> constraint;
   int32_t n_preemptions = 0;
   int32_t max_new_tokens = 0;    // params.max_tokens clamped to the context left
   bool last_is_stop_token = false;  // the last sampled token ended the sequence (its text is not emitted)
@@ -42,6 +45,8 @@ struct Sequence {
 
   int32_t n_generated() const { return int32_t(tokens.size()) - n_prompt; }
   int32_t n_remaining() const { return int32_t(tokens.size()) - n_computed; }  // tokens still to process
+  // A token may be sampled for it in this step: unconstrained, or its mask is ready.
+  bool can_sample() const { return !constraint || constraint->ready(); }
   bool uses_penalties() const {
     return params.presence_penalty != 0 || params.frequency_penalty != 0 || params.repetition_penalty != 1;
   }

@@ -5,7 +5,10 @@
 
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
 #include <future>
+#include <map>
+#include <mutex>
 #include <random>
 #include <thread>
 
@@ -331,6 +334,179 @@ TEST(Engine, ConstrainedRequestsSampleOnlyAllowedTokens) {
     EXPECT_NEAR(std::exp(lps[k].top[0].second) + std::exp(lps[k].top[1].second), 1.0, 1e-5);
     EXPECT_TRUE(std::isinf(lps[k].top[2].second));
   }
+}
+
+// A ScriptedConstraint whose mask computation blocks until released: a stand-in for an expensive grammar
+// state (a huge enum) whose mask takes long.
+struct BlockingConstraint : ScriptedConstraint {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool released = false;
+  std::atomic<int> waiting{0};
+  void allowed_tokens(std::span<uint32_t> mask) override {
+    {
+      std::unique_lock lock(mu);
+      ++waiting;
+      cv.wait(lock, [&] { return released; });
+      --waiting;
+    }
+    ScriptedConstraint::allowed_tokens(mask);
+  }
+  void release() {
+    {
+      std::lock_guard lock(mu);
+      released = true;
+    }
+    cv.notify_all();
+  }
+};
+
+// Events of `s` until it finishes or `deadline` passes (then `finished` is false).
+Outcome collect_until(const std::shared_ptr<RequestStream>& s, std::chrono::steady_clock::time_point deadline,
+                      bool* finished) {
+  Outcome o;
+  StreamEvent ev;
+  *finished = false;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (!s->next(&ev, std::chrono::milliseconds(50))) continue;
+    o.ids.insert(o.ids.end(), ev.token_ids.begin(), ev.token_ids.end());
+    if (ev.finish) {
+      o.reason = *ev.finish;
+      *finished = true;
+      break;
+    }
+  }
+  return o;
+}
+
+// A constrained request whose mask is slow sits out of the steps (not preempted, nothing sampled for it)
+// while an unconstrained one decodes to the end: the mask used to be computed on the engine thread inside
+// the step, which stalled every other request for as long. Released, it produces what it produces
+// unhindered.
+TEST(Engine, SlowMaskDoesNotStallOtherRequests) {
+  auto e = make_engine("kimi_linear_tiny_a",
+                       EngineOptions{.max_batch_size = 4, .max_num_tokens = 64, .mask_threads = 1});
+  const std::vector<int32_t> prompt = {11, 12, 13, 14}, other = {21, 22, 23};
+  auto allowed = [](size_t k) { return std::vector<int32_t>{int32_t(3 * k + 1), int32_t(500 - k)}; };
+  auto plain = std::make_shared<ScriptedConstraint>();
+  plain->allowed = allowed;
+  const std::vector<int32_t> want = collect(*e->submit({prompt, greedy(8), -1, plain})).ids;
+  const std::vector<int32_t> other_alone = collect(*e->submit({other, greedy(24)})).ids;
+  ASSERT_EQ(want.size(), 8u);
+
+  auto slow = std::make_shared<BlockingConstraint>();
+  slow->allowed = allowed;
+  auto s_slow = *e->submit({prompt, greedy(8), -1, slow});
+  auto s_other = *e->submit({other, greedy(24)});
+  bool finished = false;
+  const Outcome o_other =
+      collect_until(s_other, std::chrono::steady_clock::now() + std::chrono::seconds(30), &finished);
+  EXPECT_TRUE(finished) << "the unconstrained request stalled behind the slow mask (" << o_other.ids.size()
+                        << " of 24 tokens)";
+  EXPECT_EQ(o_other.ids, other_alone);
+  EXPECT_EQ(slow->waiting.load(), 1);  // still computing its first mask
+  EXPECT_TRUE(slow->accepted.empty());
+  EXPECT_EQ(e->stats().preemptions, 0u);
+  StreamEvent ev;
+  EXPECT_FALSE(s_slow->next(&ev, std::chrono::milliseconds(0)));
+  slow->release();
+  const Outcome o_slow = collect(s_slow);
+  EXPECT_EQ(o_slow.ids, want);
+  EXPECT_EQ(slow->accepted, want);
+}
+
+// Cancelling a request whose mask is being computed ends it at once; the mask job finishes later on its
+// own copy of the constraint (TSan: nothing touches the freed sequence), and the engine shuts down after.
+TEST(Engine, CancelWhileMaskIsComputed) {
+  auto e = make_engine("kimi_linear_tiny_a",
+                       EngineOptions{.max_batch_size = 4, .max_num_tokens = 64, .mask_threads = 2});
+  auto slow = std::make_shared<BlockingConstraint>();
+  slow->allowed = [](size_t k) { return std::vector<int32_t>{int32_t(k + 1)}; };
+  auto s = *e->submit({{11, 12, 13}, greedy(8), -1, slow});
+  while (slow->waiting.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  e->cancel(s->id());
+  bool finished = false;
+  const Outcome o = collect_until(s, std::chrono::steady_clock::now() + std::chrono::seconds(30), &finished);
+  EXPECT_TRUE(finished);
+  EXPECT_EQ(o.reason, FinishReason::Cancelled);
+  EXPECT_TRUE(o.ids.empty());
+  // The engine goes on serving, then shuts down with the job still blocked until released.
+  EXPECT_EQ(collect(*e->submit({{11, 12, 13}, greedy(4)})).ids.size(), 4u);
+  std::thread releaser([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    slow->release();
+  });
+  e.reset();
+  releaser.join();
+  EXPECT_TRUE(slow->accepted.empty());
+}
+
+// Masks computed on the pool, for several constrained requests at once (three workers racing), are those of
+// each request's current state: every greedy token is the best of the logits over the tokens its
+// constraint allowed at that position, checked from the logits the engine sampled from (a stale mask —
+// the previous position's — would have left the best allowed token at -inf). Seeded sampling gives the
+// tokens the synchronous allowed_token_ids narrowing gives for the same set.
+TEST(Engine, PooledMasksAreThoseOfTheCurrentState) {
+  const uint32_t seed = rill::testing::test_seed();
+  SCOPED_TRACE("RILL_TEST_SEED=" + std::to_string(seed));
+  std::mutex mu;
+  std::map<std::pair<uint64_t, int32_t>, std::vector<float>> logits;
+  EngineOptions o{.max_batch_size = 8, .max_num_tokens = 64, .mask_threads = 3};
+  o.logits_hook = [&](uint64_t id, int32_t pos, std::span<const float> row) {
+    std::lock_guard lock(mu);
+    logits[{id, pos}] = std::vector<float>(row.begin(), row.end());
+  };
+  auto e = make_engine("kimi_linear_tiny_a", o);
+  const int32_t vocab = e->model().config().vocab_size;
+  const std::vector<int32_t> prompt = {11, 12, 13, 14};
+  constexpr int kRequests = 6, kTokens = 12;
+  std::vector<std::shared_ptr<ScriptedConstraint>> constraints;
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  for (int r = 0; r < kRequests; ++r) {
+    auto c = std::make_shared<ScriptedConstraint>();
+    c->allowed = [=](size_t k) {  // 5 tokens per position, different at every position
+      std::mt19937 rng(seed * 7919u + uint32_t(r) * 131u + uint32_t(k));
+      std::vector<int32_t> ids;
+      for (int i = 0; i < 5; ++i) ids.push_back(int32_t(rng() % uint32_t(vocab)));
+      return ids;
+    };
+    constraints.push_back(c);
+    streams.push_back(*e->submit({prompt, greedy(kTokens), -1, c}));
+  }
+  for (int r = 0; r < kRequests; ++r) {
+    const Outcome out = collect(streams[size_t(r)]);
+    ASSERT_EQ(out.ids.size(), size_t(kTokens));
+    EXPECT_EQ(constraints[size_t(r)]->accepted, out.ids);
+    for (size_t k = 0; k < out.ids.size(); ++k) {
+      std::vector<float> row;
+      {
+        std::lock_guard lock(mu);  // other requests' steps may still be adding rows
+        row = logits.at({streams[size_t(r)]->id(), int32_t(prompt.size() + k) - 1});
+      }
+      const std::vector<int32_t> allowed = constraints[size_t(r)]->allowed(k);
+      const int32_t best = *std::max_element(allowed.begin(), allowed.end(), [&](int32_t a, int32_t b) {
+        return row[size_t(a)] < row[size_t(b)] || (row[size_t(a)] == row[size_t(b)] && a > b);
+      });
+      EXPECT_EQ(out.ids[k], best) << "request " << r << " position " << k;
+    }
+  }
+  // Seeded sampling at temperature 1 over a fixed set: the pooled mask and allowed_token_ids agree.
+  std::vector<std::shared_ptr<RequestStream>> masked, narrowed;
+  for (int r = 0; r < kRequests; ++r) {
+    SamplingParams p = greedy(kTokens);
+    p.temperature = 1.0f;
+    p.seed = seed + uint64_t(r);
+    std::mt19937 rng(seed + uint32_t(r));
+    std::vector<int32_t> set;
+    for (int i = 0; i < 40; ++i) set.push_back(int32_t(rng() % uint32_t(vocab)));
+    auto c = std::make_shared<ScriptedConstraint>();
+    c->allowed = [set](size_t) { return set; };
+    masked.push_back(*e->submit({prompt, p, -1, c}));
+    p.allowed_token_ids = set;
+    narrowed.push_back(*e->submit({prompt, p}));
+  }
+  for (int r = 0; r < kRequests; ++r)
+    EXPECT_EQ(collect(masked[size_t(r)]).ids, collect(narrowed[size_t(r)]).ids) << "request " << r;
 }
 
 // A constraint that bans `banned` for the first `n` generated tokens: the mask min_tokens must apply.

@@ -7,6 +7,18 @@ namespace rill::text::constraint {
 // ---- builder ----
 
 NodeId GrammarBuilder::add(Node n) {
+  if (over_limit_.ok()) {
+    literal_bytes_ += n.bytes.size();
+    if (nodes_.size() >= limits_.max_nodes)
+      over_limit_ = invalid_argument("the grammar needs more than {} nodes", limits_.max_nodes);
+    else if (literal_bytes_ > limits_.max_literal_bytes)
+      over_limit_ =
+          invalid_argument("the grammar's literal texts exceed {} bytes", limits_.max_literal_bytes);
+    else if (n.kind == Node::Kind::Alt && n.children.size() > limits_.max_alternatives)
+      over_limit_ = invalid_argument("a choice of {} alternatives exceeds the limit of {}", n.children.size(),
+                                     limits_.max_alternatives);
+  }
+  if (!over_limit_.ok()) return 0;
   nodes_.push_back(std::move(n));
   return NodeId(nodes_.size() - 1);
 }
@@ -85,7 +97,9 @@ NodeId GrammarBuilder::declare_rule() {
   return add(std::move(n));
 }
 
-void GrammarBuilder::define_rule(NodeId rule, NodeId body) { nodes_[size_t(rule)].children = {body}; }
+void GrammarBuilder::define_rule(NodeId rule, NodeId body) {
+  if (over_limit_.ok()) nodes_[size_t(rule)].children = {body};
+}
 
 namespace {
 
@@ -121,6 +135,7 @@ std::vector<bool> nullable_nodes(const std::vector<Node>& nodes) {
 }  // namespace
 
 Result<std::shared_ptr<const Grammar>> GrammarBuilder::build(NodeId root) {
+  RILL_TRY(over_limit_);
   const NodeId n_nodes = NodeId(nodes_.size());
   if (root < 0 || root >= n_nodes) return invalid_argument("grammar: root node {} out of range", root);
   for (NodeId i = 0; i < n_nodes; ++i) {
@@ -140,7 +155,11 @@ Result<std::shared_ptr<const Grammar>> GrammarBuilder::build(NodeId root) {
   auto g = std::make_shared<Grammar>();
   g->nodes_ = nodes_;
   g->root_ = root;
-  return std::shared_ptr<const Grammar>(std::move(g));
+  std::shared_ptr<const Grammar> grammar = std::move(g);
+  if (Matcher(grammar).truncated())
+    return invalid_argument("the grammar can start in more than {} ways (choices that share choices)",
+                            kMaxExpandWork);
+  return grammar;
 }
 
 // ---- matcher ----
@@ -182,7 +201,9 @@ constexpr int kMaxExpandDepth = 4096;
 }  // namespace
 
 Matcher::Matcher(std::shared_ptr<const Grammar> grammar) : owner_(std::move(grammar)), g_(owner_.get()) {
-  expand(Stack{{g_->root(), 0}}, stacks_, 0);
+  size_t work = 0;
+  expand(Stack{{g_->root(), 0}}, stacks_, 0, work);
+  truncated_ = work > kMaxExpandWork;
   std::sort(stacks_.begin(), stacks_.end());
   stacks_.erase(std::unique(stacks_.begin(), stacks_.end()), stacks_.end());
 }
@@ -191,13 +212,15 @@ Matcher Matcher::borrow() const {
   Matcher m;
   m.g_ = g_;
   m.stacks_ = stacks_;
+  m.truncated_ = truncated_;
   return m;
 }
 
 // Replaces non-terminal tops until every stack's top is a terminal or the stack is empty (complete).
-void Matcher::expand(Stack s, std::vector<Stack>& out, int depth) const {
+void Matcher::expand(Stack s, std::vector<Stack>& out, int depth, size_t& work) const {
   if (depth > kMaxExpandDepth) return;
   for (;;) {
+    if (++work > kMaxExpandWork) return;
     if (s.empty()) {
       out.push_back(std::move(s));
       return;
@@ -224,7 +247,7 @@ void Matcher::expand(Stack s, std::vector<Stack>& out, int depth) const {
         for (size_t i = 0; i + 1 < n.children.size(); ++i) {
           Stack alt = s;
           alt.push_back({n.children[i], 0});
-          expand(std::move(alt), out, depth + 1);
+          expand(std::move(alt), out, depth + 1, work);
         }
         if (n.children.empty()) return;  // matches nothing
         s.push_back({n.children.back(), 0});
@@ -238,7 +261,7 @@ void Matcher::expand(Stack s, std::vector<Stack>& out, int depth) const {
           more.push_back({f.node, n.max < 0 ? std::min(done + 1, n.min) : done + 1});
           more.push_back({n.children[0], 0});
           if (done >= n.min) {
-            expand(std::move(more), out, depth + 1);
+            expand(std::move(more), out, depth + 1, work);
             continue;  // and also stop here: `s` (the repeat popped) carries on
           }
           s = std::move(more);  // below min: another repetition is the only way on
@@ -251,6 +274,7 @@ void Matcher::expand(Stack s, std::vector<Stack>& out, int depth) const {
 
 bool Matcher::step(Symbol sym, std::vector<Stack>& out) const {
   out.clear();
+  size_t work = 0;
   for (const Stack& st : stacks_) {
     if (st.empty()) continue;
     const Frame f = st.back();
@@ -277,7 +301,10 @@ bool Matcher::step(Symbol sym, std::vector<Stack>& out) const {
       continue;
     }
     next.pop_back();
-    expand(std::move(next), out, 0);
+    expand(std::move(next), out, 0, work);
+    // Past the budget the new state would be missing parses: the symbol is refused instead (tokens that
+    // lead there are not offered), so a mask's cost stays bounded whatever the grammar.
+    if (work > kMaxExpandWork) return false;
   }
   if (out.empty()) return false;
   std::sort(out.begin(), out.end());

@@ -3,11 +3,12 @@
 // that tracks every way the input so far can continue (a set of parse stacks, so choices need no lookahead).
 //
 // Input is a string of symbols: the bytes of ordinary tokens (0..255) and whole special tokens
-// (kSpecialBase + token id), so a grammar can say "<|open|>" as one symbol and `call tool="` as bytes that any
-// tokenization of that text spells.
+// (kSpecialBase + token id), so a grammar can say "<|open|>" as one symbol and `call tool="` as bytes that
+// any tokenization of that text spells.
 #pragma once
 
 #include <bitset>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -47,15 +48,27 @@ class Grammar {
   NodeId root_ = -1;
 };
 
+// What one grammar may hold. Every real tool and response schema is far inside (the largest test schema
+// builds a few thousand nodes); at these limits a compile takes milliseconds and a token mask over the Kimi
+// vocabulary a few (tests/text/constraint/grammar_limits_test.cc prints both). A choice's width is what a
+// mask pays for: each way the parse can go is a parse stack the vocabulary walk tests at every byte.
+struct GrammarLimits {
+  size_t max_nodes = 1 << 16;
+  size_t max_literal_bytes = 1 << 20;  // the bytes of every Bytes node together (enum / const texts)
+  size_t max_alternatives = 4096;      // children of one choice (enum values, anyOf branches)
+};
+
 class GrammarBuilder {
  public:
+  explicit GrammarBuilder(GrammarLimits limits = {}) : limits_(limits) {}
   NodeId bytes(std::string_view text);  // empty text: empty()
   NodeId special(int32_t token_id);
   NodeId byte_class(const std::bitset<256>& set);
   NodeId byte_range(uint8_t lo, uint8_t hi);  // one byte in [lo, hi]
   NodeId seq(std::vector<NodeId> children);
   NodeId alt(std::vector<NodeId> children);
-  // The child must not match the empty string when max is unbounded (the matcher would loop); checked by build.
+  // The child must not match the empty string when max is unbounded (the matcher would loop); checked by
+  // build.
   NodeId repeat(NodeId child, int32_t min, int32_t max);
   NodeId optional(NodeId child) { return repeat(child, 0, 1); }
   NodeId empty() { return seq({}); }
@@ -69,14 +82,28 @@ class GrammarBuilder {
   NodeId declare_rule();
   void define_rule(NodeId rule, NodeId body);
 
-  // Fails when a rule is undefined, a node id is out of range, or an unbounded repeat's child can match
-  // nothing (named in the message).
+  // Fails when a rule is undefined, a node id is out of range, an unbounded repeat's child can match
+  // nothing (named in the message), or a limit was passed.
   Result<std::shared_ptr<const Grammar>> build(NodeId root);
+
+  // Ok until a limit is passed; from then on the error naming it. Past a limit nothing more is stored (every
+  // new node is node 0, definitions are dropped), so a compiler that checks only now and then still holds
+  // the memory and time of the limits, and build() fails.
+  const Status& limit_status() const { return over_limit_; }
+  const GrammarLimits& limits() const { return limits_; }
 
  private:
   NodeId add(Node n);
+  GrammarLimits limits_;
   std::vector<Node> nodes_;
+  size_t literal_bytes_ = 0;
+  Status over_limit_;
 };
+
+// Parse frames one matcher step may push while expanding choices. Choices that share choices (anyOf [a, a]
+// with a = anyOf [b, b], ... through $refs) would otherwise enumerate exponentially many equal stacks
+// before merging them; with this budget a step (and so one vocabulary walk per trie node) is bounded.
+inline constexpr size_t kMaxExpandWork = 1 << 16;
 
 // The set of ways the symbols fed so far continue in the grammar. A value type (copy it to try a symbol
 // without committing, as the token mask does for every vocabulary entry).
@@ -109,15 +136,18 @@ class Matcher {
   // Copying the owning pointer is an atomic count on one shared cache line, which threads walking the
   // vocabulary together would fight over (TokenMasker's walk copies a matcher per byte).
   Matcher borrow() const;
+  // The start state passed kMaxExpandWork and misses parses (build() refuses such grammars).
+  bool truncated() const { return truncated_; }
 
  private:
   Matcher() = default;
-  void expand(Stack s, std::vector<Stack>& out, int depth) const;
+  void expand(Stack s, std::vector<Stack>& out, int depth, size_t& work) const;
   bool step(Symbol s, std::vector<Stack>& out) const;
 
   std::shared_ptr<const Grammar> owner_;  // empty in a borrowed copy
   const Grammar* g_ = nullptr;
   std::vector<Stack> stacks_;  // each top is a terminal (Bytes / Special / ByteClass / Utf8Char), or empty
+  bool truncated_ = false;
 };
 
 }  // namespace rill::text::constraint

@@ -257,6 +257,9 @@ class SchemaCompiler {
       return invalid_argument("{}: schemas nested deeper than {} levels", path, kMaxSchemaDepth);
     Result<NodeId> node = compile_keywords(schema, path);
     --depth_;
+    // The innermost schema where the grammar passed a limit names it; the schemas around it pass it on.
+    if (node.ok() && !b_.limit_status().ok())
+      return invalid_argument("{}: {}", path, b_.limit_status().message());
     return node;
   }
 
@@ -389,6 +392,10 @@ class SchemaCompiler {
     const Json values = is_const ? Json::array({schema["const"]}) : schema["enum"];
     if (!values.is_array()) return invalid_argument("{}: must be a list of values", path);
     if (values.empty()) return invalid_argument("{}: an empty enum accepts no value", path);
+    // Checked before any value is printed: each is one branch of a choice (GrammarLimits).
+    if (values.size() > b_.limits().max_alternatives)
+      return invalid_argument("{}: {} values exceed the limit of {}", path, values.size(),
+                              b_.limits().max_alternatives);
     RILL_ASSIGN_OR_RETURN(std::vector<std::string> types, type_names(schema, schema_path));
     std::vector<NodeId> nodes;
     std::set<std::string> seen;

@@ -197,6 +197,11 @@ std::optional<std::vector<uint32_t>> decode_utf8(std::string_view s) {
   return out;
 }
 
+// Far past real patterns (the format patterns are much shorter, groups a few deep). Parsing recurses once
+// per group and class ranges merge in time quadratic in their count, so both are bounded before any work.
+constexpr size_t kMaxPatternLength = 4096;  // code points
+constexpr int kMaxGroupDepth = 64;
+
 class RegexParser {
  public:
   explicit RegexParser(std::vector<uint32_t> text) : s_(std::move(text)) {}
@@ -283,6 +288,8 @@ class RegexParser {
   }
 
   Result<Regex> group() {
+    if (++group_depth_ > kMaxGroupDepth)
+      return error(fmt::format("groups nested deeper than {}", kMaxGroupDepth));
     ++pos_;  // '('
     if (eat('?')) {
       if (eat(':')) {
@@ -299,6 +306,7 @@ class RegexParser {
     }
     RILL_ASSIGN_OR_RETURN(Regex inner, alternation());
     if (!eat(')')) return error("missing ')'");
+    --group_depth_;
     return inner;
   }
 
@@ -507,6 +515,7 @@ class RegexParser {
 
   std::vector<uint32_t> s_;
   size_t pos_ = 0;
+  int group_depth_ = 0;
 };
 
 }  // namespace
@@ -514,6 +523,9 @@ class RegexParser {
 Result<Regex> parse_regex(std::string_view pattern) {
   auto text = decode_utf8(pattern);
   if (!text) return invalid_argument("the pattern is not valid UTF-8");
+  if (text->size() > kMaxPatternLength)
+    return invalid_argument("a pattern of {} characters exceeds the limit of {}", text->size(),
+                            kMaxPatternLength);
   return RegexParser(std::move(*text)).parse();
 }
 

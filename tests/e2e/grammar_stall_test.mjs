@@ -1,0 +1,117 @@
+// Issue #14 item 6: one request's response_format schema must not stall other users' streams. While a
+// stream decodes, measured by its inter-token gaps (the time between SSE chunks, through the official
+// `openai` client):
+//  - a response_format enum of 300k strings (a 4 MB body) is refused with a 400 naming the schema path and
+//    the limit (it used to be compiled, and its masks computed on the engine thread froze every stream for
+//    tens of seconds);
+//  - the largest enum the limits allow (4096 strings) is served, its content one of the values (ajv);
+//  - several such constrained requests at once are served too, their masks computed off the engine thread;
+// and through all of it the stream's largest gap stays under 1 s (on today's CPU tiny model a gap is a
+// few ms; the frozen stream's was 30 s). The server answers a normal request after.
+import { isMainThread, parentPort, Worker, workerData } from "worker_threads";
+
+import { Ajv, assert, assertEq, OpenAI, run, startServer } from "./lib/harness.mjs";
+
+const MAX_GAP_MS = 1000;
+
+function stringEnum(n, tag) {
+  return Array.from({ length: n }, (_, i) => `${tag}-${i}-${(i * 2654435761 >>> 0).toString(36)}`);
+}
+
+// The victim runs in a worker thread with its own event loop, so the arrival times it records are the
+// server's pace, not this thread's (which builds and sends megabytes of JSON meanwhile).
+if (!isMainThread) {
+  const { url, model } = workerData;
+  const controller = new AbortController();
+  parentPort.on("message", () => controller.abort());
+  const client = new OpenAI({ apiKey: "none", baseURL: url + "/v1", maxRetries: 0, timeout: 120000 });
+  try {
+    const s = await client.completions.create(
+      { model, prompt: [1, 2, 3], max_tokens: 8000, ignore_eos: true, stream: true }, { signal: controller.signal });
+    for await (const ch of s) if (ch.choices[0]?.text !== undefined) parentPort.postMessage({ at: Date.now() });
+    parentPort.postMessage({ done: controller.signal.aborted ? "aborted" : "the stream ended early" });
+  } catch (e) {
+    parentPort.postMessage({ done: controller.signal.aborted ? "aborted" : String(e) });
+  }
+} else run("e2e_grammar_stall", async (track) => {
+  const server = track(await startServer());
+  const client = server.client();
+  const model = (await client.models.list()).data[0].id;
+  const messages = [{ role: "user", content: "Pick one." }];
+
+  const hugeBody = JSON.stringify({ model, messages, max_tokens: 16,
+    response_format: { type: "json_schema", json_schema: { name: "city", schema: { type: "object",
+      properties: { city: { type: "string", enum: stringEnum(300000, "city") } }, required: ["city"] } } } });
+  const bodyBytes = hugeBody.length;
+  assert(bodyBytes > 4e6, `the attack body is over 4 MB (${bodyBytes})`);
+
+  // The victim: an endless stream whose chunk arrival times are recorded until it is aborted.
+  const arrivals = [];
+  let victimDone = null;
+  const worker = new Worker(new URL(import.meta.url), { argv: process.argv.slice(2), workerData: { url: server.url, model } });
+  const victim = new Promise((resolve) => worker.on("message", (m) => {
+    if (m.at) arrivals.push(m.at);
+    if (m.done) victimDone = m.done, resolve();
+  }));
+  const victimError = () => (victimDone === "aborted" ? null : victimDone);
+  const waitForChunks = async (n) => {
+    const want = arrivals.length + n;
+    while (arrivals.length < want) {
+      assert(victimDone === null, `the stream ended early: ${victimDone}`);
+      await new Promise((r) => setTimeout(r, 5));
+    }
+  };
+  await waitForChunks(5);
+  const attackStart = Date.now();
+
+  // 1. 300k enum values (over 4 MB): refused before anything is compiled past the limit.
+  const t0 = Date.now();
+  const refused = await server.fetchJson("/v1/chat/completions", hugeBody);
+  const refusedMs = Date.now() - t0;
+
+  // 2. The largest enum allowed, served (alone, then four at once), each content one of the values.
+  const values = stringEnum(4096, "v");
+  const schema = { type: "object", properties: { v: { type: "string", enum: values } }, required: ["v"],
+    additionalProperties: false };
+  const validate = new Ajv().compile(schema);
+  const constrained = (seed) => client.chat.completions.create({ model, messages, max_tokens: 200, temperature: 1, seed,
+    response_format: { type: "json_schema", json_schema: { name: "v", schema } } });
+  const served = [await constrained(1), ...(await Promise.all([2, 3, 4, 5].map(constrained)))];
+  for (const [i, r] of served.entries()) {
+    const content = r.choices[0].message.content;
+    assertEq(r.choices[0].finish_reason, "stop", `constrained request ${i}: ends after the value`);
+    assert(validate(JSON.parse(content)), `constrained request ${i}: ${content} is one of the enum values`);
+  }
+  await waitForChunks(20);
+  const attackEnd = Date.now();
+  worker.postMessage("stop");
+  await victim;
+  await worker.terminate();
+
+  const gaps = [];
+  for (let i = 1; i < arrivals.length; ++i)
+    if (arrivals[i] >= attackStart) gaps.push(arrivals[i] - arrivals[i - 1]);
+  const maxGap = Math.max(...gaps);
+  const sorted = [...gaps].sort((a, b) => a - b);
+  console.log(`e2e_grammar_stall: 300k enum (${(bodyBytes / 1e6).toFixed(1)} MB) refused in ${refusedMs} ms; ` +
+    `${gaps.length} stream gaps over ${attackEnd - attackStart} ms of attack: median ${sorted[sorted.length >> 1]} ms, ` +
+    `max ${maxGap} ms; RSS ${await rssMiB(server)} MiB`);
+  assert(victimError() === null, `the stream did not fail: ${victimError()}`);
+  assert(gaps.length >= 20, `the stream kept going during the attack (${gaps.length} chunks)`);
+  assert(maxGap < MAX_GAP_MS, `the stream's largest gap during the attack is under ${MAX_GAP_MS} ms (got ${maxGap} ms)`);
+  assertEq(refused.status, 400, `the 300k enum is refused: ${refused.text.slice(0, 300)}`);
+  assertEq(refused.json?.error?.param, "response_format", "the 400 names the field");
+  const msg = refused.json?.error?.message ?? "";
+  assert(msg.includes("schema.properties.city.enum") && msg.includes("300000 values exceed the limit of 4096"),
+    `the 400 names the schema path and the limit: ${msg}`);
+
+  // Alive and answering afterwards.
+  const after = await client.completions.create({ model, prompt: [1, 2, 3], max_tokens: 4, ignore_eos: true });
+  assertEq(after.usage.completion_tokens, 4, "a normal request after the attack");
+});
+
+async function rssMiB(server) {
+  const { readFile } = await import("fs/promises");
+  const status = await readFile(`/proc/${server.proc.pid}/status`, "utf8");
+  return Math.round(Number(/VmRSS:\s+(\d+)/.exec(status)[1]) / 1024);
+}
