@@ -95,6 +95,11 @@ int run_serve(int argc, char** argv) {
          "with prefix caching: MiB of device memory for KDA state snapshots (taken from the KV cache)")
       ->capture_default_str()
       ->check(CLI::Range(0, kMaxMiBFlag));
+  app.add_option("--mask-threads", o.engine.mask_threads,
+                 "threads computing grammar-constrained requests' token masks, off the engine thread "
+                 "(0: an eighth of the hardware threads, 1 to 4)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 256));
   app.add_option("--max-queue", o.engine.max_queue, "waiting requests before new ones get HTTP 429")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 20));

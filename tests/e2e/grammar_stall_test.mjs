@@ -1,9 +1,9 @@
 // Issue #14 item 6: one request's response_format schema must not stall other users' streams. While a
 // stream decodes, measured by its inter-token gaps (the time between SSE chunks, through the official
 // `openai` client):
-//  - a response_format enum of 300k strings (a 4 MB body) is refused with a 400 naming the schema path and
-//    the limit (it used to be compiled, and its masks computed on the engine thread froze every stream for
-//    tens of seconds);
+//  - a response_format enum of 300k strings (a 6 MB body) is refused (413: the schema's size; it used to be
+//    compiled, and its masks computed on the engine thread froze every stream for tens of seconds), and one
+//    of 5000 short strings (under the size limit) with a 400 naming the schema path and the enum limit;
 //  - the largest enum the limits allow (4096 strings) is served, its content one of the values (ajv);
 //  - several such constrained requests at once are served too, their masks computed off the engine thread;
 // and through all of it the stream's largest gap stays under 1 s (on today's CPU tiny model a gap is a
@@ -43,6 +43,10 @@ if (!isMainThread) {
     response_format: { type: "json_schema", json_schema: { name: "city", schema: { type: "object",
       properties: { city: { type: "string", enum: stringEnum(300000, "city") } }, required: ["city"] } } } });
   const bodyBytes = hugeBody.length;
+  // Under the request's schema-size limit (128 KiB) but over the grammar's enum limit: the compiler refuses it.
+  const overEnumBody = JSON.stringify({ model, messages, max_tokens: 16,
+    response_format: { type: "json_schema", json_schema: { name: "city", schema: { type: "object",
+      properties: { city: { type: "string", enum: stringEnum(5000, "city") } }, required: ["city"] } } } });
   assert(bodyBytes > 4e6, `the attack body is over 4 MB (${bodyBytes})`);
 
   // The victim: an endless stream whose chunk arrival times are recorded until it is aborted.
@@ -64,10 +68,11 @@ if (!isMainThread) {
   await waitForChunks(5);
   const attackStart = Date.now();
 
-  // 1. 300k enum values (over 4 MB): refused before anything is compiled past the limit.
+  // 1. 300k enum values (over 4 MB): refused by size; 5000 values (95 KB): refused by the compiler's enum limit.
   const t0 = Date.now();
   const refused = await server.fetchJson("/v1/chat/completions", hugeBody);
   const refusedMs = Date.now() - t0;
+  const overEnum = await server.fetchJson("/v1/chat/completions", overEnumBody);
 
   // 2. The largest enum allowed, served (alone, then four at once), each content one of the values.
   const values = stringEnum(4096, "v");
@@ -99,10 +104,13 @@ if (!isMainThread) {
   assert(victimError() === null, `the stream did not fail: ${victimError()}`);
   assert(gaps.length >= 20, `the stream kept going during the attack (${gaps.length} chunks)`);
   assert(maxGap < MAX_GAP_MS, `the stream's largest gap during the attack is under ${MAX_GAP_MS} ms (got ${maxGap} ms)`);
-  assertEq(refused.status, 400, `the 300k enum is refused: ${refused.text.slice(0, 300)}`);
-  assertEq(refused.json?.error?.param, "response_format", "the 400 names the field");
-  const msg = refused.json?.error?.message ?? "";
-  assert(msg.includes("schema.properties.city.enum") && msg.includes("300000 values exceed the limit of 4096"),
+  // The 6 MB schema is refused by its size before the grammar compiler sees it (server/openai/request_limits.h).
+  assertEq(refused.status, 413, `the 300k enum is refused: ${refused.text.slice(0, 300)}`);
+  assertEq(refused.json?.error?.param, "response_format.json_schema.schema", "the 413 names the field");
+  assertEq(overEnum.status, 400, `the 5000-value enum is refused: ${overEnum.text.slice(0, 300)}`);
+  assertEq(overEnum.json?.error?.param, "response_format", "the 400 names the field");
+  const msg = overEnum.json?.error?.message ?? "";
+  assert(msg.includes("schema.properties.city.enum") && msg.includes("5000 values exceed the limit of 4096"),
     `the 400 names the schema path and the limit: ${msg}`);
 
   // Alive and answering afterwards.
