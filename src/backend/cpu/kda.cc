@@ -110,19 +110,23 @@ void recurrent_step(float* S, const float* q, const float* k, const float* v, co
 }
 
 // One chunk of C tokens (spec §3.3, chunked form), all exponentials of pairwise differences Γ_i - Γ_j <= 0.
+// Computed in double, S read and written back in fp32: the forward substitution through (I + L) loses digits
+// when a chunk's keys are near-collinear, and the reference must not depend on where a step cuts its chunks
+// (chunked vs one-shot prefill of a K3 model differed by 2.6e-4 in fp32 at one test seed).
 void chunk_step(float* S, const float* q, const float* k, const float* v, const float* g, const float* beta, int C,
                 int64_t d, float* o) {
-  std::vector<float> G(static_cast<size_t>(C * d)), L(static_cast<size_t>(C * C), 0.0f), A(static_cast<size_t>(C * C), 0.0f);
-  std::vector<float> W(static_cast<size_t>(C * d)), U(static_cast<size_t>(C * d)), Vn(static_cast<size_t>(C * d)), tmp(static_cast<size_t>(d));
+  const size_t Cd = size_t(C) * size_t(d), CC = size_t(C) * size_t(C);
+  std::vector<double> G(Cd), L(CC, 0.0), A(CC, 0.0), W(Cd), U(Cd), Vn(Cd), tmp(static_cast<size_t>(d));
+  std::vector<double> Sd(S, S + d * d), oi(static_cast<size_t>(d));
   for (int i = 0; i < C; ++i)
-    for (int64_t c = 0; c < d; ++c) G[i * d + c] = g[i * d + c] + (i ? G[(i - 1) * d + c] : 0.0f);
+    for (int64_t c = 0; c < d; ++c) G[i * d + c] = double(g[i * d + c]) + (i ? G[(i - 1) * d + c] : 0.0);
   for (int i = 0; i < C; ++i) {
     for (int j = 0; j <= i; ++j) {
-      float lk = 0, aq = 0;
+      double lk = 0, aq = 0;
       for (int64_t c = 0; c < d; ++c) {
-        const float decay = std::exp(G[i * d + c] - G[j * d + c]);
-        lk += k[i * d + c] * k[j * d + c] * decay;
-        aq += q[i * d + c] * k[j * d + c] * decay;
+        const double decay = std::exp(G[i * d + c] - G[j * d + c]);
+        lk += double(k[i * d + c]) * k[j * d + c] * decay;
+        aq += double(q[i * d + c]) * k[j * d + c] * decay;
       }
       if (j < i) L[i * C + j] = beta[i] * lk;
       A[i * C + j] = aq;
@@ -132,10 +136,10 @@ void chunk_step(float* S, const float* q, const float* k, const float* v, const 
   for (int i = 0; i < C; ++i) {
     for (int64_t c = 0; c < d; ++c) {
       W[i * d + c] = beta[i] * std::exp(G[i * d + c]) * k[i * d + c];
-      U[i * d + c] = beta[i] * v[i * d + c];
+      U[i * d + c] = double(beta[i]) * v[i * d + c];
     }
     for (int j = 0; j < i; ++j) {
-      const float lij = L[i * C + j];
+      const double lij = L[i * C + j];
       for (int64_t c = 0; c < d; ++c) W[i * d + c] -= lij * W[j * d + c], U[i * d + c] -= lij * U[j * d + c];
     }
   }
@@ -143,33 +147,34 @@ void chunk_step(float* S, const float* q, const float* k, const float* v, const 
   for (int i = 0; i < C; ++i) {
     for (int64_t jv = 0; jv < d; ++jv) Vn[i * d + jv] = U[i * d + jv];
     for (int64_t c = 0; c < d; ++c) {
-      const float wic = W[i * d + c];
-      for (int64_t jv = 0; jv < d; ++jv) Vn[i * d + jv] -= wic * S[c * d + jv];
+      const double wic = W[i * d + c];
+      for (int64_t jv = 0; jv < d; ++jv) Vn[i * d + jv] -= wic * Sd[c * d + jv];
     }
   }
   for (int i = 0; i < C; ++i) {
-    float* oi = o + i * d;
-    for (int64_t jv = 0; jv < d; ++jv) oi[jv] = 0.0f;
+    std::fill(oi.begin(), oi.end(), 0.0);
     for (int64_t c = 0; c < d; ++c) {
-      const float qc = q[i * d + c] * std::exp(G[i * d + c]);
-      for (int64_t jv = 0; jv < d; ++jv) oi[jv] += qc * S[c * d + jv];
+      const double qc = q[i * d + c] * std::exp(G[i * d + c]);
+      for (int64_t jv = 0; jv < d; ++jv) oi[jv] += qc * Sd[c * d + jv];
     }
     for (int j = 0; j <= i; ++j) {
-      const float aij = A[i * C + j];
+      const double aij = A[i * C + j];
       for (int64_t jv = 0; jv < d; ++jv) oi[jv] += aij * Vn[j * d + jv];
     }
+    for (int64_t jv = 0; jv < d; ++jv) o[i * d + jv] = float(oi[jv]);
   }
   // S = diag(exp Γ_C) S + sum_j (exp(Γ_C - Γ_j) ⊙ k_j) ⊗ V_new[j].
-  const float* Gl = &G[size_t((C - 1) * d)];
+  const double* Gl = &G[size_t((C - 1) * d)];
   for (int64_t c = 0; c < d; ++c) {
-    const float decay = std::exp(Gl[c]);
-    for (int64_t jv = 0; jv < d; ++jv) S[c * d + jv] *= decay;
+    const double decay = std::exp(Gl[c]);
+    for (int64_t jv = 0; jv < d; ++jv) Sd[c * d + jv] *= decay;
   }
   for (int j = 0; j < C; ++j) {
     for (int64_t c = 0; c < d; ++c) tmp[c] = std::exp(Gl[c] - G[j * d + c]) * k[j * d + c];
     for (int64_t c = 0; c < d; ++c)
-      for (int64_t jv = 0; jv < d; ++jv) S[c * d + jv] += tmp[c] * Vn[j * d + jv];
+      for (int64_t jv = 0; jv < d; ++jv) Sd[c * d + jv] += tmp[c] * Vn[j * d + jv];
   }
+  for (int64_t i = 0; i < d * d; ++i) S[i] = float(Sd[i]);
 }
 
 }  // namespace
