@@ -49,9 +49,10 @@ struct HttpListener::Impl {
       : limits(l),
         handlers(std::move(h)),
         work(io.get_executor()),
-        acceptor(io),
+        accept_strand(net::make_strand(io)),
+        acceptor(accept_strand),
         pool(l.handler_threads),
-        retry_timer(io) {}
+        retry_timer(accept_strand) {}
 
   void accept();
   // Closes the connections not being answered; with `now`, also those lingering after their last response.
@@ -70,6 +71,9 @@ struct HttpListener::Impl {
   // Keeps run() running while no socket operation is pending (a stream's route computing its next chunk
   // between writes would otherwise find the I/O threads gone); released by stop().
   net::executor_work_guard<net::io_context::executor_type> work;
+  // The acceptor and its retry timer are touched only on this strand (its completions run there; drain posts
+  // there), never by two I/O threads at once.
+  net::strand<net::io_context::executor_type> accept_strand;
   tcp::acceptor acceptor;
   HandlerPool pool;
   net::steady_timer retry_timer;  // after a failed accept (EMFILE): wait, do not spin
@@ -524,7 +528,7 @@ void HttpListener::run() {
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
     if (impl_->stopped) return;
-    net::post(impl_->io, [this] { impl_->accept(); });
+    net::post(impl_->accept_strand, [this] { impl_->accept(); });
   }
   std::vector<std::thread> others;
   for (int i = 1; i < impl_->limits.io_threads; ++i) others.emplace_back([this] { impl_->io.run(); });
@@ -534,7 +538,7 @@ void HttpListener::run() {
 
 void HttpListener::begin_drain() {
   if (impl_->draining.exchange(true)) return;
-  net::post(impl_->io, [this] {
+  net::post(impl_->accept_strand, [this] {
     error_code ignored;
     impl_->acceptor.close(ignored);
     impl_->retry_timer.cancel();
