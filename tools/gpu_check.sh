@@ -46,7 +46,7 @@ if ! cmake -S . -B $BUILD -G Ninja -DRILL_CUDA=ON -DCCACHE_PROGRAM=OFF -DRILL_WE
 fi
 # The GPU-relevant targets first (tests, kernel labs); the rill binary separately, so a server-side build
 # problem cannot hide kernel results.
-GPU_TARGETS=${GPU_TARGETS:-"backend_tests model_gpu_tests engine_gpu_tests model_tests"}
+GPU_TARGETS=${GPU_TARGETS:-"backend_tests model_gpu_tests engine_gpu_tests runner_gpu_tests model_tests"}
 all_targets=$(ninja -C $BUILD -t targets all 2>/dev/null)  # (not piped into grep -q: pipefail + SIGPIPE)
 want bench && for t in kda_bench mla_bench kernel_lab; do
   [[ $'\n'"$all_targets" == *$'\n'"$t: "* ]] && GPU_TARGETS+=" $t"
@@ -71,8 +71,8 @@ if want test; then
   note "cpu model tests: $( [[ $? == 0 ]] && echo PASS || echo FAIL )"
 fi
 if want sanitize; then
-  # SANITIZE_TARGETS narrows the executables (default: all three GPU test programs).
-  for t in ${SANITIZE_TARGETS:-model_gpu_tests engine_gpu_tests backend_tests}; do
+  # SANITIZE_TARGETS narrows the executables (default: all four GPU test programs).
+  for t in ${SANITIZE_TARGETS:-model_gpu_tests engine_gpu_tests runner_gpu_tests backend_tests}; do
     exe=$(find $BUILD/tests -name $t -type f | head -1)
     # SANITIZE_FILTER (a gtest filter) narrows backend_tests to the kernels that changed, to fit a short run.
     filter=(); [[ $t == backend_tests && -n ${SANITIZE_FILTER:-} ]] && filter=(--gtest_filter="$SANITIZE_FILTER")

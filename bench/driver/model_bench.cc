@@ -5,9 +5,12 @@
 #include <cmath>
 #include <cstdio>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <string>
 #include <utility>
+
+#include "runner/decode_graphs.h"
 
 namespace rill::bench {
 namespace {
@@ -108,9 +111,16 @@ Result<std::vector<BenchRow>> bench_model(model::Model& m, const BenchOptions& o
   lim.max_logit_rows = lim.max_seqs;
   lim.max_context = std::max(o.prefill_long, o.decode_context + 1);
   RILL_TRY(m.reserve_workspace(lim));
-  RILL_ASSIGN_OR_RETURN(model::ModelCaches caches,
-                        model::ModelCaches::allocate(be, c, lim.max_seqs, std::max(max_batch * decode_blocks, prefill_blocks), block));
+  // One state slot and one MLA block past the benchmark's own: the decode graphs' padding rows.
+  const int n_slots = lim.max_seqs, n_blocks = std::max(max_batch * decode_blocks, prefill_blocks);
+  RILL_ASSIGN_OR_RETURN(model::ModelCaches caches, model::ModelCaches::allocate(be, c, n_slots + 1, n_blocks + 1, block));
   RILL_TRY(fill_caches(be, caches));
+  std::optional<runner::DecodeGraphs> graphs;
+  if (be.can_capture()) {
+    RILL_ASSIGN_OR_RETURN(runner::DecodeGraphs g,
+                          runner::DecodeGraphs::create(be, max_batch, lim.max_context, block, n_slots, n_blocks));
+    graphs = std::move(g);
+  }
   const ParamCounts p = count_params(m);
   std::mt19937 rng(1);
   auto random_ids = [&](int n) {
@@ -120,14 +130,15 @@ Result<std::vector<BenchRow>> bench_model(model::Model& m, const BenchOptions& o
   };
   std::vector<BenchRow> rows;
   // `name` labels the timed (not the warm-up) runs for profilers: ncu --nvtx --nvtx-include "<name>/".
-  auto time_step = [&](const model::StepBatch& b, bool sample, const std::string& name) -> Result<double> {
+  auto time_step = [&](const model::StepBatch& b, bool sample, const std::string& name,
+                       bool graphed = false) -> Result<double> {
     std::vector<double> ms;
     std::vector<backend::SamplingRow> srows(b.seqs.size());
     std::vector<int32_t> ids;
     for (int i = 0; i <= o.repeats; ++i) {
       if (i) be.trace_push(name.c_str());
       auto t_or = be.time_ms([&]() -> Status {
-        RILL_ASSIGN_OR_RETURN(TensorView logits, m.forward(b, caches));
+        RILL_ASSIGN_OR_RETURN(TensorView logits, graphed ? graphs->run(m, caches, b) : m.forward(b, caches));
         if (sample) return m.sample(logits, srows, &ids);
         return {};
       });
@@ -192,6 +203,15 @@ Result<std::vector<BenchRow>> bench_model(model::Model& m, const BenchOptions& o
                                                        double(std::count(c.ffn_kinds.begin(), c.ffn_kinds.end(), model::FfnKind::Moe)));
     r.note = fmt::format("{:.0f} tokens/s", batch / (*ms * 1e-3));
     rows.push_back(r);
+    // The same step replayed from a CUDA graph (what serving runs; the first run captures it).
+    if (graphs && graphs->bucket(m, b) > 0) {
+      RILL_ASSIGN_OR_RETURN(const double g_ms, time_step(b, true, "decode graph " + what, true));
+      BenchRow g = r;
+      g.name = what + ", graph";
+      g.ms = g_ms;
+      g.note = fmt::format("{:.0f} tokens/s; eager {:.3f} ms", batch / (g_ms * 1e-3), *ms);
+      rows.push_back(g);
+    }
   }
   return rows;
 }

@@ -83,6 +83,26 @@ Status Backend::check_available(uint64_t bytes, std::string_view what) const {
                             format_bytes(double(*available)), name());
 }
 
+// Without device memory of its own a backend's layouts need no fixed home: the plain upload serves.
+Status Backend::upload_layout_fixed(const BatchLayoutHost& host, int block_size, int block_table_stride, void*,
+                                    size_t, BatchLayout* out) {
+  if (block_table_stride < host.max_blocks_per_seq)
+    return internal_error("upload_layout_fixed: block table stride {} below the layout's {} blocks",
+                          block_table_stride, host.max_blocks_per_seq);
+  return upload_layout(host, block_size, out);
+}
+
+size_t Backend::fixed_layout_bytes(int n_seqs, int n_tokens, int block_table_stride) {
+  auto a256 = [](size_t n) { return (n * 4 + 255) / 256 * 256; };
+  const size_t S = size_t(n_seqs), T = size_t(n_tokens);
+  // seq_token_start, seq_start_pos, seq_state_slot, token_seq, token_pos, then the block tables.
+  return a256(S + 1) + 2 * a256(S) + 2 * a256(T) + a256(S * size_t(block_table_stride));
+}
+
+Result<std::unique_ptr<CapturedWork>> Backend::capture(const std::function<Status()>&) {
+  return unimplemented("the {} backend cannot capture device work into a graph", name());
+}
+
 Result<double> Backend::time_ms(const std::function<Status()>& body) {
   RILL_TRY(synchronize());
   const auto t0 = std::chrono::steady_clock::now();
@@ -135,6 +155,27 @@ Status Backend::gemm(const GemmArgs& a) {
       .that(a.out.dtype == act_dtype() || a.out.dtype == DType::F32, "out must be the activation dtype or F32");
   RILL_TRY(c.done());
   return gemm_impl(a);
+}
+
+Status Backend::gemm_group(const GemmGroupArgs& a) {
+  if (dry_run_) return {};
+  if (a.parts.empty() || int(a.parts.size()) > kMaxGemmGroup)
+    return invalid_argument("gemm_group: {} parts (1 to {})", a.parts.size(), kMaxGemmGroup);
+  for (size_t i = 0; i < a.parts.size(); ++i) {
+    const GemmArgs& p = a.parts[i];
+    Check c("gemm_group");
+    c.that(p.w != nullptr, "weight is null").tensor(p.x, "x", 2).tensor(p.out, "out", 2).dtype(p.x, "x", act_dtype());
+    RILL_TRY(c.done());
+    c.dim(p.x, "x", 1, p.w->in_features()).dim(p.out, "out", 0, p.x.size(0)).dim(p.out, "out", 1, p.w->out_features())
+        .that(p.out.dtype == act_dtype() || p.out.dtype == DType::F32, "out must be the activation dtype or F32");
+    RILL_TRY(c.done());
+  }
+  return gemm_group_impl(a);
+}
+
+Status Backend::gemm_group_impl(const GemmGroupArgs& a) {
+  for (const GemmArgs& p : a.parts) RILL_TRY(gemm_impl(p));
+  return {};
 }
 
 Status Backend::glu(const GluArgs& a) {

@@ -80,6 +80,13 @@ struct GemmArgs {
   TensorView out;                   // act or F32 [M, N] (rows may be strided)
 };
 
+// Independent GEMMs issued as one op (the KDA input projections of a decode step): each part as Backend::gemm;
+// a backend may run them in one launch. At most kMaxGemmGroup parts.
+inline constexpr int kMaxGemmGroup = 8;
+struct GemmGroupArgs {
+  std::vector<GemmArgs> parts;
+};
+
 // out = act(gate) * up in fp32, stored in the activation dtype. Situ: beta*tanh(g/beta)*sigmoid(g) *
 // linear_beta*tanh(u/linear_beta) (spec §3.6).
 struct GluArgs {
@@ -275,6 +282,14 @@ struct KernelShapeLimits {
   int max_attn_res_candidates = 0;  // K3: AttnRes blocks + 1
 };
 
+// Device work recorded once and replayed as one launch (a CUDA graph): the same kernels with the same
+// arguments, reading whatever the fixed buffers they point at hold when it is replayed.
+class CapturedWork {
+ public:
+  virtual ~CapturedWork() = default;
+  virtual Status replay() = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -312,6 +327,17 @@ class Backend {
   virtual Status fill_random(TensorView t, uint64_t seed, float lo, float hi) = 0;
   // Mirrors `host` onto the device (staged, asynchronous on the compute stream) and fills `out`.
   virtual Status upload_layout(const BatchLayoutHost& host, int block_size, BatchLayout* out) = 0;
+  // Like upload_layout, but into `dst` (`bytes` of device memory the caller owns) at offsets that depend only on
+  // the layout's sequence and token counts, with block tables last at a row stride of `block_table_stride`
+  // (>= host.max_blocks_per_seq): work captured over one such layout stays valid for the next layout of the
+  // same counts uploaded there (the runner's decode graphs). fixed_layout_bytes() is the size it needs.
+  virtual Status upload_layout_fixed(const BatchLayoutHost& host, int block_size, int block_table_stride, void* dst,
+                                     size_t bytes, BatchLayout* out);
+  static size_t fixed_layout_bytes(int n_seqs, int n_tokens, int block_table_stride);
+  // Records the device work that `body` issues into a replayable CapturedWork without running it. Nothing in
+  // `body` may wait for the device or copy from the host. Unimplemented where the backend has no graphs (CPU).
+  virtual Result<std::unique_ptr<CapturedWork>> capture(const std::function<Status()>& body);
+  virtual bool can_capture() const { return false; }
   // Copies `bytes` of host data into device memory ordered with the compute stream (no host sync).
   virtual Status upload_async(void* dst, const void* host_src, size_t bytes) = 0;
   virtual Status synchronize() = 0;
@@ -335,6 +361,7 @@ class Backend {
   Status rms_norm(const RmsNormArgs& a);
   Status add_rms_norm(const AddRmsNormArgs& a);
   Status gemm(const GemmArgs& a);
+  Status gemm_group(const GemmGroupArgs& a);
   Status glu(const GluArgs& a);
   Status add(const AddArgs& a);
   Status sigmoid_gate(const SigmoidGateArgs& a);
@@ -366,6 +393,8 @@ class Backend {
   virtual Status rms_norm_impl(const RmsNormArgs& a) = 0;
   virtual Status add_rms_norm_impl(const AddRmsNormArgs& a) = 0;
   virtual Status gemm_impl(const GemmArgs& a) = 0;
+  // Default: one gemm_impl per part.
+  virtual Status gemm_group_impl(const GemmGroupArgs& a);
   virtual Status glu_impl(const GluArgs& a) = 0;
   virtual Status add_impl(const AddArgs& a) = 0;
   virtual Status sigmoid_gate_impl(const SigmoidGateArgs& a) = 0;

@@ -24,6 +24,10 @@ struct BatchLayoutHost {
   std::vector<int32_t> kda_snap_start;   // [n_seqs + 1]
   std::vector<int32_t> kda_snap_pos, kda_snap_slot;
   int max_blocks_per_seq = 0;
+  // Kernels size their launches from the counts (sequences, tokens per sequence) only, never from context
+  // lengths — MLA decode then splits every sequence's keys into a fixed number of parts — so work captured
+  // for one step replays correctly for any step of the same counts (the runner's decode graphs).
+  bool count_only_plan = false;
 
   int n_seqs() const { return int(seq_start_pos.size()); }
   int n_tokens() const { return seq_token_start.empty() ? 0 : seq_token_start.back(); }
@@ -39,6 +43,7 @@ struct BatchLayout {
   int max_context = 0;     // largest start_pos + n_new
   int max_blocks_per_seq = 0;
   int block_size = 0;      // MLA tokens per cache block
+  bool count_only_plan = false;  // BatchLayoutHost::count_only_plan
   const int32_t* seq_token_start = nullptr;  // [n_seqs + 1]
   const int32_t* seq_start_pos = nullptr;    // [n_seqs]
   const int32_t* seq_state_slot = nullptr;   // [n_seqs]
@@ -60,6 +65,7 @@ inline BatchLayout layout_scalars(const BatchLayoutHost& host, int block_size) {
   l.n_tokens = host.n_tokens();
   l.max_blocks_per_seq = host.max_blocks_per_seq;
   l.block_size = block_size;
+  l.count_only_plan = host.count_only_plan;
   for (int s = 0; s < l.n_seqs; ++s) {
     l.max_new_tokens = l.max_new_tokens > host.n_new(s) ? l.max_new_tokens : host.n_new(s);
     const int ctx = host.seq_start_pos[static_cast<std::size_t>(s)] + host.n_new(s);

@@ -16,78 +16,21 @@ std::string MemoryPlan::describe() const {
   return s;
 }
 
-Result<MemoryPlan> plan_memory(backend::Backend& be, const model::ModelConfig& c, int n_slots,
-                               int max_model_len, double kv_fraction, int n_blocks, int block_size,
-                               const PrefixCacheOptions& prefix) {
-  if (n_slots < 1) return invalid_argument("--max-batch-size must be at least 1");
-  if (block_size < 1) return invalid_argument("block size must be positive");
-  if (prefix.enabled && (prefix.snapshot_interval < block_size || prefix.snapshot_interval % block_size != 0))
-    return invalid_argument("--kda-snapshot-interval {} must be a positive multiple of the block size {}",
-                            prefix.snapshot_interval, block_size);
-  if (prefix.enabled && prefix.snapshot_budget_bytes < 0)
-    return invalid_argument("--kda-snapshot-budget must not be negative");
-  MemoryPlan p;
-  p.n_slots = n_slots;
-  p.block_size = block_size;
-  const DType act = be.act_dtype();
-  auto state_bytes = [&](int slots) {
-    return model::ModelCaches::bytes_needed(c, act, slots, 1, block_size) -
-           model::ModelCaches::bytes_needed(c, act, 0, 1, block_size);
-  };
-  const int64_t state = state_bytes(n_slots);
-  const int64_t per_block = model::ModelCaches::bytes_needed(c, act, 0, 2, block_size) -
-                            model::ModelCaches::bytes_needed(c, act, 0, 1, block_size);
-  const int64_t per_slot = std::max<int64_t>(state_bytes(1), 1);
-  int n_snapshots =
-      prefix.enabled ? int(std::min<int64_t>(prefix.snapshot_budget_bytes / per_slot, 1 << 20)) : 0;
-  // Staging slots (in-step snapshots) come on top of the snapshot budget: one state slot per snapshot
-  // position a step can pass. (Writing the snapshots straight into pool slots reserved before the step would
-  // save this memory and the copy after the step.)
-  p.n_staging = prefix.enabled ? std::max(prefix.staging_slots, 0) : 0;
-  p.state_bytes = state;
-  if (n_blocks > 0) {
-    p.n_blocks = n_blocks;
-  } else if (auto mem = be.device_memory()) {
-    if (kv_fraction <= 0 || kv_fraction > 1) return invalid_argument("--kv-cache-fraction must be in (0, 1]");
-    const double budget =
-        double(mem->first) * kv_fraction - double(state_bytes(n_slots + n_snapshots + p.n_staging));
-    if (budget < double(per_block))
-      return resource_exhausted(
-          "no device memory left for the KV cache: {:.2f} GiB free x {} leaves less than the "
-          "{:.2f} GiB of KDA state for {} sequences and {} snapshots; lower --max-batch-size "
-          "or --kda-snapshot-budget",
-          double(mem->first) / (1 << 30), kv_fraction, double(state_bytes(n_slots + n_snapshots)) / (1 << 30),
-          n_slots, n_snapshots);
-    p.n_blocks = int(std::min<double>(budget / double(per_block), 1 << 30));
-  } else {
-    // Host memory (CPU backend): every slot can hold 2048 tokens at once, and one sequence the whole context;
-    // more is served by preemption rather than reserved up front.
-    const int per_seq = (std::min(max_model_len, 2048) + block_size - 1) / block_size;
-    p.n_blocks = std::max(n_slots * per_seq, (max_model_len + block_size - 1) / block_size);
-  }
-  p.n_blocks = std::max(p.n_blocks, 1);
-  p.kv_bytes = per_block * p.n_blocks;
-  if (prefix.enabled) {
-    // One snapshot per interval of cached tokens plus one per slot: a larger pool could never fill.
-    const int64_t useful = int64_t(p.n_blocks) * block_size / prefix.snapshot_interval + n_slots;
-    p.n_snapshots = int(std::min<int64_t>(n_snapshots, useful));
-    p.snapshot_bytes = state_bytes(n_slots + p.n_snapshots + p.n_staging) - state;
-  }
-  // Where the flags size the caches (the CPU, --num-kv-blocks) rather than the free memory: they must fit.
-  RILL_TRY(be.check_available(
-      uint64_t(p.state_bytes + p.kv_bytes + p.snapshot_bytes),
-      fmt::format("the caches ({}; set by --max-batch-size, --max-model-len, --num-kv-blocks)",
-                  p.describe())));
-  return p;
+int CacheManager::state_slots_needed(const MemoryPlan& plan, const PrefixCacheOptions& prefix) {
+  return plan.n_slots + plan.n_snapshots + (prefix.enabled ? plan.n_staging : 0);
 }
 
-Result<CacheManager> CacheManager::create(backend::Backend& be, const model::ModelConfig& c,
-                                          const MemoryPlan& plan, const PrefixCacheOptions& prefix) {
-  RILL_ASSIGN_OR_RETURN(model::ModelCaches caches,
-                        model::ModelCaches::allocate(
-                            be, c, plan.n_slots + plan.n_snapshots + (prefix.enabled ? plan.n_staging : 0),
-                            plan.n_blocks, plan.block_size));
-  return CacheManager(be, std::move(caches), plan, prefix);
+Result<CacheManager> CacheManager::create(const MemoryPlan& plan, const PrefixCacheOptions& prefix) {
+  if (plan.n_slots < 1 || plan.n_blocks < 1 || plan.block_size < 1)
+    return invalid_argument("caches need at least one state slot and one block (got {} slots, {} blocks)",
+                            plan.n_slots, plan.n_blocks);
+  return CacheManager(plan, prefix);
+}
+
+CacheOps CacheManager::take_ops() {
+  CacheOps out = std::move(ops_);
+  ops_ = {};
+  return out;
 }
 
 PrefixHit CacheManager::find_prefix(std::span<const int32_t> tokens) const {
@@ -143,13 +86,16 @@ Status CacheManager::admit(SequenceCache* seq, const PrefixHit& hit, int first_s
     return fresh.status();
   }
   if (hit.snapshot >= 0) {
-    // A failed restore gives back what was taken above, so the sequence can be retried or failed cleanly.
-    if (Status st = copy_kda_slot(*be_, caches_, snapshots_.slot(hit.snapshot), slot[0]); !st.ok()) {
+    // A hit naming no snapshot of the pool is a bug: give back what was taken above, so the sequence can be
+    // failed cleanly.
+    if (hit.snapshot >= snapshots_.capacity()) {
       RILL_TRY(blocks_.release(*fresh));
       RILL_TRY(index_.release(hit.entries));
       RILL_TRY(slots_.release(slot));
-      return st;
+      return internal_error("admit: prefix hit names snapshot {} outside the pool of {}", hit.snapshot,
+                            snapshots_.capacity());
     }
+    ops_.kda_slot_copies.push_back({snapshots_.slot(hit.snapshot), slot[0]});
     snapshots_.touch(hit.snapshot);
   }
   seq->slot = slot[0];
@@ -202,10 +148,7 @@ Result<int32_t> CacheManager::save_snapshot(int32_t slot, PrefixIndex::EntryId a
     evicted_snapshots_++;
     s = snapshots_.allocate(at);
   }
-  if (Status st = copy_kda_slot(*be_, caches_, slot, snapshots_.slot(*s)); !st.ok()) {
-    (void)snapshots_.release(*s);
-    return st;
-  }
+  ops_.kda_slot_copies.push_back({slot, snapshots_.slot(*s)});
   index_.set_snapshot(at, *s);
   return *s;
 }

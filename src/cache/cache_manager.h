@@ -1,7 +1,8 @@
-// CacheManager: the device caches of a model (MLA latent blocks, KDA state slots, KDA snapshots) and the
+// CacheManager: the bookkeeping of a model's caches (MLA latent blocks, KDA state slots, KDA snapshots) and the
 // verbs the scheduler uses on them (style.md §7.3): find_prefix / can_admit / admit / blocks_to_grow / grow /
 // commit / release. Planning (`find_*`, `can_*`, `*_to_*`, `next_snapshot_at`) never mutates; admit, grow,
-// commit and release do.
+// commit and release do. It holds no device memory: the copies its verbs imply (snapshot restores and saves)
+// queue up as CacheOps (`take_ops`) that the runner applies with the next step (design.md §2).
 //
 // Prefix caching (opt-in, `PrefixCacheOptions`): every full block a sequence computes goes into a PrefixIndex
 // (hash chain over exact token ids, ref-counted), and the KDA state is snapshotted at block-aligned
@@ -15,10 +16,12 @@
 #include <string>
 #include <vector>
 
+#include "cache/cache_ops.h"
 #include "cache/id_pool.h"
 #include "cache/prefix_index.h"
 #include "cache/snapshot_pool.h"
-#include "model/model.h"
+#include "model/config.h"
+#include "model/step_batch.h"
 
 namespace rill::cache {
 
@@ -64,11 +67,14 @@ struct MemoryPlan {
 
 class CacheManager {
  public:
-  static Result<CacheManager> create(backend::Backend& be, const model::ModelConfig& c,
-                                     const MemoryPlan& plan, const PrefixCacheOptions& prefix = {});
+  static Result<CacheManager> create(const MemoryPlan& plan, const PrefixCacheOptions& prefix = {});
 
-  const model::ModelCaches& caches() const { return caches_; }
-  int block_size() const { return caches_.block_size; }
+  int block_size() const { return block_size_; }
+  // State slots the runner's storage must hold: the sequences', then the snapshots', then the staging slots.
+  static int state_slots_needed(const MemoryPlan& plan, const PrefixCacheOptions& prefix);
+  // The device copies the verbs since the last call imply, in order (the runner applies them before the next
+  // step runs).
+  CacheOps take_ops();
   int blocks_for(int n_tokens) const { return (n_tokens + block_size() - 1) / block_size(); }
   bool prefix_caching() const { return prefix_.enabled; }
 
@@ -99,7 +105,7 @@ class CacheManager {
   int blocks_to_grow(const SequenceCache& seq, int total_tokens) const;
   Status grow(SequenceCache* seq, int total_tokens);
   // After a step computed `tokens[0, n_computed)`: indexes the blocks that became full and takes the
-  // snapshots due at `n_computed` (copies queued on the backend stream after the step) from the sequence's
+  // snapshots due at `n_computed` (slot copies queued in the CacheOps) from the sequence's
   // slot, or from `state_slot` when the step saved the state at n_computed there (in-step snapshots). No-op
   // without prefix caching.
   Status commit(SequenceCache* seq, std::span<const int32_t> tokens, int n_prompt, int n_computed,
@@ -122,10 +128,8 @@ class CacheManager {
   uint64_t evicted_snapshots() const { return evicted_snapshots_; }
 
  private:
-  CacheManager(backend::Backend& be, model::ModelCaches caches, const MemoryPlan& plan,
-               const PrefixCacheOptions& prefix)
-      : be_(&be),
-        caches_(std::move(caches)),
+  CacheManager(const MemoryPlan& plan, const PrefixCacheOptions& prefix)
+      : block_size_(plan.block_size),
         prefix_(prefix),
         blocks_("MLA cache blocks", plan.n_blocks),
         slots_("KDA state slots", plan.n_slots),
@@ -136,13 +140,14 @@ class CacheManager {
   // n blocks, evicting unreferenced cached ones when too few are free.
   Result<std::vector<int32_t>> allocate_blocks(int n);
   Status evict_block();
-  // Takes a snapshot of `slot` for entry `at` unless it has one; returns the snapshot taken, or -1.
+  // Takes a snapshot of `slot` for entry `at` unless it has one (queues the copy); returns the snapshot taken,
+  // or -1.
   Result<int32_t> save_snapshot(int32_t slot, PrefixIndex::EntryId at);
   Status drop_tail_snapshot(SequenceCache* seq);
 
-  backend::Backend* be_;
-  model::ModelCaches caches_;
+  int block_size_;
   PrefixCacheOptions prefix_;
+  CacheOps ops_;
   MlaBlockPool blocks_;
   KdaStateSlots slots_;
   SnapshotPool snapshots_;
@@ -150,13 +155,5 @@ class CacheManager {
   int n_staging_ = 0, first_staging_ = 0;
   uint64_t evicted_blocks_ = 0, evicted_snapshots_ = 0;
 };
-
-// Sizes the caches: `n_slots` sequences; blocks from `kv_fraction` of the device memory left after weights,
-// workspace and snapshots (GPU), or enough for every slot to reach `max_model_len` (CPU), unless `n_blocks`
-// is given; with prefix caching, as many snapshots as `prefix.snapshot_budget_bytes` holds (at most one per
-// interval of the cache plus one per slot: more could never be found).
-Result<MemoryPlan> plan_memory(backend::Backend& be, const model::ModelConfig& c, int n_slots,
-                               int max_model_len, double kv_fraction, int n_blocks, int block_size,
-                               const PrefixCacheOptions& prefix = {});
 
 }  // namespace rill::cache

@@ -37,20 +37,4 @@ Status SnapshotPool::release(int32_t s) {
   return {};
 }
 
-Status copy_kda_slot(backend::Backend& be, const model::ModelCaches& caches, int from, int to) {
-  if (from == to) return {};
-  if (from < 0 || to < 0 || from >= caches.n_slots || to >= caches.n_slots)
-    return internal_error("KDA slot copy {} -> {} outside [0, {})", from, to, caches.n_slots);
-  for (const model::LayerCache& L : caches.layers) {
-    for (const TensorView* t : {&L.kda_state, &L.kda_conv}) {
-      if (t->empty()) continue;
-      const size_t per_slot = t->nbytes() / size_t(t->size(0));  // contiguous [n_slots, ...]
-      char* base = static_cast<char*>(t->data);
-      RILL_TRY(
-          be.copy_device_to_device(base + size_t(to) * per_slot, base + size_t(from) * per_slot, per_slot));
-    }
-  }
-  return {};
-}
-
 }  // namespace rill::cache

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "cache/id_pool.h"
-#include "model/model.h"
+#include "core/status.h"
 
 namespace rill::cache {
 
@@ -39,8 +39,5 @@ class SnapshotPool {
   std::vector<uint64_t> last_use_, owner_;
   std::set<std::pair<uint64_t, int32_t>> lru_;  // (last use, snapshot) of those in use
 };
-
-// Copies the KDA state and conv window of every KDA layer from state slot `from` to slot `to`.
-Status copy_kda_slot(backend::Backend& be, const model::ModelCaches& caches, int from, int to);
 
 }  // namespace rill::cache

@@ -7,22 +7,23 @@
 
 #include "cache/cache_manager.h"
 #include "core/log.h"
-#include "engine/sampler.h"
 #include "engine/scheduler.h"
+#include "engine/step_sampling.h"
 #include "engine/stop_checker.h"
-#include "model/model.h"
+#include "runner/executor.h"
 
 namespace rill::engine {
 
 struct Engine::Impl {
-  std::unique_ptr<model::Model> model;
+  // The engine's only view of the devices: it runs each step (and owns the model, caches and sampler).
+  std::unique_ptr<runner::Executor> exec;
+  bool released = false;  // the model was handed back (release_model)
   std::shared_ptr<const text::Tokenizer> tokenizer;
   EngineOptions opts;
-  cache::MemoryPlan plan;
   // The engine thread's alone: no other thread reads the scheduler or the caches, not even their sizes.
   std::unique_ptr<cache::CacheManager> caches;
   std::unique_ptr<Scheduler> sched;
-  std::unique_ptr<Sampler> sampler;
+  std::unique_ptr<StepSampling> sampling;
   std::unique_ptr<MaskPool> masks;  // constrained sequences' next-token masks, off this thread
   EngineStats counters;             // the engine thread's running totals (steps, tokens, finished requests)
   int max_model_len = 0;
@@ -57,7 +58,7 @@ struct Engine::Impl {
   }
   // Requests not admitted yet: still in `incoming`, or waiting in the scheduler (with `mu` held).
   int waiting_locked() const { return published.waiting + int(incoming.size()); }
-  Status call_logits_hook(const StepPlan& plan, const TensorView& logits);
+  void call_logits_hook(const StepPlan& plan, const runner::StepOutput& out);
 };
 
 void Engine::Impl::publish_locked() {
@@ -135,18 +136,18 @@ void Engine::Impl::step() {
     return;
   }
   const model::StepBatch batch = plan.to_batch();
-  auto logits = model->forward(batch, caches->caches());
   std::vector<const Sequence*> rows;
   for (const auto& p : plan.seqs)
     if (p.samples) rows.push_back(p.seq);
-  std::vector<SampledToken> sampled;
-  Status st = logits.ok() ? sampler->run(*logits, rows, &sampled) : logits.status();
-  if (st.ok() && opts.logits_hook) st = call_logits_hook(plan, *logits);
-  if (!st.ok()) {  // every request of the step fails with the step's error (logged when it finishes)
-    for (const auto& p : plan.seqs) sched->finish(p.seq->id, FinishReason::Error, st.message());
+  // The cache operations of this step's admissions and of the last step's commits travel with it.
+  auto out = exec->execute(batch, sampling->make(rows, bool(opts.logits_hook)), caches->take_ops());
+  if (!out.ok()) {  // every request of the step fails with the step's error (logged when it finishes)
+    for (const auto& p : plan.seqs) sched->finish(p.seq->id, FinishReason::Error, out.status().message());
     emit_finished(pending);
     return;
   }
+  if (opts.logits_hook) call_logits_hook(plan, *out);
+  const std::vector<runner::SampledToken>& sampled = out->tokens;
   std::vector<int32_t> ids;
   for (const auto& t : sampled) ids.push_back(t.id);
   counters.steps++;
@@ -160,7 +161,7 @@ void Engine::Impl::step() {
     const int32_t id = sampled[k].id;
     if (s->constraint) s->constraint->accept(id);  // its mask was ready (it sampled): no worker holds it
     ev.token_ids.push_back(id);
-    if (s->params.logprobs >= 0) ev.logprobs.push_back(sampled[k].logprob);
+    if (s->params.logprobs >= 0) ev.logprobs.push_back({id, sampled[k].logprob, sampled[k].top});
     // An EOS / stop id ends the text without its own (vLLM), unless the stop is to be kept.
     if (s->last_is_stop_token && !s->params.include_stop_str_in_output) continue;
     std::optional<std::string> matched;
@@ -177,23 +178,20 @@ void Engine::Impl::step() {
   emit_finished(pending);
 }
 
-Status Engine::Impl::call_logits_hook(const StepPlan& plan, const TensorView& logits) {
-  std::vector<float> host(static_cast<size_t>(logits.numel()));
-  RILL_TRY(model->backend().copy_to_host(host.data(), logits.data, logits.nbytes()));
-  const size_t vocab = static_cast<size_t>(logits.size(1));
+void Engine::Impl::call_logits_hook(const StepPlan& plan, const runner::StepOutput& out) {
+  const size_t vocab = static_cast<size_t>(out.vocab);
   size_t row = 0;
   for (const auto& p : plan.seqs) {
     if (!p.samples) continue;
     opts.logits_hook(p.seq->id, p.seq->n_computed + p.n_new - 1,
-                     std::span<const float>(host).subspan(row * vocab, vocab));
+                     std::span<const float>(out.logits).subspan(row * vocab, vocab));
     ++row;
   }
-  return {};
 }
 
 void Engine::Impl::loop() {
   // The backend was created on the caller's thread; every step runs here, on the backend's device (cuda:N).
-  device_bound = model->backend().bind_thread();
+  device_bound = exec->bind_thread();
   if (!device_bound.ok()) RILL_LOG_ERROR("engine thread: {}", device_bound.to_string());
   for (;;) {
     {
@@ -240,41 +238,36 @@ Result<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<model::Model> mod
   impl->opts = o;
   impl->tokenizer = std::move(tokenizer);
   const model::ModelConfig& c = model->config();
-  int want_len =
-      o.max_model_len > 0 ? o.max_model_len : int(std::min<int64_t>(c.max_position_embeddings, 1 << 30));
-  if (!model->backend().device_memory() && o.num_kv_blocks == 0 && o.max_model_len == 0)
-    want_len = std::min(want_len, 8192);  // CPU without explicit limits: a modest default context
-  model::StepLimits lim;
-  lim.max_tokens = o.max_num_tokens;
-  lim.max_seqs = o.max_batch_size;
-  lim.max_logit_rows = o.max_batch_size;
-  lim.max_context = want_len;
-  RILL_TRY(model->reserve_workspace(lim));
-  cache::PrefixCacheOptions prefix;
+  runner::RunnerOptions ro;
+  ro.max_batch_size = o.max_batch_size;
+  ro.max_num_tokens = o.max_num_tokens;
+  ro.max_model_len = o.max_model_len;
+  ro.kv_cache_fraction = o.kv_cache_fraction;
+  ro.num_kv_blocks = o.num_kv_blocks;
+  ro.block_size = o.block_size;
+  ro.enforce_eager = o.enforce_eager;
+  cache::PrefixCacheOptions& prefix = ro.prefix;
   prefix.enabled = o.enable_prefix_caching;
   prefix.snapshot_interval = o.kda_snapshot_interval;
   prefix.snapshot_budget_bytes = int64_t(o.kda_snapshot_budget_mib) << 20;
   // Enough staging slots for every snapshot position one step can pass (interval multiples and a prompt's
-  // last full block, for each sequence of the step) — with fewer, some positions just go unsaved.
-  if (o.enable_prefix_caching && o.kda_snapshots_in_step && model->backend().kda_snapshots_in_step() &&
-      o.kda_snapshot_interval > 0)
+  // last full block, for each sequence of the step) — with fewer, some positions just go unsaved. The runner
+  // drops them where the backend cannot take snapshots inside a step.
+  if (o.enable_prefix_caching && o.kda_snapshots_in_step && o.kda_snapshot_interval > 0)
     prefix.staging_slots = o.max_num_tokens / o.kda_snapshot_interval + std::min(o.max_batch_size, 8);
-  RILL_ASSIGN_OR_RETURN(
-      impl->plan, cache::plan_memory(model->backend(), c, o.max_batch_size, want_len, o.kv_cache_fraction,
-                                     o.num_kv_blocks, o.block_size, prefix));
+  const std::vector<int32_t> eos_ids = c.eos_token_ids;
+  const int64_t vocab = c.vocab_size;
+  RILL_ASSIGN_OR_RETURN(impl->exec, runner::make_local_executor(std::move(model), ro));
   RILL_ASSIGN_OR_RETURN(cache::CacheManager cm,
-                        cache::CacheManager::create(model->backend(), c, impl->plan, prefix));
+                        cache::CacheManager::create(impl->exec->memory_plan(), impl->exec->prefix_options()));
   impl->caches = std::make_unique<cache::CacheManager>(std::move(cm));
   // One sequence must always fit in the cache on its own, so recompute preemption always makes progress.
-  impl->max_model_len = std::min<int>(want_len, impl->plan.n_blocks * impl->plan.block_size);
+  impl->max_model_len = impl->exec->max_model_len();
   SchedulerLimits sl{o.max_batch_size, o.max_num_tokens, impl->max_model_len, o.chunked_prefill};
-  impl->sched = std::make_unique<Scheduler>(*impl->caches, sl, c.eos_token_ids);
-  RILL_ASSIGN_OR_RETURN(Sampler sampler,
-                        Sampler::create(model->backend(), o.max_batch_size, c.eos_token_ids));
-  impl->sampler = std::make_unique<Sampler>(std::move(sampler));
+  impl->sched = std::make_unique<Scheduler>(*impl->caches, sl, eos_ids);
+  impl->sampling = std::make_unique<StepSampling>(eos_ids, vocab);
   impl->masks = std::make_unique<MaskPool>(
       o.mask_threads > 0 ? o.mask_threads : std::clamp(int(std::thread::hardware_concurrency()) / 8, 1, 4));
-  impl->model = std::move(model);
   impl->publish();
   Impl* p = impl.get();
   impl->thread = std::thread([p] { p->loop(); });
@@ -289,8 +282,8 @@ Engine::~Engine() {
 
 Result<std::shared_ptr<RequestStream>> Engine::submit(Request r) {
   Impl& m = *impl_;
-  if (!m.model) return unavailable("the engine has handed its model back");
-  const model::ModelConfig& c = m.model->config();
+  if (m.released) return unavailable("the engine has handed its model back");
+  const model::ModelConfig& c = m.exec->model().config();
   if (r.prompt.empty()) return invalid_argument("prompt: must contain at least one token");
   for (int32_t id : r.prompt)
     if (id < 0 || id >= c.vocab_size)
@@ -378,17 +371,18 @@ void Engine::shutdown(bool drain) {
 
 std::unique_ptr<model::Model> Engine::release_model() {
   shutdown(false);
-  return std::move(impl_->model);
+  impl_->released = true;
+  return impl_->exec->release_model();
 }
 
 const model::Model& Engine::model() const {
-  return *impl_->model;
+  return impl_->exec->model();
 }
 int Engine::max_model_len() const {
   return impl_->max_model_len;
 }
 std::string Engine::memory_plan() const {
-  return impl_->plan.describe();
+  return impl_->exec->memory_plan().describe();
 }
 
 }  // namespace rill::engine

@@ -1,5 +1,5 @@
 // Engine: the one API that the server, `rill chat`, `rill generate` and the benchmarks use (design.md §4,
-// style.md §7.3). One engine thread owns the device and loops schedule -> forward -> sample -> emit; callers
+// style.md §7.3). One engine thread loops schedule -> execute (runner/: forward and sample) -> emit; callers
 // submit requests from any thread and read each request's events from its stream. PIMPL: no CUDA or model
 // headers reach the callers.
 #pragma once
@@ -121,6 +121,9 @@ struct EngineOptions {
   bool kda_snapshots_in_step = true;
   // Threads computing constrained requests' token masks (0: an eighth of the hardware threads, 1 to 4).
   int mask_threads = 0;
+  // CUDA graphs off (vLLM's --enforce-eager); graphs are on by default on CUDA: decode steps replay a graph
+  // captured per batch-size bucket (runner/).
+  bool enforce_eager = false;
   // Tests only: called on the engine thread with every sampled row's logits (copied to the host: slow).
   std::function<void(uint64_t request_id, int32_t position, std::span<const float> logits)> logits_hook;
 };

@@ -101,8 +101,10 @@ Status Model::reserve_workspace(const StepLimits& limits) {
   none.block_size = block;
   be_->set_dry_run(true);
   TensorView logits;
-  const Status st = run(worst, none, measure, &logits);
+  Status st = upload_inputs(worst, none, measure, nullptr);
+  if (st.ok()) st = launch(none, measure, &logits);
   be_->set_dry_run(false);
+  prepared_ = false;
   RILL_TRY(st);
   const size_t bytes = measure.high_water() + (1 << 20);
   RILL_TRY(be_->check_available(bytes, fmt::format("the step workspace ({} tokens, {} sequences, context {})",
@@ -116,6 +118,12 @@ Status Model::reserve_workspace(const StepLimits& limits) {
 }
 
 Result<TensorView> Model::forward(const StepBatch& batch, const ModelCaches& caches) {
+  RILL_TRY(prepare(batch, caches));
+  return run_prepared(caches);
+}
+
+Status Model::prepare(const StepBatch& batch, const ModelCaches& caches, const FixedInputs* fixed) {
+  prepared_ = false;
   if (workspace_.size() == 0) return internal_error("forward before reserve_workspace");
   if (batch.n_tokens() > limits_.max_tokens || int(batch.seqs.size()) > limits_.max_seqs ||
       batch.n_logit_rows() > limits_.max_logit_rows)
@@ -136,25 +144,45 @@ Result<TensorView> Model::forward(const StepBatch& batch, const ModelCaches& cac
       return invalid_argument("the {} backend cannot take KDA snapshots inside a step", be_->name());
   }
   arena_.reset();
+  RILL_TRY(upload_inputs(batch, caches, arena_, fixed));
+  prepared_ = true;
+  return {};
+}
+
+Result<TensorView> Model::run_prepared(const ModelCaches& caches) {
+  if (!prepared_) return internal_error("run_prepared without a prepared step");
   TensorView logits;
-  RILL_TRY(run(batch, caches, arena_, &logits));
+  RILL_TRY(launch(caches, arena_, &logits));
   return logits;
 }
 
-Status Model::run(const StepBatch& batch, const ModelCaches& caches, Arena& ws, TensorView* logits) {
+Status Model::upload_inputs(const StepBatch& batch, const ModelCaches& caches, Arena& ws,
+                            const FixedInputs* fixed) {
   RILL_TRY(batch.to_layout(caches.block_size, &layout_host_));
-  RILL_TRY(be_->upload_layout(layout_host_, caches.block_size, &layout_));
-  ForwardContext cx{*be_, ws, layout_, be_->dry_run() ? nullptr : taps_};
+  if (fixed) {
+    layout_host_.count_only_plan = true;
+    RILL_TRY(be_->upload_layout_fixed(layout_host_, caches.block_size, fixed->block_table_stride, fixed->layout,
+                                      fixed->layout_bytes, &layout_));
+  } else {
+    RILL_TRY(be_->upload_layout(layout_host_, caches.block_size, &layout_));
+  }
   const int64_t T = batch.n_tokens();
   const std::vector<int32_t> rows_host = batch.logit_token_rows();
-  TensorView ids = ws.alloc(DType::I32, {T});
-  TensorView rows = ws.alloc(DType::I32, {int64_t(rows_host.size())});
+  ids_ = ws.alloc(DType::I32, {T});
+  rows_ = ws.alloc(DType::I32, {int64_t(rows_host.size())});
   if (!be_->dry_run()) {
-    RILL_TRY(be_->upload_async(ids.data, batch.token_ids.data(), size_t(T) * 4));
-    RILL_TRY(be_->upload_async(rows.data, rows_host.data(), rows_host.size() * 4));
+    RILL_TRY(be_->upload_async(ids_.data, batch.token_ids.data(), size_t(T) * 4));
+    RILL_TRY(be_->upload_async(rows_.data, rows_host.data(), rows_host.size() * 4));
   }
-  *logits = ws.alloc(DType::F32, {int64_t(rows_host.size()), config_.vocab_size});
-  return forward_impl(cx, ids, rows, caches, *logits);
+  prepared_mark_ = ws.used();
+  return {};
+}
+
+Status Model::launch(const ModelCaches& caches, Arena& ws, TensorView* logits) {
+  ws.release_to(prepared_mark_);  // a second launch of one prepared step carves the same buffers
+  ForwardContext cx{*be_, ws, layout_, be_->dry_run() ? nullptr : taps_};
+  *logits = ws.alloc(DType::F32, {rows_.size(0), config_.vocab_size});
+  return forward_impl(cx, ids_, rows_, caches, *logits);
 }
 
 Status Model::sample(TensorView logits, std::span<const backend::SamplingRow> rows, std::vector<int32_t>* ids) {

@@ -57,8 +57,23 @@ class Model {
   const StepLimits& limits() const { return limits_; }
 
   // Runs one step and returns the F32 logits [batch.n_logit_rows(), vocab] in device memory, valid until the
-  // next call. Every token id must be inside the vocabulary.
+  // next call. Every token id must be inside the vocabulary. prepare() then run_prepared().
   Result<TensorView> forward(const StepBatch& batch, const ModelCaches& caches);
+
+  // Where a graphed step's inputs live: the layout in runner-owned device memory at count-only offsets
+  // (Backend::upload_layout_fixed), planned from the counts only (BatchLayoutHost::count_only_plan).
+  struct FixedInputs {
+    void* layout = nullptr;
+    size_t layout_bytes = 0;
+    int block_table_stride = 0;
+  };
+  // The host half of a step: validates the batch and copies its inputs (layout, token ids, logits rows) to the
+  // device. With `fixed`, a step of the same counts puts every input at the same address.
+  Status prepare(const StepBatch& batch, const ModelCaches& caches, const FixedInputs* fixed = nullptr);
+  // The device half of the prepared step: kernel launches only (capturable into a graph); returns the logits.
+  // Running it again for the same prepare issues the same work on the same buffers.
+  Result<TensorView> run_prepared(const ModelCaches& caches);
+  bool tapping() const { return taps_ != nullptr; }
 
   // Records every named intermediate of the following forward passes (tests, debugging); nullptr to stop.
   void set_tap_recorder(TapRecorder* taps) { taps_ = taps; }
@@ -85,7 +100,8 @@ class Model {
   LoadedWeights weights_;
 
  private:
-  Status run(const StepBatch& batch, const ModelCaches& caches, Arena& ws, TensorView* logits);
+  Status upload_inputs(const StepBatch& batch, const ModelCaches& caches, Arena& ws, const FixedInputs* fixed);
+  Status launch(const ModelCaches& caches, Arena& ws, TensorView* logits);
 
   StepLimits limits_;
   TapRecorder* taps_ = nullptr;
@@ -93,6 +109,10 @@ class Model {
   Arena arena_;
   backend::BatchLayoutHost layout_host_;
   backend::BatchLayout layout_;
+  // The prepared step: its token ids and logits rows (device), and the workspace mark after them.
+  TensorView ids_, rows_;
+  size_t prepared_mark_ = 0;
+  bool prepared_ = false;
 };
 
 // Reads MODEL_DIR/config.json, builds the architecture, checks and loads the weights (or dummy weights).

@@ -123,6 +123,52 @@ TEST_P(GemmTest, RepeatedShapesStayCorrect) {
   }
 }
 
+// gemm_group: the KDA decode projections' shapes (Kimi-Linear-48B: q|k|v, f_a, b, g_a from one x, then f_b and
+// g_b from two others) in one group each, against one CPU gemm per part — at decode M (one launch on CUDA), at a
+// prefill M (part by part), with a strided output, and a group whose parts differ in M (part by part).
+TEST_P(GemmTest, GroupsEqualTheirPartsOneByOne) {
+  OpHarness h(GetParam());
+  RILL_REQUIRE_BACKEND(h);
+  struct Part {
+    int64_t N, K;
+    int x;  // which input
+  };
+  const std::vector<std::vector<Part>> groups = {
+      {{12288, 2304, 0}, {128, 2304, 0}, {32, 2304, 0}, {128, 2304, 0}}, {{4096, 128, 1}, {4096, 128, 2}}};
+  for (int64_t M : {1, 3, 4, 7, 64})
+    for (const auto& parts : groups) {
+      SCOPED_TRACE(::testing::Message() << "M " << M << " parts " << parts.size());
+      const int64_t K0 = parts[0].K;
+      std::vector<std::pair<BackendTensor, BackendTensor>> xs, ws, ys;
+      for (int i = 0; i < 3; ++i) xs.push_back(h.put_both(h.randn(M * K0), DType::F32, DType::BF16, {M, K0}));
+      backend::GemmGroupArgs gc, gd;
+      std::vector<backend::LinearWeight> lc(parts.size()), ld(parts.size());
+      for (size_t i = 0; i < parts.size(); ++i) {
+        ws.push_back(make_weight(h, parts[i].N, parts[i].K));
+        lc[i] = {ws[i].first.view};
+        ld[i] = {ws[i].second.view};
+        // The last part writes the second half of a wider buffer (a wrong stride shows up in the first half).
+        const bool strided = i + 1 == parts.size();
+        ys.push_back({h.empty(h.cpu(), DType::F32, {M, parts[i].N}),
+                      h.empty(h.dev(), DType::BF16, {M, strided ? 2 * parts[i].N : parts[i].N})});
+        const TensorView yd = strided ? ys[i].second.view.narrow(1, parts[i].N, parts[i].N) : ys[i].second.view;
+        gc.parts.push_back({xs[size_t(parts[i].x)].first.view, &lc[i], ys[i].first.view});
+        gd.parts.push_back({xs[size_t(parts[i].x)].second.view, &ld[i], yd});
+      }
+      ASSERT_TRUE(h.cpu().gemm_group(gc).ok());
+      const Status st = h.dev().gemm_group(gd);
+      ASSERT_TRUE(st.ok()) << st.to_string();
+      for (size_t i = 0; i < parts.size(); ++i) {
+        const std::vector<float> all = h.get(h.dev(), ys[i].second.view);
+        const int64_t N = parts[i].N, width = ys[i].second.view.size(1);
+        std::vector<float> got;
+        for (int64_t m = 0; m < M; ++m)
+          for (int64_t n = 0; n < N; ++n) got.push_back(all[size_t(m * width + (width - N) + n)]);
+        EXPECT_LE(rel_l2(got, h.get(h.cpu(), ys[i].first.view)), kBf16Tol) << "part " << i;
+      }
+    }
+}
+
 TEST_P(GemmTest, Mxfp4IsNotImplementedYet) {
   OpHarness h(GetParam());
   RILL_REQUIRE_BACKEND(h);

@@ -14,6 +14,7 @@
 
 #include "cache/cache_manager.h"
 #include "model/fixture.h"
+#include "runner/model_runner.h"
 #include "test_seed.h"
 
 namespace rill::cache {
@@ -30,6 +31,7 @@ struct Caches {
   std::unique_ptr<backend::Backend> be = backend::make_cpu_backend();
   model::ModelConfig cfg = *model::ModelConfig::load(testing::data_dir() / "kimi_linear_tiny_a");
   std::unique_ptr<CacheManager> cm;
+  model::ModelCaches storage;  // what a runner would own: the manager's copies are applied to it by `apply`
 
   Caches(int slots, int blocks, int snapshots, int interval, PrefixIndex::HashFn hash = nullptr) {
     MemoryPlan p;
@@ -40,13 +42,20 @@ struct Caches {
     o.enabled = true;
     o.snapshot_interval = interval;
     o.block_hash = hash;
-    auto m = CacheManager::create(*be, cfg, p, o);
+    auto m = CacheManager::create(p, o);
     EXPECT_TRUE(m.ok()) << m.status().to_string();
     cm = std::make_unique<CacheManager>(std::move(m).value());
+    auto s = model::ModelCaches::allocate(*be, cfg, CacheManager::state_slots_needed(p, o), blocks);
+    EXPECT_TRUE(s.ok()) << s.status().to_string();
+    storage = std::move(s).value();
   }
+  // Applies the slot copies the manager queued (as the runner does before each step).
+  void apply() { ASSERT_TRUE(runner::apply_cache_ops(*be, storage, cm->take_ops()).ok()); }
   // Every float of the slot's KDA state and conv window in every KDA layer.
+  // Writing and reading the caches stands for a step: the copies queued since the last one run first.
   void set_state(int slot, float v) {
-    for (const auto& L : cm->caches().layers)
+    apply();
+    for (const auto& L : storage.layers)
       for (const TensorView* t : {&L.kda_state, &L.kda_conv}) {
         if (t->empty()) continue;
         const int64_t n = t->numel() / t->size(0);
@@ -54,10 +63,11 @@ struct Caches {
       }
   }
   // The slot's value if all its floats agree, else NaN.
-  float state(int slot) const {
+  float state(int slot) {
+    apply();
     float v = -1;
     bool first = true;
-    for (const auto& L : cm->caches().layers)
+    for (const auto& L : storage.layers)
       for (const TensorView* t : {&L.kda_state, &L.kda_conv}) {
         if (t->empty()) continue;
         const int64_t n = t->numel() / t->size(0);
@@ -71,12 +81,13 @@ struct Caches {
   }
   // Position p of a sequence: element 0 of its latent in every MLA layer.
   void set_kv(const SequenceCache& c, int p, float v) {
-    for (const auto& L : cm->caches().layers)
+    apply();
+    for (const auto& L : storage.layers)
       if (!L.mla_kv.empty())
         L.mla_kv.ptr<float>()[(int64_t(c.blocks[size_t(p / 64)]) * 64 + p % 64) * L.mla_kv.size(2)] = v;
   }
   float kv(const SequenceCache& c, int p) const {
-    for (const auto& L : cm->caches().layers)
+    for (const auto& L : storage.layers)
       if (!L.mla_kv.empty())
         return L.mla_kv.ptr<float>()[(int64_t(c.blocks[size_t(p / 64)]) * 64 + p % 64) * L.mla_kv.size(2)];
     return -1;
@@ -314,7 +325,7 @@ TEST(CacheManager, AFailedReleaseIsReportedAndLeavesNothingToReleaseTwice) {
   MemoryPlan plan;
   plan.n_slots = 2;
   plan.n_blocks = 8;
-  auto cm = *CacheManager::create(*be, cfg, plan);
+  auto cm = *CacheManager::create(plan);
   SequenceCache a;
   ASSERT_TRUE(cm.admit(&a, 100).ok());  // a slot and two 64-token blocks
   SequenceCache stale;
@@ -335,15 +346,15 @@ TEST(CacheManager, AFailedReleaseIsReportedAndLeavesNothingToReleaseTwice) {
   EXPECT_TRUE(cm.release(&b).ok());
 }
 
-// A snapshot restore that fails (here: a hit naming a snapshot outside the pool, so the KDA slot copy is refused)
-// fails admit() and gives back the slot and blocks it took; the next admission gets them.
+// A hit naming a snapshot outside the pool (a bug) fails admit() and gives back the slot and blocks it took;
+// the next admission gets them, and no copy is queued.
 TEST(CacheManager, AFailedSnapshotRestoreGivesBackTheSlotAndBlocks) {
   auto be = backend::make_cpu_backend();
   const auto cfg = *model::ModelConfig::load(testing::data_dir() / "kimi_linear_tiny_a");
   MemoryPlan plan;
   plan.n_slots = 1;
   plan.n_blocks = 2;
-  auto cm = *CacheManager::create(*be, cfg, plan);
+  auto cm = *CacheManager::create(plan);
   PrefixHit bad;
   bad.snapshot = 1000;
   SequenceCache a;
@@ -353,6 +364,7 @@ TEST(CacheManager, AFailedSnapshotRestoreGivesBackTheSlotAndBlocks) {
   EXPECT_EQ(cm.slots().used_count(), 0);
   EXPECT_EQ(cm.blocks().used_count(), 0);
   SequenceCache b;
+  EXPECT_TRUE(cm.take_ops().empty());
   EXPECT_TRUE(cm.admit(&b, 100).ok());  // the only slot and both blocks are free again
   EXPECT_TRUE(cm.release(&b).ok());
 }

@@ -20,7 +20,7 @@ struct Fixture {
     prefix.enabled = snapshot_interval > 0;
     prefix.snapshot_interval = snapshot_interval;
     p.n_snapshots = prefix.enabled ? 8 : 0;
-    caches = std::make_unique<cache::CacheManager>(*cache::CacheManager::create(*be, cfg, p, prefix));
+    caches = std::make_unique<cache::CacheManager>(*cache::CacheManager::create(p, prefix));
   }
 };
 

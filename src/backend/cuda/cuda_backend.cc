@@ -269,6 +269,98 @@ Status CudaBackend::upload_layout(const backend::BatchLayoutHost& host, int bloc
   return {};
 }
 
+Status CudaBackend::upload_layout_fixed(const backend::BatchLayoutHost& host, int block_size, int block_table_stride,
+                                        void* dst, size_t bytes, backend::BatchLayout* out) {
+  if (!host.kda_snap_pos.empty())
+    return internal_error("upload_layout_fixed: a step with KDA snapshots has no fixed layout");
+  if (block_table_stride < host.max_blocks_per_seq)
+    return internal_error("upload_layout_fixed: block table stride {} below the layout's {} blocks",
+                          block_table_stride, host.max_blocks_per_seq);
+  const size_t need = fixed_layout_bytes(host.n_seqs(), host.n_tokens(), block_table_stride);
+  if (need > bytes) return internal_error("upload_layout_fixed: {} bytes needed, {} given", need, bytes);
+  backend::BatchLayout& l = *out;
+  l = backend::layout_scalars(host, block_size);
+  l.max_blocks_per_seq = block_table_stride;
+  const std::vector<int32_t>* arrays[] = {&host.seq_token_start, &host.seq_start_pos, &host.seq_state_slot,
+                                          &host.token_seq, &host.token_pos};
+  const int32_t** fields[] = {&l.seq_token_start, &l.seq_start_pos, &l.seq_state_slot, &l.token_seq,
+                              &l.token_pos};
+  char* p = static_cast<char*>(dst);
+  for (size_t i = 0; i < 5; ++i) {
+    RILL_TRY(stage(arrays[i]->data(), arrays[i]->size() * 4, p));
+    *fields[i] = reinterpret_cast<const int32_t*>(p);
+    p += (arrays[i]->size() * 4 + 255) / 256 * 256;
+  }
+  // Block tables: each row's used entries, at the fixed stride (entries past a row's context are never read).
+  const size_t width = size_t(host.max_blocks_per_seq) * 4, rows = size_t(host.n_seqs());
+  l.block_tables = reinterpret_cast<const int32_t*>(p);
+  if (width > 0 && rows > 0) {
+    if (rows * width > kHalf) return internal_error("upload_layout_fixed: block tables of {} bytes", rows * width);
+    // Through the pinned ring like every step upload, then one pitched copy.
+    RILL_TRY(stage_pitched(host.block_tables.data(), width, rows, p, size_t(block_table_stride) * 4));
+  }
+  return {};
+}
+
+Status CudaBackend::stage_pitched(const void* host_src, size_t width, size_t rows, void* dst, size_t dst_pitch) {
+  const size_t bytes = width * rows;
+  if (pinned_head_ + bytes > kHalf) {
+    RILL_CUDA_CHECK(cudaEventRecord(pinned_free_[pinned_half_], ctx_.stream));
+    pinned_half_ ^= 1;
+    RILL_CUDA_CHECK(cudaEventSynchronize(pinned_free_[pinned_half_]));
+    pinned_head_ = 0;
+  }
+  char* slot = static_cast<char*>(pinned_) + pinned_half_ * kHalf + pinned_head_;
+  std::memcpy(slot, host_src, bytes);
+  RILL_CUDA_CHECK(cudaMemcpy2DAsync(dst, dst_pitch, slot, width, width, rows, cudaMemcpyHostToDevice, ctx_.stream));
+  pinned_head_ += (bytes + 255) / 256 * 256;
+  return {};
+}
+
+namespace {
+
+class CudaGraph final : public backend::CapturedWork {
+ public:
+  CudaGraph(cudaGraphExec_t exec, cudaStream_t stream) : exec_(exec), stream_(stream) {}
+  ~CudaGraph() override { cudaGraphExecDestroy(exec_); }
+  Status replay() override {
+    RILL_CUDA_CHECK(cudaGraphLaunch(exec_, stream_));
+    return {};
+  }
+
+ private:
+  cudaGraphExec_t exec_;
+  cudaStream_t stream_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<backend::CapturedWork>> CudaBackend::capture(const std::function<Status()>& body) {
+  // Thread-local mode: a call on this thread that is unsafe during capture (a sync, a blocking copy) fails it
+  // instead of silently running outside the graph.
+  RILL_CUDA_CHECK(cudaStreamBeginCapture(ctx_.stream, cudaStreamCaptureModeThreadLocal));
+  const Status st = body();
+  cudaGraph_t graph = nullptr;
+  const cudaError_t end = cudaStreamEndCapture(ctx_.stream, &graph);
+  if (!st.ok()) {
+    if (graph) cudaGraphDestroy(graph);
+    cudaGetLastError();
+    return st;
+  }
+  if (end != cudaSuccess) {
+    cudaGetLastError();
+    return internal_error("graph capture failed: {}", cudaGetErrorString(end));
+  }
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t inst = cudaGraphInstantiate(&exec, graph, 0);
+  cudaGraphDestroy(graph);
+  if (inst != cudaSuccess) {
+    cudaGetLastError();
+    return internal_error("graph instantiation failed: {}", cudaGetErrorString(inst));
+  }
+  return std::unique_ptr<backend::CapturedWork>(new CudaGraph(exec, ctx_.stream));
+}
+
 size_t CudaBackend::kda_attention_scratch_bytes(const backend::KdaAttentionArgs& a) const {
   return cuda::kda_attention_scratch_bytes(a);
 }
@@ -284,6 +376,12 @@ Status CudaBackend::embed_impl(const backend::EmbedArgs& a) { return launch_embe
 Status CudaBackend::rms_norm_impl(const backend::RmsNormArgs& a) { return launch_rms_norm(a, ctx_); }
 Status CudaBackend::add_rms_norm_impl(const backend::AddRmsNormArgs& a) { return launch_add_rms_norm(a, ctx_); }
 Status CudaBackend::gemm_impl(const backend::GemmArgs& a) { return gemm_->run(a, ctx_.stream); }
+// Decode-sized groups in one GEMV launch; anything else part by part (cuBLASLt or the GEMV).
+Status CudaBackend::gemm_group_impl(const backend::GemmGroupArgs& a) {
+  if (gemv_group_eligible(a)) return launch_gemv_group(a, ctx_.stream);
+  for (const backend::GemmArgs& p : a.parts) RILL_TRY(gemm_->run(p, ctx_.stream));
+  return {};
+}
 Status CudaBackend::glu_impl(const backend::GluArgs& a) { return launch_glu(a, ctx_); }
 Status CudaBackend::add_impl(const backend::AddArgs& a) { return launch_add(a, ctx_); }
 Status CudaBackend::sigmoid_gate_impl(const backend::SigmoidGateArgs& a) { return launch_sigmoid_gate(a, ctx_); }

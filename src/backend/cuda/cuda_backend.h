@@ -34,6 +34,10 @@ class CudaBackend final : public backend::Backend {
   Status fill_zero(TensorView t) override;
   Status fill_random(TensorView t, uint64_t seed, float lo, float hi) override;
   Status upload_layout(const backend::BatchLayoutHost& host, int block_size, backend::BatchLayout* out) override;
+  Status upload_layout_fixed(const backend::BatchLayoutHost& host, int block_size, int block_table_stride,
+                             void* dst, size_t bytes, backend::BatchLayout* out) override;
+  Result<std::unique_ptr<backend::CapturedWork>> capture(const std::function<Status()>& body) override;
+  bool can_capture() const override { return true; }
   Status upload_async(void* dst, const void* host_src, size_t bytes) override;
   Status synchronize() override;
   Result<double> time_ms(const std::function<Status()>& body) override;
@@ -52,6 +56,7 @@ class CudaBackend final : public backend::Backend {
   Status rms_norm_impl(const backend::RmsNormArgs& a) override;
   Status add_rms_norm_impl(const backend::AddRmsNormArgs& a) override;
   Status gemm_impl(const backend::GemmArgs& a) override;
+  Status gemm_group_impl(const backend::GemmGroupArgs& a) override;
   Status glu_impl(const backend::GluArgs& a) override;
   Status add_impl(const backend::AddArgs& a) override;
   Status sigmoid_gate_impl(const backend::SigmoidGateArgs& a) override;
@@ -71,6 +76,8 @@ class CudaBackend final : public backend::Backend {
 
   // Pinned host staging for step metadata and small uploads; an event guards reuse of each half.
   Status stage(const void* host_src, size_t bytes, void* dst);
+  // stage() of `rows` rows of `width` bytes, landing `dst_pitch` bytes apart on the device.
+  Status stage_pitched(const void* host_src, size_t width, size_t rows, void* dst, size_t dst_pitch);
 
   CudaContext ctx_;
   std::unique_ptr<GemmRunner> gemm_;

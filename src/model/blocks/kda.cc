@@ -57,16 +57,23 @@ Status kda_forward(ForwardContext& cx, const ModelConfig& c, const KdaWeights& w
   const DType act = cx.act();
   auto& be = cx.be;
 
+  // Every projection of u, the output gate's included, in one group (one launch at decode), then the two
+  // low-rank second halves in another.
   TensorView qkv = cx.ws.alloc(act, {T, 3 * P});
-  RILL_TRY(be.gemm({u, &w.qkv_proj, qkv}));
-  cx.tap("kda.qkv", qkv);
   TensorView fa = cx.ws.alloc(act, {T, d});
-  RILL_TRY(be.gemm({u, &w.f_a_proj, fa}));
-  TensorView graw = cx.ws.alloc(act, {T, P});
-  RILL_TRY(be.gemm({fa, &w.f_b_proj, graw}));
-  cx.tap("kda.graw", graw);
   TensorView braw = cx.ws.alloc(act, {T, Hk});
-  RILL_TRY(be.gemm({u, &w.b_proj, braw}));
+  TensorView graw = cx.ws.alloc(act, {T, P});
+  TensorView gate = cx.ws.alloc(act, {T, P});
+  if (c.kda.full_rank_output_gate) {
+    RILL_TRY(be.gemm_group({{{u, &w.qkv_proj, qkv}, {u, &w.f_a_proj, fa}, {u, &w.b_proj, braw}, {u, &w.g_proj, gate}}}));
+    RILL_TRY(be.gemm({fa, &w.f_b_proj, graw}));
+  } else {
+    TensorView ga = cx.ws.alloc(act, {T, d});
+    RILL_TRY(be.gemm_group({{{u, &w.qkv_proj, qkv}, {u, &w.f_a_proj, fa}, {u, &w.b_proj, braw}, {u, &w.g_a_proj, ga}}}));
+    RILL_TRY(be.gemm_group({{{fa, &w.f_b_proj, graw}, {ga, &w.g_b_proj, gate}}}));
+  }
+  cx.tap("kda.qkv", qkv);
+  cx.tap("kda.graw", graw);
 
   backend::KdaPrepareArgs prep;
   prep.qkv = qkv;
@@ -97,14 +104,6 @@ Status kda_forward(ForwardContext& cx, const ModelConfig& c, const KdaWeights& w
   RILL_TRY(be.kda_attention({prep.q, prep.k, prep.v, prep.g, prep.beta, cache.kda_state, &cx.layout, o, &cx.ws}));
   cx.tap("kda.o", o);
 
-  TensorView gate = cx.ws.alloc(act, {T, P});
-  if (c.kda.full_rank_output_gate) {
-    RILL_TRY(be.gemm({u, &w.g_proj, gate}));
-  } else {
-    TensorView ga = cx.ws.alloc(act, {T, d});
-    RILL_TRY(be.gemm({u, &w.g_a_proj, ga}));
-    RILL_TRY(be.gemm({ga, &w.g_b_proj, gate}));
-  }
   TensorView normed = cx.ws.alloc(act, {T, P});
   RILL_TRY(be.kda_output({o, gate, w.o_norm, c.rms_norm_eps, normed}));
   cx.tap("kda.gate", gate);

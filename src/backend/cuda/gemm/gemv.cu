@@ -1,9 +1,11 @@
-// y[m, n] = sum_k x[m, k] W[n, k] for M <= 4 rows of x. A CTA of 8 warps computes 8 / S output rows with S
-// warps per row, each warp streaming a contiguous 1/S of the row with 16-byte loads (four chunks in flight
-// per lane), x read through L1 (it is small and shared by every warp), fp32 accumulation, a warp reduction,
-// then the S partial sums of a row added in shared memory in a fixed order (deterministic).
-// S (1, 2, 4 or 8) is chosen on the host so that enough warps stream at once to cover HBM latency: one warp
-// per row left the short-N projections (N = 32..2304) on a few SMs with one or two loads in flight per lane.
+// y[m, n] = sum_k x[m, k] W[n, k] for M <= 4 rows of x, for one weight or a group of independent ones in one
+// launch (gemm_group: the KDA input projections of a decode step). A CTA of 8 warps computes 8 / S output rows
+// of one part with S warps per row, each warp streaming a contiguous 1/S of the row with 16-byte loads (four
+// chunks in flight per lane), x read through L1 (it is small and shared by every warp), fp32 accumulation, a
+// warp reduction, then the S partial sums of a row added in shared memory in a fixed order (deterministic).
+// S (1, 2, 4 or 8) is chosen per part on the host so that enough warps stream at once to cover HBM latency:
+// one warp per row left the short-N projections (N = 32..2304) on a few SMs with one or two loads in flight
+// per lane.
 #include <cuda_bf16.h>
 
 #include <cstdint>
@@ -17,15 +19,22 @@ namespace {
 constexpr int kWarps = 8;
 constexpr int kUnroll = 4;
 
-struct GemvParams {
+struct GemvPart {
   const __nv_bfloat16* x;  // [M, K], row stride ldx
   int64_t ldx;
   const __nv_bfloat16* w;  // [N, K], row stride ldw
   int64_t ldw;
   void* out;               // [M, N] bf16 or f32, row stride ldo
   int64_t ldo;
-  int M, N, K;
+  int N, K;
+  int split;        // warps per output row
+  int first_block;  // the part's first CTA
   bool out_f32;
+};
+
+struct GemvGroup {
+  GemvPart part[backend::kMaxGemmGroup];
+  int n_parts;
 };
 
 __device__ __forceinline__ void unpack(const uint4& u, float f[8]) {
@@ -38,15 +47,18 @@ __device__ __forceinline__ void unpack(const uint4& u, float f[8]) {
   }
 }
 
-// kSplit warps per output row; warp `part` of a row covers 16-byte chunks [part * span, (part + 1) * span).
-template <int M, int kSplit>
-__global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvParams p) {
-  constexpr int kRows = kWarps / kSplit;
-  __shared__ float partial[kSplit > 1 ? kWarps : 1][M];
+// Warp `part` of a row covers 16-byte chunks [part * span, (part + 1) * span) of it.
+template <int M>
+__global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvGroup g) {
+  __shared__ float partial[kWarps][M];
+  int pi = 0;
+  while (pi + 1 < g.n_parts && int(blockIdx.x) >= g.part[pi + 1].first_block) ++pi;
+  const GemvPart& p = g.part[pi];
+  const int split = p.split, rows = kWarps / split;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int n = blockIdx.x * kRows + warp / kSplit, part = warp % kSplit;
+  const int n = (int(blockIdx.x) - p.first_block) * rows + warp / split, part = warp % split;
   const int chunks = p.K / 8;
-  const int span = (chunks + kSplit - 1) / kSplit;
+  const int span = (chunks + split - 1) / split;
   const int c_begin = part * span, c_end = min(chunks, c_begin + span);
   float acc[M];
 #pragma unroll
@@ -81,7 +93,7 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvParams p) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) acc[m] += __shfl_xor_sync(0xffffffffu, acc[m], o);
   }
-  if constexpr (kSplit > 1) {
+  if (split > 1) {
     if (lane == 0)
 #pragma unroll
       for (int m = 0; m < M; ++m) partial[warp][m] = acc[m];
@@ -90,8 +102,7 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvParams p) {
 #pragma unroll
     for (int m = 0; m < M; ++m) {
       float v = 0.0f;
-#pragma unroll
-      for (int q = 0; q < kSplit; ++q) v += partial[warp + q][m];
+      for (int q = 0; q < split; ++q) v += partial[warp + q][m];
       acc[m] = v;
     }
   }
@@ -104,19 +115,23 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvParams p) {
   }
 }
 
-template <int kSplit>
-void launch_split(const GemvParams& p, cudaStream_t stream) {
-  constexpr int kRows = kWarps / kSplit;
-  const unsigned grid = unsigned((p.N + kRows - 1) / kRows);
-  switch (p.M) {
-    case 1: gemv_kernel<1, kSplit><<<grid, kWarps * 32, 0, stream>>>(p); break;
-    case 2: gemv_kernel<2, kSplit><<<grid, kWarps * 32, 0, stream>>>(p); break;
-    case 3: gemv_kernel<3, kSplit><<<grid, kWarps * 32, 0, stream>>>(p); break;
-    default: gemv_kernel<4, kSplit><<<grid, kWarps * 32, 0, stream>>>(p); break;
-  }
-}
-
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+
+GemvPart make_part(const backend::GemmArgs& a) {
+  GemvPart p;
+  p.x = static_cast<const __nv_bfloat16*>(a.x.data);
+  p.ldx = a.x.stride(0);
+  p.w = static_cast<const __nv_bfloat16*>(a.w->weight.data);
+  p.ldw = a.w->weight.stride(0);
+  p.out = a.out.data;
+  p.ldo = a.out.stride(0);
+  p.N = int(a.w->out_features());
+  p.K = int(a.x.size(1));
+  p.out_f32 = a.out.dtype == DType::F32;
+  p.split = gemv_split(p.N, p.K);
+  p.first_block = 0;
+  return p;
+}
 
 }  // namespace
 
@@ -140,27 +155,37 @@ bool gemv_eligible(const backend::GemmArgs& a) {
          (M == 1 || a.x.stride(0) % 8 == 0) && aligned16(w.weight.data) && aligned16(a.x.data);
 }
 
-Status launch_gemv(const backend::GemmArgs& a, cudaStream_t stream) {
-  GemvParams p;
-  p.x = static_cast<const __nv_bfloat16*>(a.x.data);
-  p.ldx = a.x.stride(0);
-  p.w = static_cast<const __nv_bfloat16*>(a.w->weight.data);
-  p.ldw = a.w->weight.stride(0);
-  p.out = a.out.data;
-  p.ldo = a.out.stride(0);
-  p.M = int(a.x.size(0));
-  p.N = int(a.w->out_features());
-  p.K = int(a.x.size(1));
-  p.out_f32 = a.out.dtype == DType::F32;
-  const int split = gemv_split(p.N, p.K);
-  switch (split) {
-    case 1: launch_split<1>(p, stream); break;
-    case 2: launch_split<2>(p, stream); break;
-    case 4: launch_split<4>(p, stream); break;
-    default: launch_split<8>(p, stream); break;
+bool gemv_group_eligible(const backend::GemmGroupArgs& a) {
+  if (a.parts.empty() || int(a.parts.size()) > backend::kMaxGemmGroup) return false;
+  for (const backend::GemmArgs& p : a.parts)
+    if (!gemv_eligible(p) || p.x.size(0) != a.parts[0].x.size(0)) return false;
+  return true;
+}
+
+Status launch_gemv_group(const backend::GemmGroupArgs& a, cudaStream_t stream) {
+  GemvGroup g{};
+  g.n_parts = int(a.parts.size());
+  int blocks = 0;
+  for (int i = 0; i < g.n_parts; ++i) {
+    g.part[i] = make_part(a.parts[size_t(i)]);
+    g.part[i].first_block = blocks;
+    const int rows = kWarps / g.part[i].split;
+    blocks += (g.part[i].N + rows - 1) / rows;
+  }
+  if (blocks == 0) return {};
+  const unsigned grid = unsigned(blocks);
+  switch (a.parts[0].x.size(0)) {
+    case 1: gemv_kernel<1><<<grid, kWarps * 32, 0, stream>>>(g); break;
+    case 2: gemv_kernel<2><<<grid, kWarps * 32, 0, stream>>>(g); break;
+    case 3: gemv_kernel<3><<<grid, kWarps * 32, 0, stream>>>(g); break;
+    default: gemv_kernel<4><<<grid, kWarps * 32, 0, stream>>>(g); break;
   }
   RILL_CUDA_CHECK_LAUNCH("gemv_kernel");
   return {};
+}
+
+Status launch_gemv(const backend::GemmArgs& a, cudaStream_t stream) {
+  return launch_gemv_group(backend::GemmGroupArgs{{a}}, stream);
 }
 
 }  // namespace rill::cuda

@@ -109,7 +109,8 @@ Status launch_mla_attention(const backend::MlaAttentionArgs& a, const CudaContex
                       .out = arr,
                       .n_seqs = n,
                       .n_heads = H,
-                      .tiles_per_split = plan.tiles_per_split};
+                      .tiles_per_split = plan.tiles_per_split,
+                      .fixed_splits = plan.fixed_splits};
   RILL_TRY(launch_plan(pl, cx.stream));
 
   const bf16* q = static_cast<const bf16*>(a.q.data);

@@ -68,13 +68,20 @@ Status make_plan(const backend::MlaAttentionArgs& a, int sm_count, Plan* out) {
   Plan p;
   p.n_seqs = h.n_seqs();
   p.n_heads = a.n_heads;
-  p.tiles_per_split = pick_tiles_per_split(h, a.n_heads, sm_count);
+  if (h.count_only_plan) {
+    // About one wave of split-KV CTAs whatever the contexts turn out to be: SMs / decode row tiles.
+    int64_t row_tiles = 0;
+    for (int s = 0; s < p.n_seqs; ++s)
+      if (h.n_new(s) <= kDecodeMaxNew) row_tiles += ceil_div(h.n_new(s) * a.n_heads, kDecRows);
+    p.fixed_splits = int(std::clamp<int64_t>(sm_count / std::max<int64_t>(row_tiles, 1), 1, kMaxFixedSplits));
+  }
+  p.tiles_per_split = p.fixed_splits > 0 ? kMinTilesPerSplit : pick_tiles_per_split(h, a.n_heads, sm_count);
   int64_t dec_tokens = 0, dec_work = 0, dec_slots = 0, pf_tiles = 0, pf_rows = 0;
   for (int s = 0; s < p.n_seqs; ++s) {
     if (h.n_new(s) < 1 || h.seq_start_pos[s] < 0)
       return invalid_argument("mla_attention (CUDA): sequence {} has start {} and {} new tokens", s,
                               h.seq_start_pos[s], h.n_new(s));
-    const SeqWork w = seq_work(h.seq_start_pos[s], h.n_new(s), a.n_heads, p.tiles_per_split);
+    const SeqWork w = seq_work(h.seq_start_pos[s], h.n_new(s), a.n_heads, p.tiles_per_split, p.fixed_splits);
     dec_tokens += w.dec_tokens;
     dec_work += w.dec_work;
     dec_slots += w.dec_slots;

@@ -18,7 +18,7 @@ __global__ void __launch_bounds__(kThreads) plan_kernel(const PlanParams p) {
   int v[kCounts] = {0, 0, 0, 0, 0};
   for (int s = s0; s < s1; ++s) {
     const int n_new = p.seq_token_start[s + 1] - p.seq_token_start[s];
-    const SeqWork w = seq_work(p.seq_start_pos[s], n_new, p.n_heads, p.tiles_per_split);
+    const SeqWork w = seq_work(p.seq_start_pos[s], n_new, p.n_heads, p.tiles_per_split, p.fixed_splits);
     v[0] += w.dec_work;
     v[1] += w.dec_tokens;
     v[2] += w.dec_slots;
@@ -50,7 +50,7 @@ __global__ void __launch_bounds__(kThreads) plan_kernel(const PlanParams p) {
   for (int k = 0; k < kCounts; ++k) off[k] = sums[k][tid];
   for (int s = s0; s < s1; ++s) {
     const int t0 = p.seq_token_start[s], n_new = p.seq_token_start[s + 1] - t0;
-    const SeqWork w = seq_work(p.seq_start_pos[s], n_new, p.n_heads, p.tiles_per_split);
+    const SeqWork w = seq_work(p.seq_start_pos[s], n_new, p.n_heads, p.tiles_per_split, p.fixed_splits);
     p.out.dec_work_start[s] = off[0];
     p.out.dec_tok_start[s] = off[1];
     p.out.dec_slot_start[s] = off[2];

@@ -33,6 +33,16 @@ __global__ void __launch_bounds__(kDecThreads, 1) decode_splitkv_kernel(const De
   const int ctx = p.seq_start_pos[s] + n_new, rows = n_new * H, r0 = row_tile * kDecRows;
   const int kb = split * p.plan.dec_split_keys[s];
   const int ke = min(ctx, kb + p.plan.dec_split_keys[s]);
+  if (kb >= ke) {  // a split past the context (fixed split counts): an empty partial, which combine skips
+    for (int row = tid; row < kDecRows; row += kDecThreads) {
+      const int r = r0 + row;
+      if (r < rows) {
+        const int64_t slot = int64_t(p.plan.dec_slot_start[s]) + int64_t(split) * rows + r;
+        *reinterpret_cast<float2*>(p.part_ml + slot * 2) = make_float2(-INFINITY, 0.0f);
+      }
+    }
+    return;
+  }
   const int n_tiles = (ke - kb + kDecKeys - 1) / kDecKeys;
   const int64_t lat_row0 = int64_t(p.plan.dec_tok_start[s]) * H + r0;  // q_lat row of this CTA's row 0
 

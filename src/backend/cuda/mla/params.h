@@ -33,6 +33,7 @@ constexpr int kDecLd = kLatK + 8;  // padded smem row (conflict-free ldmatrix)
 constexpr int kDecLdP = kDecKeys + 8;
 constexpr size_t kDecSmemBytes = size_t(kDecRows) * kDecLd * 2 + size_t(2) * kDecKeys * kDecLd * 2 +
                                  size_t(kDecRows) * kDecLdP * 2 + size_t(4) * kDecRows * 4;
+constexpr int kMaxFixedSplits = 64;   // count-only plans: splits per sequence at most
 constexpr int kMinTilesPerSplit = 2;    // a split reads at least this many tiles (its partial costs ~2)
 constexpr int kSplitOverheadTiles = 2;  // Q load + partial write + combine read, in tile equivalents
 
@@ -53,13 +54,17 @@ struct SeqWork {
   int pf_tiles = 0, pf_rows = 0;                    // prefill: 64-token query tiles, gathered context rows
 };
 
-RILL_MLA_HD inline SeqWork seq_work(int start_pos, int n_new, int n_heads, int tiles_per_split) {
+// `fixed_splits` > 0: every decode sequence gets exactly that many splits (the trailing ones may hold no keys),
+// so the work counts depend on the batch's shape only — a replayed graph's grid stays right for any context.
+RILL_MLA_HD inline SeqWork seq_work(int start_pos, int n_new, int n_heads, int tiles_per_split,
+                                    int fixed_splits = 0) {
   SeqWork w;
   const int ctx = start_pos + n_new;
   if (n_new <= kDecodeMaxNew) {
     const int tiles = ceil_div(ctx, kDecKeys);
-    const int per = ceil_div(tiles, ceil_div(tiles, tiles_per_split));  // balanced tiles per split
-    w.n_splits = ceil_div(tiles, per);
+    const int per = fixed_splits > 0 ? ceil_div(tiles, fixed_splits)
+                                     : ceil_div(tiles, ceil_div(tiles, tiles_per_split));  // balanced
+    w.n_splits = fixed_splits > 0 ? fixed_splits : ceil_div(tiles, per);
     w.split_keys = per * kDecKeys;
     const int rows = n_new * n_heads;
     w.dec_work = ceil_div(rows, kDecRows) * w.n_splits;
@@ -88,6 +93,7 @@ struct PlanArrays {
 struct Plan {
   int n_seqs = 0, n_heads = 0;
   int tiles_per_split = kMinTilesPerSplit;  // decode split target; the device plan recomputes splits from it
+  int fixed_splits = 0;  // > 0: every decode sequence gets this many splits (BatchLayout::count_only_plan)
   int dec_tokens = 0, dec_work = 0, dec_slots = 0;
   int pf_tiles = 0, pf_rows = 0;
   size_t off_ints = 0, off_q_lat = 0, off_part_o = 0, off_part_ml = 0, off_lat = 0, off_ctx = 0, off_kvx = 0;
@@ -98,7 +104,7 @@ struct PlanParams {
   const int32_t* seq_token_start;  // [n_seqs + 1]
   const int32_t* seq_start_pos;    // [n_seqs]
   PlanArrays out;
-  int n_seqs, n_heads, tiles_per_split;
+  int n_seqs, n_heads, tiles_per_split, fixed_splits;
 };
 
 struct CacheWriteParams {

@@ -6,10 +6,10 @@
 
 #include <cstdlib>
 
-#include "cache/cache_manager.h"
+#include "runner/memory_plan.h"
 #include "model/kimi_linear_48b_config.h"
 
-namespace rill::cache {
+namespace rill::runner {
 namespace {
 
 model::ModelConfig kimi_linear_48b() {
@@ -51,4 +51,4 @@ TEST(MemoryPlan, CpuAvailableMemoryIsMemAvailable) {
 }
 
 }  // namespace
-}  // namespace rill::cache
+}  // namespace rill::runner

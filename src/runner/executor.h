@@ -1,0 +1,31 @@
+// Executor: the one thing the engine thread calls per step (design.md §2, §4). A local executor drives one
+// ModelRunner; a multi-rank one (dist/) broadcasts each step to every rank's runner and samples on the leader.
+#pragma once
+
+#include <memory>
+
+#include "runner/model_runner.h"
+
+namespace rill::runner {
+
+class Executor {
+ public:
+  virtual ~Executor() = default;
+  // Called once by the thread that will call execute().
+  virtual Status bind_thread() = 0;
+  // Applies the cache operations, runs the step, samples one token per logits row.
+  virtual Result<StepOutput> execute(const model::StepBatch& batch, const SamplingBatch& sampling,
+                                     const cache::CacheOps& ops) = 0;
+  virtual const model::Model& model() const = 0;
+  virtual const cache::MemoryPlan& memory_plan() const = 0;
+  // The prefix-caching options the caches were planned with (staging slots as the backend allows).
+  virtual const cache::PrefixCacheOptions& prefix_options() const = 0;
+  virtual int max_model_len() const = 0;
+  // Hands the model back (benchmarks comparing engine settings on one loaded model); nothing runs after.
+  virtual std::unique_ptr<model::Model> release_model() = 0;
+};
+
+// One ModelRunner on this process's backend.
+Result<std::unique_ptr<Executor>> make_local_executor(std::unique_ptr<model::Model> model, const RunnerOptions& o);
+
+}  // namespace rill::runner

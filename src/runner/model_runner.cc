@@ -1,0 +1,94 @@
+#include "runner/model_runner.h"
+
+#include <algorithm>
+
+#include "runner/memory_plan.h"
+
+namespace rill::runner {
+
+Status apply_cache_ops(backend::Backend& be, const model::ModelCaches& caches, const cache::CacheOps& ops) {
+  for (const cache::KdaSlotCopy& c : ops.kda_slot_copies) {
+    if (c.from == c.to) continue;
+    if (c.from < 0 || c.to < 0 || c.from >= caches.n_slots || c.to >= caches.n_slots)
+      return internal_error("KDA slot copy {} -> {} outside [0, {})", c.from, c.to, caches.n_slots);
+    for (const model::LayerCache& L : caches.layers)
+      for (const TensorView* t : {&L.kda_state, &L.kda_conv}) {
+        if (t->empty()) continue;
+        const size_t per_slot = t->nbytes() / size_t(t->size(0));  // contiguous [n_slots, ...]
+        char* base = static_cast<char*>(t->data);
+        RILL_TRY(be.copy_device_to_device(base + size_t(c.to) * per_slot, base + size_t(c.from) * per_slot,
+                                          per_slot));
+      }
+  }
+  return {};
+}
+
+Result<std::unique_ptr<ModelRunner>> ModelRunner::create(std::unique_ptr<model::Model> model,
+                                                         const RunnerOptions& o) {
+  if (!model) return invalid_argument("runner: no model");
+  if (o.max_batch_size < 1) return invalid_argument("--max-batch-size must be at least 1");
+  if (o.max_num_tokens < 1) return invalid_argument("--max-num-tokens must be at least 1");
+  backend::Backend& be = model->backend();
+  const model::ModelConfig& c = model->config();
+  int want_len =
+      o.max_model_len > 0 ? o.max_model_len : int(std::min<int64_t>(c.max_position_embeddings, 1 << 30));
+  if (!be.device_memory() && o.num_kv_blocks == 0 && o.max_model_len == 0)
+    want_len = std::min(want_len, 8192);  // CPU without explicit limits: a modest default context
+  model::StepLimits lim;
+  lim.max_tokens = o.max_num_tokens;
+  lim.max_seqs = o.max_batch_size;
+  lim.max_logit_rows = o.max_batch_size;
+  lim.max_context = want_len;
+  RILL_TRY(model->reserve_workspace(lim));
+  cache::PrefixCacheOptions prefix = o.prefix;
+  if (!be.kda_snapshots_in_step()) prefix.staging_slots = 0;
+  RILL_ASSIGN_OR_RETURN(cache::MemoryPlan plan, plan_memory(be, c, o.max_batch_size, want_len, o.kv_cache_fraction,
+                                                            o.num_kv_blocks, o.block_size, prefix));
+  // Graphs pad with one state slot and one MLA block past those the cache manager hands out.
+  const bool graphs = !o.enforce_eager && be.can_capture();
+  const int n_slots = cache::CacheManager::state_slots_needed(plan, prefix);
+  RILL_ASSIGN_OR_RETURN(model::ModelCaches caches,
+                        model::ModelCaches::allocate(be, c, n_slots + (graphs ? 1 : 0),
+                                                     plan.n_blocks + (graphs ? 1 : 0), plan.block_size));
+  RILL_ASSIGN_OR_RETURN(Sampler sampler, Sampler::create(be, o.max_batch_size));
+  std::unique_ptr<ModelRunner> r(new ModelRunner(std::move(model), std::move(sampler)));
+  r->plan_ = plan;
+  r->prefix_ = prefix;
+  r->caches_ = std::move(caches);
+  r->max_model_len_ = std::min<int>(want_len, plan.n_blocks * plan.block_size);
+  if (graphs) {
+    RILL_ASSIGN_OR_RETURN(DecodeGraphs g, DecodeGraphs::create(be, o.max_batch_size, r->max_model_len_,
+                                                               plan.block_size, n_slots, plan.n_blocks));
+    r->graphs_ = std::move(g);
+  }
+  return r;
+}
+
+Result<StepOutput> ModelRunner::execute(const model::StepBatch& batch, const SamplingBatch& sampling,
+                                        const cache::CacheOps& ops) {
+  backend::Backend& be = model_->backend();
+  RILL_TRY(apply_cache_ops(be, caches_, ops));
+  StepOutput out;
+  if (batch.seqs.empty()) return out;
+  TensorView logits;
+  if (graphs_ && graphs_->bucket(*model_, batch) > 0) {
+    RILL_ASSIGN_OR_RETURN(logits, graphs_->run(*model_, caches_, batch));
+  } else {
+    RILL_ASSIGN_OR_RETURN(logits, model_->forward(batch, caches_));
+  }
+  RILL_TRY(sampler_.run(logits, sampling, &out.tokens));
+  if (sampling.want_logits) {  // as the sampler left them (penalties and masks work in place)
+    out.vocab = logits.size(1);
+    out.logits.resize(static_cast<size_t>(logits.numel()));
+    RILL_TRY(be.copy_to_host(out.logits.data(), logits.data, logits.nbytes()));
+  }
+  return out;
+}
+
+std::unique_ptr<model::Model> ModelRunner::release_model() {
+  graphs_.reset();
+  caches_ = {};
+  return std::move(model_);
+}
+
+}  // namespace rill::runner

@@ -1,0 +1,70 @@
+// ModelRunner: everything one rank needs to run steps (design.md §4): the model (and through it the backend and
+// the step workspace), the cache storage, the sampler, and — on CUDA — the decode graphs. The engine reaches it
+// only through an Executor.
+
+// Decode graphs (decode_graphs.h) run where the backend can capture, unless --enforce-eager.
+#pragma once
+
+#include <memory>
+#include <optional>
+
+#include "cache/cache_manager.h"
+#include "model/model.h"
+#include "runner/decode_graphs.h"
+#include "runner/sampler.h"
+#include "runner/step_io.h"
+
+namespace rill::runner {
+
+struct RunnerOptions {
+  int max_batch_size = 64;    // sequences per step
+  int max_num_tokens = 2048;  // tokens per step
+  int max_model_len = 0;      // 0: the model's max_position_embeddings (CPU without cache sizes: 8192)
+  double kv_cache_fraction = 0.9;
+  int num_kv_blocks = 0;  // explicit MLA block count (overrides the fraction)
+  int block_size = 64;
+  // Prefix caching; `staging_slots` is what the engine would like (dropped where the backend cannot take KDA
+  // snapshots inside a step).
+  cache::PrefixCacheOptions prefix;
+  bool enforce_eager = false;  // no decode graphs (vLLM's --enforce-eager)
+};
+
+// Applies a step's cache operations to `caches` (KDA slot copies, in order, on the backend's stream).
+Status apply_cache_ops(backend::Backend& be, const model::ModelCaches& caches, const cache::CacheOps& ops);
+
+class ModelRunner {
+ public:
+  static Result<std::unique_ptr<ModelRunner>> create(std::unique_ptr<model::Model> model, const RunnerOptions& o);
+
+  // The thread that calls execute() binds itself to the backend's device first.
+  Status bind_thread() { return model_->backend().bind_thread(); }
+  // Applies `ops`, runs the step and samples one token per logits row.
+  Result<StepOutput> execute(const model::StepBatch& batch, const SamplingBatch& sampling,
+                             const cache::CacheOps& ops);
+
+  const model::Model& model() const { return *model_; }
+  const cache::MemoryPlan& memory_plan() const { return plan_; }
+  const cache::PrefixCacheOptions& prefix_options() const { return prefix_; }
+  // The longest sequence: the requested context, capped so that one sequence always fits in the cache alone.
+  int max_model_len() const { return max_model_len_; }
+  std::unique_ptr<model::Model> release_model();
+
+  bool graphs_enabled() const { return graphs_.has_value(); }
+  int graphs_captured() const { return graphs_ ? graphs_->captured() : 0; }
+  uint64_t graph_replays() const { return graphs_ ? graphs_->replays() : 0; }
+
+ private:
+
+  ModelRunner(std::unique_ptr<model::Model> model, Sampler sampler)
+      : model_(std::move(model)), sampler_(std::move(sampler)) {}
+
+  std::unique_ptr<model::Model> model_;
+  Sampler sampler_;
+  cache::MemoryPlan plan_;
+  cache::PrefixCacheOptions prefix_;
+  model::ModelCaches caches_;
+  int max_model_len_ = 0;
+  std::optional<DecodeGraphs> graphs_;  // where the backend can capture, unless enforce_eager
+};
+
+}  // namespace rill::runner
