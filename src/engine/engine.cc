@@ -246,6 +246,7 @@ Result<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<model::Model> mod
   ro.num_kv_blocks = o.num_kv_blocks;
   ro.block_size = o.block_size;
   ro.enforce_eager = o.enforce_eager;
+  ro.capture_graphs = o.capture_graphs;
   cache::PrefixCacheOptions& prefix = ro.prefix;
   prefix.enabled = o.enable_prefix_caching;
   prefix.snapshot_interval = o.kda_snapshot_interval;

@@ -124,6 +124,8 @@ struct EngineOptions {
   // CUDA graphs off (vLLM's --enforce-eager); graphs are on by default on CUDA: decode steps replay a graph
   // captured per batch-size bucket (runner/).
   bool enforce_eager = false;
+  // runner::RunnerOptions::capture_graphs (false: decode steps run padded as graphs would, eagerly; tests).
+  bool capture_graphs = true;
   // Tests only: called on the engine thread with every sampled row's logits (copied to the host: slow).
   std::function<void(uint64_t request_id, int32_t position, std::span<const float> logits)> logits_hook;
 };

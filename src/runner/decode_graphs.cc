@@ -10,9 +10,10 @@ std::vector<int> decode_graph_buckets(int max_batch_size) {
 }
 
 Result<DecodeGraphs> DecodeGraphs::create(backend::Backend& be, int max_batch_size, int max_context,
-                                          int block_size, int32_t pad_slot, int32_t pad_block) {
-  if (!be.can_capture()) return unimplemented("the {} backend has no graphs", be.name());
+                                          int block_size, int32_t pad_slot, int32_t pad_block, bool capture) {
+  if (capture && !be.can_capture()) return unimplemented("the {} backend has no graphs", be.name());
   DecodeGraphs g;
+  g.capture_ = capture;
   g.buckets_ = decode_graph_buckets(max_batch_size);
   g.pad_slot_ = pad_slot;
   g.pad_block_ = pad_block;
@@ -50,6 +51,10 @@ Result<TensorView> DecodeGraphs::run(model::Model& m, const model::ModelCaches& 
   const model::Model::FixedInputs fixed{layout_.data(), layout_.size(), block_table_stride_};
   RILL_TRY(m.prepare(padded, caches, &fixed));
   const int64_t rows = int64_t(batch.seqs.size());
+  if (!capture_) {
+    RILL_ASSIGN_OR_RETURN(TensorView logits, m.run_prepared(caches));
+    return logits.narrow(0, 0, rows);
+  }
   auto it = graphs_.find(bucket);
   if (it != graphs_.end()) {
     RILL_TRY(it->second.work->replay());

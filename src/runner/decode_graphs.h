@@ -24,9 +24,12 @@ std::vector<int> decode_graph_buckets(int max_batch_size);
 class DecodeGraphs {
  public:
   // `pad_slot` and `pad_block`: a state slot and an MLA block of `caches` that nothing else uses;
-  // `max_context`: the longest sequence (it sets the block tables' fixed stride).
-  static Result<DecodeGraphs> create(backend::Backend& be, int max_batch_size, int max_context, int block_size,
-                                     int32_t pad_slot, int32_t pad_block);
+  // `max_context`: the longest sequence (it sets the block tables' fixed stride). `capture` false: every step
+  // runs padded, with the fixed inputs, but eagerly — what a replay must reproduce bit for bit, on any
+  // backend (RunnerOptions::capture_graphs).
+  static Result<DecodeGraphs> create(backend::Backend& be, int max_batch_size, int max_context,
+                                     int block_size, int32_t pad_slot, int32_t pad_block,
+                                     bool capture = true);
 
   // The bucket `batch` replays from, or 0 when it must run eagerly.
   int bucket(const model::Model& m, const model::StepBatch& batch) const;
@@ -47,6 +50,7 @@ class DecodeGraphs {
   std::vector<int> buckets_;
   std::map<int, Graph> graphs_;
   int32_t pad_slot_ = -1, pad_block_ = -1;
+  bool capture_ = true;
   int block_table_stride_ = 0;
   backend::DeviceAllocation layout_;
   uint64_t replays_ = 0;

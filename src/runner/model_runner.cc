@@ -45,7 +45,7 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(std::unique_ptr<model::
   RILL_ASSIGN_OR_RETURN(cache::MemoryPlan plan, plan_memory(be, c, o.max_batch_size, want_len, o.kv_cache_fraction,
                                                             o.num_kv_blocks, o.block_size, prefix));
   // Graphs pad with one state slot and one MLA block past those the cache manager hands out.
-  const bool graphs = !o.enforce_eager && be.can_capture();
+  const bool graphs = !o.enforce_eager && (be.can_capture() || !o.capture_graphs);
   const int n_slots = cache::CacheManager::state_slots_needed(plan, prefix);
   RILL_ASSIGN_OR_RETURN(model::ModelCaches caches,
                         model::ModelCaches::allocate(be, c, n_slots + (graphs ? 1 : 0),
@@ -57,8 +57,9 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(std::unique_ptr<model::
   r->caches_ = std::move(caches);
   r->max_model_len_ = std::min<int>(want_len, plan.n_blocks * plan.block_size);
   if (graphs) {
-    RILL_ASSIGN_OR_RETURN(DecodeGraphs g, DecodeGraphs::create(be, o.max_batch_size, r->max_model_len_,
-                                                               plan.block_size, n_slots, plan.n_blocks));
+    RILL_ASSIGN_OR_RETURN(DecodeGraphs g,
+                          DecodeGraphs::create(be, o.max_batch_size, r->max_model_len_, plan.block_size,
+                                               n_slots, plan.n_blocks, o.capture_graphs));
     r->graphs_ = std::move(g);
   }
   return r;

@@ -2,7 +2,8 @@
 // the step workspace), the cache storage, the sampler, and — on CUDA — the decode graphs. The engine reaches it
 // only through an Executor.
 
-// Decode graphs (decode_graphs.h) run where the backend can capture, unless --enforce-eager.
+// Decode graphs (decode_graphs.h) run where the backend can capture, unless --enforce-eager; with
+// RunnerOptions::capture_graphs false their padded steps run eagerly on any backend.
 #pragma once
 
 #include <memory>
@@ -27,6 +28,9 @@ struct RunnerOptions {
   // snapshots inside a step).
   cache::PrefixCacheOptions prefix;
   bool enforce_eager = false;  // no decode graphs (vLLM's --enforce-eager)
+  // false: decode steps still run padded to their graph bucket with the graphs' fixed inputs, but eagerly and
+  // on any backend — what a replay must reproduce exactly (tests; telling capture bugs from padding bugs).
+  bool capture_graphs = true;
 };
 
 // Applies a step's cache operations to `caches` (KDA slot copies, in order, on the backend's stream).
@@ -64,7 +68,7 @@ class ModelRunner {
   cache::PrefixCacheOptions prefix_;
   model::ModelCaches caches_;
   int max_model_len_ = 0;
-  std::optional<DecodeGraphs> graphs_;  // where the backend can capture, unless enforce_eager
+  std::optional<DecodeGraphs> graphs_;  // see RunnerOptions::enforce_eager and capture_graphs
 };
 
 }  // namespace rill::runner
