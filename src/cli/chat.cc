@@ -31,7 +31,9 @@ using Json = nlohmann::ordered_json;
 
 // Set by SIGINT; read by the reply loops (every 100 ms) and the prompt.
 std::atomic<bool> g_interrupted{false};
-extern "C" void on_sigint(int) { g_interrupted.store(true); }
+extern "C" void on_sigint(int) {
+  g_interrupted.store(true);
+}
 
 constexpr const char* kHelp =
     "  /help     this text\n"
@@ -85,7 +87,10 @@ class LocalReplier final : public Replier {
  public:
   LocalReplier(std::unique_ptr<engine::Engine> engine, std::unique_ptr<server::ChatPrompt> chat,
                std::shared_ptr<const text::Tokenizer> tokenizer, ChatSettings s)
-      : engine_(std::move(engine)), chat_(std::move(chat)), tokenizer_(std::move(tokenizer)), s_(std::move(s)) {}
+      : engine_(std::move(engine)),
+        chat_(std::move(chat)),
+        tokenizer_(std::move(tokenizer)),
+        s_(std::move(s)) {}
   ~LocalReplier() override { engine_->shutdown(false); }
 
   Result<Json> reply(const Json& messages, Terminal& term) override {
@@ -114,8 +119,8 @@ class LocalReplier final : public Replier {
     }
     server::ChoiceDecoder decoder(std::move(parser), prompt->parser.starts_in_reasoning);
     for (const auto& f : decoder.begin(prompt->forced_prefix)) print(f, term);
-    RILL_ASSIGN_OR_RETURN(auto stream,
-                          engine_->submit(engine::Request{prompt->ids, params, prompt->reported_prompt_tokens}));
+    RILL_ASSIGN_OR_RETURN(
+        auto stream, engine_->submit(engine::Request{prompt->ids, params, prompt->reported_prompt_tokens}));
     engine::StreamEvent ev;
     bool cancelled = false;
     while (!decoder.finished()) {
@@ -137,8 +142,9 @@ class LocalReplier final : public Replier {
     if (r.has_tool_calls()) {
       Json calls = Json::array();
       for (const auto& t : r.tool_calls)
-        calls.push_back(
-            {{"id", t.id}, {"type", "function"}, {"function", {{"name", t.name}, {"arguments", t.arguments}}}});
+        calls.push_back({{"id", t.id},
+                         {"type", "function"},
+                         {"function", {{"name", t.name}, {"arguments", t.arguments}}}});
       message["tool_calls"] = std::move(calls);
     }
     return message;
@@ -168,8 +174,11 @@ class RemoteReplier final : public Replier {
       : url_(std::move(url)), model_(std::move(model)), api_key_(std::move(api_key)), s_(std::move(s)) {}
 
   Result<Json> reply(const Json& messages, Terminal& term) override {
-    Json body{{"messages", messages},          {"stream", true},       {"max_tokens", s_.max_tokens},
-              {"temperature", s_.temperature}, {"top_p", s_.top_p}};
+    Json body{{"messages", messages},
+              {"stream", true},
+              {"max_tokens", s_.max_tokens},
+              {"temperature", s_.temperature},
+              {"top_p", s_.top_p}};
     if (!model_.empty()) body["model"] = model_;
     if (s_.seed >= 0) body["seed"] = s_.seed;
     if (s_.ignore_eos) body["ignore_eos"] = true;
@@ -205,13 +214,16 @@ class RemoteReplier final : public Replier {
         for (const Json& tc : delta["tool_calls"]) {
           const size_t i = tc.value("index", 0);
           while (calls.size() <= i)
-            calls.push_back({{"id", ""}, {"type", "function"}, {"function", {{"name", ""}, {"arguments", ""}}}});
+            calls.push_back(
+                {{"id", ""}, {"type", "function"}, {"function", {{"name", ""}, {"arguments", ""}}}});
           Json& call = calls[i];
           if (tc.contains("id") && tc["id"].is_string()) call["id"] = tc["id"];
           const Json fn = tc.value("function", Json::object());
-          const std::string name = fn.contains("name") && fn["name"].is_string() ? fn["name"].get<std::string>() : "";
-          const std::string args =
-              fn.contains("arguments") && fn["arguments"].is_string() ? fn["arguments"].get<std::string>() : "";
+          const std::string name =
+              fn.contains("name") && fn["name"].is_string() ? fn["name"].get<std::string>() : "";
+          const std::string args = fn.contains("arguments") && fn["arguments"].is_string()
+                                       ? fn["arguments"].get<std::string>()
+                                       : "";
           if (!name.empty()) call["function"]["name"] = name;
           call["function"]["arguments"] = call["function"]["arguments"].get<std::string>() + args;
           term.tool_call(name, args);
@@ -232,12 +244,13 @@ class RemoteReplier final : public Replier {
         }
       }
     };
-    RILL_ASSIGN_OR_RETURN(HttpReply r, http_request(url_, "POST", "/v1/chat/completions", body.dump(), api_key_,
-                                                    on_body, &g_interrupted));
+    RILL_ASSIGN_OR_RETURN(HttpReply r, http_request(url_, "POST", "/v1/chat/completions", body.dump(),
+                                                    api_key_, on_body, &g_interrupted));
     if (r.status != 200 && !r.stopped) {
       const Json err = Json::parse(raw + pending, nullptr, false);
-      const std::string msg =
-          err.is_object() && err.contains("error") ? err["error"].value("message", err.dump()) : raw + pending;
+      const std::string msg = err.is_object() && err.contains("error")
+                                  ? err["error"].value("message", err.dump())
+                                  : raw + pending;
       return invalid_argument("the server answered {}: {}", r.status, msg);
     }
     if (!error.empty()) return internal_error("the server: {}", error);
@@ -296,7 +309,7 @@ Status check_can_chat(const std::string& dir) {
   auto tmpl = text::ChatTemplate::load(dir);
   if (!tmpl.ok())
     return invalid_argument("this model cannot chat: {} (use `rill generate` for plain completions)",
-                               tmpl.status().message());
+                            tmpl.status().message());
   return {};
 }
 
@@ -331,9 +344,11 @@ Result<std::unique_ptr<Replier>> open_remote(const std::string& url_text, std::s
     return unavailable("--url {}: GET /v1/models answered {}: {}", url_text, models.status, models.body);
   if (model.empty()) {  // the server's first model
     const Json list = Json::parse(models.body, nullptr, false);
-    if (list.is_object() && list.contains("data") && !list["data"].empty()) model = list["data"][0].value("id", "");
+    if (list.is_object() && list.contains("data") && !list["data"].empty())
+      model = list["data"][0].value("id", "");
   }
-  return std::unique_ptr<Replier>(std::make_unique<RemoteReplier>(std::move(url), std::move(model), api_key, s));
+  return std::unique_ptr<Replier>(
+      std::make_unique<RemoteReplier>(std::move(url), std::move(model), api_key, s));
 }
 
 }  // namespace

@@ -20,8 +20,7 @@ void add_device_options(CLI::App& app, DeviceOptions& o) {
       })
       ->capture_default_str();
   app.add_option_function<std::string>(
-         "--log-level",
-         [](const std::string& v) { set_log_level(*parse_log_level(v)); },
+         "--log-level", [](const std::string& v) { set_log_level(*parse_log_level(v)); },
          "debug | info | warning | error: the least severe log lines written to stderr (default: "
          "RILL_LOG_LEVEL, else info)")
       ->check(CLI::IsMember({"debug", "info", "warning", "error"}));
@@ -30,7 +29,8 @@ void add_device_options(CLI::App& app, DeviceOptions& o) {
 Result<std::unique_ptr<backend::Backend>> open_backend(const DeviceOptions& o) {
   if (o.device != "auto") return backend::make_backend(o.device);
   if (!backend::cuda_backend_compiled()) {
-    RILL_LOG_WARN("--device auto: this build has no CUDA backend (built with -DRILL_CUDA=OFF): running on the CPU");
+    RILL_LOG_WARN(
+        "--device auto: this build has no CUDA backend (built with -DRILL_CUDA=OFF): running on the CPU");
     return backend::make_backend("cpu");
   }
   auto be = backend::make_backend("cuda");

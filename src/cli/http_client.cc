@@ -47,7 +47,8 @@ Result<HttpReply> http_request(const HttpUrl& url, const std::string& method, co
   const auto endpoints = resolver.resolve(url.host, url.port, ec);
   if (ec) return unavailable("--url: cannot resolve {}: {}", url.host, ec.message());
   net::connect(socket, endpoints, ec);
-  if (ec) return unavailable("--url: cannot connect to {}: {} (is `rill serve` running?)", where, ec.message());
+  if (ec)
+    return unavailable("--url: cannot connect to {}: {} (is `rill serve` running?)", where, ec.message());
 
   http::request<http::string_body> req{method == "GET" ? http::verb::get : http::verb::post,
                                        url.base_path + path, 11};

@@ -20,7 +20,7 @@ Result<HttpUrl> parse_http_url(const std::string& url);
 
 struct HttpReply {
   int status = 0;
-  std::string body;  // the whole body, unless an on_body callback took it
+  std::string body;      // the whole body, unless an on_body callback took it
   bool stopped = false;  // `stop` ended it early
 };
 

@@ -20,8 +20,9 @@ namespace {
 
 // "--max_batch_size=8" -> "--max-batch-size=8"; other-server names -> rill's.
 std::vector<std::string> normalize_flags(int argc, char** argv) {
-  static const std::pair<const char*, const char*> kShort[] = {
-      {"-tp", "--tensor-parallel-size"}, {"-pp", "--pipeline-parallel-size"}, {"-dp", "--data-parallel-size"}};
+  static const std::pair<const char*, const char*> kShort[] = {{"-tp", "--tensor-parallel-size"},
+                                                               {"-pp", "--pipeline-parallel-size"},
+                                                               {"-dp", "--data-parallel-size"}};
   static const std::pair<const char*, const char*> kAliases[] = {
       {"--max-num-seqs", "--max-batch-size"},
       {"--max-num-batched-tokens", "--max-num-tokens"},
@@ -33,7 +34,8 @@ std::vector<std::string> normalize_flags(int argc, char** argv) {
   for (int i = 0; i < argc; ++i) {
     std::string a = argv[i];
     for (const auto& [from, to] : kShort)
-      if (i > 0 && (a == from || a.starts_with(std::string(from) + "="))) a = to + a.substr(std::strlen(from));
+      if (i > 0 && (a == from || a.starts_with(std::string(from) + "=")))
+        a = to + a.substr(std::strlen(from));
     if (i > 0 && a.starts_with("--")) {
       const size_t eq = a.find('=');
       std::string name = a.substr(0, eq), rest = eq == std::string::npos ? "" : a.substr(eq);

@@ -6,7 +6,9 @@
 namespace rill::cli {
 namespace {
 
-void notice(const std::string& flag, const std::string& why) { RILL_LOG_INFO("notice: {}: {}", flag, why); }
+void notice(const std::string& flag, const std::string& why) {
+  RILL_LOG_INFO("notice: {}: {}", flag, why);
+}
 
 Status check_parallel(const char* flag, int value) {
   if (value == 1) return {};
@@ -30,9 +32,10 @@ void add_vllm_flags(CLI::App& app, server::ServerOptions& o, VllmFlags& f) {
   app.add_flag("--enable-expert-parallel", f.enable_expert_parallel,
                "expert parallelism (one GPU holds every expert: a notice)")
       ->group(group);
-  app.add_option("--gpu-memory-utilization", f.gpu_memory_utilization,
-                 "fraction of the GPU's total memory the whole process may use (weights + workspace + "
-                 "caches), as vLLM; the caches get what the weights leave of it (replaces --kv-cache-fraction)")
+  app.add_option(
+         "--gpu-memory-utilization", f.gpu_memory_utilization,
+         "fraction of the GPU's total memory the whole process may use (weights + workspace + "
+         "caches), as vLLM; the caches get what the weights leave of it (replaces --kv-cache-fraction)")
       ->check(CLI::Range(0.01, 1.0))
       ->group(group);
   app.add_option("--tool-call-parser", f.tool_call_parser,
@@ -61,23 +64,26 @@ void add_vllm_flags(CLI::App& app, server::ServerOptions& o, VllmFlags& f) {
                  "a Jinja chat template file used instead of the checkpoint's (K2 family)")
       ->check(CLI::ExistingFile)
       ->group(group);
-  app.add_option("--generation-config", o.generation_config,
-                 "auto: default temperature, top_p, top_k, repetition_penalty and max_tokens (max_new_tokens) "
-                 "from MODEL_DIR/generation_config.json; vllm: none; DIR: DIR/generation_config.json. "
-                 "Request fields override them")
+  app.add_option(
+         "--generation-config", o.generation_config,
+         "auto: default temperature, top_p, top_k, repetition_penalty and max_tokens (max_new_tokens) "
+         "from MODEL_DIR/generation_config.json; vllm: none; DIR: DIR/generation_config.json. "
+         "Request fields override them")
       ->capture_default_str()
       ->group(group);
   app.add_flag("--enforce-eager", f.enforce_eager, "CUDA graphs off (on by default on CUDA)")->group(group);
   app.add_flag("--disable-log-requests", f.disable_log_requests,
                "no log line per finished or rejected request")
       ->group(group);
-  app.add_flag("--enable-log-requests", f.enable_log_requests, "the request log (on by default)")->group(group);
+  app.add_flag("--enable-log-requests", f.enable_log_requests, "the request log (on by default)")
+      ->group(group);
   app.add_option("--log-stats-interval", o.log_stats_interval_s,
                  "seconds between stats lines (throughput, running / waiting, cache use) while busy; 0: none")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 86400.0))
       ->group(group);
-  app.add_flag("--disable-log-stats", f.disable_log_stats, "no stats lines (--log-stats-interval 0)")->group(group);
+  app.add_flag("--disable-log-stats", f.disable_log_stats, "no stats lines (--log-stats-interval 0)")
+      ->group(group);
 }
 
 Status apply_vllm_flags(const VllmFlags& f, const DeviceOptions& device, server::ServerOptions& o) {
@@ -85,8 +91,10 @@ Status apply_vllm_flags(const VllmFlags& f, const DeviceOptions& device, server:
   RILL_TRY(check_parallel("--pipeline-parallel-size", f.pipeline_parallel_size));
   RILL_TRY(check_parallel("--data-parallel-size", f.data_parallel_size));
   if (f.dtype != "auto" && f.dtype != "bfloat16" && f.dtype != "bf16")
-    return invalid_argument("--dtype {}: rill computes in bfloat16 on the GPU (float32 on the CPU); use auto or "
-                            "bfloat16", f.dtype);
+    return invalid_argument(
+        "--dtype {}: rill computes in bfloat16 on the GPU (float32 on the CPU); use auto or "
+        "bfloat16",
+        f.dtype);
   // The parsers are the model family's; a name of the other family is a mistake worth stopping for. A
   // config that does not load is left for the server to report as it does without these flags.
   auto config = model::ModelConfig::load(o.model_dir);
@@ -100,7 +108,8 @@ Status apply_vllm_flags(const VllmFlags& f, const DeviceOptions& device, server:
       return invalid_argument("--reasoning-parser {}: the model is {}: use {}", f.reasoning_parser, family,
                               k3 ? "kimi_k3 (or kimi)" : "kimi (or kimi_k2)");
     if (k3 && !o.chat_template_file.empty())
-      notice("--chat-template", "Kimi K3 prompts come from the native renderer (text/k3); the file is not used");
+      notice("--chat-template",
+             "Kimi K3 prompts come from the native renderer (text/k3); the file is not used");
   }
   const bool cpu = device.device == "cpu" || (device.device == "auto" && !backend::cuda_backend_compiled());
   if (f.enable_expert_parallel)
@@ -137,9 +146,10 @@ Result<std::optional<double>> kv_fraction_for_utilization(const VllmFlags& f, co
         "loaded ({:.0f}%), leaving nothing for the caches: raise it",
         u, used / kGiB, total_b / kGiB, 100 * used / total_b);
   const double fraction = std::min(1.0, budget / free_b);
-  RILL_LOG_INFO("--gpu-memory-utilization {}: the caches get {:.2f} GiB ({:.3f} of the {:.2f} GiB free after the "
-                "weights; the step workspace comes out of it)",
-                u, budget / kGiB, fraction, free_b / kGiB);
+  RILL_LOG_INFO(
+      "--gpu-memory-utilization {}: the caches get {:.2f} GiB ({:.3f} of the {:.2f} GiB free after the "
+      "weights; the step workspace comes out of it)",
+      u, budget / kGiB, fraction, free_b / kGiB);
   return std::optional<double>(fraction);
 }
 

@@ -20,10 +20,14 @@ std::atomic<LogLevel>& level_ref() {
 
 spdlog::level::level_enum to_spdlog(LogLevel level) {
   switch (level) {
-    case LogLevel::Debug: return spdlog::level::debug;
-    case LogLevel::Info: return spdlog::level::info;
-    case LogLevel::Warn: return spdlog::level::warn;
-    case LogLevel::Error: return spdlog::level::err;
+    case LogLevel::Debug:
+      return spdlog::level::debug;
+    case LogLevel::Info:
+      return spdlog::level::info;
+    case LogLevel::Warn:
+      return spdlog::level::warn;
+    case LogLevel::Error:
+      return spdlog::level::err;
   }
   return spdlog::level::info;
 }
@@ -57,14 +61,20 @@ std::optional<LogLevel> parse_log_level(std::string_view name) {
 
 const char* log_level_name(LogLevel level) {
   switch (level) {
-    case LogLevel::Debug: return "debug";
-    case LogLevel::Info: return "info";
-    case LogLevel::Warn: return "warning";
-    case LogLevel::Error: return "error";
+    case LogLevel::Debug:
+      return "debug";
+    case LogLevel::Info:
+      return "info";
+    case LogLevel::Warn:
+      return "warning";
+    case LogLevel::Error:
+      return "error";
   }
   return "info";
 }
 
-void log_line(LogLevel level, const std::string& message) { logger().log(to_spdlog(level), message); }
+void log_line(LogLevel level, const std::string& message) {
+  logger().log(to_spdlog(level), message);
+}
 
 }  // namespace rill

@@ -12,7 +12,8 @@ Result<GenerationDefaults> load_generation_defaults(const std::string& mode,
     out.source = "none (--generation-config vllm)";
     return out;
   }
-  const std::filesystem::path file = (mode == "auto" ? model_dir : std::filesystem::path(mode)) / "generation_config.json";
+  const std::filesystem::path file =
+      (mode == "auto" ? model_dir : std::filesystem::path(mode)) / "generation_config.json";
   std::ifstream in(file);
   if (!in) {
     if (mode == "auto") {
@@ -24,7 +25,8 @@ Result<GenerationDefaults> load_generation_defaults(const std::string& mode,
   std::stringstream text;
   text << in.rdbuf();
   const Json json = Json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
-  if (!json.is_object()) return invalid_argument("--generation-config: {} is not a JSON object", file.string());
+  if (!json.is_object())
+    return invalid_argument("--generation-config: {} is not a JSON object", file.string());
   for (const char* key : {"temperature", "top_p", "repetition_penalty"}) {
     if (!json.contains(key) || json[key].is_null()) continue;
     if (!json[key].is_number())

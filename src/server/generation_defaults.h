@@ -19,6 +19,7 @@ struct GenerationDefaults {
 
 // A missing file under `auto` is no error (most checkpoints have one; the tiny model has none); a missing
 // file in a named directory, bad JSON or a value of the wrong type is, naming the file and field.
-Result<GenerationDefaults> load_generation_defaults(const std::string& mode, const std::filesystem::path& model_dir);
+Result<GenerationDefaults> load_generation_defaults(const std::string& mode,
+                                                    const std::filesystem::path& model_dir);
 
 }  // namespace rill::server

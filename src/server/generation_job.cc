@@ -18,8 +18,8 @@ void GenerationJob::cancel() {
     if (engine) engine->cancel(c.stream->id());
     ctx_.metrics().record_request(RequestRecord{"abort", c.first_token_s, now, 0, 0});
     if (ctx_.config().log_requests)
-      log_finished_request(FinishedRequest{request_id_, int(i), 499, "abort", -1, -1, c.n_tokens,
-                                           c.first_token_s, now});
+      log_finished_request(
+          FinishedRequest{request_id_, int(i), 499, "abort", -1, -1, c.n_tokens, c.first_token_s, now});
   }
 }
 
@@ -42,10 +42,12 @@ void GenerationJob::take(int i, const engine::StreamEvent& ev, std::vector<JobFr
         ctx_.metrics().record_request(RequestRecord{f.finish_reason, c.first_token_s, now,
                                                     f.usage.prompt_tokens, f.usage.completion_tokens});
         if (ctx_.config().log_requests) {
-          const int status = f.finish_reason == "error" ? 500 : f.finish_reason == "server_interrupted" ? 503 : 200;
+          const int status = f.finish_reason == "error"                ? 500
+                             : f.finish_reason == "server_interrupted" ? 503
+                                                                       : 200;
           log_finished_request(FinishedRequest{request_id_, i, status, f.finish_reason, f.usage.prompt_tokens,
-                                               f.usage.cached_tokens, f.usage.completion_tokens, c.first_token_s,
-                                               now});
+                                               f.usage.cached_tokens, f.usage.completion_tokens,
+                                               c.first_token_s, now});
         }
       }
     }

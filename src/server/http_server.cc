@@ -73,7 +73,8 @@ bool HttpServer::authorized(const HttpRequest& req) const {
 void HttpServer::handle(HttpRequest& req, HttpResponse& res) {
   if (!authorized(req)) {
     const ApiError error{401, "Invalid or missing API key: send `Authorization: Bearer <key>`"};
-    if (ctx_.config().log_requests) log_rejected_request(req.method, req.path, error.http_status, error.message);
+    if (ctx_.config().log_requests)
+      log_rejected_request(req.method, req.path, error.http_status, error.message);
     return write_error(res, error);
   }
   const std::vector<Route>& routes = route_table();

@@ -9,9 +9,10 @@ namespace rill::server {
 std::string format_finished_request(const FinishedRequest& r) {
   const std::string ttft = r.ttft_s < 0 ? "-" : fmt::format("{:.3f}s", r.ttft_s);
   // vLLM's TPOT: the time after the first token over the tokens after it.
-  const std::string tpot = r.ttft_s < 0 || r.completion_tokens < 2
-                               ? "-"
-                               : fmt::format("{:.4f}s", (r.e2e_s - r.ttft_s) / double(r.completion_tokens - 1));
+  const std::string tpot =
+      r.ttft_s < 0 || r.completion_tokens < 2
+          ? "-"
+          : fmt::format("{:.4f}s", (r.e2e_s - r.ttft_s) / double(r.completion_tokens - 1));
   return fmt::format(
       "request {} finished: choice={} status={} finish={} prompt_tokens={} cached_tokens={} "
       "completion_tokens={} ttft={} tpot={} e2e={:.3f}s",
@@ -19,7 +20,9 @@ std::string format_finished_request(const FinishedRequest& r) {
       r.completion_tokens, ttft, tpot, r.e2e_s);
 }
 
-void log_finished_request(const FinishedRequest& r) { RILL_LOG_INFO("{}", format_finished_request(r)); }
+void log_finished_request(const FinishedRequest& r) {
+  RILL_LOG_INFO("{}", format_finished_request(r));
+}
 
 void log_rejected_request(const std::string& method, const std::string& path, int status,
                           const std::string& reason) {

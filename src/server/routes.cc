@@ -132,7 +132,8 @@ ApiResult<Json> parse_body(const HttpRequest& req) {
 std::optional<ApiError> check_model_name(const ServingContext& ctx, const std::string& model) {
   const ServingConfig& c = ctx.config();
   if (model.empty() || model == c.served_model_name) return std::nullopt;
-  if (std::find(c.served_model_names.begin(), c.served_model_names.end(), model) != c.served_model_names.end())
+  if (std::find(c.served_model_names.begin(), c.served_model_names.end(), model) !=
+      c.served_model_names.end())
     return std::nullopt;
   return model_not_found(model);
 }

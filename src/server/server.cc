@@ -132,17 +132,18 @@ void load_checked(const ServerOptions& options, const ModelLoader& loader, Servi
   if (!engine.ok()) return fail(engine.status());
   info.max_model_len = (*engine)->max_model_len();
   const std::string params = n_params >= 1'000'000'000 ? fmt::format("{:.2f} B", double(n_params) / 1e9)
-                                                        : fmt::format("{:.2f} M", double(n_params) / 1e6);
+                                                       : fmt::format("{:.2f} M", double(n_params) / 1e6);
   RILL_LOG_INFO("model: {} ({}), {} parameters, {:.2f} GB of weights on {}, loaded in {:.1f} s",
-                info.kimi_k3 ? "kimi_k3" : "kimi_linear", options.model_dir, params, double(weight_bytes) / 1e9,
-                device, load_s);
+                info.kimi_k3 ? "kimi_k3" : "kimi_linear", options.model_dir, params,
+                double(weight_bytes) / 1e9, device, load_s);
   RILL_LOG_INFO("cache plan: {}", (*engine)->memory_plan());
   RILL_LOG_INFO("chat template: {}", chat_template_source(options, info.kimi_k3, files->chat_error));
-  RILL_LOG_INFO("generation config: {}{}", defaults->source,
-                defaults->sampling.empty() && !defaults->max_tokens
-                    ? ""
-                    : fmt::format(" (defaults {}{})", defaults->sampling.dump(),
-                                  defaults->max_tokens ? fmt::format(", max_tokens {}", defaults->max_tokens) : ""));
+  RILL_LOG_INFO(
+      "generation config: {}{}", defaults->source,
+      defaults->sampling.empty() && !defaults->max_tokens
+          ? ""
+          : fmt::format(" (defaults {}{})", defaults->sampling.dump(),
+                        defaults->max_tokens ? fmt::format(", max_tokens {}", defaults->max_tokens) : ""));
   auto chat = ChatPrompt::load(options.model_dir, info.kimi_k3, shared_tokenizer, options.chat_template_file);
   ctx.set_ready(std::move(loaded->backend), std::move(engine).value(), shared_tokenizer, std::move(chat),
                 std::move(info));
@@ -202,14 +203,15 @@ int run_server(const ServerOptions& options, const ModelLoader& loader) {
     RILL_LOG_ERROR("rill serve: {}", st.message());
     return 1;
   }
-  RILL_LOG_INFO("rill {} serve: pid {}, log level {}", rill_version(), int(getpid()), log_level_name(log_level()));
+  RILL_LOG_INFO("rill {} serve: pid {}, log level {}", rill_version(), int(getpid()),
+                log_level_name(log_level()));
   if (!options.startup_flags.empty()) {
     std::string flags;
     for (const std::string& f : options.startup_flags) flags += (flags.empty() ? "" : " ") + f;
     RILL_LOG_INFO("flags: {}", flags);
   }
-  RILL_LOG_INFO("rill serve: listening on http://{}:{} (model '{}' loading from {})", options.host, http.port(),
-                ctx.config().served_model_name, options.model_dir);
+  RILL_LOG_INFO("rill serve: listening on http://{}:{} (model '{}' loading from {})", options.host,
+                http.port(), ctx.config().served_model_name, options.model_dir);
   std::thread listener([&http] { http.listen(); });
   std::atomic<bool> loaded{false};
   std::thread loading([&] {
@@ -240,8 +242,9 @@ int run_server(const ServerOptions& options, const ModelLoader& loader) {
   if (!failed) {
     ctx.set_phase(Phase::Draining);
     http.begin_drain();  // no new connections; idle and still-arriving ones closed now
-    RILL_LOG_INFO("rill serve: shutting down: {} request(s) in flight, {:.0f} s grace (signal again to cancel)",
-                  ctx.in_flight(), options.shutdown_timeout_s);
+    RILL_LOG_INFO(
+        "rill serve: shutting down: {} request(s) in flight, {:.0f} s grace (signal again to cancel)",
+        ctx.in_flight(), options.shutdown_timeout_s);
     const auto grace = Clock::now() + std::chrono::milliseconds(int64_t(options.shutdown_timeout_s * 1000));
     signals.wait(1, grace, [&] { return ctx.in_flight() == 0; });
     if (ctx.in_flight() > 0 || signals.count() > 1) {

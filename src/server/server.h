@@ -30,11 +30,11 @@ struct ServerOptions {
   // vLLM's --served-model-name a b ...: every name is accepted in requests and listed; the first is the one
   // responses report. Empty: served_model_name alone (which, when empty, is the directory's name).
   std::vector<std::string> served_model_names;
-  bool log_requests = true;           // one log line per finished or rejected request (--disable-log-requests)
-  double log_stats_interval_s = 10;   // seconds between stats lines while there is activity; 0: none
-  std::string chat_template_file;     // --chat-template FILE: replaces the checkpoint's template ("": its own)
+  bool log_requests = true;          // one log line per finished or rejected request (--disable-log-requests)
+  double log_stats_interval_s = 10;  // seconds between stats lines while there is activity; 0: none
+  std::string chat_template_file;    // --chat-template FILE: replaces the checkpoint's template ("": its own)
   std::string generation_config = "auto";  // auto: MODEL_DIR/generation_config.json; vllm: none; else a DIR
-  std::optional<uint64_t> seed;       // --seed: requests without a seed get seed, seed + 1, ... in arrival order
+  std::optional<uint64_t> seed;  // --seed: requests without a seed get seed, seed + 1, ... in arrival order
   std::vector<std::string> startup_flags;  // the flags given, for the start-up summary
 };
 

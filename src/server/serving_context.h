@@ -25,9 +25,10 @@ struct ServingConfig {
   std::string model_dir;
   std::string api_key;           // "" = no authentication (else every route but /health needs it)
   bool api_key_metrics = false;  // /metrics needs the key too
-  std::vector<std::string> served_model_names;  // every accepted name, served_model_name first (empty: just it)
-  bool log_requests = true;                     // log each finished and rejected request
-  std::optional<uint64_t> seed;                 // --seed: the first seed handed to requests that have none
+  std::vector<std::string>
+      served_model_names;        // every accepted name, served_model_name first (empty: just it)
+  bool log_requests = true;      // log each finished and rejected request
+  std::optional<uint64_t> seed;  // --seed: the first seed handed to requests that have none
 };
 
 // The loaded model's facts the protocol needs.

@@ -10,7 +10,9 @@
 namespace rill::server {
 namespace {
 
-double percent(int64_t part, int64_t whole) { return whole > 0 ? 100.0 * double(part) / double(whole) : 0.0; }
+double percent(int64_t part, int64_t whole) {
+  return whole > 0 ? 100.0 * double(part) / double(whole) : 0.0;
+}
 
 bool active(const engine::EngineStats& before, const engine::EngineStats& now) {
   return now.running > 0 || now.waiting > 0 || now.prompt_tokens_total != before.prompt_tokens_total ||
@@ -19,7 +21,8 @@ bool active(const engine::EngineStats& before, const engine::EngineStats& now) {
 
 }  // namespace
 
-std::string format_stats_line(const engine::EngineStats& before, const engine::EngineStats& now, double seconds) {
+std::string format_stats_line(const engine::EngineStats& before, const engine::EngineStats& now,
+                              double seconds) {
   const uint64_t prompt = now.prompt_tokens_total - before.prompt_tokens_total;
   const uint64_t generated = now.generation_tokens_total - before.generation_tokens_total;
   const uint64_t queries = now.prefix_cache_queries - before.prefix_cache_queries;

@@ -16,7 +16,8 @@ namespace rill::server {
 class ServingContext;
 
 // The line for the counters moving from `before` to `now` over `seconds`.
-std::string format_stats_line(const engine::EngineStats& before, const engine::EngineStats& now, double seconds);
+std::string format_stats_line(const engine::EngineStats& before, const engine::EngineStats& now,
+                              double seconds);
 
 class StatsLogger {
  public:

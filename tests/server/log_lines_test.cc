@@ -27,7 +27,7 @@ TEST(StatsLine, ThroughputIsTheCountersDeltaOverTheInterval) {
   a.prefix_cache_queries = 100;
   a.prefix_cache_hits = 10;
   b = a;
-  b.prompt_tokens_total += 300;   // 300 in 2 s
+  b.prompt_tokens_total += 300;  // 300 in 2 s
   b.generation_tokens_total += 41;
   b.prefix_cache_queries += 400;  // 100 of 400 found: 25%
   b.prefix_cache_hits += 100;

@@ -106,8 +106,9 @@ Result<backend::DeviceAllocation> CudaBackend::allocate(size_t bytes) {
 std::string CudaBackend::device_description() const {
   cudaDeviceProp prop{};
   if (cudaGetDeviceProperties(&prop, ctx_.device) != cudaSuccess) return name();
-  return fmt::format("{} {} ({:.1f} GiB, sm_{}{}, {} SMs)", name(), prop.name, double(prop.totalGlobalMem) / (1 << 30),
-                     prop.major, prop.minor, prop.multiProcessorCount);
+  return fmt::format("{} {} ({:.1f} GiB, sm_{}{}, {} SMs)", name(), prop.name,
+                     double(prop.totalGlobalMem) / (1 << 30), prop.major, prop.minor,
+                     prop.multiProcessorCount);
 }
 
 std::optional<std::pair<size_t, size_t>> CudaBackend::device_memory() const {

@@ -26,8 +26,9 @@ struct ChatTemplateOptions {
 
 class ChatTemplate {
  public:
-  // options.template_file if set, else MODEL_DIR/chat_template.jinja if present (it wins, as in transformers), else tokenizer_config.json's
-  // `chat_template`: a string, or a list of {name, template}. Special tokens come from tokenizer_config.json.
+  // options.template_file if set, else MODEL_DIR/chat_template.jinja if present (it wins, as in
+  // transformers), else tokenizer_config.json's `chat_template`: a string, or a list of {name, template}.
+  // Special tokens come from tokenizer_config.json.
   static Result<ChatTemplate> load(const std::filesystem::path& model_dir, ChatTemplateOptions options = {});
   // One template from text (tests, overrides).
   static Result<ChatTemplate> from_source(std::string_view source, SpecialTokens tokens, std::string name,
