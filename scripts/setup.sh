@@ -6,7 +6,8 @@ set -euo pipefail
 PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config git
   nlohmann-json3-dev libboost1.81-dev libpcre2-dev libcli11-dev libfmt-dev
-  libgtest-dev libgmock-dev libbenchmark-dev
+  libspdlog-dev libedit-dev
+  libgtest-dev libgmock-dev libbenchmark-dev tmux
   python3 python3-jinja2 nodejs npm
 )
 

@@ -1,6 +1,7 @@
 #include "backend/backend.h"
 
 #include <chrono>
+#include <thread>
 
 #include "core/sizes.h"
 
@@ -384,6 +385,10 @@ Status Backend::logprobs(const LogprobsArgs& a) {
     RILL_TRY(c.done());
   }
   return logprobs_impl(a);
+}
+
+std::string Backend::device_description() const {
+  return fmt::format("{} ({} hardware threads)", name(), std::thread::hardware_concurrency());
 }
 
 }  // namespace rill::backend

@@ -295,6 +295,8 @@ class Backend {
   virtual ~Backend() = default;
 
   virtual std::string name() const = 0;  // "cpu", "cuda:N"
+  // For the start-up log: the device in words (the CPU's hardware threads; the GPU's name and memory).
+  virtual std::string device_description() const;
   virtual Device device() const = 0;
   // Makes the calling thread's device calls go to this backend's device (CUDA: cudaSetDevice). The thread
   // that creates a backend is bound; any other thread that runs ops (the engine's) calls this first.

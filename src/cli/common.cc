@@ -2,8 +2,11 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+
+#include "core/log.h"
 
 namespace rill::cli {
 
@@ -16,14 +19,23 @@ void add_device_options(CLI::App& app, DeviceOptions& o) {
         return "expected auto, cpu, cuda or cuda:N, got \"" + v + "\"";
       })
       ->capture_default_str();
+  app.add_option_function<std::string>(
+         "--log-level", [](const std::string& v) { set_log_level(*parse_log_level(v)); },
+         "debug | info | warning | error: the least severe log lines written to stderr (default: "
+         "RILL_LOG_LEVEL, else info)")
+      ->check(CLI::IsMember({"debug", "info", "warning", "error"}));
 }
 
 Result<std::unique_ptr<backend::Backend>> open_backend(const DeviceOptions& o) {
   if (o.device != "auto") return backend::make_backend(o.device);
-  if (backend::cuda_backend_compiled()) {
-    auto be = backend::make_backend("cuda");
-    if (be.ok()) return be;
+  if (!backend::cuda_backend_compiled()) {
+    RILL_LOG_WARN(
+        "--device auto: this build has no CUDA backend (built with -DRILL_CUDA=OFF): running on the CPU");
+    return backend::make_backend("cpu");
   }
+  auto be = backend::make_backend("cuda");
+  if (be.ok()) return be;
+  RILL_LOG_WARN("--device auto: no usable GPU ({}): running on the CPU", be.status().message());
   return backend::make_backend("cpu");
 }
 
@@ -72,9 +84,53 @@ int report_error(const char* command, const Status& status) {
   return status.code() == StatusCode::InvalidArgument || status.code() == StatusCode::NotFound ? 2 : 1;
 }
 
+namespace {
+
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+}  // namespace
+
+std::string closest_flag(const CLI::App& app, const std::string& flag) {
+  const std::string name = flag.substr(0, flag.find('='));
+  std::string best;
+  size_t best_d = std::max<size_t>(3, name.size() / 3) + 1;  // farther than a third of the name: no hint
+  for (const CLI::Option* opt : app.get_options()) {
+    for (const std::string& l : opt->get_lnames()) {
+      const size_t d = edit_distance(name, "--" + l);
+      if (d < best_d) best_d = d, best = "--" + l;
+    }
+  }
+  return best;
+}
+
 int parse_args(CLI::App& app, int argc, char** argv) {
   try {
     app.parse(argc, argv);
+  } catch (const CLI::ExtrasError& e) {
+    bool named = false;
+    for (const std::string& extra : app.remaining()) {
+      if (!extra.starts_with("-")) continue;
+      const std::string hint = closest_flag(app, extra);
+      std::fprintf(stderr, "%s: unknown flag %s%s\n", app.get_name().c_str(), extra.c_str(),
+                   hint.empty() ? "" : (" (did you mean " + hint + "?)").c_str());
+      named = true;
+    }
+    if (!named) return app.exit(e);
+    std::fprintf(stderr, "Run with --help for the flags.\n");
+    return e.get_exit_code();
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }

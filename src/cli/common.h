@@ -29,9 +29,10 @@ inline constexpr int kMaxRepeatsFlag = 1000;        // timed repetitions
 struct DeviceOptions {
   std::string device = "auto";  // auto | cpu | cuda | cuda:N
 };
+// --device, and --log-level (every command that loads a model logs through core/log.h).
 void add_device_options(CLI::App& app, DeviceOptions& o);
 
-// "auto" picks cuda when this build has it and a GPU answers, else cpu.
+// "auto" picks cuda when this build has it and a GPU answers, else cpu (saying so at warning level).
 Result<std::unique_ptr<backend::Backend>> open_backend(const DeviceOptions& o);
 
 // Loads MODEL_DIR on the backend, drawing a progress bar on stderr when it is a terminal.
@@ -44,7 +45,11 @@ Result<std::vector<int32_t>> parse_id_list(const std::string& text);
 // Prints a Status to stderr as "rill <cmd>: <message>" and returns the exit code (1, or 2 for bad input).
 int report_error(const char* command, const Status& status);
 
-// Runs a CLI11 parse; returns -1 to continue, else the exit code (help printed, or a usage error).
+// Runs a CLI11 parse; returns -1 to continue, else the exit code (help printed, or a usage error). An
+// unknown flag is named with the closest known one.
 int parse_args(CLI::App& app, int argc, char** argv);
+
+// The known flag nearest to `flag` by edit distance ("" when none is close); the hint for a typo.
+std::string closest_flag(const CLI::App& app, const std::string& flag);
 
 }  // namespace rill::cli

@@ -1,13 +1,18 @@
 // rill serve MODEL_DIR [--host --port ...]: the OpenAI-compatible server (server/). Flags follow vLLM /
 // trtllm-serve; `_` spellings (--max_batch_size) and the vLLM / trtllm names of the same knobs
-// (--max-num-seqs, --max-num-batched-tokens, --max-seq-len, --free-gpu-memory-fraction) are accepted.
+// (--max-num-seqs, --max-num-batched-tokens, --max-seq-len, --free-gpu-memory-fraction, -tp) are accepted,
+// so a vLLM command line starts rill unchanged: flags with nothing to do here get a one-line notice
+// (serve_vllm_flags.cc), values this build cannot honour a clear error.
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <string>
 #include <vector>
 
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "cli/serve_vllm_flags.h"
+#include "core/log.h"
 #include "server/server.h"
 
 namespace rill::cli {
@@ -15,6 +20,9 @@ namespace {
 
 // "--max_batch_size=8" -> "--max-batch-size=8"; other-server names -> rill's.
 std::vector<std::string> normalize_flags(int argc, char** argv) {
+  static const std::pair<const char*, const char*> kShort[] = {{"-tp", "--tensor-parallel-size"},
+                                                               {"-pp", "--pipeline-parallel-size"},
+                                                               {"-dp", "--data-parallel-size"}};
   static const std::pair<const char*, const char*> kAliases[] = {
       {"--max-num-seqs", "--max-batch-size"},
       {"--max-num-batched-tokens", "--max-num-tokens"},
@@ -25,6 +33,9 @@ std::vector<std::string> normalize_flags(int argc, char** argv) {
   std::vector<std::string> out;
   for (int i = 0; i < argc; ++i) {
     std::string a = argv[i];
+    for (const auto& [from, to] : kShort)
+      if (i > 0 && (a == from || a.starts_with(std::string(from) + "=")))
+        a = to + a.substr(std::strlen(from));
     if (i > 0 && a.starts_with("--")) {
       const size_t eq = a.find('=');
       std::string name = a.substr(0, eq), rest = eq == std::string::npos ? "" : a.substr(eq);
@@ -53,8 +64,9 @@ int run_serve(int argc, char** argv) {
   app.add_option("--port", o.port, "TCP port (0: any free port, printed at start)")
       ->capture_default_str()
       ->check(CLI::Range(0, 65535));
-  app.add_option("--served-model-name", o.served_model_name,
-                 "the model id clients send and /v1/models lists (default: MODEL_DIR's last component)");
+  app.add_option("--served-model-name", o.served_model_names,
+                 "the model ids clients may send and /v1/models lists; responses report the first (vLLM: "
+                 "several names; default: MODEL_DIR's last component)");
   app.add_option(
       "--api-key", o.api_key,
       "require `Authorization: Bearer KEY` (401 otherwise) on every route but /health and /metrics "
@@ -160,11 +172,15 @@ int run_serve(int argc, char** argv) {
       ->check(CLI::IsMember({"auto", "dummy"}))
       ->capture_default_str();
   add_device_options(app, dev);
+  VllmFlags vllm;
+  add_vllm_flags(app, o, vllm);
 
   std::vector<std::string> args = normalize_flags(argc, argv);
   std::vector<char*> ptrs;
   for (std::string& a : args) ptrs.push_back(a.data());
   if (int rc = parse_args(app, int(ptrs.size()), ptrs.data()); rc >= 0) return rc;
+  if (Status st = apply_vllm_flags(vllm, dev, o); !st.ok()) return report_error("serve", st);
+  o.startup_flags = given_flags(app);
   auto ms = [](double seconds) { return std::chrono::milliseconds(int64_t(seconds * 1000)); };
   o.http.header_timeout = ms(header_timeout);
   o.http.body_timeout = ms(body_timeout);
@@ -177,7 +193,9 @@ int run_serve(int argc, char** argv) {
     lo.progress = progress;
     lo.dummy_weights = load_format == "dummy";
     RILL_ASSIGN_OR_RETURN(auto model, model::load_model(o.model_dir, *backend, lo));
-    return server::LoadedModel{std::move(backend), std::move(model)};
+    server::LoadedModel loaded{std::move(backend), std::move(model)};
+    RILL_ASSIGN_OR_RETURN(loaded.kv_cache_fraction, kv_fraction_for_utilization(vllm, *loaded.backend));
+    return loaded;
   };
   return server::run_server(o, loader);
 }

@@ -1,5 +1,11 @@
-// Minimal leveled logging to stderr (RILL_LOG_LEVEL=debug|info|warn|error; default info).
+// Leveled logging to stderr on spdlog (log.cc): every line carries the wall-clock time (ISO-8601, UTC, ms)
+// and the level. The level comes from RILL_LOG_LEVEL=debug|info|warning|error (default info) until a
+// command's --log-level sets it. The header stays spdlog-free so the RILL_LOG_* call sites compile fast.
 #pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
 
 #include <fmt/format.h>
 
@@ -9,6 +15,9 @@ enum class LogLevel { Debug, Info, Warn, Error };
 
 LogLevel log_level();
 void set_log_level(LogLevel level);
+// "debug", "info", "warning" (or "warn"), "error"; nullopt for anything else.
+std::optional<LogLevel> parse_log_level(std::string_view name);
+const char* log_level_name(LogLevel level);  // "debug", "info", "warning", "error"
 void log_line(LogLevel level, const std::string& message);
 
 template <typename... Args>

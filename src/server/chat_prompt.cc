@@ -9,11 +9,14 @@
 namespace rill::server {
 
 std::unique_ptr<ChatPrompt> ChatPrompt::load(const std::filesystem::path& model_dir, bool kimi_k3,
-                                             std::shared_ptr<const text::Tokenizer> tokenizer) {
+                                             std::shared_ptr<const text::Tokenizer> tokenizer,
+                                             const std::filesystem::path& template_file) {
   std::unique_ptr<ChatPrompt> chat(new ChatPrompt(kimi_k3, std::move(tokenizer)));
   chat->masker_ = std::make_shared<const text::constraint::TokenMasker>(*chat->tokenizer_);
   if (!kimi_k3) {
-    auto tmpl = text::ChatTemplate::load(model_dir);
+    text::ChatTemplateOptions options;
+    options.template_file = template_file;
+    auto tmpl = text::ChatTemplate::load(model_dir, std::move(options));
     if (tmpl.ok())
       chat->template_.emplace(std::move(tmpl).value());
     else

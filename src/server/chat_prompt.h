@@ -35,8 +35,10 @@ struct RenderedChat {
 class ChatPrompt {
  public:
   // A K2-family checkpoint without a chat template still loads; chat requests then get a 400.
+  // `template_file` (--chat-template) replaces the checkpoint's template.
   static std::unique_ptr<ChatPrompt> load(const std::filesystem::path& model_dir, bool kimi_k3,
-                                          std::shared_ptr<const text::Tokenizer> tokenizer);
+                                          std::shared_ptr<const text::Tokenizer> tokenizer,
+                                          const std::filesystem::path& template_file = {});
 
   // Errors are 400s naming the request field (template errors included, as vLLM reports them).
   //  - tool_choice "none": K2 templates do not see the tools and the output is not parsed for calls.

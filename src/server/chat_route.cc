@@ -135,12 +135,13 @@ std::optional<ApiError> respond_whole(GenerationJob& job, const ChatRequest& req
 std::optional<ApiError> handle_chat(ServingContext& ctx, const HttpRequest& req, HttpResponse& res) {
   const auto arrival = Clock::now();
   RILL_API_ASSIGN_OR_RETURN(Json body, parse_body(req));
+  apply_serving_defaults(ctx, &body);
   RILL_API_ASSIGN_OR_RETURN(ChatRequest request, parse_chat_request(body, ctx.parse_limits()));
   RILL_API_TRY(check_model_name(ctx, request.model));
   add_serving_stop_ids(ctx, &request.sampling);
   RILL_API_ASSIGN_OR_RETURN(RenderedChat prompt, ctx.chat().render(request));
   RILL_API_TRY(fit_max_tokens(int64_t(prompt.ids.size()), ctx.model_info().max_model_len, "messages",
-                              &request.sampling));
+                              &request.sampling, ctx.model_info().default_max_tokens));
   if (!prompt.raw && !text::make_output_parser(parser_config(prompt, request)).ok())
     return ApiError{500, "internal error: the output parser rejected its configuration"};
 
@@ -154,6 +155,7 @@ std::optional<ApiError> handle_chat(ServingContext& ctx, const HttpRequest& req,
     RILL_API_TRY(job->submit(std::move(r), std::move(decoder)));
   }
   ResponseHeader header{make_response_id("chatcmpl-"), unix_now(), ctx.config().served_model_name};
+  job->set_request_id(header.id);
   if (!request.sampling.stream) return respond_whole(*job, request, header, ctx.tokenizer(), req, res);
 
   stream->job = job;

@@ -121,6 +121,7 @@ std::optional<ApiError> respond_whole(GenerationJob& job, const CompletionReques
 std::optional<ApiError> handle_completion(ServingContext& ctx, const HttpRequest& req, HttpResponse& res) {
   const auto arrival = Clock::now();
   RILL_API_ASSIGN_OR_RETURN(Json body, parse_body(req));
+  apply_serving_defaults(ctx, &body);
   RILL_API_ASSIGN_OR_RETURN(CompletionRequest request, parse_completion_request(body, ctx.parse_limits()));
   RILL_API_TRY(check_model_name(ctx, request.model));
   add_serving_stop_ids(ctx, &request.sampling);
@@ -159,6 +160,7 @@ std::optional<ApiError> handle_completion(ServingContext& ctx, const HttpRequest
     }
   }
   ResponseHeader header{make_response_id("cmpl-"), unix_now(), ctx.config().served_model_name};
+  job->set_request_id(header.id);
   if (!request.sampling.stream) return respond_whole(*job, request, n, states, header, tokenizer, req, res);
 
   auto stream = std::make_shared<CompletionStream>();

@@ -1,5 +1,7 @@
 #include "server/generation_job.h"
 
+#include "server/request_log.h"
+
 namespace rill::server {
 
 GenerationJob::~GenerationJob() {
@@ -9,11 +11,15 @@ GenerationJob::~GenerationJob() {
 void GenerationJob::cancel() {
   engine::Engine* engine = ctx_.engine_if_loaded();
   const double now = std::chrono::duration<double>(Clock::now() - arrival_).count();
-  for (Choice& c : choices_) {
+  for (size_t i = 0; i < choices_.size(); ++i) {
+    Choice& c = choices_[i];
     if (c.decoder.finished() || c.cancelled) continue;
     c.cancelled = true;
     if (engine) engine->cancel(c.stream->id());
     ctx_.metrics().record_request(RequestRecord{"abort", c.first_token_s, now, 0, 0});
+    if (ctx_.config().log_requests)
+      log_finished_request(
+          FinishedRequest{request_id_, int(i), 499, "abort", -1, -1, c.n_tokens, c.first_token_s, now});
   }
 }
 
@@ -28,12 +34,22 @@ void GenerationJob::take(int i, const engine::StreamEvent& ev, std::vector<JobFr
   Choice& c = choices_[size_t(i)];
   const double now = std::chrono::duration<double>(Clock::now() - arrival_).count();
   if (c.first_token_s < 0 && !ev.token_ids.empty()) c.first_token_s = now;
+  c.n_tokens += int64_t(ev.token_ids.size());
   for (ChoiceFrame& f : c.decoder.on_event(ev)) {
     if (f.finish) {
       ++n_finished_;
-      if (!c.cancelled)  // already counted as an abort
+      if (!c.cancelled) {  // already counted as an abort
         ctx_.metrics().record_request(RequestRecord{f.finish_reason, c.first_token_s, now,
                                                     f.usage.prompt_tokens, f.usage.completion_tokens});
+        if (ctx_.config().log_requests) {
+          const int status = f.finish_reason == "error"                ? 500
+                             : f.finish_reason == "server_interrupted" ? 503
+                                                                       : 200;
+          log_finished_request(FinishedRequest{request_id_, i, status, f.finish_reason, f.usage.prompt_tokens,
+                                               f.usage.cached_tokens, f.usage.completion_tokens,
+                                               c.first_token_s, now});
+        }
+      }
     }
     out->push_back(JobFrame{i, std::move(f)});
   }

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "server/choice_decoder.h"
@@ -40,12 +41,15 @@ class GenerationJob {
   std::vector<JobFrame> poll(std::chrono::milliseconds timeout);
   // Cancels every unfinished engine request now.
   void cancel();
+  // The response id the request log names (chatcmpl-..., cmpl-...).
+  void set_request_id(std::string id) { request_id_ = std::move(id); }
 
  private:
   struct Choice {
     std::shared_ptr<engine::RequestStream> stream;
     ChoiceDecoder decoder;
     double first_token_s = -1;
+    int64_t n_tokens = 0;  // generated ids received (an aborted request's count)
     bool cancelled = false;
   };
   void take(int i, const engine::StreamEvent& event, std::vector<JobFrame>* out);
@@ -56,6 +60,7 @@ class GenerationJob {
   std::vector<Choice> choices_;
   int n_finished_ = 0;
   size_t next_ = 0;  // round-robin start for n > 1
+  std::string request_id_;
 };
 
 }  // namespace rill::server

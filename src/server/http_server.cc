@@ -1,6 +1,7 @@
 #include "server/http_server.h"
 
 #include "server/openai/response.h"
+#include "server/request_log.h"
 
 namespace rill::server {
 
@@ -33,7 +34,11 @@ void run_route(ServingContext& ctx, const Route& route, const HttpRequest& req, 
       error = ApiError{500, "internal error"};
     }
   }
-  if (error) write_error(res, *error);
+  if (!error) return;
+  write_error(res, *error);
+  // The API routes' refusals; /health's 503 while loading is polled, not a refused request.
+  if (route.needs_model && ctx.config().log_requests)
+    log_rejected_request(req.method, req.path, error->http_status, error->message);
 }
 
 }  // namespace
@@ -42,7 +47,9 @@ HttpServer::HttpServer(ServingContext& ctx, const HttpLimits& limits)
     : ctx_(ctx),
       listener_(limits, HttpHandlers{
                             [this](HttpRequest& req, HttpResponse& res) { handle(req, res); },
-                            [](int status, const std::string& message) {
+                            [this](int status, const std::string& message) {
+                              if (ctx_.config().log_requests)
+                                log_rejected_request("HTTP", "-", status, message);
                               HttpResponse res;
                               write_error(res, ApiError{status, message});
                               return res;
@@ -64,8 +71,12 @@ bool HttpServer::authorized(const HttpRequest& req) const {
 }
 
 void HttpServer::handle(HttpRequest& req, HttpResponse& res) {
-  if (!authorized(req))
-    return write_error(res, ApiError{401, "Invalid or missing API key: send `Authorization: Bearer <key>`"});
+  if (!authorized(req)) {
+    const ApiError error{401, "Invalid or missing API key: send `Authorization: Bearer <key>`"};
+    if (ctx_.config().log_requests)
+      log_rejected_request(req.method, req.path, error.http_status, error.message);
+    return write_error(res, error);
+  }
   const std::vector<Route>& routes = route_table();
   std::string allowed;
   for (size_t i = 0; i < routes.size(); ++i) {

@@ -130,12 +130,16 @@ ApiResult<Json> parse_body(const HttpRequest& req) {
 }
 
 std::optional<ApiError> check_model_name(const ServingContext& ctx, const std::string& model) {
-  if (model.empty() || model == ctx.config().served_model_name) return std::nullopt;
+  const ServingConfig& c = ctx.config();
+  if (model.empty() || model == c.served_model_name) return std::nullopt;
+  if (std::find(c.served_model_names.begin(), c.served_model_names.end(), model) !=
+      c.served_model_names.end())
+    return std::nullopt;
   return model_not_found(model);
 }
 
 std::optional<ApiError> fit_max_tokens(int64_t prompt_len, int max_model_len, const char* prompt_param,
-                                       SamplingRequest* s) {
+                                       SamplingRequest* s, int default_max_tokens) {
   if (prompt_len >= max_model_len)
     return bad_request(
         prompt_param,
@@ -148,8 +152,19 @@ std::optional<ApiError> fit_max_tokens(int64_t prompt_len, int max_model_len, co
         "This model's maximum context length is {} tokens. However, you requested {} tokens ({} in "
         "the {}, {} for the completion). Please reduce max_tokens or the {}.",
         max_model_len, prompt_len + *s->max_tokens, prompt_len, prompt_param, *s->max_tokens, prompt_param);
-  if (!s->max_tokens) s->max_tokens = max_model_len - prompt_len;
+  if (!s->max_tokens) {
+    s->max_tokens = max_model_len - prompt_len;
+    if (default_max_tokens > 0 && default_max_tokens < *s->max_tokens) s->max_tokens = default_max_tokens;
+  }
   return std::nullopt;
+}
+
+void apply_serving_defaults(ServingContext& ctx, Json* body) {
+  if (!body->is_object()) return;
+  for (const auto& [key, value] : ctx.model_info().sampling_defaults.items())
+    if (!body->contains(key)) (*body)[key] = value;
+  if (!body->contains("seed") || (*body)["seed"].is_null())
+    if (auto seed = ctx.next_seed()) (*body)["seed"] = *seed;
 }
 
 void add_serving_stop_ids(const ServingContext& ctx, SamplingRequest* sampling) {

@@ -21,9 +21,13 @@ ApiResult<Json> parse_body(const HttpRequest& req);
 // 404 unless `model` is empty or the served name.
 std::optional<ApiError> check_model_name(const ServingContext& ctx, const std::string& model);
 // Fits max_tokens to the context: 400 (naming `prompt_param`) when the prompt leaves no room, 400 naming
-// max_tokens when prompt + max_tokens exceed it; an absent max_tokens becomes the room left.
+// max_tokens when prompt + max_tokens exceed it; an absent max_tokens becomes the room left, or
+// `default_max_tokens` (generation_config.json's max_new_tokens) when that is smaller and positive.
 std::optional<ApiError> fit_max_tokens(int64_t prompt_len, int max_model_len, const char* prompt_param,
-                                       SamplingRequest* sampling);
+                                       SamplingRequest* sampling, int default_max_tokens = 0);
+// Before parsing: generation_config.json's sampling defaults fill the fields the body lacks, and --seed
+// gives a seed to a request without one. A body that is not an object is left for the parser to refuse.
+void apply_serving_defaults(ServingContext& ctx, Json* body);
 // The serving stop set (ModelInfo::eos_token_ids: the config's EOS, [EOS], [EOT]) joins the request's
 // stop_token_ids unless it asked for ignore_eos.
 void add_serving_stop_ids(const ServingContext& ctx, SamplingRequest* sampling);

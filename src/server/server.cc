@@ -3,6 +3,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -11,9 +12,13 @@
 #include <new>
 #include <thread>
 
+#include "core/log.h"
+#include "core/version.h"
+#include "server/generation_defaults.h"
 #include "server/http_server.h"
 #include "server/serving_context.h"
 #include "server/serving_files.h"
+#include "server/stats_logger.h"
 #include "text/tokenizer/tokenizer.h"
 
 namespace rill::server {
@@ -64,8 +69,34 @@ class SignalWatcher {
 };
 
 void fail_load(ServingContext& ctx, const Status& st) {
-  std::fprintf(stderr, "rill serve: %s\n", st.message().c_str());
+  RILL_LOG_ERROR("rill serve: {}", st.message());
   ctx.set_phase(Phase::Failed, st.message());
+}
+
+// Where the chat prompts come from, for the start-up summary (ChatTemplate::load's order).
+std::string chat_template_source(const ServerOptions& options, bool kimi_k3, const Status& chat_error) {
+  if (kimi_k3) return "the native Kimi K3 renderer (text/k3)";
+  if (!chat_error.ok()) return "none (" + chat_error.message() + ")";
+  if (!options.chat_template_file.empty()) return options.chat_template_file + " (--chat-template)";
+  const std::filesystem::path dir(options.model_dir);
+  std::error_code ec;
+  if (std::filesystem::exists(dir / "chat_template.jinja", ec)) return (dir / "chat_template.jinja").string();
+  return (dir / "tokenizer_config.json").string() + " chat_template";
+}
+
+// Load progress in the log as in /health: every 10% of the weights.
+model::LoadProgress logged_progress(ServingContext& ctx) {
+  auto last_decile = std::make_shared<int>(-1);
+  const auto start = Clock::now();
+  return [&ctx, last_decile, start](int64_t done, int64_t total) {
+    ctx.set_load_progress(done, total);
+    if (total <= 0) return;
+    const int decile = int(10 * done / total);
+    if (decile == *last_decile) return;
+    *last_decile = decile;
+    RILL_LOG_INFO("loading weights: {}% ({:.2f} / {:.2f} GB, {:.1f} s)", 10 * decile, double(done) / 1e9,
+                  double(total) / 1e9, std::chrono::duration<double>(Clock::now() - start).count());
+  };
 }
 
 void load_checked(const ServerOptions& options, const ModelLoader& loader, ServingContext& ctx) {
@@ -74,24 +105,46 @@ void load_checked(const ServerOptions& options, const ModelLoader& loader, Servi
   // seconds, not after the weights have loaded.
   auto dir_config = model::ModelConfig::load(options.model_dir);
   if (!dir_config.ok()) return fail(dir_config.status());
-  auto files = load_serving_files(options.model_dir, *dir_config);
+  auto files = load_serving_files(options.model_dir, *dir_config, options.chat_template_file);
   if (!files.ok()) return fail(files.status());
   if (!files->chat_error.ok())
-    std::fprintf(stderr, "rill serve: warning: %s: /v1/chat/completions will answer 400\n",
-                 files->chat_error.message().c_str());
+    RILL_LOG_WARN("rill serve: {}: /v1/chat/completions will answer 400", files->chat_error.message());
+  auto defaults = load_generation_defaults(options.generation_config, options.model_dir);
+  if (!defaults.ok()) return fail(defaults.status());
   const std::shared_ptr<const text::Tokenizer> shared_tokenizer = files->tokenizer;
-  auto loaded = loader([&ctx](int64_t done, int64_t total) { ctx.set_load_progress(done, total); });
+  const auto load_start = Clock::now();
+  auto loaded = loader(logged_progress(ctx));
   if (!loaded.ok()) return fail(loaded.status());
+  const double load_s = std::chrono::duration<double>(Clock::now() - load_start).count();
   const model::ModelConfig& config = loaded->model->config();
+  const int64_t n_params = loaded->model->weight_table().n_params();
+  const int64_t weight_bytes = loaded->model->weight_bytes();
   ModelInfo info;
   info.kimi_k3 = config.family == model::ModelFamily::KimiK3;
   info.vocab_size = config.vocab_size;
   info.eos_token_ids = files->eos_token_ids;
-  auto engine = engine::Engine::create(std::move(loaded->model), shared_tokenizer, options.engine);
+  info.sampling_defaults = defaults->sampling;
+  info.default_max_tokens = defaults->max_tokens;
+  const std::string device = loaded->backend->device_description();
+  engine::EngineOptions engine_options = options.engine;
+  if (loaded->kv_cache_fraction) engine_options.kv_cache_fraction = *loaded->kv_cache_fraction;
+  auto engine = engine::Engine::create(std::move(loaded->model), shared_tokenizer, engine_options);
   if (!engine.ok()) return fail(engine.status());
   info.max_model_len = (*engine)->max_model_len();
-  std::fprintf(stderr, "%s\n", (*engine)->memory_plan().c_str());
-  auto chat = ChatPrompt::load(options.model_dir, info.kimi_k3, shared_tokenizer);
+  const std::string params = n_params >= 1'000'000'000 ? fmt::format("{:.2f} B", double(n_params) / 1e9)
+                                                       : fmt::format("{:.2f} M", double(n_params) / 1e6);
+  RILL_LOG_INFO("model: {} ({}), {} parameters, {:.2f} GB of weights on {}, loaded in {:.1f} s",
+                info.kimi_k3 ? "kimi_k3" : "kimi_linear", options.model_dir, params,
+                double(weight_bytes) / 1e9, device, load_s);
+  RILL_LOG_INFO("cache plan: {}", (*engine)->memory_plan());
+  RILL_LOG_INFO("chat template: {}", chat_template_source(options, info.kimi_k3, files->chat_error));
+  RILL_LOG_INFO(
+      "generation config: {}{}", defaults->source,
+      defaults->sampling.empty() && !defaults->max_tokens
+          ? ""
+          : fmt::format(" (defaults {}{})", defaults->sampling.dump(),
+                        defaults->max_tokens ? fmt::format(", max_tokens {}", defaults->max_tokens) : ""));
+  auto chat = ChatPrompt::load(options.model_dir, info.kimi_k3, shared_tokenizer, options.chat_template_file);
   ctx.set_ready(std::move(loaded->backend), std::move(engine).value(), shared_tokenizer, std::move(chat),
                 std::move(info));
 }
@@ -116,10 +169,10 @@ void raise_open_file_limit(int max_connections) {
   lim.rlim_cur = lim.rlim_max == RLIM_INFINITY ? want : std::min(want, lim.rlim_max);
   setrlimit(RLIMIT_NOFILE, &lim);
   if (lim.rlim_cur < want)
-    std::fprintf(stderr,
-                 "rill serve: warning: the open-file limit (%llu) is below --max-connections + 256: new "
-                 "connections may fail before the cap\n",
-                 (unsigned long long)lim.rlim_cur);
+    RILL_LOG_WARN(
+        "rill serve: the open-file limit ({}) is below --max-connections + 256: new connections may fail "
+        "before the cap",
+        (unsigned long long)lim.rlim_cur);
 }
 
 }  // namespace
@@ -137,31 +190,48 @@ int run_server(const ServerOptions& options, const ModelLoader& loader) {
   ServingConfig config{
       options.served_model_name.empty() ? default_served_name(options.model_dir) : options.served_model_name,
       options.model_dir, options.api_key, options.api_key_metrics};
+  if (!options.served_model_names.empty()) {
+    config.served_model_name = options.served_model_names.front();
+    config.served_model_names = options.served_model_names;
+  }
+  config.log_requests = options.log_requests;
+  config.seed = options.seed;
   ServingContext ctx(std::move(config));
   SignalWatcher signals;
   HttpServer http(ctx, options.http);
   if (Status st = http.bind(options.host, options.port); !st.ok()) {
-    std::fprintf(stderr, "rill serve: %s\n", st.message().c_str());
+    RILL_LOG_ERROR("rill serve: {}", st.message());
     return 1;
   }
-  std::fprintf(stderr, "rill serve: listening on http://%s:%d (model '%s' loading from %s)\n",
-               options.host.c_str(), http.port(), ctx.config().served_model_name.c_str(),
-               options.model_dir.c_str());
+  RILL_LOG_INFO("rill {} serve: pid {}, log level {}", rill_version(), int(getpid()),
+                log_level_name(log_level()));
+  if (!options.startup_flags.empty()) {
+    std::string flags;
+    for (const std::string& f : options.startup_flags) flags += (flags.empty() ? "" : " ") + f;
+    RILL_LOG_INFO("flags: {}", flags);
+  }
+  RILL_LOG_INFO("rill serve: listening on http://{}:{} (model '{}' loading from {})", options.host,
+                http.port(), ctx.config().served_model_name, options.model_dir);
   std::thread listener([&http] { http.listen(); });
   std::atomic<bool> loaded{false};
   std::thread loading([&] {
     load(options, loader, ctx);
     loaded = true;
-    if (ctx.phase() == Phase::Ready)
-      std::fprintf(stderr, "rill serve: ready: http://%s:%d/v1 (model '%s', max_model_len %d)\n",
-                   options.host.c_str(), http.port(), ctx.config().served_model_name.c_str(),
-                   ctx.model_info().max_model_len);
+    if (ctx.phase() == Phase::Ready) {
+      std::string names;
+      const std::vector<std::string>& all = ctx.config().served_model_names;
+      for (size_t i = 1; i < all.size(); ++i) names += (names.empty() ? "" : ", ") + all[i];
+      RILL_LOG_INFO("rill serve: ready: http://{}:{}/v1 (model '{}'{}, max_model_len {})", options.host,
+                    http.port(), ctx.config().served_model_name,
+                    names.empty() ? "" : " also served as " + names, ctx.model_info().max_model_len);
+    }
   });
+  StatsLogger stats(ctx, options.log_stats_interval_s);
 
   signals.wait(0, Clock::time_point::max(), [&] { return ctx.phase() == Phase::Failed; });
   const bool failed = ctx.phase() == Phase::Failed;
   if (!failed && !loaded) {  // a signal during loading: nothing to drain, the load cannot be interrupted
-    std::fprintf(stderr, "rill serve: interrupted while loading\n");
+    RILL_LOG_INFO("rill serve: interrupted while loading");
     ctx.set_phase(Phase::Draining);
     http.stop();  // safe before listen() has begun: listen() then returns at once
     listener.join();
@@ -172,13 +242,13 @@ int run_server(const ServerOptions& options, const ModelLoader& loader) {
   if (!failed) {
     ctx.set_phase(Phase::Draining);
     http.begin_drain();  // no new connections; idle and still-arriving ones closed now
-    std::fprintf(
-        stderr, "rill serve: shutting down: %d request(s) in flight, %.0f s grace (signal again to cancel)\n",
+    RILL_LOG_INFO(
+        "rill serve: shutting down: {} request(s) in flight, {:.0f} s grace (signal again to cancel)",
         ctx.in_flight(), options.shutdown_timeout_s);
     const auto grace = Clock::now() + std::chrono::milliseconds(int64_t(options.shutdown_timeout_s * 1000));
     signals.wait(1, grace, [&] { return ctx.in_flight() == 0; });
     if (ctx.in_flight() > 0 || signals.count() > 1) {
-      std::fprintf(stderr, "rill serve: cancelling %d request(s)\n", ctx.in_flight());
+      RILL_LOG_INFO("rill serve: cancelling {} request(s)", ctx.in_flight());
       ctx.engine().shutdown(/*drain=*/false);
       ctx.set_phase(Phase::Stopped);  // requests still waiting on the engine finish as server_interrupted
       ctx.wait_idle(Clock::now() + std::chrono::seconds(10));
@@ -186,9 +256,10 @@ int run_server(const ServerOptions& options, const ModelLoader& loader) {
   }
   http.stop();
   listener.join();
+  stats.stop();  // it reads the engine
   if (auto engine = ctx.release_engine(); engine && ctx.phase() != Phase::Stopped)
     engine->shutdown(/*drain=*/true);
-  std::fprintf(stderr, "rill serve: %s\n", failed ? "exiting: the model failed to load" : "stopped");
+  RILL_LOG_INFO("rill serve: {}", failed ? "exiting: the model failed to load" : "stopped");
   return failed ? 1 : 0;
 }
 

@@ -5,7 +5,9 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "backend/backend.h"
 #include "core/status.h"
@@ -25,11 +27,23 @@ struct ServerOptions {
   engine::EngineOptions engine;
   double shutdown_timeout_s = 30.0;  // grace for running requests after SIGINT/SIGTERM
   HttpLimits http;                   // sizes, deadlines, connection cap, threads
+  // vLLM's --served-model-name a b ...: every name is accepted in requests and listed; the first is the one
+  // responses report. Empty: served_model_name alone (which, when empty, is the directory's name).
+  std::vector<std::string> served_model_names;
+  bool log_requests = true;          // one log line per finished or rejected request (--disable-log-requests)
+  double log_stats_interval_s = 10;  // seconds between stats lines while there is activity; 0: none
+  std::string chat_template_file;    // --chat-template FILE: replaces the checkpoint's template ("": its own)
+  std::string generation_config = "auto";  // auto: MODEL_DIR/generation_config.json; vllm: none; else a DIR
+  std::optional<uint64_t> seed;  // --seed: requests without a seed get seed, seed + 1, ... in arrival order
+  std::vector<std::string> startup_flags;  // the flags given, for the start-up summary
 };
 
 struct LoadedModel {
   std::unique_ptr<backend::Backend> backend;  // outlives the model
   std::unique_ptr<model::Model> model;
+  // Set by a loader that sizes the caches itself (serve's --gpu-memory-utilization, measured after the
+  // weights): replaces EngineOptions::kv_cache_fraction.
+  std::optional<double> kv_cache_fraction;
 };
 // Opens the backend and loads the weights, reporting (bytes done, bytes total).
 using ModelLoader = std::function<Result<LoadedModel>(const model::LoadProgress& progress)>;

@@ -25,6 +25,10 @@ struct ServingConfig {
   std::string model_dir;
   std::string api_key;           // "" = no authentication (else every route but /health needs it)
   bool api_key_metrics = false;  // /metrics needs the key too
+  std::vector<std::string>
+      served_model_names;        // every accepted name, served_model_name first (empty: just it)
+  bool log_requests = true;      // log each finished and rejected request
+  std::optional<uint64_t> seed;  // --seed: the first seed handed to requests that have none
 };
 
 // The loaded model's facts the protocol needs.
@@ -33,6 +37,10 @@ struct ModelInfo {
   int32_t vocab_size = 0;
   int max_model_len = 0;
   std::vector<int32_t> eos_token_ids;
+  // generation_config.json's sampling defaults (--generation-config), under the request field names
+  // (temperature, top_p, top_k, repetition_penalty); request fields override them.
+  Json sampling_defaults = Json::object();
+  int default_max_tokens = 0;  // its max_new_tokens (0: none; the room left in the context)
 };
 
 enum class Phase { Loading, Ready, Draining, Stopped, Failed };
@@ -66,6 +74,11 @@ class ServingContext {
   // A generation request holds this token from admission until its response is written.
   std::shared_ptr<void> track_request();
   int in_flight() const { return in_flight_.load(); }
+  // --seed: the next request seed (seed, seed + 1, ...); nullopt without --seed.
+  std::optional<uint64_t> next_seed() {
+    if (!config_.seed) return std::nullopt;
+    return *config_.seed + next_seed_.fetch_add(1);
+  }
   // Waits until no request is in flight or `deadline` passes; true when idle.
   bool wait_idle(std::chrono::steady_clock::time_point deadline);
   // Destroys the engine (after the HTTP threads are gone).
@@ -83,6 +96,7 @@ class ServingContext {
   std::string message_;
   std::condition_variable idle_cv_;
   std::atomic<int> in_flight_{0};
+  std::atomic<uint64_t> next_seed_{0};
   std::unique_ptr<backend::Backend> backend_;  // outlives the engine's model (declared first, destroyed last)
   std::unique_ptr<engine::Engine> engine_;
   std::atomic<engine::Engine*> loaded_engine_{

@@ -43,7 +43,8 @@ Status check_vocab_sizes(const model::ModelConfig& config, const text::Tokenizer
 }  // namespace
 
 Result<ServingFiles> load_serving_files(const std::filesystem::path& model_dir,
-                                        const model::ModelConfig& config) {
+                                        const model::ModelConfig& config,
+                                        const std::filesystem::path& template_file) {
   auto tokenizer = text::Tokenizer::load(model_dir);
   if (!tokenizer.ok())
     return Status(tokenizer.status().code(),
@@ -64,7 +65,9 @@ Result<ServingFiles> load_serving_files(const std::filesystem::path& model_dir,
       files.eos_token_ids.push_back(*id);
   }
   if (config.family != model::ModelFamily::KimiK3) {
-    auto tmpl = text::ChatTemplate::load(model_dir);
+    text::ChatTemplateOptions options;
+    options.template_file = template_file;
+    auto tmpl = text::ChatTemplate::load(model_dir, std::move(options));
     if (tmpl.ok())
       files.chat_template.emplace(std::move(tmpl).value());
     else

@@ -28,8 +28,10 @@ struct ServingFiles {
   Status chat_error;
 };
 
-// Errors name the file or the config.json field and what to do about it.
+// Errors name the file or the config.json field and what to do about it. `template_file` (--chat-template)
+// replaces the checkpoint's chat template.
 Result<ServingFiles> load_serving_files(const std::filesystem::path& model_dir,
-                                        const model::ModelConfig& config);
+                                        const model::ModelConfig& config,
+                                        const std::filesystem::path& template_file = {});
 
 }  // namespace rill::server

@@ -103,6 +103,14 @@ Result<backend::DeviceAllocation> CudaBackend::allocate(size_t bytes) {
   return backend::DeviceAllocation(p, bytes, std::move(owner));
 }
 
+std::string CudaBackend::device_description() const {
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, ctx_.device) != cudaSuccess) return name();
+  return fmt::format("{} {} ({:.1f} GiB, sm_{}{}, {} SMs)", name(), prop.name,
+                     double(prop.totalGlobalMem) / (1 << 30), prop.major, prop.minor,
+                     prop.multiProcessorCount);
+}
+
 std::optional<std::pair<size_t, size_t>> CudaBackend::device_memory() const {
   size_t free_b = 0, total_b = 0;
   if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) return std::nullopt;

@@ -16,6 +16,7 @@ class CudaBackend final : public backend::Backend {
   ~CudaBackend() override;
 
   std::string name() const override { return "cuda:" + std::to_string(ctx_.device); }
+  std::string device_description() const override;
   Status bind_thread() override;
   backend::KernelShapeLimits shape_limits() const override;
   Device device() const override { return Device::Cuda; }

@@ -78,6 +78,13 @@ Result<ChatTemplate> ChatTemplate::load(const std::filesystem::path& model_dir, 
     RILL_ASSIGN_OR_RETURN(config, read_config(config_path));
   }
   SpecialTokens tokens = special_tokens_of(config);
+  if (!options.template_file.empty()) {
+    if (!std::filesystem::is_regular_file(options.template_file, ec))
+      return not_found("--chat-template {}: no such file", options.template_file.string());
+    RILL_ASSIGN_OR_RETURN(const std::string source, read_file(options.template_file));
+    const std::string name = options.template_file.string();
+    return from_source(source, std::move(tokens), name, std::move(options));
+  }
   if (std::filesystem::exists(file_path, ec)) {
     RILL_ASSIGN_OR_RETURN(const std::string source, read_file(file_path));
     return from_source(source, std::move(tokens), file_path.string(), std::move(options));

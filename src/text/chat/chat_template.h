@@ -19,12 +19,16 @@ namespace rill::text {
 struct ChatTemplateOptions {
   bool parse_tool_arguments = false;  // see ChatNormalization
   jinja::RenderLimits limits;
+  // A template file to use instead of the checkpoint's (vLLM's --chat-template); special tokens still come
+  // from the checkpoint's tokenizer_config.json. Empty: the checkpoint's.
+  std::filesystem::path template_file;
 };
 
 class ChatTemplate {
  public:
-  // MODEL_DIR/chat_template.jinja if present (it wins, as in transformers), else tokenizer_config.json's
-  // `chat_template`: a string, or a list of {name, template}. Special tokens come from tokenizer_config.json.
+  // options.template_file if set, else MODEL_DIR/chat_template.jinja if present (it wins, as in
+  // transformers), else tokenizer_config.json's `chat_template`: a string, or a list of {name, template}.
+  // Special tokens come from tokenizer_config.json.
   static Result<ChatTemplate> load(const std::filesystem::path& model_dir, ChatTemplateOptions options = {});
   // One template from text (tests, overrides).
   static Result<ChatTemplate> from_source(std::string_view source, SpecialTokens tokens, std::string name,

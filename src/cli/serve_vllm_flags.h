@@ -1,0 +1,49 @@
+// vLLM's `vllm serve` flags that rill serve accepts so a vLLM command line starts it unchanged: the parallel
+// sizes (1 is what this build runs; other values are refused), --gpu-memory-utilization (mapped onto the
+// cache plan), the Kimi tool / reasoning parser names (checked against the model family), --dtype, --seed,
+// --chat-template, --generation-config, the logging switches, and flags that have nothing to do in rill
+// (--trust-remote-code, ...), which get a one-line notice.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "backend/backend.h"
+#include "cli/common.h"
+#include "core/status.h"
+#include "server/server.h"
+
+namespace rill::cli {
+
+struct VllmFlags {
+  int tensor_parallel_size = 1, pipeline_parallel_size = 1, data_parallel_size = 1;
+  bool enable_expert_parallel = false;
+  double gpu_memory_utilization = 0;  // 0: not given
+  std::string tool_call_parser, reasoning_parser;
+  bool enable_auto_tool_choice = false, trust_remote_code = false;
+  std::string dtype = "auto";
+  int64_t seed = -1;  // -1: not given
+  bool disable_log_requests = false, enable_log_requests = false, disable_log_stats = false;
+  bool enforce_eager = false;
+};
+
+void add_vllm_flags(CLI::App& app, server::ServerOptions& o, VllmFlags& flags);
+
+// After parsing: refuses what this build cannot do (a parallel size above 1, a parser of the other model
+// family, a dtype other than auto / bfloat16), logs a notice for flags with nothing to do here, and writes
+// the rest into `o`.
+Status apply_vllm_flags(const VllmFlags& flags, const DeviceOptions& device, server::ServerOptions& o);
+
+// --gpu-memory-utilization U with vLLM's meaning (the process may hold U x the device's total memory:
+// weights + workspace + caches), measured once the weights are on the device: the caches get
+// U x total - (total - free), expressed as the kv_cache_fraction of the free memory that the cache plan
+// takes. nullopt when the flag is absent or the device's memory is the host's (the CPU: a notice).
+Result<std::optional<double>> kv_fraction_for_utilization(const VllmFlags& flags, const backend::Backend& be);
+
+// The flags given on the command line, as "--name value" (secrets masked), for the start-up summary.
+std::vector<std::string> given_flags(const CLI::App& app);
+
+}  // namespace rill::cli

@@ -1,0 +1,32 @@
+#include "server/request_log.h"
+
+#include <fmt/format.h>
+
+#include "core/log.h"
+
+namespace rill::server {
+
+std::string format_finished_request(const FinishedRequest& r) {
+  const std::string ttft = r.ttft_s < 0 ? "-" : fmt::format("{:.3f}s", r.ttft_s);
+  // vLLM's TPOT: the time after the first token over the tokens after it.
+  const std::string tpot =
+      r.ttft_s < 0 || r.completion_tokens < 2
+          ? "-"
+          : fmt::format("{:.4f}s", (r.e2e_s - r.ttft_s) / double(r.completion_tokens - 1));
+  return fmt::format(
+      "request {} finished: choice={} status={} finish={} prompt_tokens={} cached_tokens={} "
+      "completion_tokens={} ttft={} tpot={} e2e={:.3f}s",
+      r.id.empty() ? "-" : r.id, r.choice, r.http_status, r.finish_reason, r.prompt_tokens, r.cached_tokens,
+      r.completion_tokens, ttft, tpot, r.e2e_s);
+}
+
+void log_finished_request(const FinishedRequest& r) {
+  RILL_LOG_INFO("{}", format_finished_request(r));
+}
+
+void log_rejected_request(const std::string& method, const std::string& path, int status,
+                          const std::string& reason) {
+  RILL_LOG_INFO("request rejected: {} {} status={} reason={}", method, path, status, reason);
+}
+
+}  // namespace rill::server
