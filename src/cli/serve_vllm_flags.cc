@@ -125,7 +125,6 @@ Status apply_vllm_flags(const VllmFlags& f, const DeviceOptions& device, server:
   if (f.enforce_eager && cpu) notice("--enforce-eager", "the CPU backend has no CUDA graphs");
   if (f.dtype != "auto" && cpu) notice("--dtype " + f.dtype, "the CPU reference backend computes in float32");
   o.engine.enforce_eager = f.enforce_eager;
-  o.engine.gpu_memory_utilization = f.gpu_memory_utilization;
   if (f.seed >= 0) o.seed = uint64_t(f.seed);
   o.log_requests = !f.disable_log_requests;
   if (f.disable_log_stats) o.log_stats_interval_s = 0;

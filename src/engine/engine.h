@@ -128,11 +128,6 @@ struct EngineOptions {
   bool capture_graphs = true;
   // Tests only: called on the engine thread with every sampled row's logits (copied to the host: slow).
   std::function<void(uint64_t request_id, int32_t position, std::span<const float> logits)> logits_hook;
-  bool enforce_eager = false;  // CUDA graphs off (vLLM's --enforce-eager); graphs are on by default on CUDA
-  // vLLM's --gpu-memory-utilization: the fraction of the device's TOTAL memory the whole process may hold
-  // (weights + workspace + caches); 0: unset (kv_cache_fraction applies). Until plan_memory reads it, serve
-  // maps it onto kv_cache_fraction from outside (src/cli/serve.cc).
-  double gpu_memory_utilization = 0;
 };
 
 struct EngineStats {
