@@ -6,11 +6,13 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "backend/backend.h"
 #include "core/status.h"
 #include "engine/engine.h"
 #include "model/model.h"
+#include "server/cors.h"
 #include "server/http/http_limits.h"
 
 namespace rill::server {
@@ -25,6 +27,10 @@ struct ServerOptions {
   engine::EngineOptions engine;
   double shutdown_timeout_s = 30.0;  // grace for running requests after SIGINT/SIGTERM
   HttpLimits http;                   // sizes, deadlines, connection cap, threads
+  // vLLM's --served-model-name with several names: requests may use any, /v1/models lists all, responses
+  // and metrics name the first. Empty: served_model_name alone (or the directory's name).
+  std::vector<std::string> served_model_names;
+  CorsOptions cors;  // --allowed-origins / --allowed-methods / --allowed-headers
 };
 
 struct LoadedModel {
