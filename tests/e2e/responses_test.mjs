@@ -11,8 +11,12 @@
 //    valid for the tool's schema (ajv), streamed == non-streamed; a second turn with function_call and
 //    function_call_output items equals the chat request with the assistant tool_calls and a tool message;
 //  - max_output_tokens reached: status "incomplete", incomplete_details.reason "max_output_tokens";
+//  - Kimi K3 (the tiny K3 checkpoint): thinking is a reasoning item equal to chat's reasoning_content, and
+//    reasoning.effort "none" with a forced call gives chat's tool_calls;
 //  - what rill cannot do is a 400 naming the field (previous_response_id, a non-function tool, an image).
-import { Ajv, assert, assertEq, OpenAIModule, run, startServer } from "./lib/harness.mjs";
+import path from "path";
+
+import { Ajv, assert, assertEq, MODEL_DIR, OpenAIModule, run, startServer } from "./lib/harness.mjs";
 
 const ID = /^resp_[0-9a-f]{24}$/;
 const weather = {
@@ -188,6 +192,28 @@ await run("e2e_responses", async (track) => {
     assert(err instanceof OpenAIModule.BadRequestError, `${param}: a 400, got ${err}`);
     assertEq(err.param, param, `${param}: the error names the field (${err.message})`);
   }
+  // Kimi K3 (its tiny checkpoint beside MODEL_DIR): thinking is a reasoning item, reasoning.effort "none"
+  // turns it off as reasoning_effort does on chat, and the forced call equals chat's.
+  const k3 = track(await startServer([], { model: path.join(path.dirname(MODEL_DIR), "rill-tiny-k3") }));
+  const kc = k3.client();
+  const k3Tool = { type: "function", name: "w", parameters: { type: "object", properties: { c: { type: "string" } } } };
+  const thought = await kc.responses.create({ input, max_output_tokens: 40, temperature: 0 });
+  const thoughtChat = await kc.chat.completions.create({ messages: [{ role: "user", content: input }], max_tokens: 40, temperature: 0 });
+  checkResponse(thought, "K3");
+  assertEq(thought.output[0].type, "reasoning", "K3: thinking first");
+  assertEq(thought.output[0].content[0].text, thoughtChat.choices[0].message.reasoning_content, "K3: reasoning == chat's reasoning_content");
+  assertEq(thought.output_text, thoughtChat.choices[0].message.content ?? "", "K3: text == chat's content");
+  assertEq(thought.usage.output_tokens_details.reasoning_tokens, thoughtChat.usage.completion_tokens_details.reasoning_tokens, "K3: reasoning tokens");
+  const k3Events = await collect(await kc.responses.create({ input, max_output_tokens: 40, temperature: 0, stream: true }));
+  assertEq(k3Events.response.output.map((o) => o.content[0].text), thought.output.map((o) => o.content[0].text), "K3: streamed == non-streamed");
+  const k3Call = await kc.responses.create({ input: "weather?", tools: [k3Tool], tool_choice: "required", reasoning: { effort: "none" },
+    max_output_tokens: 200, temperature: 0 });
+  const k3ChatCall = await kc.chat.completions.create({ messages: [{ role: "user", content: "weather?" }], tools: [asChatTool(k3Tool)],
+    tool_choice: "required", reasoning_effort: "none", max_tokens: 200, temperature: 0 });
+  assertEq(k3Call.output.map((o) => [o.type, o.call_id, o.name, o.arguments]),
+    k3ChatCall.choices[0].message.tool_calls.map((t) => ["function_call", t.id, t.function.name, t.function.arguments]),
+    "K3: reasoning.effort none + required: the chat completion's calls");
+
   let missing = null;
   try { await client.responses.create({ model: "nope", input }); } catch (e) { missing = e; }
   assert(missing instanceof OpenAIModule.NotFoundError, "an unknown model is a 404");

@@ -215,7 +215,7 @@ ApiResult<ResponsesRequest> parse_responses_request(const Json& body, const Pars
   for (const char* key :
        {"temperature", "top_p", "parallel_tool_calls", "stream", "top_k", "min_p", "seed", "stop",
         "stop_token_ids", "presence_penalty", "frequency_penalty", "repetition_penalty", "min_tokens",
-        "ignore_eos", "skip_special_tokens", "chat_template_kwargs"})
+        "ignore_eos", "skip_special_tokens", "chat_template_kwargs", "thinking"})
     if (auto it = body.find(key); it != body.end() && !it->is_null()) chat[key] = *it;
 
   ResponsesRequest out;

@@ -4,8 +4,9 @@
 // function_call and function_call_output items; reasoning items are dropped); instructions (a system
 // message first); max_output_tokens; temperature; top_p; tools (function tools: {type, name, description,
 // parameters, strict}); tool_choice (none | auto | required | {type: "function", name}); parallel_tool_calls;
-// text.format (text | json_object | json_schema); reasoning.effort; stream; store (accepted; nothing is
-// stored); metadata, user, truncation (echoed); vLLM's sampling extras (top_k, min_p, seed, stop, ...).
+// text.format (text | json_object | json_schema); reasoning.effort (K3: "none" turns thinking off, as
+// reasoning_effort does on chat); stream; store (accepted; nothing is stored); metadata, user, truncation
+// (echoed); vLLM's and Moonshot's extras (top_k, min_p, seed, stop, ..., thinking, chat_template_kwargs).
 // Refused with a 400 naming the field: previous_response_id and conversation (nothing is stored: send the
 // whole conversation), background, non-function tools, image / file / audio inputs, item_reference.
 #pragma once
