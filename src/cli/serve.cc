@@ -55,7 +55,7 @@ std::vector<std::string> normalize_flags(int argc, char** argv) {
 int run_serve(int argc, char** argv) {
   CLI::App app{
       "OpenAI-compatible HTTP server: /v1/chat/completions, /v1/completions, /v1/models, /health, "
-      "/metrics, /tokenize, /detokenize. SIGINT/SIGTERM drain running requests, then exit 0.",
+      "/metrics, /tokenize, /detokenize, /v1/responses. SIGINT/SIGTERM drain running requests, then exit 0.",
       "rill serve"};
   server::ServerOptions o;
   DeviceOptions dev;
@@ -64,9 +64,11 @@ int run_serve(int argc, char** argv) {
   app.add_option("--port", o.port, "TCP port (0: any free port, printed at start)")
       ->capture_default_str()
       ->check(CLI::Range(0, 65535));
-  app.add_option("--served-model-name", o.served_model_names,
-                 "the model ids clients may send and /v1/models lists; responses report the first (vLLM: "
-                 "several names; default: MODEL_DIR's last component)");
+  app.add_option(
+         "--served-model-name", o.served_model_names,
+         "the model ids clients may send, one or more (vLLM); /v1/models lists them all, a response names "
+         "the one asked for, metrics the first (default: MODEL_DIR's last component)")
+      ->expected(1, -1);
   app.add_option(
       "--api-key", o.api_key,
       "require `Authorization: Bearer KEY` (401 otherwise) on every route but /health and /metrics "
@@ -164,6 +166,16 @@ int run_serve(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(0.1, 3600.0));
   app.add_flag("--api-key-metrics", o.api_key_metrics, "with --api-key: /metrics needs the key too");
+  // CORS (vLLM's flags; server/cors.h).
+  std::string allowed_origins, allowed_methods = "*", allowed_headers = "*";
+  app.add_option("--allowed-origins", allowed_origins,
+                 "origins browsers may call from, comma-separated, or * for any (default: none, no CORS "
+                 "headers); preflights are answered 204 without the API key");
+  app.add_option("--allowed-methods", allowed_methods, "with --allowed-origins: methods allowed, or *")
+      ->capture_default_str();
+  app.add_option("--allowed-headers", allowed_headers,
+                 "with --allowed-origins: request headers allowed, or *")
+      ->capture_default_str();
   std::string load_format = "auto";
   app.add_option(
          "--load-format", load_format,
@@ -186,6 +198,9 @@ int run_serve(int argc, char** argv) {
   o.http.body_timeout = ms(body_timeout);
   o.http.keep_alive_timeout = ms(keep_alive_timeout);
   o.http.write_timeout = ms(write_timeout);
+  o.cors.allowed_origins = server::split_comma_list(allowed_origins);
+  o.cors.allowed_methods = server::split_comma_list(allowed_methods);
+  o.cors.allowed_headers = server::split_comma_list(allowed_headers);
 
   auto loader = [&](const model::LoadProgress& progress) -> Result<server::LoadedModel> {
     RILL_ASSIGN_OR_RETURN(auto backend, open_backend(dev));

@@ -100,6 +100,9 @@ void Engine::Impl::emit_finished(std::map<uint64_t, StreamEvent>& pending) {
     ev.prompt_tokens = s.reported_prompt_tokens;
     ev.completion_tokens = s.n_generated();
     ev.cached_tokens = std::clamp(s.n_cached, 0, s.reported_prompt_tokens);
+    using Seconds = std::chrono::duration<double>;
+    if (s.first_scheduled) ev.queue_seconds = Seconds(*s.first_scheduled - s.arrival).count();
+    if (s.first_scheduled && s.first_token) ev.prefill_seconds = Seconds(*s.first_token - *s.first_scheduled).count();
     s.stream->push(std::move(ev));
   }
   for (auto& [id, ev] : pending)
@@ -135,6 +138,9 @@ void Engine::Impl::step() {
     emit_finished(pending);
     return;
   }
+  const auto step_start = std::chrono::steady_clock::now();
+  for (const auto& p : plan.seqs)
+    if (!p.seq->first_scheduled) p.seq->first_scheduled = step_start;
   const model::StepBatch batch = plan.to_batch();
   std::vector<const Sequence*> rows;
   for (const auto& p : plan.seqs)
@@ -151,9 +157,15 @@ void Engine::Impl::step() {
   std::vector<int32_t> ids;
   for (const auto& t : sampled) ids.push_back(t.id);
   counters.steps++;
+  int iteration_tokens = int(ids.size());
   for (const auto& p : plan.seqs)
-    if (p.seq->n_computed < p.seq->n_prompt) counters.prompt_tokens_total += uint64_t(p.n_new);
+    if (p.seq->n_computed < p.seq->n_prompt) {
+      counters.prompt_tokens_total += uint64_t(p.n_new);
+      iteration_tokens += p.n_new;
+    }
   counters.generation_tokens_total += ids.size();
+  counters.observe_iteration_tokens(iteration_tokens);
+  const auto step_end = std::chrono::steady_clock::now();
   sched->postprocess(plan, ids);
   for (size_t k = 0; k < rows.size(); ++k) {
     Sequence* s = const_cast<Sequence*>(rows[k]);
@@ -161,6 +173,7 @@ void Engine::Impl::step() {
     const int32_t id = sampled[k].id;
     if (s->constraint) s->constraint->accept(id);  // its mask was ready (it sampled): no worker holds it
     ev.token_ids.push_back(id);
+    if (!s->first_token) s->first_token = step_end;
     if (s->params.logprobs >= 0) ev.logprobs.push_back({id, sampled[k].logprob, sampled[k].top});
     // An EOS / stop id ends the text without its own (vLLM), unless the stop is to be kept.
     if (s->last_is_stop_token && !s->params.include_stop_str_in_output) continue;

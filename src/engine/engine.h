@@ -4,6 +4,7 @@
 // headers reach the callers.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -84,6 +85,11 @@ struct StreamEvent {
   std::string stop_reason;             // the stop string or id that ended it, if any
   Status error;                        // when finish == Error
   int32_t prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;  // usage, on the last event
+  // On the last event (vLLM's request_queue_time / request_prefill_time): seconds from submit() to the first
+  // step that scheduled the request, and from that step to the one that sampled its first token (preemptions
+  // included). -1: not measured (the request never got that far); the server then leaves the queue, prefill
+  // and inference histograms alone.
+  double queue_seconds = -1, prefill_seconds = -1;
 };
 
 // A request's event channel: the engine pushes, the caller pops (blocking with a deadline).
@@ -141,6 +147,20 @@ struct EngineStats {
   uint64_t prefix_cache_queries = 0, prefix_cache_hits = 0;
   int prefix_cache_blocks = 0, kda_snapshots_used = 0, kda_snapshots_total = 0;
   uint64_t prefix_cache_evicted_blocks = 0, kda_snapshots_evicted = 0;
+  // vLLM's iteration_tokens_total histogram, kept by the engine thread: per step, the prompt tokens it
+  // computed plus the tokens it sampled (so the sum is prompt_tokens_total + generation_tokens_total).
+  // iteration_tokens_counts[i] counts steps with tokens <= kIterationTokenBuckets[i] (and above the bucket
+  // before it); the last entry counts those above every bound (+Inf). Not cumulative.
+  static constexpr std::array<int, 13> kIterationTokenBuckets = {1,    8,    16,   32,   64,   128,  256,
+                                                                 512,  1024, 2048, 4096, 8192, 16384};
+  std::array<uint64_t, kIterationTokenBuckets.size() + 1> iteration_tokens_counts{};
+  uint64_t iteration_tokens_sum = 0;
+  void observe_iteration_tokens(int tokens) {
+    size_t i = 0;
+    while (i < kIterationTokenBuckets.size() && tokens > kIterationTokenBuckets[i]) ++i;
+    ++iteration_tokens_counts[i];
+    iteration_tokens_sum += uint64_t(tokens);
+  }
 };
 
 class Engine {

@@ -42,6 +42,9 @@ struct Sequence {
   bool last_is_stop_token = false;  // the last sampled token ended the sequence (its text is not emitted)
   bool stopped_on_string = false;   // a stop string ended it (text after the stop string is dropped)
   std::chrono::steady_clock::time_point arrival;
+  // The start of the first step that scheduled it and the end of the one that sampled its first token
+  // (StreamEvent::queue_seconds / prefill_seconds); preemptions do not reset them.
+  std::optional<std::chrono::steady_clock::time_point> first_scheduled, first_token;
 
   int32_t n_generated() const { return int32_t(tokens.size()) - n_prompt; }
   int32_t n_remaining() const { return int32_t(tokens.size()) - n_computed; }  // tokens still to process

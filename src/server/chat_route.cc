@@ -7,25 +7,26 @@
 #include "server/routes.h"
 
 namespace rill::server {
-namespace {
-
-using Clock = std::chrono::steady_clock;
 
 // With ignore_eos the end of the message does not end the output: the parser passes what follows through.
-text::ParserConfig parser_config(const RenderedChat& prompt, const ChatRequest& request) {
+text::ParserConfig chat_parser_config(const RenderedChat& prompt, const ChatRequest& request) {
   text::ParserConfig config = prompt.parser;
   config.stop_at_end_of_message = !request.sampling.params.ignore_eos;
   return config;
 }
 
-ChoiceDecoder make_decoder(const RenderedChat& prompt, const ChatRequest& request) {
+ChoiceDecoder make_chat_decoder(const RenderedChat& prompt, const ChatRequest& request) {
   std::unique_ptr<text::OutputParser> parser;
   if (!prompt.raw) {
-    auto made = text::make_output_parser(parser_config(prompt, request));
+    auto made = text::make_output_parser(chat_parser_config(prompt, request));
     if (made.ok()) parser = std::move(made).value();
   }
   return ChoiceDecoder(std::move(parser), prompt.parser.starts_in_reasoning);
 }
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
 
 // The SSE side of one streamed chat request.
 struct ChatStream {
@@ -142,19 +143,19 @@ std::optional<ApiError> handle_chat(ServingContext& ctx, const HttpRequest& req,
   RILL_API_ASSIGN_OR_RETURN(RenderedChat prompt, ctx.chat().render(request));
   RILL_API_TRY(fit_max_tokens(int64_t(prompt.ids.size()), ctx.model_info().max_model_len, "messages",
                               &request.sampling, ctx.model_info().default_max_tokens));
-  if (!prompt.raw && !text::make_output_parser(parser_config(prompt, request)).ok())
+  if (!prompt.raw && !text::make_output_parser(chat_parser_config(prompt, request)).ok())
     return ApiError{500, "internal error: the output parser rejected its configuration"};
 
   auto job = std::make_shared<GenerationJob>(ctx, arrival);
   auto stream = std::make_shared<ChatStream>();
   for (int i = 0; i < request.sampling.n; ++i) {
-    ChoiceDecoder decoder = make_decoder(prompt, request);
+    ChoiceDecoder decoder = make_chat_decoder(prompt, request);
     stream->opening.push_back(decoder.begin(prompt.forced_prefix));
     engine::Request r{prompt.ids, choice_params(request.sampling, i), prompt.reported_prompt_tokens,
                       ctx.chat().constraint(prompt, request.sampling.params.stop_token_ids)};
     RILL_API_TRY(job->submit(std::move(r), std::move(decoder)));
   }
-  ResponseHeader header{make_response_id("chatcmpl-"), unix_now(), ctx.config().served_model_name};
+  ResponseHeader header{make_response_id("chatcmpl-"), unix_now(), response_model_name(ctx, request.model)};
   job->set_request_id(header.id);
   if (!request.sampling.stream) return respond_whole(*job, request, header, ctx.tokenizer(), req, res);
 

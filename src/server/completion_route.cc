@@ -159,7 +159,7 @@ std::optional<ApiError> handle_completion(ServingContext& ctx, const HttpRequest
       RILL_API_TRY(job->submit(std::move(r), std::move(decoder)));
     }
   }
-  ResponseHeader header{make_response_id("cmpl-"), unix_now(), ctx.config().served_model_name};
+  ResponseHeader header{make_response_id("cmpl-"), unix_now(), response_model_name(ctx, request.model)};
   job->set_request_id(header.id);
   if (!request.sampling.stream) return respond_whole(*job, request, n, states, header, tokenizer, req, res);
 

@@ -16,31 +16,51 @@ void GenerationJob::cancel() {
     if (c.decoder.finished() || c.cancelled) continue;
     c.cancelled = true;
     if (engine) engine->cancel(c.stream->id());
-    ctx_.metrics().record_request(RequestRecord{"abort", c.first_token_s, now, 0, 0});
+    // vLLM counts an abort with what it had: its prompt and the tokens generated until now.
+    ctx_.metrics().record_request(RequestRecord{.finish_reason = "abort",
+                                                .e2e_latency = now,
+                                                .time_to_first_token = c.first_token_s,
+                                                .last_token = c.last_token_s,
+                                                .prompt_tokens = c.prompt_tokens,
+                                                .completion_tokens = c.tokens_received});
     if (ctx_.config().log_requests)
-      log_finished_request(
-          FinishedRequest{request_id_, int(i), 499, "abort", -1, -1, c.n_tokens, c.first_token_s, now});
+      log_finished_request(FinishedRequest{request_id_, int(i), 499, "abort", c.prompt_tokens, -1,
+                                           c.tokens_received, c.first_token_s, now});
   }
 }
 
 std::optional<ApiError> GenerationJob::submit(engine::Request request, ChoiceDecoder decoder) {
+  const int64_t prompt_tokens =
+      request.reported_prompt_tokens >= 0 ? request.reported_prompt_tokens : int64_t(request.prompt.size());
   auto stream = ctx_.engine().submit(std::move(request));
   if (!stream.ok()) return error_from_status(stream.status());
-  choices_.push_back(Choice{std::move(stream).value(), std::move(decoder)});
+  choices_.push_back(Choice{std::move(stream).value(), std::move(decoder), prompt_tokens});
   return std::nullopt;
 }
 
 void GenerationJob::take(int i, const engine::StreamEvent& ev, std::vector<JobFrame>* out) {
   Choice& c = choices_[size_t(i)];
   const double now = std::chrono::duration<double>(Clock::now() - arrival_).count();
-  if (c.first_token_s < 0 && !ev.token_ids.empty()) c.first_token_s = now;
-  c.n_tokens += int64_t(ev.token_ids.size());
+  if (!ev.token_ids.empty() && !c.cancelled) {
+    if (c.first_token_s < 0)
+      c.first_token_s = now;
+    else  // vLLM: one inter-token latency per output event, however many tokens it carries
+      ctx_.metrics().record_inter_token_latency(now - c.last_token_s);
+    c.last_token_s = now;
+    c.tokens_received += int64_t(ev.token_ids.size());
+  }
   for (ChoiceFrame& f : c.decoder.on_event(ev)) {
     if (f.finish) {
       ++n_finished_;
       if (!c.cancelled) {  // already counted as an abort
-        ctx_.metrics().record_request(RequestRecord{f.finish_reason, c.first_token_s, now,
-                                                    f.usage.prompt_tokens, f.usage.completion_tokens});
+        ctx_.metrics().record_request(RequestRecord{.finish_reason = f.finish_reason,
+                                                    .e2e_latency = now,
+                                                    .time_to_first_token = c.first_token_s,
+                                                    .last_token = c.last_token_s,
+                                                    .prompt_tokens = f.usage.prompt_tokens,
+                                                    .completion_tokens = f.usage.completion_tokens,
+                                                    .queue_seconds = ev.queue_seconds,
+                                                    .prefill_seconds = ev.prefill_seconds});
         if (ctx_.config().log_requests) {
           const int status = f.finish_reason == "error"                ? 500
                              : f.finish_reason == "server_interrupted" ? 503

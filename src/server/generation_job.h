@@ -48,8 +48,9 @@ class GenerationJob {
   struct Choice {
     std::shared_ptr<engine::RequestStream> stream;
     ChoiceDecoder decoder;
-    double first_token_s = -1;
-    int64_t n_tokens = 0;  // generated ids received (an aborted request's count)
+    int64_t prompt_tokens = 0;    // what usage will report, known at submit (an abort records it too)
+    int64_t tokens_received = 0;  // generated ids seen so far
+    double first_token_s = -1, last_token_s = -1;  // seconds from arrival, as events arrived here
     bool cancelled = false;
   };
   void take(int i, const engine::StreamEvent& event, std::vector<JobFrame>* out);

@@ -1,5 +1,6 @@
 #include "server/http_server.h"
 
+#include "server/cors.h"
 #include "server/openai/response.h"
 #include "server/request_log.h"
 
@@ -71,6 +72,11 @@ bool HttpServer::authorized(const HttpRequest& req) const {
 }
 
 void HttpServer::handle(HttpRequest& req, HttpResponse& res) {
+  // On every routed response, errors included (write_error keeps headers), and before the stream's head.
+  res.set_header("X-Request-Id", request_id_for(req));
+  const CorsOptions& cors = ctx_.config().cors;
+  if (is_cors_preflight(cors, req)) return answer_cors_preflight(cors, req, res);  // no API key in preflights
+  add_cors_headers(cors, req, res);
   if (!authorized(req)) {
     const ApiError error{401, "Invalid or missing API key: send `Authorization: Bearer <key>`"};
     if (ctx_.config().log_requests)

@@ -2,6 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
+#include "server/process_metrics.h"
+
 namespace rill::server {
 
 std::string prometheus_escape(const std::string& value) {
@@ -19,6 +23,15 @@ std::string prometheus_escape(const std::string& value) {
   return out;
 }
 
+namespace {
+
+// Whole bounds as integers ("1000000", not fmt's shortest "1e+06"), so le labels read like the numbers.
+std::string bound_text(double bound) {
+  return bound == double(int64_t(bound)) ? std::to_string(int64_t(bound)) : fmt::format("{}", bound);
+}
+
+}  // namespace
+
 Histogram::Histogram(std::vector<double> upper_bounds)
     : bounds_(std::move(upper_bounds)), counts_(bounds_.size() + 1, 0) {}
 
@@ -34,7 +47,7 @@ void Histogram::render(std::string& out, const std::string& name, const std::str
   uint64_t cumulative = 0;
   for (size_t i = 0; i <= bounds_.size(); ++i) {
     cumulative += counts_[i];
-    const std::string le = i < bounds_.size() ? fmt::format("{}", bounds_[i]) : "+Inf";
+    const std::string le = i < bounds_.size() ? bound_text(bounds_[i]) : "+Inf";
     out += fmt::format("{}_bucket{{{},le=\"{}\"}} {}\n", name, labels, le, cumulative);
   }
   out += fmt::format("{}_sum{{{}}} {}\n{}_count{{{}}} {}\n", name, labels, sum_, name, labels, count_);
@@ -42,53 +55,88 @@ void Histogram::render(std::string& out, const std::string& name, const std::str
 
 namespace {
 
-// vLLM's buckets for the same histograms.
+// vLLM's buckets for the same histograms (vllm/v1/metrics/loggers.py).
 std::vector<double> ttft_buckets() {
-  return {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1,  0.25, 0.5,
-          0.75,  1.0,   2.5,  5.0,  7.5,  10.0, 20.0, 40.0, 80.0};
+  return {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1,  0.25,  0.5,   0.75,
+          1.0,   2.5,   5.0,  7.5,  10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0};
 }
-std::vector<double> tpot_buckets() {
+std::vector<double> token_gap_buckets() {
   return {0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2,  0.3,  0.4, 0.5,
           0.75, 1.0,   2.5,  5.0,   7.5, 10.0, 20.0, 40.0, 80.0};
 }
-std::vector<double> e2e_buckets() {
-  return {0.3,  0.5,  0.8,  1.0,  1.5,  2.0,   2.5,   5.0,   10.0, 15.0,
-          20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0};
+std::vector<double> latency_buckets() {
+  return {0.3,  0.5,  0.8,  1.0,  1.5,   2.0,   2.5,   5.0,   10.0,   15.0,  20.0,
+          30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0};
 }
+// vLLM's 1-2-5 series (build_1_2_5_buckets), up to 2M tokens whatever the model: the metrics exist before
+// the model loads, and K3's 1M-token (2^20) contexts must land in a finite bucket.
 std::vector<double> length_buckets() {
-  return {1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000, 100000};
+  std::vector<double> out;
+  for (double scale = 1; scale <= 1e6; scale *= 10)
+    for (double m : {1.0, 2.0, 5.0}) out.push_back(m * scale);
+  out.resize(out.size() - 1);  // ..., 1e6, 2e6
+  return out;
 }
 
 void header(std::string& out, const char* name, const char* type, const char* help) {
   out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
 }
 
+const char* python_bool(bool b) {
+  return b ? "True" : "False";  // vLLM's info labels are str() of the config values
+}
+
 }  // namespace
+
+std::string vllm_finished_reason(const std::string& reason) {
+  if (reason == "tool_calls") return "stop";  // the engine stopped at the end of the message
+  if (reason == "server_interrupted" || reason == "cancelled") return "abort";
+  return reason;
+}
 
 Metrics::Metrics(std::string model_name)
     : labels_(fmt::format("model_name=\"{}\"", prometheus_escape(model_name))),
       ttft_(ttft_buckets()),
-      tpot_(tpot_buckets()),
-      e2e_(e2e_buckets()),
+      itl_(token_gap_buckets()),
+      request_tpot_(token_gap_buckets()),
+      e2e_(latency_buckets()),
+      queue_(latency_buckets()),
+      prefill_(latency_buckets()),
+      decode_(latency_buckets()),
+      inference_(latency_buckets()),
       prompt_len_(length_buckets()),
       generation_len_(length_buckets()) {}
 
 void Metrics::record_request(const RequestRecord& r) {
   std::lock_guard<std::mutex> lock(mu_);
-  ++finished_[r.finish_reason];
+  ++finished_[vllm_finished_reason(r.finish_reason)];
   e2e_.observe(r.e2e_latency);
   prompt_len_.observe(double(r.prompt_tokens));
   generation_len_.observe(double(r.completion_tokens));
   if (r.time_to_first_token >= 0) {
     ttft_.observe(r.time_to_first_token);
-    if (r.completion_tokens > 1)
-      tpot_.observe((r.e2e_latency - r.time_to_first_token) / double(r.completion_tokens - 1));
+    const double decode = std::max(0.0, r.last_token - r.time_to_first_token);
+    decode_.observe(decode);
+    if (r.completion_tokens > 1) request_tpot_.observe(decode / double(r.completion_tokens - 1));
+    if (r.prefill_seconds >= 0) inference_.observe(r.prefill_seconds + decode);
   }
+  if (r.queue_seconds >= 0) queue_.observe(r.queue_seconds);
+  if (r.prefill_seconds >= 0) prefill_.observe(r.prefill_seconds);
+}
+
+void Metrics::record_inter_token_latency(double seconds) {
+  std::lock_guard<std::mutex> lock(mu_);
+  itl_.observe(seconds);
 }
 
 void Metrics::record_http_status(int status) {
   std::lock_guard<std::mutex> lock(mu_);
   ++http_[status];
+}
+
+void Metrics::set_cache_config(const CacheConfigInfo& info) {
+  std::lock_guard<std::mutex> lock(mu_);
+  cache_config_ = info;
 }
 
 std::string Metrics::render(const engine::EngineStats* stats) const {
@@ -127,28 +175,64 @@ std::string Metrics::render(const engine::EngineStats* stats) const {
           s.prefix_cache_evicted_blocks);
   counter("rill:kda_snapshots_evicted_total", "KDA state snapshots evicted under memory pressure.",
           s.kda_snapshots_evicted);
+  {  // EngineStats keeps per-bucket counts; Prometheus wants them cumulative
+    const char* name = "rill:iteration_tokens_total";
+    header(out, name, "histogram",
+           "Tokens per engine step: prompt tokens computed plus tokens sampled (vLLM's buckets).");
+    uint64_t cumulative = 0;
+    const auto& bounds = engine::EngineStats::kIterationTokenBuckets;
+    for (size_t i = 0; i < s.iteration_tokens_counts.size(); ++i) {
+      cumulative += s.iteration_tokens_counts[i];
+      const std::string le = i < bounds.size() ? std::to_string(bounds[i]) : "+Inf";
+      out += fmt::format("{}_bucket{{{},le=\"{}\"}} {}\n", name, labels_, le, cumulative);
+    }
+    out += fmt::format("{}_sum{{{}}} {}\n{}_count{{{}}} {}\n", name, labels_, s.iteration_tokens_sum, name,
+                       labels_, cumulative);
+  }
 
   std::lock_guard<std::mutex> lock(mu_);
-  header(out, "rill:request_success_total", "counter", "Requests finished, by finish reason.");
+  if (cache_config_) {
+    header(out, "rill:cache_config_info", "gauge",
+           "The engine's cache configuration (vLLM's CacheConfig info; the value is always 1).");
+    out += fmt::format(
+        "rill:cache_config_info{{{},block_size=\"{}\",num_gpu_blocks=\"{}\",num_state_slots=\"{}\","
+        "enable_prefix_caching=\"{}\",kda_snapshot_interval=\"{}\",num_kda_snapshots=\"{}\"}} 1\n",
+        labels_, cache_config_->block_size, s.kv_blocks_total, s.state_slots_total,
+        python_bool(cache_config_->enable_prefix_caching), cache_config_->kda_snapshot_interval,
+        s.kda_snapshots_total);
+  }
+  header(out, "rill:request_success_total", "counter",
+         "Requests finished, by vLLM's finished_reason (stop, length, abort, error).");
   for (const auto& [reason, n] : finished_)
     out += fmt::format("rill:request_success_total{{{},finished_reason=\"{}\"}} {}\n", labels_,
                        prometheus_escape(reason), n);
   header(out, "rill:http_responses_total", "counter", "HTTP responses sent, by status code.");
   for (const auto& [status, n] : http_)
     out += fmt::format("rill:http_responses_total{{{},code=\"{}\"}} {}\n", labels_, status, n);
-  header(out, "rill:time_to_first_token_seconds", "histogram",
-         "Time from request arrival to its first token.");
-  ttft_.render(out, "rill:time_to_first_token_seconds", labels_);
-  header(out, "rill:time_per_output_token_seconds", "histogram",
-         "Mean time between output tokens of a request.");
-  tpot_.render(out, "rill:time_per_output_token_seconds", labels_);
-  header(out, "rill:e2e_request_latency_seconds", "histogram",
-         "Time from request arrival to its last token.");
-  e2e_.render(out, "rill:e2e_request_latency_seconds", labels_);
-  header(out, "rill:request_prompt_tokens", "histogram", "Prompt tokens per request.");
-  prompt_len_.render(out, "rill:request_prompt_tokens", labels_);
-  header(out, "rill:request_generation_tokens", "histogram", "Generated tokens per request.");
-  generation_len_.render(out, "rill:request_generation_tokens", labels_);
+  auto histogram = [&](const char* name, const char* help, const Histogram& h) {
+    header(out, name, "histogram", help);
+    h.render(out, name, labels_);
+  };
+  histogram("rill:time_to_first_token_seconds", "Time from request arrival to its first token.", ttft_);
+  histogram("rill:inter_token_latency_seconds",
+            "Time between consecutive token events of a request (one observation per event).", itl_);
+  histogram("rill:time_per_output_token_seconds",
+            "DEPRECATED: use rill:inter_token_latency_seconds (the same observations, as in vLLM).", itl_);
+  histogram("rill:request_time_per_output_token_seconds",
+            "Per request: decode time / (generated tokens - 1), for requests with two tokens or more.",
+            request_tpot_);
+  histogram("rill:e2e_request_latency_seconds", "Time from request arrival to its finish.", e2e_);
+  histogram("rill:request_queue_time_seconds", "Time a request waited before the engine first scheduled it.",
+            queue_);
+  histogram("rill:request_prefill_time_seconds",
+            "Time from a request's first scheduling to its first token (its prefill).", prefill_);
+  histogram("rill:request_decode_time_seconds", "Time from a request's first token to its last.", decode_);
+  histogram("rill:request_inference_time_seconds",
+            "Time from a request's first scheduling to its last token (prefill + decode).", inference_);
+  histogram("rill:request_prompt_tokens", "Prompt tokens per request.", prompt_len_);
+  histogram("rill:request_generation_tokens", "Generated tokens per request (aborted ones: those generated).",
+            generation_len_);
+  if (auto process = read_process_stats()) render_process_stats(out, *process);
   return out;
 }
 

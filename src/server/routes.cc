@@ -13,14 +13,19 @@ namespace {
 
 const int64_t kStartTime = unix_now();
 
+std::vector<std::string> served_names(const ServingContext& ctx) {
+  const ServingConfig& c = ctx.config();
+  return c.served_model_names.empty() ? std::vector<std::string>{c.served_model_name} : c.served_model_names;
+}
+
 std::optional<ApiError> handle_health(ServingContext& ctx, const HttpRequest&, HttpResponse& res) {
   if (ctx.phase() != Phase::Ready) return ApiError{503, ctx.unavailable_message()};
   write_json(res, Json{{"status", "ok"}});
   return std::nullopt;
 }
 
-Json model_card(const ServingContext& ctx) {
-  return Json{{"id", ctx.config().served_model_name},
+Json model_card(const ServingContext& ctx, const std::string& name) {
+  return Json{{"id", name},
               {"object", "model"},
               {"created", kStartTime},
               {"owned_by", "rill"},
@@ -30,14 +35,16 @@ Json model_card(const ServingContext& ctx) {
 }
 
 std::optional<ApiError> handle_models(ServingContext& ctx, const HttpRequest&, HttpResponse& res) {
-  write_json(res, Json{{"object", "list"}, {"data", Json::array({model_card(ctx)})}});
+  Json cards = Json::array();
+  for (const std::string& name : served_names(ctx)) cards.push_back(model_card(ctx, name));
+  write_json(res, Json{{"object", "list"}, {"data", std::move(cards)}});
   return std::nullopt;
 }
 
 std::optional<ApiError> handle_model(ServingContext& ctx, const HttpRequest& req, HttpResponse& res) {
   const std::string id = req.matches.size() > 1 ? req.matches[1] : "";
-  if (id != ctx.config().served_model_name) return model_not_found(id);
-  write_json(res, model_card(ctx));
+  if (!ctx.config().serves(id)) return model_not_found(id);
+  write_json(res, model_card(ctx, id));
   return std::nullopt;
 }
 
@@ -117,6 +124,7 @@ const std::vector<Route>& route_table() {
       {"GET", "/v1/models/(.+)", handle_model, true},
       {"POST", "/v1/completions", handle_completion, true},
       {"POST", "/v1/chat/completions", handle_chat, true},
+      {"POST", "/v1/responses", handle_responses, true},
       {"POST", "/tokenize", handle_tokenize, true},
       {"POST", "/detokenize", handle_detokenize, true},
   };
@@ -130,12 +138,12 @@ ApiResult<Json> parse_body(const HttpRequest& req) {
 }
 
 std::optional<ApiError> check_model_name(const ServingContext& ctx, const std::string& model) {
-  const ServingConfig& c = ctx.config();
-  if (model.empty() || model == c.served_model_name) return std::nullopt;
-  if (std::find(c.served_model_names.begin(), c.served_model_names.end(), model) !=
-      c.served_model_names.end())
-    return std::nullopt;
+  if (model.empty() || ctx.config().serves(model)) return std::nullopt;
   return model_not_found(model);
+}
+
+std::string response_model_name(const ServingContext& ctx, const std::string& requested) {
+  return !requested.empty() && ctx.config().serves(requested) ? requested : ctx.config().served_model_name;
 }
 
 std::optional<ApiError> fit_max_tokens(int64_t prompt_len, int max_model_len, const char* prompt_param,

@@ -16,10 +16,19 @@ namespace rill::server {
 std::optional<ApiError> handle_chat(ServingContext& ctx, const HttpRequest& req, HttpResponse& res);
 std::optional<ApiError> handle_completion(ServingContext& ctx, const HttpRequest& req, HttpResponse& res);
 
+// The chat path's output parsing for one rendered request (chat_route.cc; the Responses route shares it):
+// the rendered prompt's parser config with ignore_eos applied, and a choice decoder on it.
+text::ParserConfig chat_parser_config(const RenderedChat& prompt, const ChatRequest& request);
+ChoiceDecoder make_chat_decoder(const RenderedChat& prompt, const ChatRequest& request);
+
 // The body as JSON (400 naming the parse error otherwise).
 ApiResult<Json> parse_body(const HttpRequest& req);
-// 404 unless `model` is empty or the served name.
+std::optional<ApiError> handle_responses(ServingContext& ctx, const HttpRequest& req, HttpResponse& res);
+
+// 404 unless `model` is empty or one of the served names.
 std::optional<ApiError> check_model_name(const ServingContext& ctx, const std::string& model);
+// The `model` a response names: the requested one when it is served (vLLM), else the first served name.
+std::string response_model_name(const ServingContext& ctx, const std::string& requested);
 // Fits max_tokens to the context: 400 (naming `prompt_param`) when the prompt leaves no room, 400 naming
 // max_tokens when prompt + max_tokens exceed it; an absent max_tokens becomes the room left, or
 // `default_max_tokens` (generation_config.json's max_new_tokens) when that is smaller and positive.

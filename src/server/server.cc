@@ -144,6 +144,8 @@ void load_checked(const ServerOptions& options, const ModelLoader& loader, Servi
           ? ""
           : fmt::format(" (defaults {}{})", defaults->sampling.dump(),
                         defaults->max_tokens ? fmt::format(", max_tokens {}", defaults->max_tokens) : ""));
+  ctx.metrics().set_cache_config(CacheConfigInfo{
+      options.engine.block_size, options.engine.enable_prefix_caching, options.engine.kda_snapshot_interval});
   auto chat = ChatPrompt::load(options.model_dir, info.kimi_k3, shared_tokenizer, options.chat_template_file);
   ctx.set_ready(std::move(loaded->backend), std::move(engine).value(), shared_tokenizer, std::move(chat),
                 std::move(info));
@@ -187,13 +189,13 @@ std::string default_served_name(const std::string& model_dir) {
 int run_server(const ServerOptions& options, const ModelLoader& loader) {
   signal(SIGPIPE, SIG_IGN);  // writes to a closed connection fail with EPIPE instead
   raise_open_file_limit(options.http.max_connections);
-  ServingConfig config{
-      options.served_model_name.empty() ? default_served_name(options.model_dir) : options.served_model_name,
-      options.model_dir, options.api_key, options.api_key_metrics};
-  if (!options.served_model_names.empty()) {
-    config.served_model_name = options.served_model_names.front();
-    config.served_model_names = options.served_model_names;
-  }
+  std::vector<std::string> names = options.served_model_names;
+  if (!options.served_model_name.empty() &&
+      std::find(names.begin(), names.end(), options.served_model_name) == names.end())
+    names.insert(names.begin(), options.served_model_name);
+  if (names.empty()) names.push_back(default_served_name(options.model_dir));
+  ServingConfig config{names.front(), options.model_dir, options.api_key, options.api_key_metrics,
+                       names,         options.cors};
   config.log_requests = options.log_requests;
   config.seed = options.seed;
   ServingContext ctx(std::move(config));

@@ -13,6 +13,7 @@
 #include "core/status.h"
 #include "engine/engine.h"
 #include "model/model.h"
+#include "server/cors.h"
 #include "server/http/http_limits.h"
 
 namespace rill::server {
@@ -27,9 +28,11 @@ struct ServerOptions {
   engine::EngineOptions engine;
   double shutdown_timeout_s = 30.0;  // grace for running requests after SIGINT/SIGTERM
   HttpLimits http;                   // sizes, deadlines, connection cap, threads
-  // vLLM's --served-model-name a b ...: every name is accepted in requests and listed; the first is the one
-  // responses report. Empty: served_model_name alone (which, when empty, is the directory's name).
+  // vLLM's --served-model-name with several names: requests may use any, /v1/models lists all, a response
+  // names the one its request asked for (the first when it asked for none), metrics the first. Empty:
+  // served_model_name alone (or the directory's name).
   std::vector<std::string> served_model_names;
+  CorsOptions cors;                  // --allowed-origins / --allowed-methods / --allowed-headers
   bool log_requests = true;          // one log line per finished or rejected request (--disable-log-requests)
   double log_stats_interval_s = 10;  // seconds between stats lines while there is activity; 0: none
   std::string chat_template_file;    // --chat-template FILE: replaces the checkpoint's template ("": its own)

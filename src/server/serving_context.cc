@@ -2,7 +2,14 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 namespace rill::server {
+
+bool ServingConfig::serves(const std::string& model) const {
+  if (served_model_names.empty()) return model == served_model_name;
+  return std::find(served_model_names.begin(), served_model_names.end(), model) != served_model_names.end();
+}
 
 ServingContext::ServingContext(ServingConfig config)
     : config_(std::move(config)), metrics_(config_.served_model_name) {}

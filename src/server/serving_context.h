@@ -14,6 +14,7 @@
 #include "backend/backend.h"
 #include "engine/engine.h"
 #include "server/chat_prompt.h"
+#include "server/cors.h"
 #include "server/metrics.h"
 #include "server/openai/sampling_request.h"
 #include "text/tokenizer/tokenizer.h"
@@ -21,14 +22,17 @@
 namespace rill::server {
 
 struct ServingConfig {
-  std::string served_model_name;
+  std::string served_model_name;  // the first of served_model_names: responses' model, metrics' label
   std::string model_dir;
   std::string api_key;           // "" = no authentication (else every route but /health needs it)
   bool api_key_metrics = false;  // /metrics needs the key too
-  std::vector<std::string>
-      served_model_names;        // every accepted name, served_model_name first (empty: just it)
+  std::vector<std::string> served_model_names;  // every name requests may use and /v1/models lists
+  CorsOptions cors;
   bool log_requests = true;      // log each finished and rejected request
   std::optional<uint64_t> seed;  // --seed: the first seed handed to requests that have none
+
+  // True when `model` is one of the served names (an empty list: served_model_name only).
+  bool serves(const std::string& model) const;
 };
 
 // The loaded model's facts the protocol needs.

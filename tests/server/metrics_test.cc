@@ -1,6 +1,7 @@
 // The Prometheus exposition text: names, labels, cumulative histogram buckets, escaping.
 #include <gtest/gtest.h>
 
+#include <ctime>
 #include <sstream>
 
 #include "server/metrics.h"
@@ -62,9 +63,19 @@ TEST(Metrics, WhileLoadingEverythingIsZero) {
 
 TEST(Metrics, RequestHistogramsAreCumulative) {
   Metrics m("tiny");
-  m.record_request({"stop", 0.003, 0.5, 10, 5});
-  m.record_request({"length", 0.2, 1.0, 20, 11});
-  m.record_request({"stop", -1, 0.1, 5, 0});
+  m.record_request({.finish_reason = "stop",
+                    .e2e_latency = 0.5,
+                    .time_to_first_token = 0.003,
+                    .last_token = 0.5,
+                    .prompt_tokens = 10,
+                    .completion_tokens = 5});
+  m.record_request({.finish_reason = "length",
+                    .e2e_latency = 1.0,
+                    .time_to_first_token = 0.2,
+                    .last_token = 0.9,
+                    .prompt_tokens = 20,
+                    .completion_tokens = 11});
+  m.record_request({.finish_reason = "stop", .e2e_latency = 0.1, .prompt_tokens = 5});
   m.record_http_status(200);
   m.record_http_status(400);
   m.record_http_status(400);
@@ -80,8 +91,111 @@ TEST(Metrics, RequestHistogramsAreCumulative) {
   EXPECT_EQ(sample(text, "rill:time_to_first_token_seconds_count{" + l + "}"), 2);
   EXPECT_DOUBLE_EQ(sample(text, "rill:e2e_request_latency_seconds_sum{" + l + "}"), 1.6);
   EXPECT_EQ(sample(text, "rill:e2e_request_latency_seconds_count{" + l + "}"), 3);
-  // TPOT: (0.5 - 0.003) / 4 and (1.0 - 0.2) / 10.
-  EXPECT_EQ(sample(text, "rill:time_per_output_token_seconds_count{" + l + "}"), 2);
+  // Per-request TPOT: decode / (n - 1) = (0.5 - 0.003) / 4 and (0.9 - 0.2) / 10.
+  EXPECT_EQ(sample(text, "rill:request_time_per_output_token_seconds_count{" + l + "}"), 2);
+  EXPECT_NEAR(sample(text, "rill:request_time_per_output_token_seconds_sum{" + l + "}"), 0.497 / 4 + 0.07,
+              1e-12);
+  EXPECT_EQ(sample(text, "rill:request_decode_time_seconds_count{" + l + "}"), 2);
+  EXPECT_NEAR(sample(text, "rill:request_decode_time_seconds_sum{" + l + "}"), 0.497 + 0.7, 1e-12);
+  // Without the engine's timestamps there is no queue, prefill or inference time to observe.
+  EXPECT_EQ(sample(text, "rill:request_queue_time_seconds_count{" + l + "}"), 0);
+  EXPECT_EQ(sample(text, "rill:request_inference_time_seconds_count{" + l + "}"), 0);
+}
+
+TEST(Metrics, EngineTimesMakeQueuePrefillAndInference) {
+  Metrics m("tiny");
+  m.record_request({.finish_reason = "stop",
+                    .e2e_latency = 2.0,
+                    .time_to_first_token = 1.0,
+                    .last_token = 1.75,
+                    .prompt_tokens = 3,
+                    .completion_tokens = 4,
+                    .queue_seconds = 0.25,
+                    .prefill_seconds = 0.5});
+  const std::string text = m.render(nullptr);
+  const std::string l = "{model_name=\"tiny\"}";
+  EXPECT_DOUBLE_EQ(sample(text, "rill:request_queue_time_seconds_sum" + l), 0.25);
+  EXPECT_DOUBLE_EQ(sample(text, "rill:request_prefill_time_seconds_sum" + l), 0.5);
+  EXPECT_DOUBLE_EQ(sample(text, "rill:request_decode_time_seconds_sum" + l), 0.75);
+  EXPECT_DOUBLE_EQ(sample(text, "rill:request_inference_time_seconds_sum" + l), 1.25);  // prefill + decode
+  EXPECT_DOUBLE_EQ(sample(text, "rill:request_time_per_output_token_seconds_sum" + l), 0.25);
+}
+
+TEST(Metrics, InterTokenLatencyAndItsDeprecatedAlias) {
+  Metrics m("tiny");
+  for (double gap : {0.02, 0.03, 0.5}) m.record_inter_token_latency(gap);
+  const std::string text = m.render(nullptr);
+  const std::string l = "model_name=\"tiny\"";
+  for (const char* name : {"rill:inter_token_latency_seconds", "rill:time_per_output_token_seconds"}) {
+    EXPECT_EQ(sample(text, std::string(name) + "_count{" + l + "}"), 3) << name;
+    EXPECT_EQ(sample(text, std::string(name) + "_bucket{" + l + ",le=\"0.025\"}"), 1) << name;
+    EXPECT_EQ(sample(text, std::string(name) + "_bucket{" + l + ",le=\"0.05\"}"), 2) << name;
+    EXPECT_DOUBLE_EQ(sample(text, std::string(name) + "_sum{" + l + "}"), 0.55) << name;
+  }
+}
+
+TEST(Metrics, FinishReasonsAreVllms) {
+  EXPECT_EQ(vllm_finished_reason("tool_calls"), "stop");
+  EXPECT_EQ(vllm_finished_reason("server_interrupted"), "abort");
+  EXPECT_EQ(vllm_finished_reason("length"), "length");
+  Metrics m("tiny");
+  m.record_request({.finish_reason = "abort",
+                    .e2e_latency = 1,
+                    .time_to_first_token = 0.1,
+                    .last_token = 0.4,
+                    .prompt_tokens = 300000,
+                    .completion_tokens = 7});
+  m.record_request({.finish_reason = "tool_calls", .e2e_latency = 1, .prompt_tokens = 1048576});
+  const std::string text = m.render(nullptr);
+  const std::string l = "model_name=\"tiny\"";
+  EXPECT_EQ(sample(text, "rill:request_success_total{" + l + ",finished_reason=\"abort\"}"), 1);
+  EXPECT_EQ(sample(text, "rill:request_success_total{" + l + ",finished_reason=\"stop\"}"), 1);
+  // An abort keeps its lengths; the 1-2-5 length buckets reach 1M-token (2^20) prompts.
+  EXPECT_EQ(sample(text, "rill:request_generation_tokens_bucket{" + l + ",le=\"5\"}"), 1);  // the 0-token one
+  EXPECT_EQ(sample(text, "rill:request_generation_tokens_bucket{" + l + ",le=\"10\"}"), 2);
+  EXPECT_EQ(sample(text, "rill:request_prompt_tokens_bucket{" + l + ",le=\"500000\"}"), 1);
+  EXPECT_EQ(sample(text, "rill:request_prompt_tokens_bucket{" + l + ",le=\"1000000\"}"), 1);
+  EXPECT_EQ(sample(text, "rill:request_prompt_tokens_bucket{" + l + ",le=\"2000000\"}"), 2);
+}
+
+TEST(Metrics, IterationTokensFromEngineStats) {
+  engine::EngineStats s;
+  for (int tokens : {1, 1, 9, 300, 20000}) s.observe_iteration_tokens(tokens);
+  const std::string text = Metrics("tiny").render(&s);
+  const std::string l = "model_name=\"tiny\"";
+  EXPECT_EQ(sample(text, "rill:iteration_tokens_total_bucket{" + l + ",le=\"1\"}"), 2);
+  EXPECT_EQ(sample(text, "rill:iteration_tokens_total_bucket{" + l + ",le=\"8\"}"), 2);
+  EXPECT_EQ(sample(text, "rill:iteration_tokens_total_bucket{" + l + ",le=\"16\"}"), 3);
+  EXPECT_EQ(sample(text, "rill:iteration_tokens_total_bucket{" + l + ",le=\"512\"}"), 4);
+  EXPECT_EQ(sample(text, "rill:iteration_tokens_total_bucket{" + l + ",le=\"16384\"}"), 4);
+  EXPECT_EQ(sample(text, "rill:iteration_tokens_total_bucket{" + l + ",le=\"+Inf\"}"), 5);
+  EXPECT_EQ(sample(text, "rill:iteration_tokens_total_count{" + l + "}"), 5);
+  EXPECT_EQ(sample(text, "rill:iteration_tokens_total_sum{" + l + "}"), 20311);
+}
+
+TEST(Metrics, CacheConfigInfoAndProcess) {
+  Metrics m("tiny");
+  EXPECT_EQ(m.render(nullptr).find("rill:cache_config_info"),
+            std::string::npos);  // not before the engine exists
+  m.set_cache_config({.block_size = 64, .enable_prefix_caching = true, .kda_snapshot_interval = 256});
+  engine::EngineStats s;
+  s.kv_blocks_total = 100;
+  s.state_slots_total = 8;
+  s.kda_snapshots_total = 12;
+  const std::string text = m.render(&s);
+  EXPECT_EQ(sample(text,
+                   "rill:cache_config_info{model_name=\"tiny\",block_size=\"64\",num_gpu_blocks=\"100\","
+                   "num_state_slots=\"8\",enable_prefix_caching=\"True\",kda_snapshot_interval=\"256\","
+                   "num_kda_snapshots=\"12\"}"),
+            1);
+  // process_*: this test process, as /proc/self/status tells it.
+  EXPECT_GT(sample(text, "process_resident_memory_bytes"), 0);
+  EXPECT_GT(sample(text, "process_open_fds"), 2);  // stdin, stdout, stderr at least
+  EXPECT_GE(sample(text, "process_max_fds"), sample(text, "process_open_fds"));
+  const double start = sample(text, "process_start_time_seconds");
+  const double now = double(std::time(nullptr));
+  EXPECT_LE(start, now + 1);
+  EXPECT_GT(start, now - 3600);  // a test process started within the hour
 }
 
 TEST(Metrics, LabelValuesAreEscaped) {
