@@ -8,6 +8,7 @@ PACKAGES=(
   nlohmann-json3-dev libboost1.81-dev libpcre2-dev libcli11-dev libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-jinja2 nodejs npm
+  gnuplot-nox
 )
 
 missing=()
