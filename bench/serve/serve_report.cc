@@ -19,6 +19,12 @@ std::string percentile_label(double p) {
   return p == std::floor(p) ? fmt::format("{}", int(p)) : fmt::format("{}", p);
 }
 
+Result<double> number(const Json& result, const std::string& key) {
+  const auto v = result.find(key);
+  if (v == result.end() || !v->is_number()) return invalid_argument("result JSON: no number \"{}\"", key);
+  return v->get<double>();
+}
+
 struct Metric {
   const char* key;     // ttft, tpot, itl, e2el
   const char* name;    // TTFT, ...
@@ -156,6 +162,21 @@ Json result_json(const ServeMetrics& m, const RunConfig& config, const LoadResul
       j[fmt::format("p{}_{}_ms", percentile_label(config.percentiles[i]), metric.key)] = s.percentiles[i];
   }
   return j;
+}
+
+std::string percentile_key(double p) {
+  return "p" + percentile_label(p);
+}
+
+Result<PlotPoint> plot_point(const Json& result, const std::string& tail) {
+  if (!result.is_object()) return invalid_argument("result JSON: a run must be an object");
+  PlotPoint p;
+  RILL_ASSIGN_OR_RETURN(p.achieved_rate, number(result, "request_throughput"));
+  RILL_ASSIGN_OR_RETURN(p.ttft_mean_ms, number(result, "mean_ttft_ms"));
+  RILL_ASSIGN_OR_RETURN(p.ttft_tail_ms, number(result, tail + "_ttft_ms"));
+  RILL_ASSIGN_OR_RETURN(p.tpot_mean_ms, number(result, "mean_tpot_ms"));
+  RILL_ASSIGN_OR_RETURN(p.tpot_tail_ms, number(result, tail + "_tpot_ms"));
+  return p;
 }
 
 }  // namespace rill::bench::serve

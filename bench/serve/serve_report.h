@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench/serve/latency_plot.h"
 #include "bench/serve/latency_stats.h"
 #include "bench/serve/load_generator.h"
 
@@ -37,5 +38,11 @@ struct ServeMetrics {
 ServeMetrics compute_metrics(const LoadResult& load, const RunConfig& config);
 std::string format_report(const ServeMetrics& m, const RunConfig& config);
 nlohmann::ordered_json result_json(const ServeMetrics& m, const RunConfig& config, const LoadResult& load);
+
+// The plot's point of one result JSON (this run's or a saved --result-file): achieved request rate, mean and
+// `tail` (e.g. "p99") TTFT and TPOT. Errors name the missing key.
+Result<PlotPoint> plot_point(const nlohmann::ordered_json& result, const std::string& tail);
+// "p99", "p99.9": the key fragment of percentile p.
+std::string percentile_key(double p);
 
 }  // namespace rill::bench::serve

@@ -36,7 +36,7 @@ struct ServeFlags {
   double burstiness = 1.0, temperature = 0.0;
   uint64_t seed = 0;
   bool ignore_eos = false;
-  std::string result_file, plot;
+  std::string result_file, plot, plot_from;
 };
 
 Result<std::vector<double>> parse_rates(const std::vector<std::string>& items) {
@@ -156,6 +156,29 @@ std::string request_body(const ServeFlags& f, const std::string& model, const bs
   return b.dump(-1, ' ', false, Json::error_handler_t::replace);
 }
 
+// --plot: one point per run of `results` (this invocation's, or a saved --result-file's with --plot-from).
+int draw_plot(const ServeFlags& f, const Json& results, const std::vector<double>& percentiles,
+              const std::string& model) {
+  const std::string tail = bs::percentile_key(percentiles.back());
+  std::vector<bs::PlotPoint> points;
+  for (const Json& run : results.is_array() ? results : Json::array({results})) {
+    auto p = bs::plot_point(run, tail);
+    if (!p.ok())
+      return report_error("bench serve", p.status().with_context(
+                                             f.plot_from.empty() ? "--plot" : "--plot-from " + f.plot_from));
+    points.push_back(*p);
+  }
+  const Json& first = results.is_array() ? results[0] : results;
+  const std::string title =
+      fmt::format("rill bench serve: {} via {}, {} prompts per point", first.value("model_id", model),
+                  first.value("endpoint", f.endpoint), first.value("num_prompts", f.num_prompts));
+  auto drawn = bs::plot_latency(points, f.plot, tail, title);
+  if (!drawn.ok()) return report_error("bench serve", drawn.status());
+  if (!*drawn)
+    std::fprintf(stderr, "rill bench serve: gnuplot is not installed: --plot %s skipped\n", f.plot.c_str());
+  return 0;
+}
+
 std::string rate_text(double r) {
   return std::isinf(r) ? "inf" : fmt::format("{}", r);
 }
@@ -232,6 +255,9 @@ int run_bench_serve(int argc, char** argv) {
       "--plot", f.plot,
       "write a PNG of mean and tail TTFT and TPOT against the achieved request rate, one point per "
       "--request-rate value (needs gnuplot)");
+  app.add_option(
+      "--plot-from", f.plot_from,
+      "with --plot: draw it from a saved --result-file instead of running (no server is contacted)");
   if (int rc = parse_args(app, argc, argv); rc >= 0) return rc;
   if (f.dataset_name == "custom") f.dataset_name = "file";
   if (!f.dataset_path.empty() && !app.count("--dataset-name")) f.dataset_name = "file";
@@ -251,6 +277,15 @@ int run_bench_serve(int argc, char** argv) {
   if (!percentiles.ok()) return report_error("bench serve", percentiles.status());
   if (!(f.burstiness > 0) || std::isinf(f.burstiness))
     return report_error("bench serve", invalid_argument("--burstiness: must be a finite number > 0"));
+  if (!f.plot_from.empty()) {
+    if (f.plot.empty())
+      return report_error("bench serve", invalid_argument("--plot-from needs --plot OUT.png"));
+    std::ifstream in(f.plot_from);
+    const Json saved = Json::parse(in, nullptr, false);
+    if (!in || saved.is_discarded() || (saved.is_array() && saved.empty()))
+      return report_error("bench serve", invalid_argument("--plot-from {}: not a result JSON", f.plot_from));
+    return draw_plot(f, saved, *percentiles, "");
+  }
   auto url = bs::parse_server_url(f.url);
   if (!url.ok()) return report_error("bench serve", url.status());
   const char* key_env = std::getenv("OPENAI_API_KEY");  // as vLLM's benchmark: the server's --api-key
@@ -265,10 +300,18 @@ int run_bench_serve(int argc, char** argv) {
 
   bs::LoadPlan plan{*url, f.endpoint, api_key, {}, {}, f.max_concurrency};
   for (const bs::BenchPrompt& p : *prompts) plan.bodies.push_back(request_body(f, model, p));
-  bs::RunConfig config{model,        tokenizer_dir,     f.endpoint, f.dataset_name, f.num_prompts, 0,
-                       f.burstiness, f.max_concurrency, f.seed,     *percentiles,   *goodput};
+  bs::RunConfig config;
+  config.model = model;
+  config.tokenizer = tokenizer_dir;
+  config.endpoint = f.endpoint;
+  config.dataset_name = f.dataset_name;
+  config.num_prompts = f.num_prompts;
+  config.burstiness = f.burstiness;
+  config.max_concurrency = f.max_concurrency;
+  config.seed = f.seed;
+  config.percentiles = *percentiles;
+  config.goodput_ms = *goodput;
   Json results = Json::array();
-  std::vector<bs::PlotPoint> points;
   int exit_code = 0;
   for (double rate : *rates) {
     config.request_rate = rate;
@@ -292,8 +335,6 @@ int run_bench_serve(int argc, char** argv) {
     }
     if (m.completed == 0) exit_code = 1;
     results.push_back(bs::result_json(m, config, *load));
-    points.push_back({m.request_throughput, m.ttft_ms.mean, m.ttft_ms.percentiles.back(), m.tpot_ms.mean,
-                      m.tpot_ms.percentiles.back()});
   }
   if (!f.result_file.empty()) {
     std::ofstream out(f.result_file);
@@ -303,15 +344,7 @@ int run_bench_serve(int argc, char** argv) {
       return report_error("bench serve", internal_error("--result-file {}: cannot write it", f.result_file));
   }
   if (!f.plot.empty()) {
-    const double tail = percentiles->back();
-    const std::string label =
-        fmt::format("p{}", tail == std::floor(tail) ? fmt::format("{}", int(tail)) : fmt::format("{}", tail));
-    auto drawn = bs::plot_latency(
-        points, f.plot, label,
-        fmt::format("rill bench serve: {} via {}, {} prompts per point", model, f.endpoint, f.num_prompts));
-    if (!drawn.ok()) return report_error("bench serve", drawn.status());
-    if (!*drawn)
-      std::fprintf(stderr, "rill bench serve: gnuplot is not installed: --plot %s skipped\n", f.plot.c_str());
+    if (int rc = draw_plot(f, results, *percentiles, model); rc != 0) return rc;
   }
   return exit_code;
 }

@@ -53,6 +53,17 @@ TEST(ServeReport, MetricsOfKnownRecords) {
   EXPECT_EQ(j["output_lens"], nlohmann::ordered_json::parse("[11, 3, 1, 0]"));
   EXPECT_EQ(j["errors"][3], "HTTP 400");
   EXPECT_NEAR(j["p50_ttft_ms"].get<double>(), 200, 1e-9);
+
+  // The plot's point, read back from the result JSON (as --plot-from reads a saved file).
+  auto point = plot_point(j, percentile_key(100));
+  ASSERT_TRUE(point.ok()) << point.status().to_string();
+  EXPECT_DOUBLE_EQ(point->achieved_rate, 1.5);
+  EXPECT_NEAR(point->ttft_mean_ms, 200, 1e-9);
+  EXPECT_NEAR(point->ttft_tail_ms, 300, 1e-9);
+  EXPECT_NEAR(point->tpot_tail_ms, 200, 1e-9);
+  auto missing = plot_point(j, "p99");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("p99_ttft_ms"), std::string::npos) << missing.status().message();
 }
 
 }  // namespace
