@@ -110,11 +110,14 @@ Result<std::vector<bs::BenchPrompt>> load_prompts(const ServeFlags& f, const std
   auto need_tokenizer = [&]() -> Status {
     if (tokenizer) return Status::ok_status();
     *tokenizer_dir = f.tokenizer.empty() ? root : f.tokenizer;
+    if (!f.tokenizer.empty() && !std::filesystem::is_directory(f.tokenizer))
+      return invalid_argument("--tokenizer {}: not a directory", f.tokenizer);
     if (tokenizer_dir->empty() || !std::filesystem::is_directory(*tokenizer_dir))
       return invalid_argument(
-          "--tokenizer: random prompts are token ids of the served model's vocabulary: give --tokenizer "
-          "MODEL_DIR "
-          "(the server's model card names '{}', which is not a directory here)",
+          "--tokenizer: random prompts (and token-id prompts sent to the chat route) are ids of the served "
+          "model's vocabulary: give --tokenizer MODEL_DIR (the server's model card names '{}', which is not "
+          "a "
+          "directory here)",
           *tokenizer_dir);
     auto t = text::Tokenizer::load(*tokenizer_dir);
     if (!t.ok()) return t.status().with_context("--tokenizer " + *tokenizer_dir);
