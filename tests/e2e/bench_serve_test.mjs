@@ -18,7 +18,7 @@ function bench(args) {
     let out = "", err = "";
     p.stdout.on("data", (d) => (out += d));
     p.stderr.on("data", (d) => (err += d));
-    p.on("exit", (code) => resolve({ code, out, err }));
+    p.on("close", (code) => resolve({ code, out, err }));  // "close": after stdout and stderr are drained
   });
 }
 
