@@ -10,6 +10,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev tmux
   python3 python3-jinja2 nodejs npm
   chromium  # headless, for tests/e2e/browser_test.mjs: a real page calling the server through CORS
+  gnuplot-nox
 )
 
 missing=()

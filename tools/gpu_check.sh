@@ -158,10 +158,19 @@ if want serve && [[ -x $BUILD/rill && -f .deps/kimi/tiktoken.model ]]; then
     --max-model-len 8192 > "$LOGS/serve.log" 2>&1 &
   srv=$!
   for i in $(seq 1 120); do curl -sf http://127.0.0.1:8123/health >/dev/null 2>&1 && break; sleep 1; done
-  timeout ${SERVE_TIMEOUT:-300} python3 tools/serving_bench.py --url http://127.0.0.1:8123 --markdown "$OUT/serving.md" \
-    > "$LOGS/serving_bench.log" 2>&1
-  note "serving bench: rc=$?"
-  cat "$LOGS/serving_bench.log" | tail -5
+  # Closed loops of 1, 16 and 64 clients (4 requests per client), then Poisson arrivals at rising rates under 64:
+  # the latency-vs-load plot (serving.png where gnuplot is installed; else `rill bench serve --plot-from
+  # serving_rates.json --plot X.png` from logs.tgz on a machine that has it).
+  bs=($BUILD/rill bench serve --url http://127.0.0.1:8123 --random-input-len 1024 --random-output-len 256 --ignore-eos)
+  for c in 1 16 64; do
+    timeout ${SERVE_TIMEOUT:-300} "${bs[@]}" --request-rate inf --max-concurrency $c --num-prompts $((4 * c < 4 ? 4 : 4 * c)) \
+      --result-file "$LOGS/serving_c$c.json" >> "$OUT/serving.txt" 2>> "$LOGS/serving_bench.log"
+    note "serving bench, concurrency $c: rc=$?"
+  done
+  timeout ${SWEEP_TIMEOUT:-600} "${bs[@]}" --request-rate 2,4,8,16,32,inf --max-concurrency 64 --num-prompts 128 \
+    --result-file "$LOGS/serving_rates.json" --plot "$OUT/serving.png" >> "$OUT/serving.txt" 2>> "$LOGS/serving_bench.log"
+  note "serving bench, rate sweep: rc=$?"
+  tail -5 "$LOGS/serving_bench.log"
   kill -INT $srv; wait $srv 2>/dev/null
 fi
 

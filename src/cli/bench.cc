@@ -1,10 +1,12 @@
 // rill bench: prefill and decode steps of a model plus its heaviest ops at full size, each number beside the
 // ceiling measured in the same run (design.md §7). `--load-format dummy --preset kimi-linear-48b` (or
-// kimi-k3-slice) needs no checkpoint: seeded random weights are filled on the device.
+// kimi-k3-slice) needs no checkpoint: seeded random weights are filled on the device. `rill bench serve` is
+// the serving benchmark (bench_serve.cc).
 #include <chrono>
 #include <cstdio>
 #include <ctime>
 #include <fstream>
+#include <string_view>
 
 #include "bench/driver/model_bench.h"
 #include "bench/driver/prefix_bench.h"
@@ -58,8 +60,10 @@ void apply_preset_defaults(const std::string& preset, const CLI::App& app, bench
 }  // namespace
 
 int run_bench(int argc, char** argv) {
+  if (argc > 1 && std::string_view(argv[1]) == "serve") return run_bench_serve(argc - 1, argv + 1);
   CLI::App app{"Benchmark prefill, decode and the per-op kernels of a model; prints time, bytes, FLOPs and "
-               "the fraction of the measured ceilings."};
+               "the fraction of the measured ceilings. `rill bench serve --help`: the serving benchmark against a "
+               "running server."};
   std::string dir, load_format = "auto", preset, markdown;
   bench::BenchOptions o;
   bool skip_model = false, skip_ops = false, print_config = false, layer_types = false;

@@ -12,6 +12,7 @@ int run_tokenize(int argc, char** argv);
 int run_detokenize(int argc, char** argv);
 int run_render(int argc, char** argv);
 int run_bench(int argc, char** argv);
+int run_bench_serve(int argc, char** argv);  // `rill bench serve`, dispatched by run_bench
 int run_serve(int argc, char** argv);
 int run_chat(int argc, char** argv);
 

@@ -23,7 +23,7 @@ constexpr Command kCommands[] = {
     {"tokenize", rill::cli::run_tokenize, "UTF-8 text on stdin -> JSON array of token ids"},
     {"detokenize", rill::cli::run_detokenize, "JSON array of token ids on stdin -> text"},
     {"render", rill::cli::run_render, "OpenAI chat request (JSON) on stdin -> rendered prompt and ids"},
-    {"bench", rill::cli::run_bench, "benchmark prefill, decode and per-op kernels against measured ceilings"},
+    {"bench", rill::cli::run_bench, "benchmark prefill, decode and per-op kernels; `bench serve`: load a running server"},
     {"tiny-model", rill::cli::run_tiny_model, "write the project's own small random model (for demos and tests)"},
 };
 

@@ -1,0 +1,102 @@
+#include "bench/serve/dataset.h"
+
+#include <cmath>
+#include <fstream>
+#include <random>
+#include <string>
+
+namespace rill::bench::serve {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+// vLLM's rule: lengths uniform in [floor(len * (1 - r)), ceil(len * (1 + r))], here at least 1.
+std::uniform_int_distribution<int> length_range(int len, double ratio) {
+  const int lo = std::max(1, int(std::floor(len * (1 - ratio))));
+  const int hi = std::max(lo, int(std::ceil(len * (1 + ratio))));
+  return std::uniform_int_distribution<int>(lo, hi);
+}
+
+bool is_id_array(const Json& j) {
+  if (!j.is_array() || j.empty()) return false;
+  for (const Json& e : j)
+    if (!e.is_number_integer() || e.get<int64_t>() < 0) return false;
+  return true;
+}
+
+Result<BenchPrompt> parse_line(const std::string& line, const std::string& where, int default_output_len) {
+  BenchPrompt p{Json(line), default_output_len};
+  const char first = line[0];
+  if (first != '{' && first != '"' && first != '[') return p;
+  Json j = Json::parse(line, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) {
+    if (first == '{')
+      return invalid_argument("{}: not valid JSON (a line starting with '{{' must be an object)", where);
+    return p;  // text that happens to start with a quote or a bracket
+  }
+  if (j.is_string() || is_id_array(j)) {
+    p.prompt = std::move(j);
+    return p;
+  }
+  if (!j.is_object()) return p;
+  const auto prompt = j.find("prompt");
+  if (prompt == j.end() || !(prompt->is_string() || is_id_array(*prompt)))
+    return invalid_argument("{}: \"prompt\" must be a string or a list of token ids", where);
+  p.prompt = *prompt;
+  for (const char* key : {"output_len", "max_tokens"}) {
+    const auto v = j.find(key);
+    if (v == j.end()) continue;
+    if (!v->is_number_integer() || v->get<int64_t>() < 1 || v->get<int64_t>() > INT32_MAX)
+      return invalid_argument("{}: \"{}\" must be a positive integer", where, key);
+    p.output_len = int(v->get<int64_t>());
+    break;
+  }
+  return p;
+}
+
+}  // namespace
+
+Result<std::vector<BenchPrompt>> random_dataset(const RandomDatasetOptions& o, int n, int32_t n_plain_ids,
+                                                uint64_t seed) {
+  if (o.range_ratio < 0 || o.range_ratio >= 1)
+    return invalid_argument("--random-range-ratio: must be in [0, 1), got {}", o.range_ratio);
+  if (n_plain_ids < 1)
+    return invalid_argument("the tokenizer has no plain (BPE) tokens to draw prompts from");
+  std::mt19937_64 rng(seed);
+  auto in_len = length_range(o.input_len, o.range_ratio), out_len = length_range(o.output_len, o.range_ratio);
+  std::uniform_int_distribution<int32_t> id(0, n_plain_ids - 1);
+  std::vector<BenchPrompt> out;
+  out.reserve(size_t(n));
+  for (int i = 0; i < n; ++i) {
+    const int len = in_len(rng);
+    Json ids = Json::array();
+    for (int t = 0; t < len; ++t) ids.push_back(id(rng));
+    out.push_back({std::move(ids), out_len(rng)});
+  }
+  return out;
+}
+
+Result<std::vector<BenchPrompt>> file_dataset(const std::filesystem::path& path, int n,
+                                              int default_output_len) {
+  std::vector<BenchPrompt> out;
+  while (int(out.size()) < n) {
+    std::ifstream f(path);
+    if (!f) return not_found("--dataset-path {}: cannot open it", path.string());
+    const size_t before = out.size();
+    std::string line;
+    for (int line_no = 1; int(out.size()) < n && std::getline(f, line); ++line_no) {
+      while (!line.empty() && (line.back() == '\r' || line.back() == ' ' || line.back() == '\t'))
+        line.pop_back();
+      const size_t start = line.find_first_not_of(" \t");
+      if (start == std::string::npos) continue;
+      auto p =
+          parse_line(line.substr(start), path.string() + ":" + std::to_string(line_no), default_output_len);
+      if (!p.ok()) return p.status();
+      out.push_back(std::move(p).value());
+    }
+    if (out.size() == before) return invalid_argument("--dataset-path {}: holds no prompt", path.string());
+  }
+  return out;
+}
+
+}  // namespace rill::bench::serve
