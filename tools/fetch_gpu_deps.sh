@@ -7,8 +7,11 @@ cd "$(dirname "$0")/.."
 mkdir -p .deps
 cd .deps
 pkgs=(nlohmann-json3-dev libfmt-dev libfmt9 libcli11-dev libpcre2-dev libpcre2-8-0 libpcre2-16-0 libpcre2-32-0
-      libpcre2-posix3 libgtest-dev libgmock-dev libbenchmark-dev libbenchmark1debian libboost1.81-dev)
+      libpcre2-posix3 libgtest-dev libgmock-dev libbenchmark-dev libbenchmark1debian libboost1.81-dev
+      libspdlog-dev libspdlog1.10 libedit-dev libedit2 libbsd0 libmd0)
 missing=()
 for p in "${pkgs[@]}"; do ls "${p}"_*.deb >/dev/null 2>&1 || missing+=("$p"); done
 if ((${#missing[@]})); then apt-get download "${missing[@]}"; fi
 ls -1 *.deb | wc -l | xargs echo "debs in .deps:"
+# The real Kimi vocabulary, for `tools/gpu_check.sh serve` (a dummy 48B checkpoint needs a tokenizer).
+if [[ -d ../../shared/tokenizers/kimi ]]; then mkdir -p kimi && cp ../../shared/tokenizers/kimi/* kimi/; fi
