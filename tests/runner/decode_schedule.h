@@ -2,7 +2,8 @@
 // eager execution): sixteen sequences of random prompts; half prefill first, then decode-only steps of every
 // size 1..16 (each graph bucket, with and without padding rows) on random subsets, so sequences join and
 // leave between steps, with every third step also carrying a 48-token prefill chunk of a sequence not yet
-// prefilled. Every runner gets the same steps; the first runner's greedy tokens extend the sequences.
+// prefilled; then the rest of the prompts and one decode step of every size over all sixteen sequences.
+// Every runner gets the same steps; the first runner's greedy tokens extend the sequences.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -142,6 +143,26 @@ inline ScheduleStats run_schedule(const std::vector<ModelRunner*>& runners, uint
       if (s.n_computed + n == int(s.tokens.size())) ++prefilling;
     }
     if (!parts.empty()) step(parts);
+  }
+  // Then the prompts still unfinished (alone, in 48-token chunks) and one decode step of every size 1..16
+  // over all sequences, so that every bucket runs whatever the prompt lengths drawn above.
+  for (; prefilling < kMaxBatch && !::testing::Test::HasFailure(); ++prefilling) {
+    const Seq& s = seqs[size_t(prefilling)];
+    const int prompt = int(s.tokens.size());  // not extended yet: its prompt is unfinished
+    while (s.n_computed < prompt && !::testing::Test::HasFailure())
+      step({{prefilling, std::min<int>(48, prompt - s.n_computed)}});
+  }
+  std::shuffle(sizes.begin(), sizes.end(), rng);
+  for (int n : sizes) {
+    if (::testing::Test::HasFailure()) break;
+    std::vector<int> all(kMaxBatch);
+    std::iota(all.begin(), all.end(), 0);
+    std::shuffle(all.begin(), all.end(), rng);
+    all.resize(size_t(n));
+    std::sort(all.begin(), all.end());
+    std::vector<std::pair<int, int>> parts;
+    for (int i : all) parts.push_back({i, 1});
+    step(parts);
   }
   return stats;
 }
