@@ -61,9 +61,8 @@ std::optional<ApiError> handle_responses(ServingContext& ctx, const HttpRequest&
   RILL_API_TRY(check_model_name(ctx, request.model));
   add_serving_stop_ids(ctx, &request.sampling);
   RILL_API_ASSIGN_OR_RETURN(RenderedChat prompt, ctx.chat().render(request));
-  RILL_API_TRY(
-      fit_max_tokens(int64_t(prompt.ids.size()), ctx.model_info().max_model_len, "input", &request.sampling,
-                     ctx.model_info().default_max_tokens));
+  RILL_API_TRY(fit_max_tokens(int64_t(prompt.ids.size()), ctx.model_info().max_model_len, "input",
+                              &request.sampling, ctx.model_info().default_max_tokens));
   if (!prompt.raw && !text::make_output_parser(chat_parser_config(prompt, request)).ok())
     return ApiError{500, "internal error: the output parser rejected its configuration"};
 
@@ -75,11 +74,9 @@ std::optional<ApiError> handle_responses(ServingContext& ctx, const HttpRequest&
   RILL_API_TRY(job->submit(std::move(r), std::move(decoder)));
   const std::string id = make_response_id("resp_");
   job->set_request_id(id);
-  auto pump = std::make_shared<ResponsesPump>(
-      ResponsesPump{job,
-                    ResponseBuilder(id, unix_now(),
-                                    response_model_name(ctx, request.model), parsed.echo),
-                    std::move(opening)});
+  auto pump = std::make_shared<ResponsesPump>(ResponsesPump{
+      job, ResponseBuilder(id, unix_now(), response_model_name(ctx, request.model), parsed.echo),
+      std::move(opening)});
 
   if (!request.sampling.stream) {
     std::optional<ApiError> failed;

@@ -129,6 +129,43 @@ TEST(Engine, CancelFreesEverything) {
   EXPECT_EQ(e->stats().state_slots_used, 0);
 }
 
+// vLLM's queue / prefill times and iteration tokens: the last event carries the two phase times (earlier ones
+// -1), bounded by the wall time the test measured around the request; with one request, a prompt chunked over
+// 3 steps (8 + 8 + 4 tokens at 8 per step) and 5 tokens, the iteration tokens are 8, 8, 4 + 1, then 1 per
+// decode step: 3 + 4 steps summing to 25.
+TEST(Engine, PhaseTimesAndIterationTokens) {
+  auto e = make_engine("kimi_linear_tiny_a", EngineOptions{.max_batch_size = 2, .max_num_tokens = 8});
+  std::vector<int32_t> prompt(20);
+  for (int i = 0; i < 20; ++i) prompt[size_t(i)] = 10 + i;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto s = *e->submit({prompt, greedy(5)});
+  StreamEvent ev;
+  int n = 0;
+  bool finished = false;
+  while (!finished && s->next(&ev, std::chrono::seconds(60))) {
+    finished = ev.finish.has_value();
+    n += int(ev.token_ids.size());
+    if (!finished) {
+      EXPECT_EQ(ev.queue_seconds, -1);
+      EXPECT_EQ(ev.prefill_seconds, -1);
+    }
+  }
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_TRUE(finished);
+  EXPECT_EQ(n, 5);
+  EXPECT_GE(ev.queue_seconds, 0);
+  EXPECT_GT(ev.prefill_seconds, 0);
+  EXPECT_LE(ev.queue_seconds + ev.prefill_seconds, wall);
+  const EngineStats st = e->stats();
+  EXPECT_EQ(st.steps, 7u);
+  EXPECT_EQ(st.iteration_tokens_sum, 25u);
+  uint64_t count = 0;
+  for (uint64_t c : st.iteration_tokens_counts) count += c;
+  EXPECT_EQ(count, st.steps);
+  EXPECT_EQ(st.iteration_tokens_counts[0], 4u);  // <= 1: the 4 decode steps
+  EXPECT_EQ(st.iteration_tokens_counts[1], 3u);  // (1, 8]: 8, 8 and 4 + 1
+}
+
 // The engine thread is held inside a step (its logits hook waits) while one thread submits and another reads
 // stats(). Neither may touch what the engine thread changes outside the lock (the scheduler's running list,
 // the incoming queue), and the engine must not hold that lock across the step (submit would wait for the
