@@ -16,9 +16,12 @@ class Check {
 
   Check& tensor(const TensorView& t, const char* name, int rank) {
     if (!status_.ok()) return *this;
-    if (t.empty()) fail("{}: {} is empty", op_, name);
-    else if (t.rank() != rank) fail("{}: {} must have rank {}, got {}", op_, name, rank, t.describe());
-    else if (t.stride(-1) != 1 && t.size(-1) > 1) fail("{}: {} must be contiguous in its last dim", op_, name);
+    if (t.empty())
+      fail("{}: {} is empty", op_, name);
+    else if (t.rank() != rank)
+      fail("{}: {} must have rank {}, got {}", op_, name, rank, t.describe());
+    else if (t.stride(-1) != 1 && t.size(-1) > 1)
+      fail("{}: {} must be contiguous in its last dim", op_, name);
     return *this;
   }
   Check& dtype(const TensorView& t, const char* name, DType want) {
@@ -64,7 +67,8 @@ Status reserve_scratch(Arena* scratch, size_t bytes) {
 
 }  // namespace
 
-Status Backend::copy_to_device_batch(const std::vector<CopyJob>& jobs, const std::function<void(size_t)>& progress) {
+Status Backend::copy_to_device_batch(const std::vector<CopyJob>& jobs,
+                                     const std::function<void(size_t)>& progress) {
   for (const CopyJob& j : jobs) {
     RILL_TRY(copy_to_device(j.dst, j.src, j.bytes));
     if (progress) progress(j.bytes);
@@ -85,8 +89,8 @@ Status Backend::check_available(uint64_t bytes, std::string_view what) const {
 }
 
 // Without device memory of its own a backend's layouts need no fixed home: the plain upload serves.
-Status Backend::upload_layout_fixed(const BatchLayoutHost& host, int block_size, int block_table_stride, void*,
-                                    size_t, BatchLayout* out) {
+Status Backend::upload_layout_fixed(const BatchLayoutHost& host, int block_size, int block_table_stride,
+                                    void*, size_t, BatchLayout* out) {
   if (block_table_stride < host.max_blocks_per_seq)
     return internal_error("upload_layout_fixed: block table stride {} below the layout's {} blocks",
                           block_table_stride, host.max_blocks_per_seq);
@@ -115,9 +119,13 @@ Result<double> Backend::time_ms(const std::function<Status()>& body) {
 Status Backend::embed(const EmbedArgs& a) {
   if (dry_run_) return {};
   Check c("embed");
-  c.tensor(a.table, "table", 2).tensor(a.ids, "ids", 1).dtype(a.ids, "ids", DType::I32).tensor(a.out, "out", 2)
+  c.tensor(a.table, "table", 2)
+      .tensor(a.ids, "ids", 1)
+      .dtype(a.ids, "ids", DType::I32)
+      .tensor(a.out, "out", 2)
       .that(a.out.dtype == act_dtype() || a.out.dtype == DType::F32, "out is the activation dtype or F32")
-      .dim(a.out, "out", 0, a.ids.size(0)).dim(a.out, "out", 1, a.table.size(1));
+      .dim(a.out, "out", 0, a.ids.size(0))
+      .dim(a.out, "out", 1, a.table.size(1));
   RILL_TRY(c.done());
   return embed_impl(a);
 }
@@ -125,8 +133,12 @@ Status Backend::embed(const EmbedArgs& a) {
 Status Backend::rms_norm(const RmsNormArgs& a) {
   if (dry_run_) return {};
   Check c("rms_norm");
-  c.tensor(a.x, "x", 2).tensor(a.out, "out", 2).tensor(a.weight, "weight", 1).dtype(a.weight, "weight", DType::F32)
-      .same_shape(a.x, "x", a.out, "out").dim(a.weight, "weight", 0, a.x.size(1))
+  c.tensor(a.x, "x", 2)
+      .tensor(a.out, "out", 2)
+      .tensor(a.weight, "weight", 1)
+      .dtype(a.weight, "weight", DType::F32)
+      .same_shape(a.x, "x", a.out, "out")
+      .dim(a.weight, "weight", 0, a.x.size(1))
       .that(a.x.dtype == act_dtype() || a.x.dtype == DType::F32, "x is the activation dtype or F32")
       .dtype(a.out, "out", act_dtype());
   RILL_TRY(c.done());
@@ -136,10 +148,15 @@ Status Backend::rms_norm(const RmsNormArgs& a) {
 Status Backend::add_rms_norm(const AddRmsNormArgs& a) {
   if (dry_run_) return {};
   Check c("add_rms_norm");
-  c.tensor(a.residual, "residual", 2).tensor(a.delta, "delta", 2).tensor(a.out, "out", 2)
-      .tensor(a.weight, "weight", 1).dtype(a.weight, "weight", DType::F32)
-      .same_shape(a.residual, "residual", a.delta, "delta").same_shape(a.residual, "residual", a.out, "out")
-      .dim(a.weight, "weight", 0, a.residual.size(1)).dtype(a.delta, "delta", act_dtype())
+  c.tensor(a.residual, "residual", 2)
+      .tensor(a.delta, "delta", 2)
+      .tensor(a.out, "out", 2)
+      .tensor(a.weight, "weight", 1)
+      .dtype(a.weight, "weight", DType::F32)
+      .same_shape(a.residual, "residual", a.delta, "delta")
+      .same_shape(a.residual, "residual", a.out, "out")
+      .dim(a.weight, "weight", 0, a.residual.size(1))
+      .dtype(a.delta, "delta", act_dtype())
       .dtype(a.out, "out", act_dtype())
       .that(a.residual.dtype == act_dtype() || a.residual.dtype == DType::F32,
             "residual is the activation dtype or F32");
@@ -150,10 +167,16 @@ Status Backend::add_rms_norm(const AddRmsNormArgs& a) {
 Status Backend::gemm(const GemmArgs& a) {
   if (dry_run_) return {};
   Check c("gemm");
-  c.that(a.w != nullptr, "weight is null").tensor(a.x, "x", 2).tensor(a.out, "out", 2).dtype(a.x, "x", act_dtype());
+  c.that(a.w != nullptr, "weight is null")
+      .tensor(a.x, "x", 2)
+      .tensor(a.out, "out", 2)
+      .dtype(a.x, "x", act_dtype());
   RILL_TRY(c.done());
-  c.dim(a.x, "x", 1, a.w->in_features()).dim(a.out, "out", 0, a.x.size(0)).dim(a.out, "out", 1, a.w->out_features())
-      .that(a.out.dtype == act_dtype() || a.out.dtype == DType::F32, "out must be the activation dtype or F32");
+  c.dim(a.x, "x", 1, a.w->in_features())
+      .dim(a.out, "out", 0, a.x.size(0))
+      .dim(a.out, "out", 1, a.w->out_features())
+      .that(a.out.dtype == act_dtype() || a.out.dtype == DType::F32,
+            "out must be the activation dtype or F32");
   RILL_TRY(c.done());
   return gemm_impl(a);
 }
@@ -165,10 +188,16 @@ Status Backend::gemm_group(const GemmGroupArgs& a) {
   for (size_t i = 0; i < a.parts.size(); ++i) {
     const GemmArgs& p = a.parts[i];
     Check c("gemm_group");
-    c.that(p.w != nullptr, "weight is null").tensor(p.x, "x", 2).tensor(p.out, "out", 2).dtype(p.x, "x", act_dtype());
+    c.that(p.w != nullptr, "weight is null")
+        .tensor(p.x, "x", 2)
+        .tensor(p.out, "out", 2)
+        .dtype(p.x, "x", act_dtype());
     RILL_TRY(c.done());
-    c.dim(p.x, "x", 1, p.w->in_features()).dim(p.out, "out", 0, p.x.size(0)).dim(p.out, "out", 1, p.w->out_features())
-        .that(p.out.dtype == act_dtype() || p.out.dtype == DType::F32, "out must be the activation dtype or F32");
+    c.dim(p.x, "x", 1, p.w->in_features())
+        .dim(p.out, "out", 0, p.x.size(0))
+        .dim(p.out, "out", 1, p.w->out_features())
+        .that(p.out.dtype == act_dtype() || p.out.dtype == DType::F32,
+              "out must be the activation dtype or F32");
     RILL_TRY(c.done());
   }
   return gemm_group_impl(a);
@@ -182,9 +211,13 @@ Status Backend::gemm_group_impl(const GemmGroupArgs& a) {
 Status Backend::glu(const GluArgs& a) {
   if (dry_run_) return {};
   Check c("glu");
-  c.tensor(a.gate, "gate", 2).tensor(a.up, "up", 2).tensor(a.out, "out", 2).same_shape(a.gate, "gate", a.up, "up")
+  c.tensor(a.gate, "gate", 2)
+      .tensor(a.up, "up", 2)
+      .tensor(a.out, "out", 2)
+      .same_shape(a.gate, "gate", a.up, "up")
       .same_shape(a.gate, "gate", a.out, "out")
-      .that(a.activation != Activation::Situ || (a.beta > 0 && a.linear_beta > 0), "SiTU needs positive betas");
+      .that(a.activation != Activation::Situ || (a.beta > 0 && a.linear_beta > 0),
+            "SiTU needs positive betas");
   RILL_TRY(c.done());
   return glu_impl(a);
 }
@@ -192,9 +225,12 @@ Status Backend::glu(const GluArgs& a) {
 Status Backend::add(const AddArgs& a) {
   if (dry_run_) return {};
   Check c("add");
-  c.tensor(a.inout, "inout", 2).tensor(a.x, "x", 2).same_shape(a.inout, "inout", a.x, "x")
+  c.tensor(a.inout, "inout", 2)
+      .tensor(a.x, "x", 2)
+      .same_shape(a.inout, "inout", a.x, "x")
       .dtype(a.x, "x", act_dtype())
-      .that(a.inout.dtype == act_dtype() || a.inout.dtype == DType::F32, "inout is the activation dtype or F32");
+      .that(a.inout.dtype == act_dtype() || a.inout.dtype == DType::F32,
+            "inout is the activation dtype or F32");
   RILL_TRY(c.done());
   return add_impl(a);
 }
@@ -210,21 +246,46 @@ Status Backend::sigmoid_gate(const SigmoidGateArgs& a) {
 Status Backend::kda_prepare(const KdaPrepareArgs& a) {
   if (dry_run_) return {};
   Check c("kda_prepare");
-  c.that(a.layout != nullptr, "layout is null").tensor(a.qkv, "qkv", 2).tensor(a.conv_weight, "conv_weight", 2)
-      .dtype(a.conv_weight, "conv_weight", DType::F32).tensor(a.conv_state, "conv_state", 3)
-      .tensor(a.graw, "graw", 2).tensor(a.braw, "braw", 2).tensor(a.a_log, "a_log", 1)
-      .dtype(a.a_log, "a_log", DType::F32).tensor(a.dt_bias, "dt_bias", 1).dtype(a.dt_bias, "dt_bias", DType::F32)
-      .tensor(a.q, "q", 3).tensor(a.k, "k", 3).tensor(a.v, "v", 3).tensor(a.g, "g", 3).dtype(a.g, "g", DType::F32)
-      .tensor(a.beta, "beta", 2).dtype(a.beta, "beta", DType::F32);
+  c.that(a.layout != nullptr, "layout is null")
+      .tensor(a.qkv, "qkv", 2)
+      .tensor(a.conv_weight, "conv_weight", 2)
+      .dtype(a.conv_weight, "conv_weight", DType::F32)
+      .tensor(a.conv_state, "conv_state", 3)
+      .tensor(a.graw, "graw", 2)
+      .tensor(a.braw, "braw", 2)
+      .tensor(a.a_log, "a_log", 1)
+      .dtype(a.a_log, "a_log", DType::F32)
+      .tensor(a.dt_bias, "dt_bias", 1)
+      .dtype(a.dt_bias, "dt_bias", DType::F32)
+      .tensor(a.q, "q", 3)
+      .tensor(a.k, "k", 3)
+      .tensor(a.v, "v", 3)
+      .tensor(a.g, "g", 3)
+      .dtype(a.g, "g", DType::F32)
+      .tensor(a.beta, "beta", 2)
+      .dtype(a.beta, "beta", DType::F32);
   RILL_TRY(c.done());
   const int64_t T = a.qkv.size(0), P = int64_t(a.n_heads) * a.head_dim, K = a.conv_weight.size(1);
-  c.that(a.n_heads > 0 && a.head_dim > 0, "n_heads and head_dim must be set").dim(a.qkv, "qkv", 1, 3 * P)
-      .dim(a.conv_weight, "conv_weight", 0, 3 * P).dim(a.conv_state, "conv_state", 1, K - 1)
-      .dim(a.conv_state, "conv_state", 2, 3 * P).dim(a.graw, "graw", 0, T).dim(a.graw, "graw", 1, P)
-      .dim(a.braw, "braw", 0, T).dim(a.braw, "braw", 1, a.n_heads).dim(a.a_log, "a_log", 0, a.n_heads)
-      .dim(a.dt_bias, "dt_bias", 0, P).same_shape(a.q, "q", a.k, "k").same_shape(a.q, "q", a.v, "v")
-      .same_shape(a.q, "q", a.g, "g").dim(a.q, "q", 0, T).dim(a.q, "q", 1, a.n_heads).dim(a.q, "q", 2, a.head_dim)
-      .dim(a.beta, "beta", 0, T).dim(a.beta, "beta", 1, a.n_heads).that(T == a.layout->n_tokens, "T != layout tokens");
+  c.that(a.n_heads > 0 && a.head_dim > 0, "n_heads and head_dim must be set")
+      .dim(a.qkv, "qkv", 1, 3 * P)
+      .dim(a.conv_weight, "conv_weight", 0, 3 * P)
+      .dim(a.conv_state, "conv_state", 1, K - 1)
+      .dim(a.conv_state, "conv_state", 2, 3 * P)
+      .dim(a.graw, "graw", 0, T)
+      .dim(a.graw, "graw", 1, P)
+      .dim(a.braw, "braw", 0, T)
+      .dim(a.braw, "braw", 1, a.n_heads)
+      .dim(a.a_log, "a_log", 0, a.n_heads)
+      .dim(a.dt_bias, "dt_bias", 0, P)
+      .same_shape(a.q, "q", a.k, "k")
+      .same_shape(a.q, "q", a.v, "v")
+      .same_shape(a.q, "q", a.g, "g")
+      .dim(a.q, "q", 0, T)
+      .dim(a.q, "q", 1, a.n_heads)
+      .dim(a.q, "q", 2, a.head_dim)
+      .dim(a.beta, "beta", 0, T)
+      .dim(a.beta, "beta", 1, a.n_heads)
+      .that(T == a.layout->n_tokens, "T != layout tokens");
   RILL_TRY(c.done());
   return kda_prepare_impl(a);
 }
@@ -232,14 +293,27 @@ Status Backend::kda_prepare(const KdaPrepareArgs& a) {
 Status Backend::kda_attention(const KdaAttentionArgs& a) {
   if (dry_run_) return reserve_scratch(a.scratch, kda_attention_scratch_bytes(a));
   Check c("kda_attention");
-  c.that(a.layout != nullptr, "layout is null").tensor(a.q, "q", 3).tensor(a.k, "k", 3).tensor(a.v, "v", 3)
-      .tensor(a.g, "g", 3).dtype(a.g, "g", DType::F32).tensor(a.beta, "beta", 2).dtype(a.beta, "beta", DType::F32)
-      .tensor(a.state, "state", 4).dtype(a.state, "state", DType::F32).tensor(a.out, "out", 3)
-      .same_shape(a.q, "q", a.k, "k").same_shape(a.q, "q", a.v, "v").same_shape(a.q, "q", a.g, "g")
+  c.that(a.layout != nullptr, "layout is null")
+      .tensor(a.q, "q", 3)
+      .tensor(a.k, "k", 3)
+      .tensor(a.v, "v", 3)
+      .tensor(a.g, "g", 3)
+      .dtype(a.g, "g", DType::F32)
+      .tensor(a.beta, "beta", 2)
+      .dtype(a.beta, "beta", DType::F32)
+      .tensor(a.state, "state", 4)
+      .dtype(a.state, "state", DType::F32)
+      .tensor(a.out, "out", 3)
+      .same_shape(a.q, "q", a.k, "k")
+      .same_shape(a.q, "q", a.v, "v")
+      .same_shape(a.q, "q", a.g, "g")
       .same_shape(a.q, "q", a.out, "out");
   RILL_TRY(c.done());
-  c.dim(a.state, "state", 1, a.q.size(1)).dim(a.state, "state", 2, a.q.size(2)).dim(a.state, "state", 3, a.q.size(2))
-      .dim(a.beta, "beta", 0, a.q.size(0)).dim(a.beta, "beta", 1, a.q.size(1))
+  c.dim(a.state, "state", 1, a.q.size(1))
+      .dim(a.state, "state", 2, a.q.size(2))
+      .dim(a.state, "state", 3, a.q.size(2))
+      .dim(a.beta, "beta", 0, a.q.size(0))
+      .dim(a.beta, "beta", 1, a.q.size(1))
       .that(a.q.size(0) == a.layout->n_tokens, "T != layout tokens");
   RILL_TRY(c.done());
   return kda_attention_impl(a);
@@ -248,12 +322,18 @@ Status Backend::kda_attention(const KdaAttentionArgs& a) {
 Status Backend::kda_output(const KdaOutputArgs& a) {
   if (dry_run_) return {};
   Check c("kda_output");
-  c.tensor(a.o, "o", 3).tensor(a.gate, "gate", 2).tensor(a.weight, "weight", 1).dtype(a.weight, "weight", DType::F32)
+  c.tensor(a.o, "o", 3)
+      .tensor(a.gate, "gate", 2)
+      .tensor(a.weight, "weight", 1)
+      .dtype(a.weight, "weight", DType::F32)
       .tensor(a.out, "out", 2);
   RILL_TRY(c.done());
   const int64_t P = a.o.size(1) * a.o.size(2);
-  c.dim(a.gate, "gate", 0, a.o.size(0)).dim(a.gate, "gate", 1, P).dim(a.out, "out", 0, a.o.size(0))
-      .dim(a.out, "out", 1, P).dim(a.weight, "weight", 0, a.o.size(2));
+  c.dim(a.gate, "gate", 0, a.o.size(0))
+      .dim(a.gate, "gate", 1, P)
+      .dim(a.out, "out", 0, a.o.size(0))
+      .dim(a.out, "out", 1, P)
+      .dim(a.weight, "weight", 0, a.o.size(2));
   RILL_TRY(c.done());
   return kda_output_impl(a);
 }
@@ -261,9 +341,13 @@ Status Backend::kda_output(const KdaOutputArgs& a) {
 Status Backend::mla_cache_write(const MlaCacheWriteArgs& a) {
   if (dry_run_) return {};
   Check c("mla_cache_write");
-  c.that(a.layout != nullptr, "layout is null").tensor(a.ckv, "ckv", 2).tensor(a.norm_weight, "norm_weight", 1)
-      .dtype(a.norm_weight, "norm_weight", DType::F32).tensor(a.cache, "cache", 3)
-      .dim(a.cache, "cache", 2, a.ckv.size(1)).that(a.norm_weight.size(0) < a.ckv.size(1), "norm wider than ckv")
+  c.that(a.layout != nullptr, "layout is null")
+      .tensor(a.ckv, "ckv", 2)
+      .tensor(a.norm_weight, "norm_weight", 1)
+      .dtype(a.norm_weight, "norm_weight", DType::F32)
+      .tensor(a.cache, "cache", 3)
+      .dim(a.cache, "cache", 2, a.ckv.size(1))
+      .that(a.norm_weight.size(0) < a.ckv.size(1), "norm wider than ckv")
       .that(a.ckv.size(0) == a.layout->n_tokens, "T != layout tokens")
       .that(a.cache.size(1) == a.layout->block_size, "cache block size != layout block size");
   RILL_TRY(c.done());
@@ -273,14 +357,21 @@ Status Backend::mla_cache_write(const MlaCacheWriteArgs& a) {
 Status Backend::mla_attention(const MlaAttentionArgs& a) {
   if (dry_run_) return reserve_scratch(a.scratch, mla_attention_scratch_bytes(a));
   Check c("mla_attention");
-  c.that(a.layout != nullptr && a.kv_b != nullptr, "layout or kv_b is null").tensor(a.q, "q", 3)
-      .tensor(a.cache, "cache", 3).tensor(a.out, "out", 2);
+  c.that(a.layout != nullptr && a.kv_b != nullptr, "layout or kv_b is null")
+      .tensor(a.q, "q", 3)
+      .tensor(a.cache, "cache", 3)
+      .tensor(a.out, "out", 2);
   RILL_TRY(c.done());
-  c.dim(a.q, "q", 1, a.n_heads).dim(a.q, "q", 2, a.nope + a.rope).dim(a.cache, "cache", 2, a.kv_lora + a.rope)
-      .dim(a.out, "out", 0, a.q.size(0)).dim(a.out, "out", 1, int64_t(a.n_heads) * a.v_dim)
-      .that(a.kv_b->out_features() == int64_t(a.n_heads) * (a.nope + a.v_dim) && a.kv_b->in_features() == a.kv_lora,
+  c.dim(a.q, "q", 1, a.n_heads)
+      .dim(a.q, "q", 2, a.nope + a.rope)
+      .dim(a.cache, "cache", 2, a.kv_lora + a.rope)
+      .dim(a.out, "out", 0, a.q.size(0))
+      .dim(a.out, "out", 1, int64_t(a.n_heads) * a.v_dim)
+      .that(a.kv_b->out_features() == int64_t(a.n_heads) * (a.nope + a.v_dim) &&
+                a.kv_b->in_features() == a.kv_lora,
             "kv_b must be [n_heads * (nope + v), kv_lora]")
-      .that(a.q.size(0) == a.layout->n_tokens, "T != layout tokens").that(a.scale > 0, "scale must be positive");
+      .that(a.q.size(0) == a.layout->n_tokens, "T != layout tokens")
+      .that(a.scale > 0, "scale must be positive");
   RILL_TRY(c.done());
   return mla_attention_impl(a);
 }
@@ -288,12 +379,19 @@ Status Backend::mla_attention(const MlaAttentionArgs& a) {
 Status Backend::moe_route(const MoeRouteArgs& a) {
   if (dry_run_) return {};
   Check c("moe_route");
-  c.tensor(a.x, "x", 2).tensor(a.gate_weight, "gate_weight", 2).tensor(a.ids, "ids", 2).dtype(a.ids, "ids", DType::I32)
-      .tensor(a.weights, "weights", 2).dtype(a.weights, "weights", DType::F32);
+  c.tensor(a.x, "x", 2)
+      .tensor(a.gate_weight, "gate_weight", 2)
+      .tensor(a.ids, "ids", 2)
+      .dtype(a.ids, "ids", DType::I32)
+      .tensor(a.weights, "weights", 2)
+      .dtype(a.weights, "weights", DType::F32);
   RILL_TRY(c.done());
   const int64_t E = a.gate_weight.size(0);
-  c.dim(a.gate_weight, "gate_weight", 1, a.x.size(1)).dim(a.ids, "ids", 0, a.x.size(0)).dim(a.ids, "ids", 1, a.top_k)
-      .same_shape(a.ids, "ids", a.weights, "weights").that(a.top_k >= 1 && a.top_k <= E, "top_k out of range")
+  c.dim(a.gate_weight, "gate_weight", 1, a.x.size(1))
+      .dim(a.ids, "ids", 0, a.x.size(0))
+      .dim(a.ids, "ids", 1, a.top_k)
+      .same_shape(a.ids, "ids", a.weights, "weights")
+      .that(a.top_k >= 1 && a.top_k <= E, "top_k out of range")
       .that(a.n_groups >= 1 && E % a.n_groups == 0, "groups must divide experts")
       .that(a.bias.empty() || (a.bias.dtype == DType::F32 && a.bias.numel() == E), "bias must be F32 [E]");
   RILL_TRY(c.done());
@@ -301,22 +399,69 @@ Status Backend::moe_route(const MoeRouteArgs& a) {
 }
 
 Status Backend::moe_experts(const MoeExpertsArgs& a) {
-  if (dry_run_) return reserve_scratch(a.scratch, moe_experts_scratch_bytes(a));
+  const bool has_shared = a.shared_gate_up != nullptr || a.shared_down != nullptr;
+  const bool unfused_shared = has_shared && !moe_fuses_shared_expert(a);
+  MoeExpertsArgs routed = a;
+  if (unfused_shared) routed.shared_gate_up = routed.shared_down = nullptr;
+  // The unfused shared expert's scratch: gate|up, its activation and its output.
+  struct SharedScratch {
+    TensorView gu, h, out;
+  };
+  auto take_shared_scratch = [&]() {
+    const int64_t T = a.x.size(0), Is = a.shared_down->in_features();
+    return SharedScratch{a.scratch->alloc(a.x.dtype, {T, 2 * Is}), a.scratch->alloc(a.x.dtype, {T, Is}),
+                         a.scratch->alloc(a.x.dtype, {T, a.out.size(1)})};
+  };
+  if (dry_run_) {
+    RILL_TRY(reserve_scratch(a.scratch, moe_experts_scratch_bytes(routed)));
+    if (!unfused_shared || !a.shared_down) return {};
+    if (!a.scratch) return internal_error("moe_experts: the shared expert needs a scratch arena");
+    const size_t mark = a.scratch->used();
+    take_shared_scratch();  // measured by the planning arena
+    a.scratch->release_to(mark);
+    return {};
+  }
   Check c("moe_experts");
-  c.that(a.experts != nullptr, "experts is null").tensor(a.x, "x", 2).tensor(a.ids, "ids", 2)
-      .dtype(a.ids, "ids", DType::I32).tensor(a.weights, "weights", 2).same_shape(a.ids, "ids", a.weights, "weights")
-      .tensor(a.out, "out", 2).same_shape(a.x, "x", a.out, "out");
+  c.that(a.experts != nullptr, "experts is null")
+      .tensor(a.x, "x", 2)
+      .tensor(a.ids, "ids", 2)
+      .dtype(a.ids, "ids", DType::I32)
+      .tensor(a.weights, "weights", 2)
+      .same_shape(a.ids, "ids", a.weights, "weights")
+      .tensor(a.out, "out", 2)
+      .same_shape(a.x, "x", a.out, "out")
+      .that(!has_shared || (a.shared_gate_up && a.shared_down), "shared expert needs both gate_up and down");
   RILL_TRY(c.done());
   c.dim(a.x, "x", 1, a.experts->width()).dim(a.ids, "ids", 0, a.x.size(0));
+  if (has_shared)
+    c.that(a.shared_gate_up->in_features() == a.x.size(1) && a.shared_down->out_features() == a.x.size(1) &&
+               a.shared_gate_up->out_features() == 2 * a.shared_down->in_features(),
+           "shared expert shapes must be gate_up [2 Is, Hx] and down [Hx, Is]");
   RILL_TRY(c.done());
-  return moe_experts_impl(a);
+  RILL_TRY(moe_experts_impl(routed));
+  if (!unfused_shared) return {};
+  if (!a.scratch) return internal_error("moe_experts: the shared expert needs a scratch arena");
+  const int64_t Is = a.shared_down->in_features();
+  const size_t mark = a.scratch->used();
+  const SharedScratch sh = take_shared_scratch();
+  RILL_TRY(gemm({a.x, a.shared_gate_up, sh.gu}));
+  RILL_TRY(glu({sh.gu.narrow(1, 0, Is), sh.gu.narrow(1, Is, Is), sh.h, a.activation, a.beta, a.linear_beta}));
+  RILL_TRY(gemm({sh.h, a.shared_down, sh.out}));
+  RILL_TRY(add({a.out, sh.out}));
+  a.scratch->release_to(mark);  // later work on the backend's stream is ordered after these ops
+  return {};
 }
 
 Status Backend::gather_rows(const GatherRowsArgs& a) {
   if (dry_run_) return {};
   Check c("gather_rows");
-  c.tensor(a.x, "x", 2).tensor(a.rows, "rows", 1).dtype(a.rows, "rows", DType::I32).tensor(a.out, "out", 2)
-      .dim(a.out, "out", 0, a.rows.size(0)).dim(a.out, "out", 1, a.x.size(1)).that(a.x.dtype == a.out.dtype, "dtypes");
+  c.tensor(a.x, "x", 2)
+      .tensor(a.rows, "rows", 1)
+      .dtype(a.rows, "rows", DType::I32)
+      .tensor(a.out, "out", 2)
+      .dim(a.out, "out", 0, a.rows.size(0))
+      .dim(a.out, "out", 1, a.x.size(1))
+      .that(a.x.dtype == a.out.dtype, "dtypes");
   RILL_TRY(c.done());
   return gather_rows_impl(a);
 }
@@ -324,16 +469,22 @@ Status Backend::gather_rows(const GatherRowsArgs& a) {
 Status Backend::attn_res_mix(const AttnResMixArgs& a) {
   if (dry_run_) return {};
   Check c("attn_res_mix");
-  c.tensor(a.candidates, "candidates", 3).tensor(a.out, "out", 2).tensor(a.norm_weight, "norm_weight", 1)
-      .tensor(a.proj_weight, "proj_weight", 1).dtype(a.norm_weight, "norm_weight", DType::F32)
+  c.tensor(a.candidates, "candidates", 3)
+      .tensor(a.out, "out", 2)
+      .tensor(a.norm_weight, "norm_weight", 1)
+      .tensor(a.proj_weight, "proj_weight", 1)
+      .dtype(a.norm_weight, "norm_weight", DType::F32)
       .dtype(a.proj_weight, "proj_weight", DType::F32)
       .that(a.candidates.dtype == act_dtype() || a.candidates.dtype == DType::F32,
             "candidates are the activation dtype or F32")
       .that(a.out.dtype == act_dtype() || a.out.dtype == DType::F32, "out is the activation dtype or F32");
   RILL_TRY(c.done());
   const int64_t H = a.candidates.size(2);
-  c.that(a.candidates.size(0) >= 1, "needs at least one candidate").dim(a.out, "out", 0, a.candidates.size(1))
-      .dim(a.out, "out", 1, H).dim(a.norm_weight, "norm_weight", 0, H).dim(a.proj_weight, "proj_weight", 0, H)
+  c.that(a.candidates.size(0) >= 1, "needs at least one candidate")
+      .dim(a.out, "out", 0, a.candidates.size(1))
+      .dim(a.out, "out", 1, H)
+      .dim(a.norm_weight, "norm_weight", 0, H)
+      .dim(a.proj_weight, "proj_weight", 0, H)
       .that(a.eps > 0, "eps must be positive");
   RILL_TRY(c.done());
   return attn_res_mix_impl(a);
@@ -342,8 +493,11 @@ Status Backend::attn_res_mix(const AttnResMixArgs& a) {
 Status Backend::sample(const SampleArgs& a) {
   if (dry_run_) return reserve_scratch(a.scratch, sample_scratch_bytes(a));
   Check c("sample");
-  c.tensor(a.logits, "logits", 2).dtype(a.logits, "logits", DType::F32).tensor(a.out_ids, "out_ids", 1)
-      .dtype(a.out_ids, "out_ids", DType::I32).dim(a.out_ids, "out_ids", 0, a.logits.size(0))
+  c.tensor(a.logits, "logits", 2)
+      .dtype(a.logits, "logits", DType::F32)
+      .tensor(a.out_ids, "out_ids", 1)
+      .dtype(a.out_ids, "out_ids", DType::I32)
+      .dim(a.out_ids, "out_ids", 0, a.logits.size(0))
       .that(a.rows != nullptr, "rows is null");
   RILL_TRY(c.done());
   return sample_impl(a);
@@ -356,7 +510,8 @@ namespace rill::backend {
 Status Backend::apply_penalties(const PenaltyArgs& a) {
   if (dry_run_) return {};
   Check c("apply_penalties");
-  c.tensor(a.logits, "logits", 2).dtype(a.logits, "logits", DType::F32)
+  c.tensor(a.logits, "logits", 2)
+      .dtype(a.logits, "logits", DType::F32)
       .that(a.row_offsets && a.tokens && a.output_counts && a.penalties, "null token arrays");
   RILL_TRY(c.done());
   return apply_penalties_impl(a);
@@ -365,7 +520,9 @@ Status Backend::apply_penalties(const PenaltyArgs& a) {
 Status Backend::mask_logits(const TokenMaskArgs& a) {
   if (dry_run_) return {};
   Check c("mask_logits");
-  c.tensor(a.logits, "logits", 2).dtype(a.logits, "logits", DType::F32).that(a.mask != nullptr, "mask is null")
+  c.tensor(a.logits, "logits", 2)
+      .dtype(a.logits, "logits", DType::F32)
+      .that(a.mask != nullptr, "mask is null")
       .that(a.words_per_row * 32 >= a.logits.size(1), "words_per_row too small for the vocabulary");
   RILL_TRY(c.done());
   return mask_logits_impl(a);
@@ -374,14 +531,20 @@ Status Backend::mask_logits(const TokenMaskArgs& a) {
 Status Backend::logprobs(const LogprobsArgs& a) {
   if (dry_run_) return {};
   Check c("logprobs");
-  c.tensor(a.logits, "logits", 2).dtype(a.logits, "logits", DType::F32).tensor(a.sampled, "sampled", 1)
-      .dtype(a.sampled, "sampled", DType::I32).dim(a.sampled, "sampled", 0, a.logits.size(0))
-      .tensor(a.out_logprob, "out_logprob", 1).dtype(a.out_logprob, "out_logprob", DType::F32)
+  c.tensor(a.logits, "logits", 2)
+      .dtype(a.logits, "logits", DType::F32)
+      .tensor(a.sampled, "sampled", 1)
+      .dtype(a.sampled, "sampled", DType::I32)
+      .dim(a.sampled, "sampled", 0, a.logits.size(0))
+      .tensor(a.out_logprob, "out_logprob", 1)
+      .dtype(a.out_logprob, "out_logprob", DType::F32)
       .that(a.top_n >= 0 && a.top_n <= 20, "top_n must be in 0..20");
   RILL_TRY(c.done());
   if (a.top_n > 0) {
-    c.tensor(a.out_top_ids, "out_top_ids", 2).dim(a.out_top_ids, "out_top_ids", 1, a.top_n)
-        .tensor(a.out_top_logprobs, "out_top_logprobs", 2).dim(a.out_top_logprobs, "out_top_logprobs", 1, a.top_n);
+    c.tensor(a.out_top_ids, "out_top_ids", 2)
+        .dim(a.out_top_ids, "out_top_ids", 1, a.top_n)
+        .tensor(a.out_top_logprobs, "out_top_logprobs", 2)
+        .dim(a.out_top_logprobs, "out_top_logprobs", 1, a.top_n);
     RILL_TRY(c.done());
   }
   return logprobs_impl(a);

@@ -32,8 +32,8 @@ struct LinearWeight {
 
 // All routed experts of one MoE layer, stacked so expert e's rows are at a fixed stride.
 struct ExpertWeights {
-  TensorView gate_up;  // [E, 2I, Hx]: rows [0, I) = gate (w1), rows [I, 2I) = up (w3)
-  TensorView down;     // [E, Hx, I] (w2)
+  TensorView gate_up;                      // [E, 2I, Hx]: rows [0, I) = gate (w1), rows [I, 2I) = up (w3)
+  TensorView down;                         // [E, Hx, I] (w2)
   TensorView gate_up_scales, down_scales;  // Mxfp4 only: [E, 2I, Hx/32], [E, Hx, I/32]
   WeightFormat format = WeightFormat::Dense;
   int n_experts() const { return int(gate_up.size(0)); }
@@ -62,7 +62,7 @@ struct RmsNormArgs {
   TensorView x;       // act or F32 [T, N] (rows may be strided)
   TensorView weight;  // F32 [N]
   float eps = 1e-5f;
-  TensorView out;     // act [T, N]
+  TensorView out;  // act [T, N]
 };
 
 // residual += delta (rounded to act), then out = RmsNorm(residual): the pre-norm decoder's join point.
@@ -71,7 +71,7 @@ struct AddRmsNormArgs {
   TensorView delta;     // act [T, H]
   TensorView weight;    // F32 [H]
   float eps = 1e-5f;
-  TensorView out;       // act [T, H]
+  TensorView out;  // act [T, H]
 };
 
 struct GemmArgs {
@@ -80,8 +80,8 @@ struct GemmArgs {
   TensorView out;                   // act or F32 [M, N] (rows may be strided)
 };
 
-// Independent GEMMs issued as one op (the KDA input projections of a decode step): each part as Backend::gemm;
-// a backend may run them in one launch. At most kMaxGemmGroup parts.
+// Independent GEMMs issued as one op (the KDA input projections of a decode step): each part as
+// Backend::gemm; a backend may run them in one launch. At most kMaxGemmGroup parts.
 inline constexpr int kMaxGemmGroup = 8;
 struct GemmGroupArgs {
   std::vector<GemmArgs> parts;
@@ -143,7 +143,7 @@ struct KdaOutputArgs {
   TensorView gate;    // act [T, Hk * d]
   TensorView weight;  // F32 [d], shared by all heads
   float eps = 1e-5f;
-  TensorView out;     // act [T, Hk * d]
+  TensorView out;  // act [T, Hk * d]
 };
 
 // Writes each new token's latent [RmsNorm(c) ; k_pe] into the paged MLA cache at its position.
@@ -151,14 +151,14 @@ struct MlaCacheWriteArgs {
   TensorView ckv;          // act [T, kv_lora + rope]: kv_a_proj_with_mqa output
   TensorView norm_weight;  // F32 [kv_lora]
   float eps = 1e-6f;
-  TensorView cache;        // act [n_blocks, block_size, kv_lora + rope]
+  TensorView cache;  // act [n_blocks, block_size, kv_lora + rope]
   const BatchLayout* layout = nullptr;
 };
 
 // Causal latent attention of each new token over its sequence's cached positions [0, pos] (NoPE, spec §3.4).
 struct MlaAttentionArgs {
-  TensorView q;                        // act [T, n_heads, nope + rope]
-  TensorView cache;                    // act [n_blocks, block_size, kv_lora + rope], this step already written
+  TensorView q;      // act [T, n_heads, nope + rope]
+  TensorView cache;  // act [n_blocks, block_size, kv_lora + rope], this step already written
   const LinearWeight* kv_b = nullptr;  // [n_heads * (nope + v), kv_lora]
   int n_heads = 0, nope = 0, rope = 0, v_dim = 0, kv_lora = 0;
   float scale = 0.0f;  // (nope + rope)^-1/2
@@ -182,6 +182,9 @@ struct MoeRouteArgs {
 };
 
 // out = sum_k weights[t,k] * Expert_{ids[t,k]}(x_t), accumulated in fp32, stored in the activation dtype.
+// With a shared expert (both shared_* set): out = act(act(routed) + act(Shared(x_t))), Shared the dense GLU
+// MLP down(act(glu(act(gate x), act(up x)))) — exactly gemm, glu, gemm and add in sequence, which is what a
+// backend that does not fuse it runs (Backend::moe_experts); CUDA's decode GEMVs take it as one more expert.
 struct MoeExpertsArgs {
   TensorView x;        // act [T, Hx]
   TensorView ids;      // I32 [T, top_k]
@@ -191,13 +194,15 @@ struct MoeExpertsArgs {
   float beta = 0.0f, linear_beta = 0.0f;
   TensorView out;  // act [T, Hx]
   Arena* scratch = nullptr;
+  const LinearWeight* shared_gate_up = nullptr;  // [2 Is, Hx]: rows [0, Is) gate, [Is, 2 Is) up
+  const LinearWeight* shared_down = nullptr;     // [Hx, Is]
 };
 
 // K3 Block Attention Residuals depth mix (spec §3.9), per token and all in fp32: candidate j's logit is
 // z_j = rsqrt(mean(V_j^2) + eps) * sum_c V_j[c] * norm[c] * proj[c] (a weightless RMSNorm key against the
 // pseudo-query norm * proj), p = softmax_j(z), out = sum_j p_j * V_j over the raw candidates.
 struct AttnResMixArgs {
-  TensorView candidates;   // act or F32 [N, T, H]: the block snapshots in order, then the partial sum (N >= 1)
+  TensorView candidates;  // act or F32 [N, T, H]: the block snapshots in order, then the partial sum (N >= 1)
   TensorView norm_weight;  // F32 [H]: *_res_norm.weight
   TensorView proj_weight;  // F32 [H]: *_res_proj.weight (stored [1, H])
   float eps = 1e-5f;
@@ -211,9 +216,9 @@ struct GatherRowsArgs {
 };
 
 struct SampleArgs {
-  TensorView logits;                // F32 [R, V]
+  TensorView logits;                  // F32 [R, V]
   const SamplingRow* rows = nullptr;  // [R], in device memory
-  TensorView out_ids;               // I32 [R], device
+  TensorView out_ids;                 // I32 [R], device
   Arena* scratch = nullptr;
   // Every row greedy (temperature <= 0 or top_k == 1), known on the host: the GPU then skips the sort.
   bool all_greedy = false;
@@ -222,19 +227,21 @@ struct SampleArgs {
 // Repetition, frequency and presence penalties on raw logits (vLLM order: repetition over prompt and output
 // tokens — positive logits divided, negative multiplied — then frequency x count and presence over output).
 struct PenaltyArgs {
-  TensorView logits;                      // F32 [R, V], updated in place
-  const int32_t* row_offsets = nullptr;   // [R + 1] device: row r's tokens are [row_offsets[r], row_offsets[r+1])
-  const int32_t* tokens = nullptr;        // [row_offsets[R]] device: distinct token ids seen by the row
-  const int32_t* output_counts = nullptr; // [row_offsets[R]] device: occurrences in the output (0: prompt only)
-  const float* penalties = nullptr;       // [R, 3] device: presence, frequency, repetition
+  TensorView logits;  // F32 [R, V], updated in place
+  const int32_t* row_offsets =
+      nullptr;                      // [R + 1] device: row r's tokens are [row_offsets[r], row_offsets[r+1])
+  const int32_t* tokens = nullptr;  // [row_offsets[R]] device: distinct token ids seen by the row
+  const int32_t* output_counts =
+      nullptr;                       // [row_offsets[R]] device: occurrences in the output (0: prompt only)
+  const float* penalties = nullptr;  // [R, 3] device: presence, frequency, repetition
 };
 
 // Grammar-constrained decoding: every logit whose bit is clear becomes -inf (row r, token t: bit t % 32 of
 // mask[r * words_per_row + t / 32]). Rows that are not constrained carry all-ones words.
 struct TokenMaskArgs {
-  TensorView logits;                // F32 [R, V], updated in place
-  const uint32_t* mask = nullptr;   // [R, words_per_row] device
-  int64_t words_per_row = 0;        // >= ceil(V / 32)
+  TensorView logits;               // F32 [R, V], updated in place
+  const uint32_t* mask = nullptr;  // [R, words_per_row] device
+  int64_t words_per_row = 0;       // >= ceil(V / 32)
 };
 
 // Log-softmax of the raw logits at the sampled token and the top_n most likely tokens (best first; ties by
@@ -253,7 +260,7 @@ struct CopyJob {
   void* dst = nullptr;        // device
   const void* src = nullptr;  // host (often an mmap'd checkpoint file)
   size_t bytes = 0;
-  int group = 0;              // jobs of one group (a shard file) are streamed in order by one worker
+  int group = 0;  // jobs of one group (a shard file) are streamed in order by one worker
 };
 
 // Memory owned by a backend: released when the last handle goes.
@@ -274,11 +281,11 @@ class DeviceAllocation {
 // The model shapes a backend's kernels are built for, checked against a config when a model is built so an
 // unsupported shape is refused at load, naming the config field, rather than at the first step. 0: any value.
 struct KernelShapeLimits {
-  int kda_head_dim = 0;          // linear_attn_config.head_dim
-  int kda_conv_kernel = 0;       // linear_attn_config.short_conv_kernel_size
+  int kda_head_dim = 0;                                        // linear_attn_config.head_dim
+  int kda_conv_kernel = 0;                                     // linear_attn_config.short_conv_kernel_size
   int mla_nope = 0, mla_rope = 0, mla_v = 0, mla_kv_lora = 0;  // qk_nope/qk_rope/v_head_dim, kv_lora_rank
-  int max_experts = 0;           // num_experts
-  int max_groups = 0;            // num_expert_group, when grouped routing is active
+  int max_experts = 0;                                         // num_experts
+  int max_groups = 0;               // num_expert_group, when grouped routing is active
   int max_attn_res_candidates = 0;  // K3: AttnRes blocks + 1
 };
 
@@ -322,22 +329,24 @@ class Backend {
   virtual Status copy_device_to_device(void* dst, const void* src, size_t bytes) = 0;
   // Bulk upload (weights): the CUDA backend streams several groups at once through pinned staging buffers;
   // `progress(bytes)` is called as copies complete (from any thread). Blocking.
-  virtual Status copy_to_device_batch(const std::vector<CopyJob>& jobs, const std::function<void(size_t)>& progress);
+  virtual Status copy_to_device_batch(const std::vector<CopyJob>& jobs,
+                                      const std::function<void(size_t)>& progress);
   virtual Status fill_zero(TensorView t) = 0;
   // Seeded uniform values (the --load-format dummy path): floats in [lo, hi); U8 integers in [lo, hi].
   // Element i depends only on (seed, i), so every backend fills the same values.
   virtual Status fill_random(TensorView t, uint64_t seed, float lo, float hi) = 0;
   // Mirrors `host` onto the device (staged, asynchronous on the compute stream) and fills `out`.
   virtual Status upload_layout(const BatchLayoutHost& host, int block_size, BatchLayout* out) = 0;
-  // Like upload_layout, but into `dst` (`bytes` of device memory the caller owns) at offsets that depend only on
-  // the layout's sequence and token counts, with block tables last at a row stride of `block_table_stride`
+  // Like upload_layout, but into `dst` (`bytes` of device memory the caller owns) at offsets that depend only
+  // on the layout's sequence and token counts, with block tables last at a row stride of `block_table_stride`
   // (>= host.max_blocks_per_seq): work captured over one such layout stays valid for the next layout of the
   // same counts uploaded there (the runner's decode graphs). fixed_layout_bytes() is the size it needs.
-  virtual Status upload_layout_fixed(const BatchLayoutHost& host, int block_size, int block_table_stride, void* dst,
-                                     size_t bytes, BatchLayout* out);
+  virtual Status upload_layout_fixed(const BatchLayoutHost& host, int block_size, int block_table_stride,
+                                     void* dst, size_t bytes, BatchLayout* out);
   static size_t fixed_layout_bytes(int n_seqs, int n_tokens, int block_table_stride);
   // Records the device work that `body` issues into a replayable CapturedWork without running it. Nothing in
-  // `body` may wait for the device or copy from the host. Unimplemented where the backend has no graphs (CPU).
+  // `body` may wait for the device or copy from the host. Unimplemented where the backend has no graphs
+  // (CPU).
   virtual Result<std::unique_ptr<CapturedWork>> capture(const std::function<Status()>& body);
   virtual bool can_capture() const { return false; }
   // Copies `bytes` of host data into device memory ordered with the compute stream (no host sync).
@@ -349,8 +358,9 @@ class Backend {
   // `ncu --nvtx --nvtx-include "decode batch 1/"` profiles just that region); nothing elsewhere.
   virtual void trace_push(const char* /*name*/) {}
   virtual void trace_pop() {}
-  // Whether kda_attention writes the KDA snapshots a layout asks for inside a step (BatchLayoutHost::kda_snap_*).
-  // Where not, prefix caching ends prefill chunks at the snapshot positions instead (one step per snapshot).
+  // Whether kda_attention writes the KDA snapshots a layout asks for inside a step
+  // (BatchLayoutHost::kda_snap_*). Where not, prefix caching ends prefill chunks at the snapshot positions
+  // instead (one step per snapshot).
   virtual bool kda_snapshots_in_step() const { return false; }
 
   // Dry run: ops return at once without touching memory, but still take the scratch they would use from
@@ -386,6 +396,9 @@ class Backend {
   virtual size_t kda_attention_scratch_bytes(const KdaAttentionArgs&) const { return 0; }
   virtual size_t mla_attention_scratch_bytes(const MlaAttentionArgs&) const { return 0; }
   virtual size_t moe_experts_scratch_bytes(const MoeExpertsArgs&) const { return 0; }
+  // Whether moe_experts_impl computes a's shared expert itself (from shapes and formats only: the planning
+  // dry run asks too); otherwise Backend::moe_experts runs it as separate ops after the routed experts.
+  virtual bool moe_fuses_shared_expert(const MoeExpertsArgs&) const { return false; }
   virtual size_t sample_scratch_bytes(const SampleArgs&) const { return 0; }
 
  private:

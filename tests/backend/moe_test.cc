@@ -4,7 +4,8 @@
 // exactly, except for tokens whose selection has a near tie (two candidate scores within 1e-3 at a decision
 // boundary, found by an fp64 host model), where the fp32 summation order may legitimately decide differently.
 // moe_experts: the decode path (T*k <= 64), the grouped path (T = 64 and 512), SiLU and SiTU, odd widths
-// (the scalar fallback), and expert ids outside [0, E) (skipped on CUDA; the CPU gets weight 0 for them).
+// (the scalar fallback), expert ids outside [0, E) (skipped on CUDA; the CPU gets weight 0 for them), and a
+// shared expert (the CPU side runs it through Backend's unfused gemm, glu, gemm, add).
 #include <algorithm>
 #include <cmath>
 #include <memory>
@@ -189,6 +190,8 @@ struct ExpertsCase {
   int k;
   backend::Activation act = backend::Activation::Silu;
   bool bad_ids = false;
+  int64_t Is =
+      0;  // width of a shared expert (0: none); CUDA's decode GEMVs fuse it, elsewhere Backend runs it
 };
 
 // Stacked expert weights with identical bf16 values on both backends (fill_random is bit-identical).
@@ -218,10 +221,37 @@ std::unique_ptr<Experts> make_experts(OpHarness& h, int64_t E, int64_t Hx, int64
   return ex;
 }
 
+// A shared expert (dense gate_up [2 Is, Hx], down [Hx, Is]) with the same bf16 values on both backends.
+struct SharedExpert {
+  BackendTensor gu_c, gu_d, dn_c, dn_d;
+  backend::LinearWeight gu_cpu, dn_cpu, gu_dev, dn_dev;
+};
+
+std::unique_ptr<SharedExpert> make_shared_expert(OpHarness& h, int64_t Hx, int64_t Is) {
+  auto sh = std::make_unique<SharedExpert>();
+  auto fill = [&](backend::Backend& be, BackendTensor& t, Shape s, float a, uint64_t seed) {
+    auto m = be.allocate(size_t(s.numel()) * 2);
+    ASSERT_TRUE(m.ok());
+    t.alloc = std::move(m).value();
+    t.view = TensorView::make(t.alloc.data(), DType::BF16, s, be.device());
+    ASSERT_TRUE(be.fill_random(t.view, seed, -a, a).ok());
+  };
+  const float agu = std::sqrt(3.0f / float(Hx)), adn = std::sqrt(3.0f / float(Is));
+  fill(h.cpu(), sh->gu_c, {2 * Is, Hx}, agu, h.seed() + 3);
+  fill(h.dev(), sh->gu_d, {2 * Is, Hx}, agu, h.seed() + 3);
+  fill(h.cpu(), sh->dn_c, {Hx, Is}, adn, h.seed() + 4);
+  fill(h.dev(), sh->dn_d, {Hx, Is}, adn, h.seed() + 4);
+  sh->gu_cpu.weight = sh->gu_c.view;
+  sh->dn_cpu.weight = sh->dn_c.view;
+  sh->gu_dev.weight = sh->gu_d.view;
+  sh->dn_dev.weight = sh->dn_d.view;
+  return sh;
+}
+
 void run_experts(OpHarness& h, const ExpertsCase& c, const Experts& ex) {
   SCOPED_TRACE(::testing::Message() << "T " << c.T << " Hx " << c.Hx << " I " << c.I << " E " << c.E << " k "
                                     << c.k << (c.act == backend::Activation::Situ ? " situ" : " silu")
-                                    << (c.bad_ids ? " bad-ids" : ""));
+                                    << (c.bad_ids ? " bad-ids" : "") << " shared " << c.Is);
   // Distinct experts per token, as the router gives; weights as after renormalisation and scaling.
   std::vector<float> ids_dev, ids_cpu, w_dev, w_cpu;
   std::vector<int> perm(size_t(c.E));
@@ -252,9 +282,23 @@ void run_experts(OpHarness& h, const ExpertsCase& c, const Experts& ex) {
                 yd = h.empty(h.dev(), DType::BF16, {c.T, c.Hx});
   const float beta = c.act == backend::Activation::Situ ? 4.0f : 0.0f;
   const float lbeta = c.act == backend::Activation::Situ ? 25.0f : 0.0f;
-  ASSERT_TRUE(
-      h.cpu().moe_experts({xc.view, ic.view, gc.view, &ex.cpu, c.act, beta, lbeta, yc.view, nullptr}).ok());
+  backend::MoeExpertsArgs ca{xc.view, ic.view, gc.view, &ex.cpu, c.act, beta, lbeta, yc.view, nullptr};
   backend::MoeExpertsArgs a{xd.view, id.view, gd.view, &ex.dev, c.act, beta, lbeta, yd.view, nullptr};
+  std::unique_ptr<SharedExpert> sh;
+  std::vector<char> cpu_scratch;
+  Arena cpu_arena;
+  if (c.Is > 0) {  // the CPU runs the shared expert as separate ops in its scratch (fp32: 4 bytes a value)
+    sh = make_shared_expert(h, c.Hx, c.Is);
+    ca.shared_gate_up = &sh->gu_cpu;
+    ca.shared_down = &sh->dn_cpu;
+    a.shared_gate_up = &sh->gu_dev;
+    a.shared_down = &sh->dn_dev;
+    cpu_scratch.resize(size_t(c.T * (3 * c.Is + c.Hx)) * 4 + 4096);
+    cpu_arena = Arena(cpu_scratch.data(), cpu_scratch.size(), Device::Cpu);
+    ca.scratch = &cpu_arena;
+  }
+  const Status cst = h.cpu().moe_experts(ca);
+  ASSERT_TRUE(cst.ok()) << cst.to_string();
   DeviceScratch s = plan_scratch(h, a);
   a.scratch = s.arena.get();
   const Status st = h.dev().moe_experts(a);
@@ -310,6 +354,27 @@ TEST_P(MoeTest, ExpertsSkipOutOfRangeIds) {
   auto ex = make_experts(h, 16, 64, 32);
   run_experts(h, {4, 64, 32, 16, 4, backend::Activation::Silu, true}, *ex);    // decode
   run_experts(h, {100, 64, 32, 16, 4, backend::Activation::Silu, true}, *ex);  // grouped
+}
+
+// A shared expert with the routed ones: fused into CUDA's decode GEMVs for one or two tokens (its width equal
+// to, wider or narrower than the routed experts', the scalar path at odd widths), run as separate ops for
+// more tokens and on the grouped path.
+TEST_P(MoeTest, ExpertsWithSharedExpert) {
+  OpHarness h(GetParam());
+  RILL_REQUIRE_BACKEND(h);
+  auto ex8 = make_experts(h, 8, 64, 32);
+  for (int64_t Is : {32, 48, 16})
+    run_experts(h, {2, 64, 32, 8, 2, backend::Activation::Silu, false, Is}, *ex8);
+  run_experts(h, {1, 64, 32, 8, 2, backend::Activation::Situ, false, 64}, *ex8);
+  // Skipped ids still get the shared expert; three tokens: the decode path without fusing it.
+  run_experts(h, {2, 64, 32, 8, 2, backend::Activation::Silu, true, 32}, *ex8);
+  run_experts(h, {3, 64, 32, 8, 2, backend::Activation::Silu, false, 32}, *ex8);
+  run_experts(h, {40, 64, 32, 8, 2, backend::Activation::Silu, false, 32}, *ex8);  // 80 pairs: grouped
+  auto odd = make_experts(h, 6, 36, 20);
+  run_experts(h, {2, 36, 20, 6, 2, backend::Activation::Silu, false, 20}, *odd);
+  auto kimi = make_experts(h, 256, 2304, 1024);  // k + 1 = 9 slots: the down GEMV's ninth warp
+  for (int64_t T : {1, 2, 4})
+    run_experts(h, {T, 2304, 1024, 256, 8, backend::Activation::Silu, false, 1024}, *kimi);
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, MoeTest, ::testing::ValuesIn(tested_backends()));

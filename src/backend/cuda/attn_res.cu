@@ -1,5 +1,6 @@
-// K3 Block Attention Residuals depth mix (spec §3.11), the CPU reference's numerics (backend/cpu/attn_res.cc):
-// per token t, over the N candidates V_j ([N, T, H], fp32 or bf16: block snapshots, then the partial sum),
+// K3 Block Attention Residuals depth mix (spec §3.11), the CPU reference's numerics
+// (backend/cpu/attn_res.cc): per token t, over the N candidates V_j ([N, T, H], fp32 or bf16: block
+// snapshots, then the partial sum),
 //   z_j = (1 / sqrt(mean_c V_j[c]^2 + eps)) * sum_c V_j[c] * (norm[c] * proj[c]),
 //   p = softmax_j(z) (max-subtracted, expf, sum in order j = 0..N-1),
 //   out[t] = sum_j p_j * V_j, accumulated in fp32 in order j (rounded once when out is bf16).
@@ -17,6 +18,8 @@
 #include "backend/cuda/attn_res.h"
 #include "backend/cuda/common/check.h"
 #include "backend/cuda/common/device_math.cuh"
+#include "backend/cuda/common/launch.h"
+#include "backend/cuda/common/pdl.cuh"
 
 namespace rill::cuda {
 namespace {
@@ -27,8 +30,8 @@ bool aligned16(const void* p) {
   return (reinterpret_cast<uintptr_t>(p) & 15) == 0;
 }
 
-// The logits, then the probabilities, live in a fixed shared array of kAttnResMaxCandidates: with a dynamic one
-// sized N, compute-sanitizer flagged 12-byte reads at its end from the weighted-sum loop (the compiler's
+// The logits, then the probabilities, live in a fixed shared array of kAttnResMaxCandidates: with a dynamic
+// one sized N, compute-sanitizer flagged 12-byte reads at its end from the weighted-sum loop (the compiler's
 // vectorised loads of prob[j..]); the padding keeps any such read inside the array.
 constexpr int kMaxCandidates = kAttnResMaxCandidates;
 
@@ -36,6 +39,7 @@ constexpr int kMaxCandidates = kAttnResMaxCandidates;
 template <int kVec, typename V, typename O>
 __global__ void attn_res_mix_kernel(const V* v, int64_t ld_n, int64_t ld_t, const float* norm,
                                     const float* proj, float eps, O* out, int64_t ldo, int N, int H) {
+  pdl_prologue();
   __shared__ float prob[kMaxCandidates + 4];  // [N] used
   const int64_t t = blockIdx.x;
   for (int j = 0; j < N; ++j) {
@@ -85,7 +89,7 @@ int row_threads(int64_t H, int vec) {
 }
 
 template <typename V, typename O>
-void launch_mix(const backend::AttnResMixArgs& a, const CudaContext& cx) {
+Status launch_mix(const backend::AttnResMixArgs& a, const CudaContext& cx) {
   const int64_t N = a.candidates.size(0), T = a.candidates.size(1), H = a.candidates.size(2);
   const auto* v = static_cast<const V*>(a.candidates.data);
   const int64_t ld_n = a.candidates.stride(0), ld_t = a.candidates.stride(1);
@@ -93,13 +97,12 @@ void launch_mix(const backend::AttnResMixArgs& a, const CudaContext& cx) {
   const float* proj = a.proj_weight.ptr<const float>();
   auto* out = static_cast<O*>(a.out.data);
   const int64_t ldo = a.out.stride(0);
-  const bool vec = H % 8 == 0 && ld_n % 8 == 0 && ld_t % 8 == 0 && ldo % 8 == 0 && aligned16(v) && aligned16(out);
-  if (vec)
-    attn_res_mix_kernel<8><<<unsigned(T), row_threads(H, 8), 0, cx.stream>>>(v, ld_n, ld_t, norm, proj, a.eps,
-                                                                                out, ldo, int(N), int(H));
-  else
-    attn_res_mix_kernel<1><<<unsigned(T), row_threads(H, 1), 0, cx.stream>>>(v, ld_n, ld_t, norm, proj, a.eps,
-                                                                                out, ldo, int(N), int(H));
+  const bool vec =
+      H % 8 == 0 && ld_n % 8 == 0 && ld_t % 8 == 0 && ldo % 8 == 0 && aligned16(v) && aligned16(out);
+  const int vw = vec ? 8 : 1;
+  return launch("attn_res_mix", {dim3(unsigned(T)), dim3(row_threads(H, vw))}, cx.stream,
+                vec ? attn_res_mix_kernel<8, V, O> : attn_res_mix_kernel<1, V, O>, v, ld_n, ld_t, norm, proj,
+                a.eps, out, ldo, int(N), int(H));
 }
 
 }  // namespace
@@ -108,19 +111,19 @@ void launch_mix(const backend::AttnResMixArgs& a, const CudaContext& cx) {
 Status launch_attn_res_mix(const backend::AttnResMixArgs& a, const CudaContext& cx) {
   auto ok = [](DType t) { return t == DType::BF16 || t == DType::F32; };
   if (!ok(a.candidates.dtype) || !ok(a.out.dtype))
-    return invalid_argument("attn_res_mix: CUDA candidates and out must be BF16 or F32 (candidates {}, out {})",
-                            a.candidates.describe(), a.out.describe());
+    return invalid_argument(
+        "attn_res_mix: CUDA candidates and out must be BF16 or F32 (candidates {}, out {})",
+        a.candidates.describe(), a.out.describe());
   const int64_t N = a.candidates.size(0), T = a.candidates.size(1), H = a.candidates.size(2);
   if (T == 0 || H == 0) return {};
   if (N > kMaxCandidates)
-    return invalid_argument("attn_res_mix: {} candidates is more than the CUDA kernel's {}", N, kMaxCandidates);
+    return invalid_argument("attn_res_mix: {} candidates is more than the CUDA kernel's {}", N,
+                            kMaxCandidates);
   const bool v32 = a.candidates.dtype == DType::F32, o32 = a.out.dtype == DType::F32;
-  if (v32 && o32) launch_mix<float, float>(a, cx);
-  else if (v32) launch_mix<float, bf16>(a, cx);
-  else if (o32) launch_mix<bf16, float>(a, cx);
-  else launch_mix<bf16, bf16>(a, cx);
-  RILL_CUDA_CHECK_LAUNCH("attn_res_mix");
-  return {};
+  if (v32 && o32) return launch_mix<float, float>(a, cx);
+  if (v32) return launch_mix<float, bf16>(a, cx);
+  if (o32) return launch_mix<bf16, float>(a, cx);
+  return launch_mix<bf16, bf16>(a, cx);
 }
 
 }  // namespace rill::cuda

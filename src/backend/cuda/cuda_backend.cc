@@ -38,8 +38,9 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::create(int device) {
     return unavailable("no usable CUDA GPU ({})", e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
   if (device < 0 || device >= count) {
     const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
-    return invalid_argument("device cuda:{} does not exist: {} CUDA device{} visible (cuda:0{}){}", device, count,
-                            count == 1 ? " is" : "s are", count > 1 ? fmt::format("..cuda:{}", count - 1) : "",
+    return invalid_argument("device cuda:{} does not exist: {} CUDA device{} visible (cuda:0{}){}", device,
+                            count, count == 1 ? " is" : "s are",
+                            count > 1 ? fmt::format("..cuda:{}", count - 1) : "",
                             visible ? fmt::format(", CUDA_VISIBLE_DEVICES={}", visible) : "");
   }
   std::unique_ptr<CudaBackend> b(new CudaBackend());
@@ -54,7 +55,8 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::create(int device) {
   for (auto& ev : b->pinned_free_) RILL_CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
   RILL_ASSIGN_OR_RETURN(b->gemm_, GemmRunner::create(device));
   b->ctx_.gemm = b->gemm_.get();
-  RILL_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&b->ctx_.route_logits), size_t(kGemvMaxRows) * moe::kMaxExperts * sizeof(float)));
+  RILL_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&b->ctx_.route_logits),
+                             size_t(kGemvMaxRows) * moe::kMaxExperts * sizeof(float)));
   return b;
 }
 
@@ -96,8 +98,8 @@ Result<backend::DeviceAllocation> CudaBackend::allocate(size_t bytes) {
     size_t free_b = 0, total_b = 0;
     cudaMemGetInfo(&free_b, &total_b);
     return resource_exhausted("cannot allocate {:.2f} GiB on the GPU ({:.2f} GiB free of {:.2f} GiB): {}",
-                              double(bytes) / (1 << 30), double(free_b) / (1 << 30), double(total_b) / (1 << 30),
-                              cudaGetErrorString(e));
+                              double(bytes) / (1 << 30), double(free_b) / (1 << 30),
+                              double(total_b) / (1 << 30), cudaGetErrorString(e));
   }
   std::shared_ptr<void> owner(p, [](void* q) { cudaFree(q); });
   return backend::DeviceAllocation(p, bytes, std::move(owner));
@@ -167,7 +169,8 @@ Status CudaBackend::copy_to_device_batch(const std::vector<backend::CopyJob>& jo
           e = cudaEventSynchronize(done[next]);  // the buffer's previous chunk has reached the GPU
           if (e != cudaSuccess) break;
           std::memcpy(pinned[next], static_cast<const char*>(j.src) + off, n);
-          e = cudaMemcpyAsync(static_cast<char*>(j.dst) + off, pinned[next], n, cudaMemcpyHostToDevice, stream);
+          e = cudaMemcpyAsync(static_cast<char*>(j.dst) + off, pinned[next], n, cudaMemcpyHostToDevice,
+                              stream);
           if (e == cudaSuccess) e = cudaEventRecord(done[next], stream);
           next ^= 1;
           if (progress) progress(n);
@@ -218,8 +221,12 @@ Result<double> CudaBackend::time_ms(const std::function<Status()>& body) {
   return double(ms);
 }
 
-void CudaBackend::trace_push(const char* name) { nvtxRangePushA(name); }
-void CudaBackend::trace_pop() { nvtxRangePop(); }
+void CudaBackend::trace_push(const char* name) {
+  nvtxRangePushA(name);
+}
+void CudaBackend::trace_pop() {
+  nvtxRangePop();
+}
 
 // Copies host bytes into the pinned ring and enqueues the copy to `dst`. A half of the ring is reused only
 // after the copies that read it have completed (its event), so the host never overwrites bytes in flight.
@@ -244,9 +251,12 @@ Status CudaBackend::stage(const void* host_src, size_t bytes, void* dst) {
   return {};
 }
 
-Status CudaBackend::upload_async(void* dst, const void* host_src, size_t bytes) { return stage(host_src, bytes, dst); }
+Status CudaBackend::upload_async(void* dst, const void* host_src, size_t bytes) {
+  return stage(host_src, bytes, dst);
+}
 
-Status CudaBackend::upload_layout(const backend::BatchLayoutHost& host, int block_size, backend::BatchLayout* out) {
+Status CudaBackend::upload_layout(const backend::BatchLayoutHost& host, int block_size,
+                                  backend::BatchLayout* out) {
   backend::BatchLayout& l = *out;
   l = backend::layout_scalars(host, block_size);
   // The snapshot arrays travel only when the step asks for snapshots (their pointers stay null otherwise).
@@ -254,9 +264,9 @@ Status CudaBackend::upload_layout(const backend::BatchLayoutHost& host, int bloc
   const std::vector<int32_t>* arrays[] = {&host.seq_token_start, &host.seq_start_pos, &host.seq_state_slot,
                                           &host.block_tables,    &host.token_seq,     &host.token_pos,
                                           &host.kda_snap_start,  &host.kda_snap_pos,  &host.kda_snap_slot};
-  const int32_t** fields[] = {&l.seq_token_start, &l.seq_start_pos,  &l.seq_state_slot,
-                              &l.block_tables,    &l.token_seq,      &l.token_pos,
-                              &l.kda_snap_start,  &l.kda_snap_pos,   &l.kda_snap_slot};
+  const int32_t** fields[] = {&l.seq_token_start, &l.seq_start_pos, &l.seq_state_slot,
+                              &l.block_tables,    &l.token_seq,     &l.token_pos,
+                              &l.kda_snap_start,  &l.kda_snap_pos,  &l.kda_snap_slot};
   const size_t n_arrays = snaps ? 9 : 6;
   size_t total = 0;
   for (size_t i = 0; i < n_arrays; ++i) total += (arrays[i]->size() * 4 + 255) / 256 * 256;
@@ -277,8 +287,9 @@ Status CudaBackend::upload_layout(const backend::BatchLayoutHost& host, int bloc
   return {};
 }
 
-Status CudaBackend::upload_layout_fixed(const backend::BatchLayoutHost& host, int block_size, int block_table_stride,
-                                        void* dst, size_t bytes, backend::BatchLayout* out) {
+Status CudaBackend::upload_layout_fixed(const backend::BatchLayoutHost& host, int block_size,
+                                        int block_table_stride, void* dst, size_t bytes,
+                                        backend::BatchLayout* out) {
   if (!host.kda_snap_pos.empty())
     return internal_error("upload_layout_fixed: a step with KDA snapshots has no fixed layout");
   if (block_table_stride < host.max_blocks_per_seq)
@@ -303,14 +314,16 @@ Status CudaBackend::upload_layout_fixed(const backend::BatchLayoutHost& host, in
   const size_t width = size_t(host.max_blocks_per_seq) * 4, rows = size_t(host.n_seqs());
   l.block_tables = reinterpret_cast<const int32_t*>(p);
   if (width > 0 && rows > 0) {
-    if (rows * width > kHalf) return internal_error("upload_layout_fixed: block tables of {} bytes", rows * width);
+    if (rows * width > kHalf)
+      return internal_error("upload_layout_fixed: block tables of {} bytes", rows * width);
     // Through the pinned ring like every step upload, then one pitched copy.
     RILL_TRY(stage_pitched(host.block_tables.data(), width, rows, p, size_t(block_table_stride) * 4));
   }
   return {};
 }
 
-Status CudaBackend::stage_pitched(const void* host_src, size_t width, size_t rows, void* dst, size_t dst_pitch) {
+Status CudaBackend::stage_pitched(const void* host_src, size_t width, size_t rows, void* dst,
+                                  size_t dst_pitch) {
   const size_t bytes = width * rows;
   if (pinned_head_ + bytes > kHalf) {
     RILL_CUDA_CHECK(cudaEventRecord(pinned_free_[pinned_half_], ctx_.stream));
@@ -320,7 +333,8 @@ Status CudaBackend::stage_pitched(const void* host_src, size_t width, size_t row
   }
   char* slot = static_cast<char*>(pinned_) + pinned_half_ * kHalf + pinned_head_;
   std::memcpy(slot, host_src, bytes);
-  RILL_CUDA_CHECK(cudaMemcpy2DAsync(dst, dst_pitch, slot, width, width, rows, cudaMemcpyHostToDevice, ctx_.stream));
+  RILL_CUDA_CHECK(
+      cudaMemcpy2DAsync(dst, dst_pitch, slot, width, width, rows, cudaMemcpyHostToDevice, ctx_.stream));
   pinned_head_ += (bytes + 255) / 256 * 256;
   return {};
 }
@@ -375,37 +389,83 @@ size_t CudaBackend::kda_attention_scratch_bytes(const backend::KdaAttentionArgs&
 size_t CudaBackend::mla_attention_scratch_bytes(const backend::MlaAttentionArgs& a) const {
   return cuda::mla_attention_scratch_bytes(a);
 }
+bool CudaBackend::moe_fuses_shared_expert(const backend::MoeExpertsArgs& a) const {
+  return cuda::moe_fuses_shared_expert(a);
+}
+
 size_t CudaBackend::moe_experts_scratch_bytes(const backend::MoeExpertsArgs& a) const {
   return cuda::moe_experts_scratch_bytes(a);
 }
-size_t CudaBackend::sample_scratch_bytes(const backend::SampleArgs& a) const { return cuda::sample_scratch_bytes(a); }
+size_t CudaBackend::sample_scratch_bytes(const backend::SampleArgs& a) const {
+  return cuda::sample_scratch_bytes(a);
+}
 
-Status CudaBackend::embed_impl(const backend::EmbedArgs& a) { return launch_embed(a, ctx_); }
-Status CudaBackend::rms_norm_impl(const backend::RmsNormArgs& a) { return launch_rms_norm(a, ctx_); }
-Status CudaBackend::add_rms_norm_impl(const backend::AddRmsNormArgs& a) { return launch_add_rms_norm(a, ctx_); }
-Status CudaBackend::gemm_impl(const backend::GemmArgs& a) { return gemm_->run(a, ctx_.stream); }
+Status CudaBackend::embed_impl(const backend::EmbedArgs& a) {
+  return launch_embed(a, ctx_);
+}
+Status CudaBackend::rms_norm_impl(const backend::RmsNormArgs& a) {
+  return launch_rms_norm(a, ctx_);
+}
+Status CudaBackend::add_rms_norm_impl(const backend::AddRmsNormArgs& a) {
+  return launch_add_rms_norm(a, ctx_);
+}
+Status CudaBackend::gemm_impl(const backend::GemmArgs& a) {
+  return gemm_->run(a, ctx_.stream);
+}
 // Decode-sized groups in one GEMV launch; anything else part by part (cuBLASLt or the GEMV).
 Status CudaBackend::gemm_group_impl(const backend::GemmGroupArgs& a) {
   if (gemv_group_eligible(a)) return launch_gemv_group(a, ctx_.stream);
   for (const backend::GemmArgs& p : a.parts) RILL_TRY(gemm_->run(p, ctx_.stream));
   return {};
 }
-Status CudaBackend::glu_impl(const backend::GluArgs& a) { return launch_glu(a, ctx_); }
-Status CudaBackend::add_impl(const backend::AddArgs& a) { return launch_add(a, ctx_); }
-Status CudaBackend::sigmoid_gate_impl(const backend::SigmoidGateArgs& a) { return launch_sigmoid_gate(a, ctx_); }
-Status CudaBackend::kda_prepare_impl(const backend::KdaPrepareArgs& a) { return launch_kda_prepare(a, ctx_); }
-Status CudaBackend::kda_attention_impl(const backend::KdaAttentionArgs& a) { return launch_kda_attention(a, ctx_); }
-Status CudaBackend::kda_output_impl(const backend::KdaOutputArgs& a) { return launch_kda_output_norm(a, ctx_); }
-Status CudaBackend::mla_cache_write_impl(const backend::MlaCacheWriteArgs& a) { return launch_mla_cache_write(a, ctx_); }
-Status CudaBackend::mla_attention_impl(const backend::MlaAttentionArgs& a) { return launch_mla_attention(a, ctx_); }
-Status CudaBackend::moe_route_impl(const backend::MoeRouteArgs& a) { return launch_moe_route(a, ctx_); }
-Status CudaBackend::moe_experts_impl(const backend::MoeExpertsArgs& a) { return launch_moe_experts(a, ctx_); }
-Status CudaBackend::gather_rows_impl(const backend::GatherRowsArgs& a) { return launch_gather_rows(a, ctx_); }
-Status CudaBackend::attn_res_mix_impl(const backend::AttnResMixArgs& a) { return launch_attn_res_mix(a, ctx_); }
-Status CudaBackend::sample_impl(const backend::SampleArgs& a) { return launch_sample(a, ctx_); }
-Status CudaBackend::apply_penalties_impl(const backend::PenaltyArgs& a) { return launch_apply_penalties(a, ctx_); }
-Status CudaBackend::mask_logits_impl(const backend::TokenMaskArgs& a) { return launch_mask_logits(a, ctx_); }
-Status CudaBackend::logprobs_impl(const backend::LogprobsArgs& a) { return launch_logprobs(a, ctx_); }
+Status CudaBackend::glu_impl(const backend::GluArgs& a) {
+  return launch_glu(a, ctx_);
+}
+Status CudaBackend::add_impl(const backend::AddArgs& a) {
+  return launch_add(a, ctx_);
+}
+Status CudaBackend::sigmoid_gate_impl(const backend::SigmoidGateArgs& a) {
+  return launch_sigmoid_gate(a, ctx_);
+}
+Status CudaBackend::kda_prepare_impl(const backend::KdaPrepareArgs& a) {
+  return launch_kda_prepare(a, ctx_);
+}
+Status CudaBackend::kda_attention_impl(const backend::KdaAttentionArgs& a) {
+  return launch_kda_attention(a, ctx_);
+}
+Status CudaBackend::kda_output_impl(const backend::KdaOutputArgs& a) {
+  return launch_kda_output_norm(a, ctx_);
+}
+Status CudaBackend::mla_cache_write_impl(const backend::MlaCacheWriteArgs& a) {
+  return launch_mla_cache_write(a, ctx_);
+}
+Status CudaBackend::mla_attention_impl(const backend::MlaAttentionArgs& a) {
+  return launch_mla_attention(a, ctx_);
+}
+Status CudaBackend::moe_route_impl(const backend::MoeRouteArgs& a) {
+  return launch_moe_route(a, ctx_);
+}
+Status CudaBackend::moe_experts_impl(const backend::MoeExpertsArgs& a) {
+  return launch_moe_experts(a, ctx_);
+}
+Status CudaBackend::gather_rows_impl(const backend::GatherRowsArgs& a) {
+  return launch_gather_rows(a, ctx_);
+}
+Status CudaBackend::attn_res_mix_impl(const backend::AttnResMixArgs& a) {
+  return launch_attn_res_mix(a, ctx_);
+}
+Status CudaBackend::sample_impl(const backend::SampleArgs& a) {
+  return launch_sample(a, ctx_);
+}
+Status CudaBackend::apply_penalties_impl(const backend::PenaltyArgs& a) {
+  return launch_apply_penalties(a, ctx_);
+}
+Status CudaBackend::mask_logits_impl(const backend::TokenMaskArgs& a) {
+  return launch_mask_logits(a, ctx_);
+}
+Status CudaBackend::logprobs_impl(const backend::LogprobsArgs& a) {
+  return launch_logprobs(a, ctx_);
+}
 
 }  // namespace rill::cuda
 

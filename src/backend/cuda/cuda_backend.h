@@ -34,7 +34,8 @@ class CudaBackend final : public backend::Backend {
                               const std::function<void(size_t)>& progress) override;
   Status fill_zero(TensorView t) override;
   Status fill_random(TensorView t, uint64_t seed, float lo, float hi) override;
-  Status upload_layout(const backend::BatchLayoutHost& host, int block_size, backend::BatchLayout* out) override;
+  Status upload_layout(const backend::BatchLayoutHost& host, int block_size,
+                       backend::BatchLayout* out) override;
   Status upload_layout_fixed(const backend::BatchLayoutHost& host, int block_size, int block_table_stride,
                              void* dst, size_t bytes, backend::BatchLayout* out) override;
   Result<std::unique_ptr<backend::CapturedWork>> capture(const std::function<Status()>& body) override;
@@ -49,6 +50,7 @@ class CudaBackend final : public backend::Backend {
   size_t kda_attention_scratch_bytes(const backend::KdaAttentionArgs& a) const override;
   size_t mla_attention_scratch_bytes(const backend::MlaAttentionArgs& a) const override;
   size_t moe_experts_scratch_bytes(const backend::MoeExpertsArgs& a) const override;
+  bool moe_fuses_shared_expert(const backend::MoeExpertsArgs& a) const override;
   size_t sample_scratch_bytes(const backend::SampleArgs& a) const override;
 
  private:
@@ -82,7 +84,7 @@ class CudaBackend final : public backend::Backend {
 
   CudaContext ctx_;
   std::unique_ptr<GemmRunner> gemm_;
-  void* pinned_ = nullptr;  // staging ring, kPinnedBytes
+  void* pinned_ = nullptr;                    // staging ring, kPinnedBytes
   size_t pinned_half_ = 0, pinned_head_ = 0;  // current half, and the next free byte in it
   cudaEvent_t pinned_free_[2] = {nullptr, nullptr};
   void* layout_dev_ = nullptr;  // device copy of the batch layout arrays

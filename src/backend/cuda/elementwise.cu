@@ -11,6 +11,8 @@
 
 #include "backend/cuda/common/check.h"
 #include "backend/cuda/common/device_math.cuh"
+#include "backend/cuda/common/launch.h"
+#include "backend/cuda/common/pdl.cuh"
 #include "backend/cuda/elementwise.h"
 #include "core/rng.h"
 
@@ -34,6 +36,7 @@ unsigned grid_for(int64_t n, const CudaContext& cx) {
 template <int kVec, typename A, typename B, typename O, typename Op>
 __global__ void binary_rows_kernel(const A* a, int64_t lda, const B* b, int64_t ldb, O* out, int64_t ldo,
                                    int64_t M, int64_t N, Op op) {
+  pdl_prologue();
   const int64_t per_row = N / kVec, total = M * per_row;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
        i += int64_t(gridDim.x) * blockDim.x) {
@@ -70,8 +73,8 @@ struct SituGluOp {
 };
 
 template <typename A, typename B, typename O, typename Op>
-void launch_binary_typed(const TensorView& a, const TensorView& b, const TensorView& out, Op op,
-                         const CudaContext& cx) {
+Status launch_binary_typed(const char* name, const TensorView& a, const TensorView& b, const TensorView& out,
+                           Op op, const CudaContext& cx) {
   const int64_t M = out.size(0), N = out.size(1);
   const bool vec = N % 8 == 0 && a.stride(0) % 8 == 0 && b.stride(0) % 8 == 0 && out.stride(0) % 8 == 0 &&
                    aligned16(a.data) && aligned16(b.data) && aligned16(out.data);
@@ -79,16 +82,16 @@ void launch_binary_typed(const TensorView& a, const TensorView& b, const TensorV
   const auto* pa = static_cast<const A*>(a.data);
   const auto* pb = static_cast<const B*>(b.data);
   auto* po = static_cast<O*>(out.data);
+  const LaunchShape shape{dim3(grid_for(items, cx)), dim3(kThreads)};
   if (vec)
-    binary_rows_kernel<8><<<grid_for(items, cx), kThreads, 0, cx.stream>>>(pa, a.stride(0), pb, b.stride(0), po,
-                                                                           out.stride(0), M, N, op);
-  else
-    binary_rows_kernel<1><<<grid_for(items, cx), kThreads, 0, cx.stream>>>(pa, a.stride(0), pb, b.stride(0), po,
-                                                                           out.stride(0), M, N, op);
+    return launch(name, shape, cx.stream, binary_rows_kernel<8, A, B, O, Op>, pa, a.stride(0), pb,
+                  b.stride(0), po, out.stride(0), M, N, op);
+  return launch(name, shape, cx.stream, binary_rows_kernel<1, A, B, O, Op>, pa, a.stride(0), pb, b.stride(0),
+                po, out.stride(0), M, N, op);
 }
 
-// bf16 operands and output; with `f32_accumulator`, `a` and `out` may instead both be fp32 (a running sum kept
-// in fp32, such as K3's AttnRes partial sum, plus a bf16 sublayer output).
+// bf16 operands and output; with `f32_accumulator`, `a` and `out` may instead both be fp32 (a running sum
+// kept in fp32, such as K3's AttnRes partial sum, plus a bf16 sublayer output).
 template <typename Op>
 Status launch_binary(const char* name, const TensorView& a, const TensorView& b, const TensorView& out, Op op,
                      const CudaContext& cx, bool f32_accumulator = false) {
@@ -98,19 +101,16 @@ Status launch_binary(const char* name, const TensorView& a, const TensorView& b,
                             f32_accumulator ? " (or an F32 accumulator)" : "", a.describe(), b.describe(),
                             out.describe());
   if (out.size(0) == 0 || out.size(1) == 0) return {};
-  if (f32)
-    launch_binary_typed<float, bf16, float>(a, b, out, op, cx);
-  else
-    launch_binary_typed<bf16, bf16, bf16>(a, b, out, op, cx);
-  RILL_CUDA_CHECK_LAUNCH(name);
-  return {};
+  if (f32) return launch_binary_typed<float, bf16, float>(name, a, b, out, op, cx);
+  return launch_binary_typed<bf16, bf16, bf16>(name, a, b, out, op, cx);
 }
 
 // Rows of a [V, H] table gathered by id; an id outside [0, V) yields a zero row (the host cannot see ids).
 // O: bf16 activations, or fp32 (the model's residual stream).
 template <typename T, int kVec, typename O = bf16>
-__global__ void embed_kernel(const T* table, int64_t ldt, int64_t V, const int32_t* ids, O* out,
-                             int64_t ldo, int64_t n_tokens, int64_t H) {
+__global__ void embed_kernel(const T* table, int64_t ldt, int64_t V, const int32_t* ids, O* out, int64_t ldo,
+                             int64_t n_tokens, int64_t H) {
+  pdl_prologue();
   const int64_t per_row = H / kVec, total = n_tokens * per_row;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
        i += int64_t(gridDim.x) * blockDim.x) {
@@ -145,6 +145,7 @@ __global__ void embed_kernel(const T* table, int64_t ldt, int64_t V, const int32
 template <typename U>
 __global__ void gather_rows_kernel(const char* x, int64_t ldx_bytes, int64_t n_src, const int32_t* rows,
                                    char* out, int64_t ldo_bytes, int64_t R, int64_t units_per_row) {
+  pdl_prologue();
   const int64_t total = R * units_per_row;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
        i += int64_t(gridDim.x) * blockDim.x) {
@@ -192,16 +193,16 @@ Status launch_embed(const backend::EmbedArgs& a, const CudaContext& cx) {
     const unsigned grid = grid_for(T * H, cx);
     switch (a.table.dtype) {
       case DType::BF16:
-        embed_kernel<bf16, 1, float><<<grid, kThreads, 0, cx.stream>>>(static_cast<const bf16*>(a.table.data),
-                                                                       ldt, V, ids, out32, ldo, T, H);
+        RILL_TRY(launch("embed", {dim3(grid), dim3(kThreads)}, cx.stream, embed_kernel<bf16, 1, float>,
+                        static_cast<const bf16*>(a.table.data), ldt, V, ids, out32, ldo, T, H));
         break;
       case DType::F16:
-        embed_kernel<__half, 1, float><<<grid, kThreads, 0, cx.stream>>>(
-            static_cast<const __half*>(a.table.data), ldt, V, ids, out32, ldo, T, H);
+        RILL_TRY(launch("embed", {dim3(grid), dim3(kThreads)}, cx.stream, embed_kernel<__half, 1, float>,
+                        static_cast<const __half*>(a.table.data), ldt, V, ids, out32, ldo, T, H));
         break;
       case DType::F32:
-        embed_kernel<float, 1, float><<<grid, kThreads, 0, cx.stream>>>(static_cast<const float*>(a.table.data),
-                                                                        ldt, V, ids, out32, ldo, T, H);
+        RILL_TRY(launch("embed", {dim3(grid), dim3(kThreads)}, cx.stream, embed_kernel<float, 1, float>,
+                        static_cast<const float*>(a.table.data), ldt, V, ids, out32, ldo, T, H));
         break;
       default:
         return invalid_argument("embed: unsupported table dtype {}", dtype_name(a.table.dtype));
@@ -217,20 +218,21 @@ Status launch_embed(const backend::EmbedArgs& a, const CudaContext& cx) {
           H % 8 == 0 && ldt % 8 == 0 && ldo % 8 == 0 && aligned16(a.table.data) && aligned16(out);
       const auto* table = static_cast<const bf16*>(a.table.data);
       if (vec)
-        embed_kernel<bf16, 8>
-            <<<grid_for(T * (H / 8), cx), kThreads, 0, cx.stream>>>(table, ldt, V, ids, out, ldo, T, H);
+        RILL_TRY(launch("embed", {dim3(grid_for(T * (H / 8), cx)), dim3(kThreads)}, cx.stream,
+                        embed_kernel<bf16, 8>, table, ldt, V, ids, out, ldo, T, H));
       else
-        embed_kernel<bf16, 1>
-            <<<grid_for(T * H, cx), kThreads, 0, cx.stream>>>(table, ldt, V, ids, out, ldo, T, H);
+        RILL_TRY(launch("embed", {dim3(grid_for(T * H, cx)), dim3(kThreads)}, cx.stream,
+                        embed_kernel<bf16, 1>, table, ldt, V, ids, out, ldo, T, H));
       break;
     }
     case DType::F16:
-      embed_kernel<__half, 1><<<grid_for(T * H, cx), kThreads, 0, cx.stream>>>(
-          static_cast<const __half*>(a.table.data), ldt, V, ids, out, ldo, T, H);
+      RILL_TRY(launch("embed", {dim3(grid_for(T * H, cx)), dim3(kThreads)}, cx.stream,
+                      embed_kernel<__half, 1>, static_cast<const __half*>(a.table.data), ldt, V, ids, out,
+                      ldo, T, H));
       break;
     case DType::F32:
-      embed_kernel<float, 1><<<grid_for(T * H, cx), kThreads, 0, cx.stream>>>(
-          static_cast<const float*>(a.table.data), ldt, V, ids, out, ldo, T, H);
+      RILL_TRY(launch("embed", {dim3(grid_for(T * H, cx)), dim3(kThreads)}, cx.stream, embed_kernel<float, 1>,
+                      static_cast<const float*>(a.table.data), ldt, V, ids, out, ldo, T, H));
       break;
     default:
       return invalid_argument("embed: unsupported table dtype {}", dtype_name(a.table.dtype));
@@ -268,14 +270,14 @@ Status launch_gather_rows(const backend::GatherRowsArgs& a, const CudaContext& c
   const uint64_t bits = uint64_t(row_bytes) | uint64_t(ldx) | uint64_t(ldo) | reinterpret_cast<uintptr_t>(x) |
                         reinterpret_cast<uintptr_t>(out);
   if ((bits & 15) == 0)
-    gather_rows_kernel<uint4><<<grid_for(R * row_bytes / 16, cx), kThreads, 0, cx.stream>>>(
-        x, ldx, T, rows, out, ldo, R, row_bytes / 16);
+    RILL_TRY(launch("gather_rows", {dim3(grid_for(R * row_bytes / 16, cx)), dim3(kThreads)}, cx.stream,
+                    gather_rows_kernel<uint4>, x, ldx, T, rows, out, ldo, R, row_bytes / 16));
   else if ((bits & 3) == 0)
-    gather_rows_kernel<uint32_t><<<grid_for(R * row_bytes / 4, cx), kThreads, 0, cx.stream>>>(
-        x, ldx, T, rows, out, ldo, R, row_bytes / 4);
+    RILL_TRY(launch("gather_rows", {dim3(grid_for(R * row_bytes / 4, cx)), dim3(kThreads)}, cx.stream,
+                    gather_rows_kernel<uint32_t>, x, ldx, T, rows, out, ldo, R, row_bytes / 4));
   else
-    gather_rows_kernel<uint8_t>
-        <<<grid_for(R * row_bytes, cx), kThreads, 0, cx.stream>>>(x, ldx, T, rows, out, ldo, R, row_bytes);
+    RILL_TRY(launch("gather_rows", {dim3(grid_for(R * row_bytes, cx)), dim3(kThreads)}, cx.stream,
+                    gather_rows_kernel<uint8_t>, x, ldx, T, rows, out, ldo, R, row_bytes));
   RILL_CUDA_CHECK_LAUNCH("gather_rows");
   return {};
 }

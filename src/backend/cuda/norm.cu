@@ -17,6 +17,8 @@
 
 #include "backend/cuda/common/check.h"
 #include "backend/cuda/common/device_math.cuh"
+#include "backend/cuda/common/launch.h"
+#include "backend/cuda/common/pdl.cuh"
 #include "backend/cuda/norm.h"
 
 namespace rill::cuda {
@@ -35,8 +37,9 @@ __device__ __forceinline__ float round_bf16(float x) {
 // kAdd: x is the residual (updated in place with x + delta: rounded to bf16 when X is bf16, exact in fp32
 // when the residual stream is fp32); otherwise delta is unused.
 template <int kVec, bool kAdd, typename X>
-__global__ void rms_norm_kernel(X* x, int64_t ldx, const bf16* delta, int64_t ldd, const float* w,
-                                float eps, bf16* out, int64_t ldo, int N) {
+__global__ void rms_norm_kernel(X* x, int64_t ldx, const bf16* delta, int64_t ldd, const float* w, float eps,
+                                bf16* out, int64_t ldo, int N) {
+  pdl_prologue();
   const int64_t row = blockIdx.x;
   X* xr = x + row * ldx;
   bf16* yr = out + row * ldo;
@@ -76,6 +79,7 @@ template <int kVec>
 __global__ void kda_output_norm_kernel(const bf16* o, int64_t ld_t, int64_t ld_h, const bf16* gate,
                                        int64_t ldg, const float* w, float eps, bf16* out, int64_t ldo,
                                        int64_t n_rows, int n_heads, int d) {
+  pdl_prologue();
   const int64_t item = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
   if (item >= n_rows) return;
   const int lane = threadIdx.x & 31;
@@ -122,13 +126,10 @@ Status launch_rows(const char* name, X* x, int64_t ldx, const bf16* delta, int64
   const bool vec = N % 8 == 0 && ldx % 8 == 0 && ldo % 8 == 0 && aligned16(x) && aligned16(out) &&
                    (!kAdd || (ldd % 8 == 0 && aligned16(delta)));
   if (vec)
-    rms_norm_kernel<8, kAdd, X>
-        <<<unsigned(T), row_threads(N, 8), 0, cx.stream>>>(x, ldx, delta, ldd, w, eps, out, ldo, int(N));
-  else
-    rms_norm_kernel<1, kAdd, X>
-        <<<unsigned(T), row_threads(N, 1), 0, cx.stream>>>(x, ldx, delta, ldd, w, eps, out, ldo, int(N));
-  RILL_CUDA_CHECK_LAUNCH(name);
-  return {};
+    return launch(name, {dim3(unsigned(T)), dim3(row_threads(N, 8))}, cx.stream, rms_norm_kernel<8, kAdd, X>,
+                  x, ldx, delta, ldd, w, eps, out, ldo, int(N));
+  return launch(name, {dim3(unsigned(T)), dim3(row_threads(N, 1))}, cx.stream, rms_norm_kernel<1, kAdd, X>, x,
+                ldx, delta, ldd, w, eps, out, ldo, int(N));
 }
 
 // The residual stream (norm input) is bf16 or fp32; the normed output and delta are bf16 activations.
@@ -147,10 +148,10 @@ Status launch_rms_norm(const backend::RmsNormArgs& a, const CudaContext& cx) {
   const float* w = a.weight.ptr<const float>();
   auto* out = static_cast<bf16*>(a.out.data);
   if (a.x.dtype == DType::F32)
-    return launch_rows<false>("rms_norm", static_cast<float*>(a.x.data), a.x.stride(0), nullptr, 0, w, a.eps, out,
-                              a.out.stride(0), a.x.size(0), a.x.size(1), cx);
-  return launch_rows<false>("rms_norm", static_cast<bf16*>(a.x.data), a.x.stride(0), nullptr, 0, w, a.eps, out,
-                            a.out.stride(0), a.x.size(0), a.x.size(1), cx);
+    return launch_rows<false>("rms_norm", static_cast<float*>(a.x.data), a.x.stride(0), nullptr, 0, w, a.eps,
+                              out, a.out.stride(0), a.x.size(0), a.x.size(1), cx);
+  return launch_rows<false>("rms_norm", static_cast<bf16*>(a.x.data), a.x.stride(0), nullptr, 0, w, a.eps,
+                            out, a.out.stride(0), a.x.size(0), a.x.size(1), cx);
 }
 
 Status launch_add_rms_norm(const backend::AddRmsNormArgs& a, const CudaContext& cx) {
@@ -160,8 +161,8 @@ Status launch_add_rms_norm(const backend::AddRmsNormArgs& a, const CudaContext& 
   const float* w = a.weight.ptr<const float>();
   auto* out = static_cast<bf16*>(a.out.data);
   if (a.residual.dtype == DType::F32)
-    return launch_rows<true>("add_rms_norm", static_cast<float*>(a.residual.data), a.residual.stride(0), delta,
-                             a.delta.stride(0), w, a.eps, out, a.out.stride(0), a.residual.size(0),
+    return launch_rows<true>("add_rms_norm", static_cast<float*>(a.residual.data), a.residual.stride(0),
+                             delta, a.delta.stride(0), w, a.eps, out, a.out.stride(0), a.residual.size(0),
                              a.residual.size(1), cx);
   return launch_rows<true>("add_rms_norm", static_cast<bf16*>(a.residual.data), a.residual.stride(0), delta,
                            a.delta.stride(0), w, a.eps, out, a.out.stride(0), a.residual.size(0),
@@ -182,16 +183,14 @@ Status launch_kda_output_norm(const backend::KdaOutputArgs& a, const CudaContext
                         uint64_t(a.gate.stride(0)) | uint64_t(a.out.stride(0));
   const uint64_t addr =
       reinterpret_cast<uintptr_t>(o) | reinterpret_cast<uintptr_t>(g) | reinterpret_cast<uintptr_t>(out);
+  const LaunchShape shape{dim3(grid), dim3(kWarps * 32)};
   if ((bits & 3) == 0 && (addr & 7) == 0)
-    kda_output_norm_kernel<4><<<grid, kWarps * 32, 0, cx.stream>>>(
-        o, a.o.stride(0), a.o.stride(1), g, a.gate.stride(0), a.weight.ptr<const float>(), a.eps, out,
-        a.out.stride(0), rows, int(Hk), int(d));
-  else
-    kda_output_norm_kernel<1><<<grid, kWarps * 32, 0, cx.stream>>>(
-        o, a.o.stride(0), a.o.stride(1), g, a.gate.stride(0), a.weight.ptr<const float>(), a.eps, out,
-        a.out.stride(0), rows, int(Hk), int(d));
-  RILL_CUDA_CHECK_LAUNCH("kda_output_norm");
-  return {};
+    return launch("kda_output_norm", shape, cx.stream, kda_output_norm_kernel<4>, o, a.o.stride(0),
+                  a.o.stride(1), g, a.gate.stride(0), a.weight.ptr<const float>(), a.eps, out,
+                  a.out.stride(0), rows, int(Hk), int(d));
+  return launch("kda_output_norm", shape, cx.stream, kda_output_norm_kernel<1>, o, a.o.stride(0),
+                a.o.stride(1), g, a.gate.stride(0), a.weight.ptr<const float>(), a.eps, out, a.out.stride(0),
+                rows, int(Hk), int(d));
 }
 
 }  // namespace rill::cuda

@@ -29,6 +29,8 @@
 #include <cstdint>
 
 #include "backend/cuda/common/check.h"
+#include "backend/cuda/common/launch.h"
+#include "backend/cuda/common/pdl.cuh"
 #include "backend/cuda/sample.h"
 #include "core/rng.h"
 
@@ -84,8 +86,9 @@ __device__ __forceinline__ double warp_inclusive_scan(double v, int lane) {
 constexpr int kArgmaxBlocks = 32, kArgmaxThreads = 256;
 
 // Block b of row blockIdx.y finds the best (value, lowest index) of its slice of the row.
-__global__ void __launch_bounds__(kArgmaxThreads) argmax_partial_kernel(const float* logits, int64_t ld, int V,
-                                                                         float* part_v, int32_t* part_i) {
+__global__ void __launch_bounds__(kArgmaxThreads)
+    argmax_partial_kernel(const float* logits, int64_t ld, int V, float* part_v, int32_t* part_i) {
+  pdl_prologue();
   __shared__ float s_val[kArgmaxThreads / 32];
   __shared__ int s_idx[kArgmaxThreads / 32];
   const int row = blockIdx.y, b = blockIdx.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -113,8 +116,9 @@ __global__ void __launch_bounds__(kArgmaxThreads) argmax_partial_kernel(const fl
 }
 
 // One warp per row merges the kArgmaxBlocks winners (the same order rule, so the lowest index wins ties).
-__global__ void __launch_bounds__(32) argmax_final_kernel(const float* part_v, const int32_t* part_i, int row0,
-                                                          int32_t* out_ids) {
+__global__ void __launch_bounds__(32)
+    argmax_final_kernel(const float* part_v, const int32_t* part_i, int row0, int32_t* out_ids) {
+  pdl_prologue();
   const int row = blockIdx.x, lane = threadIdx.x;
   float bv = lane < kArgmaxBlocks ? part_v[row * kArgmaxBlocks + lane] : -INFINITY;
   int bi = lane < kArgmaxBlocks ? part_i[row * kArgmaxBlocks + lane] : INT_MAX;
@@ -439,11 +443,13 @@ Status launch_sample(const backend::SampleArgs& a, const CudaContext& cx) {
   if (a.all_greedy && V >= kArgmaxBlocks) {  // the partial winners of a chunk fit the keys/vals scratch
     for (int row0 = 0; row0 < R; row0 += s.chunk_rows) {
       const int rows = int(std::min<int64_t>(s.chunk_rows, R - row0));
-      argmax_partial_kernel<<<dim3(kArgmaxBlocks, unsigned(rows)), kArgmaxThreads, 0, cx.stream>>>(
-          pp.logits + int64_t(row0) * pp.ld, pp.ld, int(V), pp.keys, pp.vals);
-      argmax_final_kernel<<<unsigned(rows), 32, 0, cx.stream>>>(pp.keys, pp.vals, row0, pp.out_ids);
-      if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess)
-        return internal_error("sample (greedy): {}", cudaGetErrorString(e));
+      RILL_TRY(launch("argmax_partial", {dim3(kArgmaxBlocks, unsigned(rows)), dim3(kArgmaxThreads)},
+                      cx.stream, argmax_partial_kernel,
+                      static_cast<const float*>(pp.logits + int64_t(row0) * pp.ld), pp.ld, int(V), pp.keys,
+                      pp.vals));
+      RILL_TRY(launch("argmax_final", {dim3(unsigned(rows)), dim3(32)}, cx.stream, argmax_final_kernel,
+                      static_cast<const float*>(pp.keys), static_cast<const int32_t*>(pp.vals), row0,
+                      pp.out_ids));
     }
     return {};
   }

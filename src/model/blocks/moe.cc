@@ -7,7 +7,8 @@ namespace {
 // compressed-tensors mxfp4-pack-quantized experts (spec §2.3-§2.4): per logical [out, in] matrix a U8
 // `weight_packed` [out, in/2] (low nibble = even column) and a U8 E8M0 `weight_scale` [out, in/32], stacked
 // like the dense experts (w1 | w3 rows per expert, then w2) and kept packed bit for bit.
-void declare_mxfp4_experts(WeightTable& t, const std::string& p, int E, int I, int Hx, backend::ExpertWeights& x) {
+void declare_mxfp4_experts(WeightTable& t, const std::string& p, int E, int I, int Hx,
+                           backend::ExpertWeights& x) {
   x.format = backend::WeightFormat::Mxfp4;
   const int gu = t.stack({E, 2 * I, Hx / 2}, WeightRole::Packed, &x.gate_up);
   const int gus = t.stack({E, 2 * I, Hx / 32}, WeightRole::Packed, &x.gate_up_scales);
@@ -46,7 +47,8 @@ void declare_moe_weights(WeightTable& t, const std::string& p, const ModelConfig
       t.stack_part(dn, ex + "w2.weight", {Hx, I}, int64_t(e) * Hx * I);
     }
   }
-  if (m.n_shared_experts > 0) declare_mlp_weights(t, p + "shared_experts.", H, m.n_shared_experts * I, w.shared);
+  if (m.n_shared_experts > 0)
+    declare_mlp_weights(t, p + "shared_experts.", H, m.n_shared_experts * I, w.shared);
   if (m.latent_size > 0) {
     t.matrix(p + "routed_expert_down_proj.weight", {Hx, H}, &w.latent_down);
     if (m.latent_norm) t.vector(p + "routed_expert_norm.weight", {Hx}, &w.latent_norm);
@@ -54,7 +56,8 @@ void declare_moe_weights(WeightTable& t, const std::string& p, const ModelConfig
   }
 }
 
-Status moe_forward(ForwardContext& cx, const ModelConfig& c, const MoeWeights& w, TensorView x, TensorView out) {
+Status moe_forward(ForwardContext& cx, const ModelConfig& c, const MoeWeights& w, TensorView x,
+                   TensorView out) {
   WorkspaceScope scope(cx.ws);
   const MoeConfig& m = c.moe;
   const int64_t T = x.size(0), k = m.n_experts_per_token;
@@ -93,9 +96,17 @@ Status moe_forward(ForwardContext& cx, const ModelConfig& c, const MoeWeights& w
     if (m.latent_norm) RILL_TRY(be.rms_norm({ex.out, w.latent_norm, c.rms_norm_eps, ex.out}));
     RILL_TRY(be.gemm({ex.out, &w.latent_up, out}));
   } else {
+    // The shared expert reads the same x: the backend runs it with the routed experts (CUDA's decode GEMVs
+    // take it as one more expert; elsewhere it is the same gemm, glu, gemm and add).
     ex.x = x;
     ex.out = out;
+    if (m.n_shared_experts > 0) {
+      ex.shared_gate_up = &w.shared.gate_up;
+      ex.shared_down = &w.shared.down;
+    }
     RILL_TRY(be.moe_experts(ex));
+    cx.tap("moe.out", out);
+    return {};
   }
   cx.tap("moe.routed", out);
   if (m.n_shared_experts > 0) {

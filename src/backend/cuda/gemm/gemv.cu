@@ -1,16 +1,22 @@
 // y[m, n] = sum_k x[m, k] W[n, k] for M <= 4 rows of x, for one weight or a group of independent ones in one
-// launch (gemm_group: the KDA input projections of a decode step). A CTA of 8 warps computes 8 / S output rows
-// of one part with S warps per row, each warp streaming a contiguous 1/S of the row with 16-byte loads (four
-// chunks in flight per lane), x read through L1 (it is small and shared by every warp), fp32 accumulation, a
-// warp reduction, then the S partial sums of a row added in shared memory in a fixed order (deterministic).
-// S (1, 2, 4 or 8) is chosen per part on the host so that enough warps stream at once to cover HBM latency:
-// one warp per row left the short-N projections (N = 32..2304) on a few SMs with one or two loads in flight
-// per lane.
+// launch (gemm_group: the KDA input projections of a decode step). A CTA of 8 warps computes 8 / S output
+// rows of one part with S warps per row, each warp streaming a contiguous 1/S of the row with 16-byte loads
+// (four chunks in flight per lane), x read through L1 (it is small and shared by every warp), fp32
+// accumulation, a warp reduction, then the S partial sums of a row added in shared memory in a fixed order
+// (deterministic). S (1, 2, 4 or 8) is chosen per part on the host so that enough warps stream at once to
+// cover HBM latency: one warp per row left the short-N projections (N = 32..2304) on a few SMs with one or
+// two loads in flight per lane.
+//
+// Launched with PDL (common/launch.h): before waiting for the kernel that produces x, each warp asks L2 for
+// its slice of W (prefetch.global.L2, one request per 128-byte line), so the weight stream of this projection
+// overlaps the tail of the norm or GEMV before it instead of starting after it.
 #include <cuda_bf16.h>
 
 #include <cstdint>
 
 #include "backend/cuda/common/check.h"
+#include "backend/cuda/common/launch.h"
+#include "backend/cuda/common/pdl.cuh"
 #include "backend/cuda/gemm/gemv.h"
 
 namespace rill::cuda {
@@ -24,7 +30,7 @@ struct GemvPart {
   int64_t ldx;
   const __nv_bfloat16* w;  // [N, K], row stride ldw
   int64_t ldw;
-  void* out;               // [M, N] bf16 or f32, row stride ldo
+  void* out;  // [M, N] bf16 or f32, row stride ldo
   int64_t ldo;
   int N, K;
   int split;        // warps per output row
@@ -60,6 +66,13 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvGroup g) {
   const int chunks = p.K / 8;
   const int span = (chunks + split - 1) / split;
   const int c_begin = part * span, c_end = min(chunks, c_begin + span);
+  // W is never written during a step, so it may be read before the wait; x and out may not.
+  if (n < p.N) {
+    const char* wrow = reinterpret_cast<const char*>(p.w + int64_t(n) * p.ldw);
+    for (int c = c_begin + lane * 8; c < c_end; c += 32 * 8)
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(wrow + int64_t(c) * 16));
+  }
+  pdl_prologue();
   float acc[M];
 #pragma unroll
   for (int m = 0; m < M; ++m) acc[m] = 0.0f;
@@ -109,13 +122,17 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvGroup g) {
   if (lane == 0 && n < p.N) {
 #pragma unroll
     for (int m = 0; m < M; ++m) {
-      if (p.out_f32) static_cast<float*>(p.out)[int64_t(m) * p.ldo + n] = acc[m];
-      else static_cast<__nv_bfloat16*>(p.out)[int64_t(m) * p.ldo + n] = __float2bfloat16_rn(acc[m]);
+      if (p.out_f32)
+        static_cast<float*>(p.out)[int64_t(m) * p.ldo + n] = acc[m];
+      else
+        static_cast<__nv_bfloat16*>(p.out)[int64_t(m) * p.ldo + n] = __float2bfloat16_rn(acc[m]);
     }
   }
 }
 
-bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+bool aligned16(const void* p) {
+  return (reinterpret_cast<uintptr_t>(p) & 15) == 0;
+}
 
 GemvPart make_part(const backend::GemmArgs& a) {
   GemvPart p;
@@ -136,10 +153,11 @@ GemvPart make_part(const backend::GemmArgs& a) {
 }  // namespace
 
 int gemv_split(int64_t N, int64_t K) {
-  // Split while the warps still fit one wave of a 132-SM part at 64 warps per SM (a second, partial wave costs
-  // a whole latency round) and every warp keeps at least two 16-byte loads per lane (a warp with a single load
-  // spends its life on launch and reduction). Measured with ncu on the 48B decode step: one warp per row left
-  // the 32- and 128-row projections at 5.5-6 us; eight warps per row on 2048 rows was slower than one.
+  // Split while the warps still fit one wave of a 132-SM part at 64 warps per SM (a second, partial wave
+  // costs a whole latency round) and every warp keeps at least two 16-byte loads per lane (a warp with a
+  // single load spends its life on launch and reduction). Measured with ncu on the 48B decode step: one warp
+  // per row left the 32- and 128-row projections at 5.5-6 us; eight warps per row on 2048 rows was slower
+  // than one.
   constexpr int64_t kWaveWarps = 132 * 64;
   int split = 1;
   while (split < kWarps && N * split * 2 <= kWaveWarps && (K / 8) / (split * 2) >= 64) split *= 2;
@@ -149,8 +167,9 @@ int gemv_split(int64_t N, int64_t K) {
 bool gemv_eligible(const backend::GemmArgs& a) {
   const backend::LinearWeight& w = *a.w;
   const int64_t M = a.x.size(0), K = a.x.size(1);
-  return M >= 1 && M <= kGemvMaxRows && w.format == backend::WeightFormat::Dense && w.weight.dtype == DType::BF16 &&
-         a.x.dtype == DType::BF16 && (a.out.dtype == DType::BF16 || a.out.dtype == DType::F32) && K % 8 == 0 &&
+  return M >= 1 && M <= kGemvMaxRows && w.format == backend::WeightFormat::Dense &&
+         w.weight.dtype == DType::BF16 && a.x.dtype == DType::BF16 &&
+         (a.out.dtype == DType::BF16 || a.out.dtype == DType::F32) && K % 8 == 0 &&
          (w.weight.size(1) <= 1 || w.weight.stride(1) == 1) && w.weight.stride(0) % 8 == 0 &&
          (M == 1 || a.x.stride(0) % 8 == 0) && aligned16(w.weight.data) && aligned16(a.x.data);
 }
@@ -173,15 +192,17 @@ Status launch_gemv_group(const backend::GemmGroupArgs& a, cudaStream_t stream) {
     blocks += (g.part[i].N + rows - 1) / rows;
   }
   if (blocks == 0) return {};
-  const unsigned grid = unsigned(blocks);
+  const LaunchShape shape{dim3(unsigned(blocks)), dim3(kWarps * 32)};
   switch (a.parts[0].x.size(0)) {
-    case 1: gemv_kernel<1><<<grid, kWarps * 32, 0, stream>>>(g); break;
-    case 2: gemv_kernel<2><<<grid, kWarps * 32, 0, stream>>>(g); break;
-    case 3: gemv_kernel<3><<<grid, kWarps * 32, 0, stream>>>(g); break;
-    default: gemv_kernel<4><<<grid, kWarps * 32, 0, stream>>>(g); break;
+    case 1:
+      return launch("gemv_kernel", shape, stream, gemv_kernel<1>, g);
+    case 2:
+      return launch("gemv_kernel", shape, stream, gemv_kernel<2>, g);
+    case 3:
+      return launch("gemv_kernel", shape, stream, gemv_kernel<3>, g);
+    default:
+      return launch("gemv_kernel", shape, stream, gemv_kernel<4>, g);
   }
-  RILL_CUDA_CHECK_LAUNCH("gemv_kernel");
-  return {};
 }
 
 Status launch_gemv(const backend::GemmArgs& a, cudaStream_t stream) {

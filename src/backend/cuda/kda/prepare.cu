@@ -7,6 +7,8 @@
 // token range [f(tile_start), f(tile_end)). The thread that owns a sequence's first token reads the old
 // window (K-1 rows of its 8 channels), then writes the new one; nobody else touches those bytes.
 #include "backend/cuda/common/check.h"
+#include "backend/cuda/common/launch.h"
+#include "backend/cuda/common/pdl.cuh"
 #include "backend/cuda/kda/config.h"
 #include "backend/cuda/kda/device.cuh"
 #include "backend/cuda/kda/phases.h"
@@ -145,6 +147,7 @@ __device__ void gate_tile(const PrepareParams& p, int tile_start) {
 }
 
 __global__ void __launch_bounds__(kPrepThreads) kda_prepare_kernel(const PrepareParams p) {
+  pdl_prologue();
   const int tile_start = int(blockIdx.y) * kPrepTile;
   if (int(blockIdx.x) < p.conv_blocks)
     conv_tile(p, tile_start);
@@ -161,9 +164,7 @@ Status launch_prepare(const PrepareParams& p, cudaStream_t stream) {
   const dim3 grid(unsigned(p.conv_blocks + gate_blocks), unsigned((p.n_tokens + kPrepTile - 1) / kPrepTile));
   if (grid.y > 65535u)
     return invalid_argument("kda_prepare (CUDA): {} tokens exceed the launch grid", p.n_tokens);
-  kda_prepare_kernel<<<grid, kPrepThreads, 0, stream>>>(p);
-  RILL_CUDA_CHECK_LAUNCH("kda_prepare");
-  return {};
+  return launch("kda_prepare", {grid, dim3(kPrepThreads)}, stream, kda_prepare_kernel, p);
 }
 
 }  // namespace rill::cuda::kda

@@ -7,6 +7,8 @@
 // sums cross row groups through shared memory. Warp 0 meanwhile L2-normalises q and k and forms the gates.
 #include "backend/cuda/common/check.h"
 #include "backend/cuda/common/device_math.cuh"
+#include "backend/cuda/common/launch.h"
+#include "backend/cuda/common/pdl.cuh"
 #include "backend/cuda/kda/config.h"
 #include "backend/cuda/kda/device.cuh"
 #include "backend/cuda/kda/phases.h"
@@ -20,6 +22,7 @@ __device__ __forceinline__ float4 fma4(float s, float4 x, float4 acc) {
 
 template <int VB>
 __global__ void __launch_bounds__(kStepThreads, VB >= 64 ? 3 : 4) kda_step_kernel(const AttentionIo io) {
+  pdl_prologue();
   constexpr int kNcg = VB / 4;               // float4 column groups
   constexpr int kNrg = kStepThreads / kNcg;  // row groups
   constexpr int kR = kHeadDim / kNrg;        // state rows per thread
@@ -133,12 +136,8 @@ Status launch_recurrent_step(const AttentionIo& io, int n_decode, const CudaCont
   const int64_t blocks = int64_t(io.n_seqs) * io.n_heads * per_head;
   if (blocks > 0x7fffffff)
     return invalid_argument("kda_attention (CUDA): {} decode CTAs exceed the grid", blocks);
-  if (wide)
-    kda_step_kernel<64><<<unsigned(blocks), kStepThreads, 0, cx.stream>>>(io);
-  else
-    kda_step_kernel<32><<<unsigned(blocks), kStepThreads, 0, cx.stream>>>(io);
-  RILL_CUDA_CHECK_LAUNCH("kda_step");
-  return {};
+  const LaunchShape shape{dim3(unsigned(blocks)), dim3(kStepThreads)};
+  return launch("kda_step", shape, cx.stream, wide ? kda_step_kernel<64> : kda_step_kernel<32>, io);
 }
 
 }  // namespace rill::cuda::kda

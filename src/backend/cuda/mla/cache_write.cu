@@ -2,6 +2,8 @@
 // to bf16, times the weight, rounded) and the raw k_pe, stored at the token's (block, offset).
 #include "backend/cuda/common/check.h"
 #include "backend/cuda/common/device_math.cuh"
+#include "backend/cuda/common/launch.h"
+#include "backend/cuda/common/pdl.cuh"
 #include "backend/cuda/mla/mla.h"
 #include "backend/cuda/mla/params.h"
 
@@ -12,6 +14,7 @@ namespace {
 constexpr int kWarps = 8;
 
 __global__ void __launch_bounds__(kWarps * 32, 4) cache_write_kernel(const CacheWriteParams p) {
+  pdl_prologue();
   const int lane = threadIdx.x & 31;
   const int t = blockIdx.x * kWarps + (threadIdx.x >> 5);
   if (t >= p.n_tokens) return;
@@ -96,9 +99,8 @@ Status launch_mla_cache_write(const backend::MlaCacheWriteArgs& a, const CudaCon
   p.width = int(width);
   p.eps = a.eps;
   const int grid = (l.n_tokens + mla::kWarps - 1) / mla::kWarps;
-  mla::cache_write_kernel<<<grid, mla::kWarps * 32, 0, cx.stream>>>(p);
-  RILL_CUDA_CHECK_LAUNCH("mla_cache_write");
-  return {};
+  return launch("mla_cache_write", {dim3(unsigned(grid)), dim3(mla::kWarps * 32)}, cx.stream,
+                mla::cache_write_kernel, p);
 }
 
 }  // namespace rill::cuda

@@ -5,6 +5,8 @@
 // another took 21 us), and the eight warp sums are added in a fixed order in shared memory. Many rows: a warp
 // per row walks its few splits.
 #include "backend/cuda/common/check.h"
+#include "backend/cuda/common/launch.h"
+#include "backend/cuda/common/pdl.cuh"
 #include "backend/cuda/mla/device.cuh"
 #include "backend/cuda/mla/phases.h"
 
@@ -15,6 +17,7 @@ constexpr int kWarps = 8;
 constexpr int kWideRowsBelow = 1024;  // 32 heads x 32 decode tokens
 
 __global__ void __launch_bounds__(kWarps * 32) decode_combine_wide_kernel(const CombineParams p) {
+  pdl_prologue();
   __shared__ float4 part_o[kWarps][kLora / 4];
   __shared__ float part_l[kWarps];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -76,6 +79,7 @@ __global__ void __launch_bounds__(kWarps * 32) decode_combine_wide_kernel(const 
 
 // Many rows (large batches, few splits each): one warp per row, eight rows per block.
 __global__ void __launch_bounds__(kWarps * 32) decode_combine_narrow_kernel(const CombineParams p) {
+  pdl_prologue();
   const int lane = threadIdx.x & 31;
   const int q = blockIdx.x * kWarps + (threadIdx.x >> 5);
   if (q >= p.n_rows) return;
@@ -129,11 +133,10 @@ Status launch_decode_combine(const CombineParams& p, cudaStream_t stream) {
   // A block per row where rows are few (small batches: many splits each, and the GPU would be idle with a
   // warp per row); a warp per row otherwise (there a block per row left 7 of 8 warps idle: +8% at batch 64).
   if (p.n_rows < kWideRowsBelow)
-    decode_combine_wide_kernel<<<unsigned(p.n_rows), kWarps * 32, 0, stream>>>(p);
-  else
-    decode_combine_narrow_kernel<<<unsigned((p.n_rows + kWarps - 1) / kWarps), kWarps * 32, 0, stream>>>(p);
-  RILL_CUDA_CHECK_LAUNCH("mla_decode_combine");
-  return {};
+    return launch("mla_decode_combine", {dim3(unsigned(p.n_rows)), dim3(kWarps * 32)}, stream,
+                  decode_combine_wide_kernel, p);
+  return launch("mla_decode_combine", {dim3(unsigned((p.n_rows + kWarps - 1) / kWarps)), dim3(kWarps * 32)},
+                stream, decode_combine_narrow_kernel, p);
 }
 
 }  // namespace rill::cuda::mla

@@ -2,6 +2,8 @@
 // later phase indexes by (PlanArrays), with the split target the host plan chose. Same formula as the host
 // (params.h seq_work), so the grids the host sized match the work listed here.
 #include "backend/cuda/common/check.h"
+#include "backend/cuda/common/launch.h"
+#include "backend/cuda/common/pdl.cuh"
 #include "backend/cuda/mla/phases.h"
 
 namespace rill::cuda::mla {
@@ -10,6 +12,7 @@ namespace {
 constexpr int kThreads = 256, kCounts = 5;  // dec_work, dec_tokens, dec_slots, pf_tiles, pf_rows
 
 __global__ void __launch_bounds__(kThreads) plan_kernel(const PlanParams p) {
+  pdl_prologue();
   __shared__ int sums[kCounts][kThreads];
   __shared__ int totals[kCounts];
   const int tid = threadIdx.x, n = p.n_seqs;
@@ -70,9 +73,7 @@ __global__ void __launch_bounds__(kThreads) plan_kernel(const PlanParams p) {
 }  // namespace
 
 Status launch_plan(const PlanParams& p, cudaStream_t stream) {
-  plan_kernel<<<1, kThreads, 0, stream>>>(p);
-  RILL_CUDA_CHECK_LAUNCH("mla_plan");
-  return {};
+  return launch("mla_plan", {dim3(1), dim3(kThreads)}, stream, plan_kernel, p);
 }
 
 }  // namespace rill::cuda::mla

@@ -7,6 +7,8 @@
 #include <cfloat>
 
 #include "backend/cuda/common/check.h"
+#include "backend/cuda/common/launch.h"
+#include "backend/cuda/common/pdl.cuh"
 #include "backend/cuda/mla/device.cuh"
 #include "backend/cuda/mla/phases.h"
 
@@ -14,6 +16,7 @@ namespace rill::cuda::mla {
 namespace {
 
 __global__ void __launch_bounds__(kDecThreads, 1) decode_splitkv_kernel(const DecodeParams p) {
+  pdl_prologue();
   extern __shared__ __align__(16) unsigned char smem[];
   bf16* sq = reinterpret_cast<bf16*>(smem);                        // [kDecRows][kDecLd]   [q_lat ; q_pe]
   bf16* sk = sq + kDecRows * kDecLd;                               // [2][kDecKeys][kDecLd] cache tiles
@@ -218,9 +221,8 @@ Status launch_decode_splitkv(const DecodeParams& p, const CudaContext& cx) {
   if (p.n_work == 0) return {};
   RILL_TRY(
       opt_in_smem(reinterpret_cast<const void*>(&decode_splitkv_kernel), kDecSmemBytes, cx, &g_smem_set));
-  decode_splitkv_kernel<<<p.n_work, kDecThreads, kDecSmemBytes, cx.stream>>>(p);
-  RILL_CUDA_CHECK_LAUNCH("mla_decode_splitkv");
-  return {};
+  return launch("mla_decode_splitkv", {dim3(unsigned(p.n_work)), dim3(kDecThreads), size_t(kDecSmemBytes)},
+                cx.stream, decode_splitkv_kernel, p);
 }
 
 }  // namespace rill::cuda::mla

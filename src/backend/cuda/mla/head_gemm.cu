@@ -2,6 +2,8 @@
 // out_h = W_UV,h lat (B stored N x K). 64x64x32 tiles, 4 warps of 32x32, bf16 mma.sync with fp32
 // accumulation, 2-stage cp.async; grid (N/64, M/64, heads). Optional row maps gather A rows / scatter C rows.
 #include "backend/cuda/common/check.h"
+#include "backend/cuda/common/launch.h"
+#include "backend/cuda/common/pdl.cuh"
 #include "backend/cuda/mla/device.cuh"
 #include "backend/cuda/mla/phases.h"
 
@@ -13,6 +15,7 @@ constexpr int kLdA = kBK + 8;
 
 template <bool kBKn>
 __global__ void __launch_bounds__(kThreads) head_gemm_kernel(const HeadGemmParams p) {
+  pdl_prologue();
   constexpr int kBRows = kBKn ? kBK : kBN;
   constexpr int kLdB = kBKn ? kBN + 8 : kBK + 8;
   __shared__ __align__(16) bf16 sa[2][kBM * kLdA];
@@ -121,12 +124,8 @@ Status launch_head_gemm(const HeadGemmParams& p, bool b_is_kn, int n_heads, cuda
   if (p.n % kBN != 0 || p.k % kBK != 0)
     return internal_error("mla head gemm: N {} and K {} must be multiples of {} and {}", p.n, p.k, kBN, kBK);
   const dim3 grid(p.n / kBN, (p.m + kBM - 1) / kBM, n_heads);
-  if (b_is_kn)
-    head_gemm_kernel<true><<<grid, kThreads, 0, stream>>>(p);
-  else
-    head_gemm_kernel<false><<<grid, kThreads, 0, stream>>>(p);
-  RILL_CUDA_CHECK_LAUNCH("mla_head_gemm");
-  return {};
+  return launch("mla_head_gemm", {grid, dim3(kThreads)}, stream,
+                b_is_kn ? head_gemm_kernel<true> : head_gemm_kernel<false>, p);
 }
 
 }  // namespace rill::cuda::mla

@@ -24,9 +24,13 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <string_view>
 
 #include "backend/cuda/common/check.h"
+#include "backend/cuda/common/launch.h"
 #include "backend/cuda/common/mma.cuh"
+#include "backend/cuda/common/pdl.cuh"
 #include "backend/cuda/moe/device.cuh"
 #include "backend/cuda/moe/moe.h"
 #include "backend/cuda/moe/params.h"
@@ -42,6 +46,12 @@ using moe::GroupedGemmParams;
 constexpr int kGemvThreads = 256, kGemvWarps = kGemvThreads / 32;
 constexpr int kGateUpRowsPerWarp = 2;  // i values (each a gate and an up row) per warp
 constexpr int kDownRows = 4;           // output rows per block of the down GEMV
+// The down GEMV's block has a warp per slot (k routed experts + the shared one), up to 16: with eight warps
+// for k = 8 plus a shared expert, one warp did two experts and the kernel took twice as long.
+constexpr int kDownMaxThreads = 512;
+// The shared expert joins the decode GEMVs for steps of at most this many tokens: each token's pair re-reads
+// its weights, where the separate GEMV reads them once for up to kGemvMaxRows tokens.
+constexpr int64_t kSharedFuseMaxTokens = 2;
 constexpr int kPlanThreads = 1024;
 
 size_t align256(size_t b) {
@@ -56,13 +66,15 @@ bool aligned16(const void* p) {
 // grid (I / 32, min(pairs, 65535)); blocks loop over pairs when there are more.
 template <int kVec>
 __global__ void __launch_bounds__(kGemvThreads) moe_gate_up_gemv_kernel(const DecodeParams p) {
+  pdl_prologue();
   extern __shared__ __align__(16) unsigned char smem_raw[];
   bf16* xs = reinterpret_cast<bf16*>(smem_raw);  // [Hx]
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int i0 = (blockIdx.x * kGemvWarps + warp) * kGateUpRowsPerWarp;
-  const int n_pairs = p.T * p.k;
+  const int n_routed = p.T * p.k, n_pairs = n_routed + (p.sh_gate_up ? p.T : 0);
   for (int pair = blockIdx.y; pair < n_pairs; pair += gridDim.y) {
-    const int t = pair / p.k, j = pair - t * p.k;
+    const bool shared = pair >= n_routed;
+    const int t = shared ? pair - n_routed : pair / p.k, j = pair - t * p.k;
     const bf16* x = p.x + int64_t(t) * p.ldx;
     __syncthreads();  // the previous pair's readers of xs are done
     for (int c = threadIdx.x * kVec; c < p.Hx; c += kGemvThreads * kVec) {
@@ -72,19 +84,31 @@ __global__ void __launch_bounds__(kGemvThreads) moe_gate_up_gemv_kernel(const De
         xs[c] = x[c];
     }
     __syncthreads();
-    const int e = p.ids[int64_t(t) * p.ld_ids + j];
-    bf16* h = p.h + int64_t(pair) * p.I;
-    if (e < 0 || e >= p.E) {
-      if (lane < kGateUpRowsPerWarp && i0 + lane < p.I) h[i0 + lane] = __float2bfloat16_rn(0.0f);
-      continue;
+    const int I = shared ? p.Is : p.I;  // grid.x covers the wider of I and Is
+    if (i0 >= I) continue;
+    const bf16* w_e;
+    int64_t ld;
+    bf16* h;
+    if (shared) {
+      w_e = p.sh_gate_up;
+      ld = p.sh_gu_ld;
+      h = p.h + int64_t(n_routed) * p.I + int64_t(t) * p.Is;
+    } else {
+      const int e = p.ids[int64_t(t) * p.ld_ids + j];
+      h = p.h + int64_t(pair) * p.I;
+      if (e < 0 || e >= p.E) {
+        if (lane < kGateUpRowsPerWarp && i0 + lane < p.I) h[i0 + lane] = __float2bfloat16_rn(0.0f);
+        continue;
+      }
+      w_e = p.gate_up + int64_t(e) * p.gu_expert_stride;
+      ld = p.gu_ld;
     }
-    const bf16* w_e = p.gate_up + int64_t(e) * p.gu_expert_stride;
     const bf16* rows[2 * kGateUpRowsPerWarp];  // gate rows i0.., then up rows I + i0..
 #pragma unroll
     for (int q = 0; q < kGateUpRowsPerWarp; ++q) {
-      const int i = min(i0 + q, p.I - 1);  // rows past I compute a duplicate that is never stored
-      rows[q] = w_e + int64_t(i) * p.gu_ld;
-      rows[kGateUpRowsPerWarp + q] = w_e + int64_t(p.I + i) * p.gu_ld;
+      const int i = min(i0 + q, I - 1);  // rows past I compute a duplicate that is never stored
+      rows[q] = w_e + int64_t(i) * ld;
+      rows[kGateUpRowsPerWarp + q] = w_e + int64_t(I + i) * ld;
     }
     float acc[2 * kGateUpRowsPerWarp];
 #pragma unroll
@@ -104,7 +128,7 @@ __global__ void __launch_bounds__(kGemvThreads) moe_gate_up_gemv_kernel(const De
     for (int r = 0; r < 2 * kGateUpRowsPerWarp; ++r) acc[r] = moe::warp_sum_f(acc[r]);
 #pragma unroll
     for (int q = 0; q < kGateUpRowsPerWarp; ++q)
-      if (lane == q && i0 + q < p.I)
+      if (lane == q && i0 + q < I)
         h[i0 + q] = __float2bfloat16_rn(moe::expert_act(p.act, moe::round_bf16(acc[q]),
                                                         moe::round_bf16(acc[kGateUpRowsPerWarp + q]), p.beta,
                                                         p.linear_beta));
@@ -116,31 +140,47 @@ __global__ void __launch_bounds__(kGemvThreads) moe_gate_up_gemv_kernel(const De
 // in flight together), each expert's row rounded to bf16 into shared memory; then one thread per row adds
 // the k experts in order j = 0, 1, ... with their weights in fp32 (the reference's order).
 template <int kVec>
-__global__ void __launch_bounds__(kGemvThreads) moe_down_gemv_kernel(const DecodeParams p) {
+__global__ void __launch_bounds__(kDownMaxThreads) moe_down_gemv_kernel(const DecodeParams p) {
+  pdl_prologue();
   extern __shared__ __align__(16) unsigned char smem_raw[];
   float* part = reinterpret_cast<float*>(smem_raw);  // [k, kDownRows]
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int o0 = blockIdx.x * kDownRows;
   const int n = p.k * p.I;
+  const int slots = p.k + (p.sh_down ? 1 : 0);  // slot k: the shared expert
   for (int t = blockIdx.y; t < p.T; t += gridDim.y) {
-    const bf16* hs = p.h + int64_t(t) * n;  // [k, I]: the token's activations, pair order (read through L1)
     __syncthreads();  // the previous token's readers of part are done
-    for (int j = warp; j < p.k; j += kGemvWarps) {
-      const int e = p.ids[int64_t(t) * p.ld_ids + j];
-      if (e < 0 || e >= p.E) continue;
-      const bf16* w_e = p.down + int64_t(e) * p.dn_expert_stride;
+    for (int j = warp; j < slots; j += int(blockDim.x) / 32) {
+      const bool shared = j == p.k;
+      const bf16* w_e;
+      const bf16* hv_row;  // the pair's activations (read through L1)
+      int64_t ld;
+      int I;
+      if (shared) {
+        w_e = p.sh_down;
+        ld = p.sh_dn_ld;
+        I = p.Is;
+        hv_row = p.h + int64_t(p.T) * n + int64_t(t) * p.Is;
+      } else {
+        const int e = p.ids[int64_t(t) * p.ld_ids + j];
+        if (e < 0 || e >= p.E) continue;
+        w_e = p.down + int64_t(e) * p.dn_expert_stride;
+        ld = p.dn_ld;
+        I = p.I;
+        hv_row = p.h + int64_t(t) * n + int64_t(j) * p.I;
+      }
       const bf16* rows[kDownRows];
 #pragma unroll
-      for (int r = 0; r < kDownRows; ++r) rows[r] = w_e + int64_t(min(o0 + r, p.Hx - 1)) * p.dn_ld;
+      for (int r = 0; r < kDownRows; ++r) rows[r] = w_e + int64_t(min(o0 + r, p.Hx - 1)) * ld;
       float s[kDownRows];
 #pragma unroll
       for (int r = 0; r < kDownRows; ++r) s[r] = 0.0f;
 #pragma unroll 4  // I = 1024: the whole row's 16 loads per lane in flight at once
-      for (int c = lane * kVec; c < p.I; c += 32 * kVec) {
+      for (int c = lane * kVec; c < I; c += 32 * kVec) {
         float hv[kVec], wv[kDownRows][kVec];
 #pragma unroll
         for (int r = 0; r < kDownRows; ++r) moe::load_bf16<kVec>(rows[r] + c, wv[r]);
-        moe::load_bf16<kVec>(hs + j * p.I + c, hv);
+        moe::load_bf16<kVec>(hv_row + c, hv);
 #pragma unroll
         for (int r = 0; r < kDownRows; ++r)
 #pragma unroll
@@ -161,6 +201,8 @@ __global__ void __launch_bounds__(kGemvThreads) moe_down_gemv_kernel(const Decod
         if (e < 0 || e >= p.E) continue;
         acc += p.weights[int64_t(t) * p.ld_weights + j] * part[j * kDownRows + r];
       }
+      // The shared expert joins as the unfused ops would: bf16(bf16(routed) + bf16(shared)).
+      if (p.sh_down) acc = moe::round_bf16(acc) + part[p.k * kDownRows + r];
       p.out[int64_t(t) * p.ldo + o0 + r] = __float2bfloat16_rn(acc);
     }
   }
@@ -172,14 +214,14 @@ constexpr int kMxStep = 16;     // columns per lane step of the down GEMV: 8 pac
 constexpr int kMxDownRows = 8;  // output rows per block of the down GEMV
 constexpr int kMxMmaRows = 8;   // i values per warp of the gate_up MMA kernel (8 gate + 8 up rows = one A)
 constexpr int kMxMmaStep = 64;  // columns per warp step of it: 16 per lane position q
-// The FMA GEMVs were latency- and ALU-bound (ncu, K3 shapes: gate_up at 2 blocks per SM with 96 registers kept
-// the ALU pipe 54% busy and DRAM 28%). Row offsets instead of row pointers took down, bounded to 4 blocks per
-// SM, to 64 registers without spills; gate_up now runs on mma.sync (51 registers).
+// The FMA GEMVs were latency- and ALU-bound (ncu, K3 shapes: gate_up at 2 blocks per SM with 96 registers
+// kept the ALU pipe 54% busy and DRAM 28%). Row offsets instead of row pointers took down, bounded to 4
+// blocks per SM, to 64 registers without spills; gate_up now runs on mma.sync (51 registers).
 constexpr int kMxDownBlocksPerSm = 4;
 
 // sum over 16 columns of fp4(code) * x in fp32, from 8 packed bytes (low nibble = even column). The codes'
-// values are exact in bf16 and in fp32, so are the products; the group's scale is applied by the caller, once.
-// x0: the first 8 columns (word q.x), x1: the next 8 (q.y).
+// values are exact in bf16 and in fp32, so are the products; the group's scale is applied by the caller,
+// once. x0: the first 8 columns (word q.x), x1: the next 8 (q.y).
 __device__ __forceinline__ float fp4_dot16(const uint2 q, const float (&x0)[8], const float (&x1)[8]) {
   float acc0 = 0.0f, acc1 = 0.0f;
 #pragma unroll
@@ -207,6 +249,7 @@ __device__ __forceinline__ int mx_xs_word(int c) {  // the uint32 (bf16 pair) ho
 }
 
 __global__ void __launch_bounds__(kGemvThreads) moe_gate_up_mma_mxfp4_kernel(const DecodeParams p) {
+  pdl_prologue();
   extern __shared__ __align__(16) unsigned char smem_raw[];
   uint32_t* xs = reinterpret_cast<uint32_t*>(smem_raw);  // [ceil(Hx / 64) * 32]: x as bf16 pairs
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
@@ -249,7 +292,8 @@ __global__ void __launch_bounds__(kGemvThreads) moe_gate_up_mma_mxfp4_kernel(con
       const moe::Mxfp4Bf16Scale scg = moe::mxfp4_bf16_scale(sg), scu = moe::mxfp4_bf16_scale(su);
       const uint32_t xw[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
 #pragma unroll
-      for (int k = 0; k < 4; ++k) {  // A k-pairs (2q, 2q+1) = columns (k, k + 4), (2q+8, 2q+9) = (8 + k, 12 + k)
+      for (int k = 0; k < 4;
+           ++k) {  // A k-pairs (2q, 2q+1) = columns (k, k + 4), (2q+8, 2q+9) = (8 + k, 12 + k)
         const uint32_t a[4] = {moe::bits_from_bf162(moe::fp4x2_scaled_bf162(wg.x >> (4 * k), scg)),
                                moe::bits_from_bf162(moe::fp4x2_scaled_bf162(wu.x >> (4 * k), scu)),
                                moe::bits_from_bf162(moe::fp4x2_scaled_bf162(wg.y >> (4 * k), scg)),
@@ -266,7 +310,9 @@ __global__ void __launch_bounds__(kGemvThreads) moe_gate_up_mma_mxfp4_kernel(con
 // The MXFP4 twin of moe_down_gemv_kernel, with kMxDownRows output rows per block (the token's activations are
 // re-read by every block: more rows per block, less of that traffic): same per-expert bf16 rounding and
 // in-order fp32 combine; lane steps of 16 columns of I (I % 32 == 0), 8 packed bytes per output row.
-__global__ void __launch_bounds__(kGemvThreads, kMxDownBlocksPerSm) moe_down_gemv_mxfp4_kernel(const DecodeParams p) {
+__global__ void __launch_bounds__(kGemvThreads, kMxDownBlocksPerSm)
+    moe_down_gemv_mxfp4_kernel(const DecodeParams p) {
+  pdl_prologue();
   extern __shared__ __align__(16) unsigned char smem_raw[];
   float* part = reinterpret_cast<float*>(smem_raw);  // [k, kMxDownRows]
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -274,7 +320,7 @@ __global__ void __launch_bounds__(kGemvThreads, kMxDownBlocksPerSm) moe_down_gem
   const int n = p.k * p.I;
   for (int t = blockIdx.y; t < p.T; t += gridDim.y) {
     const bf16* hs = p.h + int64_t(t) * n;  // [k, I]: the token's activations, pair order (read through L1)
-    __syncthreads();  // the previous token's readers of part are done
+    __syncthreads();                        // the previous token's readers of part are done
     for (int j = warp; j < p.k; j += kGemvWarps) {
       const int e = p.ids[int64_t(t) * p.ld_ids + j];
       if (e < 0 || e >= p.E) continue;
@@ -404,8 +450,9 @@ __global__ void moe_combine_kernel(const bf16* y, int64_t ldy, const int32_t* pa
 
 struct ExpertsPlan {
   bool grouped = false;
-  bool mxfp4 = false;  // MXFP4 experts: the MXFP4 twins of the decode or grouped kernels
-  int64_t T = 0, k = 0, pairs = 0, E = 0, I = 0, Hx = 0;
+  bool mxfp4 = false;   // MXFP4 experts: the MXFP4 twins of the decode or grouped kernels
+  bool shared = false;  // the shared expert runs in the bf16 decode GEMVs (as pair T * k + t, slot k)
+  int64_t T = 0, k = 0, pairs = 0, E = 0, I = 0, Hx = 0, Is = 0;
   int max_tiles = 0;
   // Scratch pieces (bytes, each 256-aligned), in carving order.
   size_t offsets = 0, pair_slot = 0, slot_token = 0, h = 0, y = 0, total = 0;
@@ -413,6 +460,21 @@ struct ExpertsPlan {
 
 bool div8(int64_t v) {
   return v % 8 == 0;
+}
+
+// A shared expert the bf16 decode GEMVs can take: dense bf16 with contiguous rows. RILL_MOE_FUSE_SHARED=0 runs
+// it as separate ops (the A/B switch of the decode benchmark).
+bool fusable_shared_expert(const backend::MoeExpertsArgs& a) {
+  static const bool enabled = [] {
+    const char* v = std::getenv("RILL_MOE_FUSE_SHARED");
+    return v == nullptr || std::string_view(v) != "0";
+  }();
+  if (!enabled) return false;
+  auto dense_bf16 = [](const backend::LinearWeight* w) {
+    return w && w->format == backend::WeightFormat::Dense && w->weight.dtype == DType::BF16 &&
+           w->weight.rank() == 2 && (w->weight.size(1) <= 1 || w->weight.stride(1) == 1);
+  };
+  return dense_bf16(a.shared_gate_up) && dense_bf16(a.shared_down);
 }
 
 // The path and scratch from shapes and strides only (never pointers: the planning dry run has none).
@@ -438,7 +500,10 @@ ExpertsPlan plan_experts(const backend::MoeExpertsArgs& a) {
   // step on the GEMVs; batch 32 (512 pairs) 42.1 -> 49.7 ms, so it stays grouped. Not re-measured since.
   const bool sparse_mxfp4 = ex.format == backend::WeightFormat::Mxfp4 && 4 * s.pairs <= s.E;
   s.grouped = s.pairs > moe::kDecodeMaxPairs && shapes_ok && !sparse_mxfp4;
-  s.h = align256(size_t(s.pairs) * size_t(s.I) * 2);
+  s.shared =
+      fusable_shared_expert(a) && !s.grouped && !s.mxfp4 && s.k > 0 && s.E > 0 && s.T <= kSharedFuseMaxTokens;
+  s.Is = s.shared ? a.shared_down->in_features() : 0;
+  s.h = align256((size_t(s.pairs) * size_t(s.I) + size_t(s.T) * size_t(s.Is)) * 2);
   if (s.grouped) {
     s.max_tiles = int((s.pairs + moe::kBM - 1) / moe::kBM + std::min(s.E, s.pairs));
     s.offsets = align256(size_t(s.E + 1) * 4);
@@ -480,6 +545,13 @@ DecodeParams decode_params(const backend::MoeExpertsArgs& a, const ExpertsPlan& 
   p.E = int(s.E);
   p.Hx = int(s.Hx);
   p.I = int(s.I);
+  if (s.shared) {
+    p.sh_gate_up = static_cast<const bf16*>(a.shared_gate_up->weight.data);
+    p.sh_gu_ld = a.shared_gate_up->weight.stride(0);
+    p.sh_down = static_cast<const bf16*>(a.shared_down->weight.data);
+    p.sh_dn_ld = a.shared_down->weight.stride(0);
+    p.Is = int(s.Is);
+  }
   p.act = a.activation == backend::Activation::Silu ? Act::Silu : Act::Situ;
   p.beta = a.beta;
   p.linear_beta = a.linear_beta;
@@ -491,29 +563,33 @@ Status run_decode(const backend::MoeExpertsArgs& a, const ExpertsPlan& s, bf16* 
   DecodeParams p = decode_params(a, s, h);
   p.gate_up = static_cast<const bf16*>(ex.gate_up.data);
   p.down = static_cast<const bf16*>(ex.down.data);
-  const bool vec = div8(s.Hx) && div8(s.I) && div8(p.ldx) && div8(p.gu_expert_stride) && div8(p.gu_ld) &&
-                   div8(p.dn_expert_stride) && div8(p.dn_ld) && aligned16(p.x) && aligned16(p.gate_up) &&
-                   aligned16(p.down) && aligned16(h);
-  const size_t x_smem = size_t(s.Hx) * 2,
-               h_smem = size_t(s.k) * kDownRows * 4;
-  const dim3 grid1(unsigned((s.I + kGemvWarps * kGateUpRowsPerWarp - 1) / (kGemvWarps * kGateUpRowsPerWarp)),
-                   unsigned(std::min<int64_t>(s.pairs, 65535)));
-  const dim3 grid2(unsigned((s.Hx + kDownRows - 1) / kDownRows),
-                   unsigned(std::min<int64_t>(s.T, 65535)));
+  const bool vec =
+      div8(s.Hx) && div8(s.I) && div8(p.ldx) && div8(p.gu_expert_stride) && div8(p.gu_ld) &&
+      div8(p.dn_expert_stride) && div8(p.dn_ld) && aligned16(p.x) && aligned16(p.gate_up) &&
+      aligned16(p.down) && aligned16(h) &&
+      (!s.shared || (div8(s.Is) && div8(p.sh_gu_ld) && div8(p.sh_dn_ld) && aligned16(p.sh_gate_up) &&
+                     aligned16(p.sh_down) && aligned16(h + s.pairs * s.I)));
+  const size_t x_smem = size_t(s.Hx) * 2, h_smem = size_t(s.k + (s.shared ? 1 : 0)) * kDownRows * 4;
+  const int64_t rows_per_block = kGemvWarps * kGateUpRowsPerWarp;
+  const dim3 grid1(unsigned((std::max(s.I, s.Is) + rows_per_block - 1) / rows_per_block),
+                   unsigned(std::min<int64_t>(s.pairs + (s.shared ? s.T : 0), 65535)));
+  const dim3 grid2(unsigned((s.Hx + kDownRows - 1) / kDownRows), unsigned(std::min<int64_t>(s.T, 65535)));
+  const unsigned down_threads =
+      unsigned(32 * std::clamp<int64_t>(s.k + (s.shared ? 1 : 0), kGemvWarps, kDownMaxThreads / 32));
   if (vec) {
     RILL_TRY(set_smem(reinterpret_cast<const void*>(moe_gate_up_gemv_kernel<8>), x_smem, cx, "moe_experts"));
     RILL_TRY(set_smem(reinterpret_cast<const void*>(moe_down_gemv_kernel<8>), h_smem, cx, "moe_experts"));
-    moe_gate_up_gemv_kernel<8><<<grid1, kGemvThreads, x_smem, cx.stream>>>(p);
-    RILL_CUDA_CHECK_LAUNCH("moe_gate_up_gemv");
-    moe_down_gemv_kernel<8><<<grid2, kGemvThreads, h_smem, cx.stream>>>(p);
-    RILL_CUDA_CHECK_LAUNCH("moe_down_gemv");
+    RILL_TRY(launch("moe_gate_up_gemv", {grid1, dim3(kGemvThreads), x_smem}, cx.stream,
+                    moe_gate_up_gemv_kernel<8>, p));
+    RILL_TRY(
+        launch("moe_down_gemv", {grid2, dim3(down_threads), h_smem}, cx.stream, moe_down_gemv_kernel<8>, p));
   } else {
     RILL_TRY(set_smem(reinterpret_cast<const void*>(moe_gate_up_gemv_kernel<1>), x_smem, cx, "moe_experts"));
     RILL_TRY(set_smem(reinterpret_cast<const void*>(moe_down_gemv_kernel<1>), h_smem, cx, "moe_experts"));
-    moe_gate_up_gemv_kernel<1><<<grid1, kGemvThreads, x_smem, cx.stream>>>(p);
-    RILL_CUDA_CHECK_LAUNCH("moe_gate_up_gemv");
-    moe_down_gemv_kernel<1><<<grid2, kGemvThreads, h_smem, cx.stream>>>(p);
-    RILL_CUDA_CHECK_LAUNCH("moe_down_gemv");
+    RILL_TRY(launch("moe_gate_up_gemv", {grid1, dim3(kGemvThreads), x_smem}, cx.stream,
+                    moe_gate_up_gemv_kernel<1>, p));
+    RILL_TRY(
+        launch("moe_down_gemv", {grid2, dim3(down_threads), h_smem}, cx.stream, moe_down_gemv_kernel<1>, p));
   }
   return {};
 }
@@ -532,8 +608,10 @@ Status check_mxfp4_alignment(const backend::ExpertWeights& ex) {
   return {};
 }
 
-// MXFP4 experts, decode path: the packed bytes and E8M0 scales are read in place (16-byte loads of packed rows).
-Status run_decode_mxfp4(const backend::MoeExpertsArgs& a, const ExpertsPlan& s, bf16* h, const CudaContext& cx) {
+// MXFP4 experts, decode path: the packed bytes and E8M0 scales are read in place (16-byte loads of packed
+// rows).
+Status run_decode_mxfp4(const backend::MoeExpertsArgs& a, const ExpertsPlan& s, bf16* h,
+                        const CudaContext& cx) {
   const backend::ExpertWeights& ex = *a.experts;
   DecodeParams p = decode_params(a, s, h);
   p.gu_packed = static_cast<const uint8_t*>(ex.gate_up.data);
@@ -552,10 +630,10 @@ Status run_decode_mxfp4(const backend::MoeExpertsArgs& a, const ExpertsPlan& s, 
   const dim3 grid2(unsigned((s.Hx + kMxDownRows - 1) / kMxDownRows), unsigned(std::min<int64_t>(s.T, 65535)));
   RILL_TRY(set_smem(reinterpret_cast<const void*>(moe_gate_up_mma_mxfp4_kernel), x_smem, cx, "moe_experts"));
   RILL_TRY(set_smem(reinterpret_cast<const void*>(moe_down_gemv_mxfp4_kernel), h_smem, cx, "moe_experts"));
-  moe_gate_up_mma_mxfp4_kernel<<<grid1, kGemvThreads, x_smem, cx.stream>>>(p);
-  RILL_CUDA_CHECK_LAUNCH("moe_gate_up_mma_mxfp4");
-  moe_down_gemv_mxfp4_kernel<<<grid2, kGemvThreads, h_smem, cx.stream>>>(p);
-  RILL_CUDA_CHECK_LAUNCH("moe_down_gemv_mxfp4");
+  RILL_TRY(launch("moe_gate_up_mma_mxfp4", {grid1, dim3(kGemvThreads), x_smem}, cx.stream,
+                  moe_gate_up_mma_mxfp4_kernel, p));
+  RILL_TRY(launch("moe_down_gemv_mxfp4", {grid2, dim3(kGemvThreads), h_smem}, cx.stream,
+                  moe_down_gemv_mxfp4_kernel, p));
   return {};
 }
 
@@ -641,8 +719,10 @@ Status run_grouped(const backend::MoeExpertsArgs& a, const ExpertsPlan& s, char*
 Status check_mxfp4_experts(const backend::ExpertWeights& ex) {
   for (const TensorView* v : {&ex.gate_up, &ex.gate_up_scales, &ex.down, &ex.down_scales})
     if (v->dtype != DType::U8 || v->rank() != 3 || v->stride(2) != 1)
-      return invalid_argument("moe_experts: MXFP4 expert tensors must be U8 [E, rows, cols] with contiguous rows, "
-                              "got {}", v->describe());
+      return invalid_argument(
+          "moe_experts: MXFP4 expert tensors must be U8 [E, rows, cols] with contiguous rows, "
+          "got {}",
+          v->describe());
   const int64_t E = ex.gate_up.size(0), I = ex.gate_up.size(1) / 2, Hx = ex.down.size(1);
   if (Hx % 32 != 0 || I % 32 != 0)
     return invalid_argument("moe_experts: MXFP4 expert widths must be multiples of 32 (Hx {}, I {})", Hx, I);
@@ -651,10 +731,10 @@ Status check_mxfp4_experts(const backend::ExpertWeights& ex) {
   };
   if (!is(ex.gate_up, E, 2 * I, Hx / 2) || !is(ex.gate_up_scales, E, 2 * I, Hx / 32) ||
       !is(ex.down, E, Hx, I / 2) || !is(ex.down_scales, E, Hx, I / 32))
-    return invalid_argument("moe_experts: MXFP4 expert shapes gate_up {} (scales {}) and down {} (scales {}) "
-                            "do not match",
-                            ex.gate_up.describe(), ex.gate_up_scales.describe(), ex.down.describe(),
-                            ex.down_scales.describe());
+    return invalid_argument(
+        "moe_experts: MXFP4 expert shapes gate_up {} (scales {}) and down {} (scales {}) "
+        "do not match",
+        ex.gate_up.describe(), ex.gate_up_scales.describe(), ex.down.describe(), ex.down_scales.describe());
   return {};
 }
 
@@ -679,6 +759,11 @@ Status check_experts(const backend::MoeExpertsArgs& a) {
 }
 
 }  // namespace
+
+bool moe_fuses_shared_expert(const backend::MoeExpertsArgs& a) {
+  if (!a.experts || a.x.rank() != 2 || a.ids.rank() != 2) return false;
+  return plan_experts(a).shared;
+}
 
 size_t moe_experts_scratch_bytes(const backend::MoeExpertsArgs& a) {
   if (!a.experts || a.x.rank() != 2 || a.ids.rank() != 2) return 0;

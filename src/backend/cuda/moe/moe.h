@@ -9,6 +9,8 @@ namespace rill::cuda {
 
 Status launch_moe_route(const backend::MoeRouteArgs& a, const CudaContext& cx);
 size_t moe_experts_scratch_bytes(const backend::MoeExpertsArgs& a);
+// Whether launch_moe_experts runs a's shared expert in its decode GEMVs (from shapes and formats only).
+bool moe_fuses_shared_expert(const backend::MoeExpertsArgs& a);
 Status launch_moe_experts(const backend::MoeExpertsArgs& a, const CudaContext& cx);
 
 }  // namespace rill::cuda

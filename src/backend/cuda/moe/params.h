@@ -70,15 +70,24 @@ struct DecodeParams {
   int64_t gu_expert_stride, gu_ld;
   const bf16* down;  // [E, Hx, I]
   int64_t dn_expert_stride, dn_ld;
-  // MXFP4 experts (WeightFormat::Mxfp4; gate_up / down unused): U8 packed FP4 pairs (low nibble = even column)
-  // and U8 E8M0 scales (one per 32 columns). Strides in bytes; the packed strides are gu_* / dn_* above.
+  // MXFP4 experts (WeightFormat::Mxfp4; gate_up / down unused): U8 packed FP4 pairs (low nibble = even
+  // column) and U8 E8M0 scales (one per 32 columns). Strides in bytes; the packed strides are gu_* / dn_*
+  // above.
   const uint8_t* gu_packed;  // [E, 2I, Hx/2]
   const uint8_t* gu_scales;  // [E, 2I, Hx/32]
   int64_t gus_expert_stride, gus_ld;
   const uint8_t* dn_packed;  // [E, Hx, I/2]
   const uint8_t* dn_scales;  // [E, Hx, I/32]
   int64_t dns_expert_stride, dns_ld;
-  bf16* h;    // [T * k, I]: activations of each (token, slot) pair, row = t * k + j
+  // Shared expert (bf16 decode path only; null when there is none): a dense GLU expert of width Is on the
+  // same x, weight 1, added after the routed sum is rounded. It runs as pair T * k + t of gate_up and as slot
+  // k of down; its activations follow the routed pairs' in h.
+  const bf16* sh_gate_up;  // [2 Is, Hx]: gate rows, then up rows
+  int64_t sh_gu_ld;
+  const bf16* sh_down;  // [Hx, Is]
+  int64_t sh_dn_ld;
+  int Is;
+  bf16* h;    // [T * k, I] then [T, Is]: activations of each (token, slot) pair, row = t * k + j; then shared
   bf16* out;  // [T, Hx]
   int64_t ldo;
   int T, k, E, Hx, I;

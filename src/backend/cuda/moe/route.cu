@@ -8,11 +8,12 @@
 // spread over every SM) into CudaContext::route_logits, then moe_select_kernel routes each token with one
 // warp: two short kernels instead of one cluster kernel whose 8 SMs read the whole 1.2 MB router (19 us).
 //
-// Prefill launch: clusters of kRouteTokens CTAs, one cluster per kRouteTokens tokens. CTA r loads the cluster's token
-// rows into shared memory and computes the logits of expert slice r (a warp per expert, 16-byte loads of the
-// weight row, fp32 accumulation for every token of the tile), so W is read once per token tile and spread
-// over 8 SMs (the decode case: a 1.2 MB router would take one SM ~10 us). After a cluster barrier, CTA r
-// gathers token r's full logit row through distributed shared memory and one warp selects its experts.
+// Prefill launch: clusters of kRouteTokens CTAs, one cluster per kRouteTokens tokens. CTA r loads the
+// cluster's token rows into shared memory and computes the logits of expert slice r (a warp per expert,
+// 16-byte loads of the weight row, fp32 accumulation for every token of the tile), so W is read once per
+// token tile and spread over 8 SMs (the decode case: a 1.2 MB router would take one SM ~10 us). After a
+// cluster barrier, CTA r gathers token r's full logit row through distributed shared memory and one warp
+// selects its experts.
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
 
@@ -20,6 +21,8 @@
 #include <cstdint>
 
 #include "backend/cuda/common/check.h"
+#include "backend/cuda/common/launch.h"
+#include "backend/cuda/common/pdl.cuh"
 #include "backend/cuda/gemm/gemv.h"
 #include "backend/cuda/moe/device.cuh"
 #include "backend/cuda/moe/moe.h"
@@ -254,6 +257,7 @@ __global__ void __cluster_dims__(kRouteTokens, 1, 1) __launch_bounds__(kRouteThr
 // shared memory with the bias first: the selection rereads every score once per chosen expert (from global
 // memory this kernel took 15 us).
 __global__ void __launch_bounds__(32) moe_select_kernel(RouteParams p, const float* logits) {
+  pdl_prologue();
   __shared__ float row[moe::kMaxExperts], bias[moe::kMaxExperts];
   const int t = blockIdx.x;
   for (int e = threadIdx.x; e < p.E; e += 32) {
@@ -308,9 +312,8 @@ Status launch_moe_route(const backend::MoeRouteArgs& a, const CudaContext& cx) {
   p.weights = a.weights.ptr<float>();
   p.ld_weights = a.weights.stride(0);
   if (small) {
-    moe_select_kernel<<<unsigned(T), 32, 0, cx.stream>>>(p, cx.route_logits);
-    RILL_CUDA_CHECK_LAUNCH("moe_select");
-    return {};
+    return launch("moe_select", {dim3(unsigned(T)), dim3(32)}, cx.stream, moe_select_kernel, p,
+                  static_cast<const float*>(cx.route_logits));
   }
   const size_t smem =
       (size_t(kRouteTokens) * size_t(H) * 2 + 15) / 16 * 16 + size_t(kRouteTokens + 1) * size_t(E) * 4;

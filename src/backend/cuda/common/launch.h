@@ -1,0 +1,46 @@
+// launch(): the one way kernels are launched in backend/cuda — cudaLaunchKernelEx with programmatic dependent
+// launch (PDL, sm_90) allowed, so a kernel's CTAs can become resident while the kernel before it in the
+// stream finishes. A decode step is ~450 short kernels; without PDL every boundary costs the launch latency
+// plus the ramp of the next kernel's first loads. The contract that makes it safe is on the device side
+// (common/pdl.cuh): every kernel launched here calls pdl_wait() in every CTA before it reads anything an
+// earlier kernel wrote or writes anything an earlier kernel may still read, and only reads weights (never
+// written during a step) before that. RILL_PDL=0 in the environment launches without the attribute (the A/B
+// switch of `rill bench`; the kernels' waits are then no-ops).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <utility>
+
+#include "core/status.h"
+
+namespace rill::cuda {
+
+bool pdl_enabled();  // launch.cc: read once from RILL_PDL
+
+struct LaunchShape {
+  dim3 grid;
+  dim3 block;
+  size_t smem = 0;
+};
+
+template <typename... Params, typename... Args>
+Status launch(const char* name, const LaunchShape& shape, cudaStream_t stream, void (*kernel)(Params...),
+              Args&&... args) {
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = pdl_enabled() ? 1 : 0;
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = shape.grid;
+  cfg.blockDim = shape.block;
+  cfg.dynamicSmemBytes = shape.smem;
+  cfg.stream = stream;
+  cfg.attrs = &attr;
+  cfg.numAttrs = 1;
+  const cudaError_t err = cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
+  if (err != cudaSuccess)
+    return internal_error("kernel {} failed to launch: {}", name, cudaGetErrorString(err));
+  return {};
+}
+
+}  // namespace rill::cuda
