@@ -260,7 +260,11 @@ class TransformersLM:
             print(f"transformers names found by value: {self.renamed}", flush=True)
             back = self._convert(sd)
             wrong = [k for k in init if k not in back or not torch.equal(back[k].float().cpu(), init[k].float().cpu())]
-        extra = sorted(set(back) - set(init))
+        params = {n for n, _ in self.model.named_parameters()}
+        self.ignored = sorted(k for k in set(back) - set(init) if k not in params)  # buffers with no Moonshot tensor
+        if self.ignored:
+            print(f"transformers buffers not written: {self.ignored}", flush=True)
+        extra = sorted(set(back) - set(init) - set(self.ignored))
         if wrong or extra:
             raise SystemExit(f"cannot map transformers' parameters back to the Moonshot names: unmatched {wrong[:8]}, "
                              f"unexpected {extra[:8]} (transformers names: {sorted(sd)[:40]})")
@@ -272,6 +276,8 @@ class TransformersLM:
             out[name] = sd[hk].detach()
         for hk in used:
             out.pop(hk, None)
+        for k in getattr(self, "ignored", ()):
+            out.pop(k, None)
         return {k: (v.reshape(self.shapes[k]) if k in self.shapes and tuple(v.shape) != self.shapes[k]
                     and v.numel() == math.prod(self.shapes[k]) else v) for k, v in out.items()}
 
@@ -285,8 +291,29 @@ class TransformersLM:
         return self._convert(self.model.state_dict())
 
 
+class _BatchedMoEReference(ref.KimiReference):
+    """The reference with its per-token MoE loop replaced by the same sum computed for all experts at once
+    (weights of unselected experts zero): equal up to summation order, and fast enough to train with."""
+
+    def moe(self, i, x):
+        c, w = self.cfg, self.w
+        if c.latent_dim or c.hidden_act == "situ":
+            return super().moe(i, x)
+        m = f"model.layers.{i}.block_sparse_moe."
+        idx, wt = self.route(i, x)
+        gates = torch.zeros(x.shape[0], c.num_experts, dtype=x.dtype, device=x.device).scatter(1, idx, wt.to(x.dtype))
+        stack = lambda n: torch.stack([w[m + f"experts.{e}.{n}.weight"] for e in range(c.num_experts)])
+        h = F.silu(torch.einsum("th,eih->tei", x, stack("w1"))) * torch.einsum("th,eih->tei", x, stack("w3"))
+        y = torch.einsum("tei,ehi,te->th", h, stack("w2"), gates)
+        if c.num_shared_experts:
+            y = y + self.glu(x, w[m + "shared_experts.gate_proj.weight"], w[m + "shared_experts.up_proj.weight"],
+                             w[m + "shared_experts.down_proj.weight"])
+        return y
+
+
 class ReferenceLM:
-    """kimi_k3_reference's Kimi Linear forward with gradients (its forward is no-grad; __wrapped__ is the body)."""
+    """kimi_k3_reference's Kimi Linear forward with gradients (its forward is no-grad; __wrapped__ is the body),
+    one sequence at a time, with the MoE batched over experts (_BatchedMoEReference)."""
 
     def __init__(self, cfg_json, init, shape, device):
         self.cfg = ref.RefConfig(cfg_json)
@@ -298,7 +325,7 @@ class ReferenceLM:
 
     def logits(self, x):
         # canonical_weights keeps fp32 tensors as they are (so gradients reach self.params) and flattens A_log.
-        m = ref.KimiReference(self.cfg, ref.canonical_weights(self.cfg, self.params), device=self.device)
+        m = _BatchedMoEReference(self.cfg, ref.canonical_weights(self.cfg, self.params), device=self.device)
         fwd = ref.KimiReference.forward.__wrapped__
         return torch.stack([fwd(m, row) for row in x])
 
