@@ -140,7 +140,8 @@ int run_perplexity(int argc, char** argv) {
   if (!m.ok()) return report_error("perplexity", m.status());
   model::Model& model = **m;
   model::StepLimits limits;
-  limits.max_tokens = std::min(chunk > 0 ? chunk : longest, longest);
+  // Long windows are fed in pieces (as rill logits does) so the workspace's logit rows stay bounded.
+  limits.max_tokens = std::min({chunk > 0 ? chunk : longest, longest, 4096});
   limits.max_seqs = 1;
   limits.max_logit_rows = limits.max_tokens;
   limits.max_context = longest;

@@ -25,7 +25,7 @@ being the first that reaches the end; each window runs from an empty state and s
 that no earlier window scored, [max(start + 1, previous end), end): with S == C the first token of every window
 is not scored. No BOS. PPL = exp(mean NLL), in fp32 (TF32 off) from the checkpoint as written (bf16 weights),
 loaded back by transformers' AutoModelForCausalLM. `head` is the same over the first 16 windows only
-(`rill perplexity --chunks 16`, what the CPU test compares). `unigram_perplexity`: add-one unigram counts of
+(`rill perplexity --chunks 16`, a 15-second CPU check). `unigram_perplexity`: add-one unigram counts of
 the train split, over the held-out split.
 
 Implementations: `--impl transformers` (default when importable; transformers 5.17's kimi_linear modules, which
@@ -404,6 +404,7 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--impl", choices=["auto", "transformers", "reference"], default="auto")
     ap.add_argument("--smoke", action="store_true", help="tiny config, a few CPU steps (see the docstring)")
+    ap.add_argument("--shape", choices=sorted(SHAPES), default=None, help="model shape (default: demo; smoke with --smoke)")
     ap.add_argument("--steps", type=int, default=1500)
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--context", type=int, default=512, help="training window and perplexity context")
@@ -436,7 +437,7 @@ def main():
     tok_dir = os.path.join(a.data, "tokenizer")
     with open(os.path.join(tok_dir, "tiktoken.model")) as f:
         n_ranks = sum(1 for line in f if line.strip())
-    shape = SHAPES["smoke" if a.smoke else "demo"]
+    shape = SHAPES[a.shape or ("smoke" if a.smoke else "demo")]
     cfg_json = moonshot_config(shape, n_ranks, 65536)
     vocab = cfg_json["vocab_size"]
     if int(train.max()) >= vocab or int(heldout.max()) >= vocab:
