@@ -16,7 +16,7 @@ of width 64, top-4, sigmoid router with grouped top-k (4 groups, keep 2), renorm
 expert of width 64. Untied embeddings.
 
 Training: AdamW (betas 0.9/0.95, weight decay 0.1 on matrices only), linear warm-up then cosine decay to 10%,
-bf16 autocast on CUDA with fp32 master weights, random windows of CONTEXT+1 tokens of the train split, a fixed
+bf16 autocast on CUDA with fp32 master weights (transformers; the reference trains in fp32), random windows of CONTEXT+1 tokens of the train split, a fixed
 seed. `--max-seconds` stops early (and says so in perplexity.json) so a slow machine cannot overrun its lease.
 
 Held-out perplexity (the same rule as `rill perplexity`, src/cli/perplexity.cc): the N held-out tokens are cut
@@ -476,7 +476,7 @@ def main():
             g["lr"] = lr_at(step, a.steps, a.lr, a.warmup)
         starts = torch.randint(0, train.numel() - T - 1, (a.batch,), generator=data_gen)
         xb = torch.stack([train[s:s + T + 1] for s in starts.tolist()]).to(dev)
-        if dev.type == "cuda":
+        if dev.type == "cuda" and impl == "transformers":  # the reference's KDA solve stays in fp32 throughout
             with torch.autocast("cuda", dtype=torch.bfloat16):
                 logits = lm.logits(xb[:, :-1])
         else:
