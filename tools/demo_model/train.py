@@ -16,8 +16,9 @@ of width 64, top-4, sigmoid router with grouped top-k (4 groups, keep 2), renorm
 expert of width 64. Untied embeddings.
 
 Training: AdamW (betas 0.9/0.95, weight decay 0.1 on matrices only), linear warm-up then cosine decay to 10%,
-bf16 autocast on CUDA with fp32 master weights (transformers; the reference trains in fp32), random windows of CONTEXT+1 tokens of the train split, a fixed
-seed. `--max-seconds` stops early (and says so in perplexity.json) so a slow machine cannot overrun its lease.
+bf16 autocast on CUDA with fp32 master weights (transformers; the reference trains in fp32), random windows of
+CONTEXT+1 tokens of the train split, a fixed seed. `--max-seconds` bounds the time: after 10 timed steps the
+step count shrinks to fit (the schedule still ends), and a hard stop remains (perplexity.json says so).
 
 Held-out perplexity (the same rule as `rill perplexity`, src/cli/perplexity.cc): the N held-out tokens are cut
 into windows starting at 0, S, 2S, ... of up to C tokens (C = --context, S = --stride, default both 512), the last
