@@ -251,7 +251,8 @@ class TransformersLM:
             by_value = {}
             for hk, hv in sd.items():
                 if hv.is_floating_point():
-                    by_value.setdefault((hv.numel(), float(hv.float().sum()), float(hv.float().abs().sum())), []).append(hk)
+                    key = (hv.numel(), float(hv.float().sum()), float(hv.float().abs().sum()))
+                    by_value.setdefault(key, []).append(hk)
             for k in wrong:
                 v = init[k]
                 for hk in by_value.get((v.numel(), float(v.sum()), float(v.abs().sum())), []):
@@ -405,7 +406,8 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--impl", choices=["auto", "transformers", "reference"], default="auto")
     ap.add_argument("--smoke", action="store_true", help="tiny config, a few CPU steps (see the docstring)")
-    ap.add_argument("--shape", choices=sorted(SHAPES), default=None, help="model shape (default: demo; smoke with --smoke)")
+    ap.add_argument("--shape", choices=sorted(SHAPES), default=None,
+                    help="model shape (default: demo; smoke with --smoke)")
     ap.add_argument("--steps", type=int, default=1500)
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--context", type=int, default=512, help="training window and perplexity context")
