@@ -1,12 +1,16 @@
 # rill — the two commands of the README, and the pieces they are made of.
-#   make demo   build rill and the project's own small model, serve it on 127.0.0.1:8000 (the main job)
+#   make demo   build rill and serve the project's own small model on 127.0.0.1:8000 (the main job): the trained
+#               demo model models/kimi-linear-demo when it is in the tree, else a random tiny one (a note says so)
 #   make test   build everything and run the whole test suite               (what .ci/run calls)
 #   make test-tsan   the engine and server tests under ThreadSanitizer     (part of make test)
-#   make generate-demo   one completion from the small model, without the server
+#   make generate-demo   one completion from the same model, without the server
+#   make demo-data   the demo model's corpus, vocabulary and pre-tokenised splits in .deps/demo_corpus
 BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 TINY_MODEL ?= models/rill-tiny
+# The trained demo model (issue #20; tools/demo_model/README.md); make demo falls back to TINY_MODEL without it.
+DEMO_MODEL ?= models/kimi-linear-demo
 # ThreadSanitizer: a second, CPU-only build of what runs threads against the engine — the engine and server
 # tests and the rill binary that the server e2e tests start — run so that a race stops a test at its first
 # report (halt_on_error), failing CI. The K3 instances of the prefix-cache suite are left out there: they repeat
@@ -17,7 +21,7 @@ TSAN_TESTS ?= ^(engine_tests|server_tests|server_protocol_tests|e2e_(api|bad_req
 TSAN_GTEST_FILTER ?= -*/PrefixCache.*/1
 TSAN_OPTIONS ?= halt_on_error=1 second_deadlock_stack=1 suppressions=$(CURDIR)/tests/tsan.supp
 
-.PHONY: all setup build test test-tsan demo serve-demo generate-demo tiny-model clean format
+.PHONY: all setup build test test-tsan demo serve-demo generate-demo demo-model demo-data tiny-model clean format
 
 all: build
 
@@ -50,17 +54,36 @@ tiny-model: build
 
 demo: serve-demo
 
-generate-demo: tiny-model
-	$(BUILD)/rill generate $(TINY_MODEL) --prompt "The license grants" --max-tokens 24 --temperature 0.8 --seed 7
+# Which model the demo targets use: DEMO_MODEL when its weights are there, else the random tiny model (built).
+demo-model: build
+	@if [ ! -f $(DEMO_MODEL)/model.safetensors ]; then \
+	  echo "note: $(DEMO_MODEL) is not in this tree (the trained demo model, tools/demo_model/README.md);"; \
+	  echo "      using the random tiny model $(TINY_MODEL) instead: well-formed answers, random text."; \
+	  $(BUILD)/rill tiny-model $(TINY_MODEL); \
+	fi
 
-serve-demo: tiny-model
+demo_dir = $(if $(wildcard $(DEMO_MODEL)/model.safetensors),$(DEMO_MODEL),$(TINY_MODEL))
+demo_name = $(notdir $(demo_dir))
+
+generate-demo: demo-model
+	$(BUILD)/rill generate $(demo_dir) --prompt "The jury said that" --max-tokens 32
+
+serve-demo: demo-model
 	@echo
-	@echo "Serving $(TINY_MODEL) on http://127.0.0.1:8000/v1 (Ctrl-C stops it). From another terminal:"
+	@echo "Serving $(demo_dir) on http://127.0.0.1:8000/v1 (Ctrl-C stops it). From another terminal:"
 	@echo
+	@echo "  curl -s http://127.0.0.1:8000/v1/completions -H 'Content-Type: application/json' \\"
+	@echo "    -d '{\"model\": \"$(demo_name)\", \"prompt\": \"The jury said that\", \"max_tokens\": 32, \"temperature\": 0}'"
 	@echo "  curl -s http://127.0.0.1:8000/v1/chat/completions -H 'Content-Type: application/json' \\"
-	@echo "    -d '{\"model\": \"rill-tiny\", \"messages\": [{\"role\": \"user\", \"content\": \"Hello!\"}], \"max_tokens\": 32}'"
+	@echo "    -d '{\"model\": \"$(demo_name)\", \"messages\": [{\"role\": \"user\", \"content\": \"Hello!\"}], \"max_tokens\": 32}'"
 	@echo
-	$(BUILD)/rill serve $(TINY_MODEL) --device cpu --host 127.0.0.1 --port 8000
+	$(BUILD)/rill serve $(demo_dir) --device cpu --host 127.0.0.1 --port 8000
+
+demo-data: build
+	./tools/demo_model/fetch_corpus.sh
+
+tiny-model: build
+	$(BUILD)/rill tiny-model $(TINY_MODEL)
 
 format:
 	find src tests bench -name '*.h' -o -name '*.cc' -o -name '*.cu' -o -name '*.cuh' | xargs clang-format -i

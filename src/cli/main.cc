@@ -19,17 +19,19 @@ constexpr Command kCommands[] = {
     {"chat", rill::cli::run_chat, "interactive chat in the terminal"},
     {"generate", rill::cli::run_generate, "generate a completion for a prompt (ids or text)"},
     {"logits", rill::cli::run_logits, "write the fp32 logits of every prompt position to a safetensors file"},
+    {"perplexity", rill::cli::run_perplexity, "sliding-window perplexity of a text file (llama-perplexity's)"},
     {"inspect", rill::cli::run_inspect, "config summary, tensor totals, memory per sequence, validation"},
     {"tokenize", rill::cli::run_tokenize, "UTF-8 text on stdin -> JSON array of token ids"},
     {"detokenize", rill::cli::run_detokenize, "JSON array of token ids on stdin -> text"},
     {"render", rill::cli::run_render, "OpenAI chat request (JSON) on stdin -> rendered prompt and ids"},
     {"bench", rill::cli::run_bench, "benchmark prefill, decode and per-op kernels; `bench serve`: load a running server"},
     {"tiny-model", rill::cli::run_tiny_model, "write the project's own small random model (for demos and tests)"},
+    {"train-tokenizer", rill::cli::run_train_tokenizer, "train a byte-level BPE vocabulary; text -> int32 ids"},
 };
 
 void print_usage(FILE* out) {
   std::fprintf(out, "usage: rill <command> [options]   (rill <command> --help for its options)\n\ncommands:\n");
-  for (const Command& c : kCommands) std::fprintf(out, "  %-12s %s\n", c.name, c.help);
+  for (const Command& c : kCommands) std::fprintf(out, "  %-15s %s\n", c.name, c.help);
 }
 
 }  // namespace

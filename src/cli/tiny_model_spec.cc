@@ -98,10 +98,16 @@ Status write_tiny_tokenizer(const std::filesystem::path& dir, bool k3) {
   const std::vector<std::string> ranks = text::train_bpe(kLicenseText, kRanks);
   if (int(ranks.size()) != kRanks)
     return internal_error("the BPE trainer produced {} ranks, {} wanted", ranks.size(), kRanks);
+  if (!k3) return write_kimi_linear_tokenizer(dir, ranks);
+  RILL_TRY(text::write_tiktoken_model(dir / "tiktoken.model", ranks));
+  return text::write_tokenizer_config(dir / "tokenizer_config.json", kRanks, text::ControlBlockLayout::K3);
+}
+
+Status write_kimi_linear_tokenizer(const std::filesystem::path& dir, const std::vector<std::string>& ranks) {
   RILL_TRY(text::write_tiktoken_model(dir / "tiktoken.model", ranks));
   const auto config_path = dir / "tokenizer_config.json";
-  if (k3) return text::write_tokenizer_config(config_path, kRanks, text::ControlBlockLayout::K3);
-  RILL_TRY(text::write_tokenizer_config(config_path, kRanks, text::ControlBlockLayout::KimiLinear));
+  RILL_TRY(
+      text::write_tokenizer_config(config_path, int32_t(ranks.size()), text::ControlBlockLayout::KimiLinear));
   RILL_ASSIGN_OR_RETURN(auto json, io::read_json_file(config_path));
   json["chat_template"] = kChatTemplate;
   std::ofstream f(config_path);

@@ -2,6 +2,8 @@
 #pragma once
 
 #include <filesystem>
+#include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -20,5 +22,9 @@ nlohmann::ordered_json tiny_k3_model_config();
 // control-block layout and a K2-style chat template; with `k3`, K3's control block and no template (K3 chats
 // are rendered natively).
 Status write_tiny_tokenizer(const std::filesystem::path& dir, bool k3 = false);
+
+// tiktoken.model from `ranks` and tokenizer_config.json with the Kimi Linear control block after them and the
+// same K2-style chat template (rill train-tokenizer: the demo model's vocabulary).
+Status write_kimi_linear_tokenizer(const std::filesystem::path& dir, const std::vector<std::string>& ranks);
 
 }  // namespace rill::cli
