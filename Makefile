@@ -75,7 +75,7 @@ serve-demo: demo-model
 	@echo "  curl -s http://127.0.0.1:8000/v1/completions -H 'Content-Type: application/json' \\"
 	@echo "    -d '{\"model\": \"$(demo_name)\", \"prompt\": \"The jury said that\", \"max_tokens\": 32, \"temperature\": 0}'"
 	@echo "  curl -s http://127.0.0.1:8000/v1/chat/completions -H 'Content-Type: application/json' \\"
-	@echo "    -d '{\"model\": \"$(demo_name)\", \"messages\": [{\"role\": \"user\", \"content\": \"Hello!\"}], \"max_tokens\": 32}'"
+	@echo "    -d '{\"model\": \"$(demo_name)\", \"messages\": [{\"role\": \"user\", \"content\": \"Hello!\"}], \"max_tokens\": 32, \"temperature\": 0}'"
 	@echo
 	$(BUILD)/rill serve $(demo_dir) --device cpu --host 127.0.0.1 --port 8000
 
