@@ -143,7 +143,7 @@ fi
 # --- profile: per-kernel device time of one batch-1 decode step (ncu, NVTX range from rill bench) -----------
 if want profile && [[ -x $BUILD/rill ]]; then
   range="decode batch ${PROFILE_BATCH:-1} at 4096 context"
-  timeout ${PROFILE_TIMEOUT:-300} ncu --clock-control none --nvtx --nvtx-include "$range/" --metrics gpu__time_duration.sum \
+  timeout ${PROFILE_TIMEOUT:-300} ncu --clock-control none --nvtx --nvtx-include "$range/" --metrics gpu__time_duration.sum,dram__bytes_read.sum,launch__grid_size \
     --csv --page raw $BUILD/rill bench --load-format dummy --preset kimi-linear-48b --skip-ops --repeats 1 \
     --prefill-tokens 64 --decode-batches ${PROFILE_BATCH:-1} > "$LOGS/profile_raw.csv" 2> "$LOGS/profile.err"
   note "ncu profile of '$range': rc=$?"

