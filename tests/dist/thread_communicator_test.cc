@@ -14,7 +14,7 @@
 #include "dist/mapping.h"
 #include "test_seed.h"
 
-namespace rill::backend::cpu {
+namespace rill::backend {
 namespace {
 
 using dist::Communicator;
@@ -377,4 +377,4 @@ TEST(ThreadComm, ChecksArguments) {
 }
 
 }  // namespace
-}  // namespace rill::backend::cpu
+}  // namespace rill::backend

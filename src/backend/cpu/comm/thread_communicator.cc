@@ -7,7 +7,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-namespace rill::backend::cpu {
+namespace rill::backend {
 
 namespace {
 
@@ -171,4 +171,4 @@ Result<std::unique_ptr<dist::Communicator>> ThreadCommHub::communicator(int worl
   return std::unique_ptr<dist::Communicator>(new ThreadCommunicator(rendezvous_, g, member));
 }
 
-}  // namespace rill::backend::cpu
+}  // namespace rill::backend

@@ -15,7 +15,7 @@
 #include "dist/communicator.h"
 #include "dist/thread_rendezvous.h"
 
-namespace rill::backend::cpu {
+namespace rill::backend {
 
 struct ThreadCommOptions {
   std::chrono::milliseconds timeout{120000};  // per wait; a step of a large CPU model can take seconds
@@ -39,4 +39,4 @@ class ThreadCommHub {
   std::shared_ptr<dist::ThreadRendezvous> rendezvous_;
 };
 
-}  // namespace rill::backend::cpu
+}  // namespace rill::backend
