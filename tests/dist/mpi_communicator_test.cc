@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
+#include <functional>
 
 #include "backend/cpu/comm/mpi_communicator.h"
 #include "dist/mapping.h"
@@ -22,14 +24,22 @@ class MpiEnvironment : public ::testing::Environment {
     auto w = dist::mpi_init();
     ASSERT_TRUE(w.ok()) << w.status().to_string();
     world = *w;
+    // One seed for all processes: each draws its own under RILL_TEST_SEED=random, and processes that disagree
+    // on sizes would wait on each other forever (MPI has no timeouts). Rank 0's is the one printed for
+    // replay.
+    std::vector<uint8_t> bytes(sizeof(uint32_t));
+    const uint32_t mine = testing::test_seed();
+    std::memcpy(bytes.data(), &mine, sizeof mine);
+    ASSERT_TRUE(dist::mpi_broadcast_bytes(bytes, 0).ok());
+    std::memcpy(&seed, bytes.data(), sizeof seed);
+    if (seed != mine) std::printf("[ seed     ] %u (rank 0's, used by every process)\n", seed);
   }
   void TearDown() override { dist::mpi_finalize(); }
   static inline dist::MpiWorld world;
+  static inline uint32_t seed = 0;
 };
 const auto* const kEnvironment = ::testing::AddGlobalTestEnvironment(new MpiEnvironment);
 
-// Agreed by every process without communication: the seed is the commit's (or RILL_TEST_SEED, which mpirun
-// passes on).
 int value_at(uint32_t seed, int r, int64_t i) {
   return int((seed * 2654435761u + r * 7919u + i * 104729u) % 65) - 32;
 }
@@ -66,7 +76,7 @@ TEST(MpiComm, WorldMatchesTheEnvironment) {
 }
 
 TEST(MpiComm, SumsGatherScatterAreTheClosedForms) {
-  const uint32_t seed = testing::test_seed();
+  const uint32_t seed = MpiEnvironment::seed;
   auto c = world_comm();
   ASSERT_NE(c, nullptr);
   const int n = c->size(), r = c->rank();
@@ -113,7 +123,7 @@ TEST(MpiComm, Bf16SumRoundsOnce) {
 }
 
 TEST(MpiComm, AllToAllVBroadcastSendRecv) {
-  const uint32_t seed = testing::test_seed();
+  const uint32_t seed = MpiEnvironment::seed;
   auto c = world_comm();
   ASSERT_NE(c, nullptr);
   const int n = c->size(), r = c->rank();
@@ -167,7 +177,7 @@ TEST(MpiComm, AllToAllVBroadcastSendRecv) {
 
 // The bootstrap carries rank 0's NCCL unique id (128 bytes) to every process; sub-groups come from a Mapping.
 TEST(MpiComm, BootstrapBroadcastAndMappingGroups) {
-  const uint32_t seed = testing::test_seed();
+  const uint32_t seed = MpiEnvironment::seed;
   const int n = MpiEnvironment::world.size, r = MpiEnvironment::world.rank;
   std::vector<uint8_t> id;
   if (r == 0) {
