@@ -11,6 +11,7 @@ PACKAGES=(
   python3 python3-jinja2 nodejs npm
   chromium  # headless, for tests/e2e/browser_test.mjs: a real page calling the server through CORS
   gnuplot-nox
+  libopenmpi-dev openmpi-bin  # optional in CMake: multi-process launch (mpirun) and the MPI communicator
 )
 
 missing=()
