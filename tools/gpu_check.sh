@@ -46,7 +46,7 @@ if ! cmake -S . -B $BUILD -G Ninja -DRILL_CUDA=ON -DCCACHE_PROGRAM=OFF -DRILL_WE
 fi
 # The GPU-relevant targets first (tests, kernel labs); the rill binary separately, so a server-side build
 # problem cannot hide kernel results.
-GPU_TARGETS=${GPU_TARGETS:-"backend_tests model_gpu_tests engine_gpu_tests runner_gpu_tests model_tests"}
+GPU_TARGETS=${GPU_TARGETS:-"backend_tests model_gpu_tests engine_gpu_tests runner_gpu_tests model_tests dist_cuda_tests"}
 all_targets=$(ninja -C $BUILD -t targets all 2>/dev/null)  # (not piped into grep -q: pipefail + SIGPIPE)
 want bench && for t in kda_bench mla_bench kernel_lab; do
   [[ $'\n'"$all_targets" == *$'\n'"$t: "* ]] && GPU_TARGETS+=" $t"
