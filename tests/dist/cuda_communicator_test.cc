@@ -74,14 +74,18 @@ class RankMemory {
   std::vector<void*> device_allocs_;
 };
 
-// Random values of dtype t (bf16-representable, so the host and device inputs are the same numbers).
+// Random values of dtype t (bf16-representable, so the host and device inputs are the same numbers; U8:
+// bytes).
 Bytes random_values(DType t, int64_t n, uint32_t seed) {
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   Bytes b(size_t(n) * dtype_size(t));
   for (int64_t i = 0; i < n; ++i) {
     const float v = u(rng);
-    if (t == DType::F32) {
+    if (t ==
+        DType::U8) {  // (a bf16 store here overran the buffer: "malloc(): corrupted top size" on the H200)
+      b[size_t(i)] = uint8_t(rng());
+    } else if (t == DType::F32) {
       std::memcpy(b.data() + i * 4, &v, 4);
     } else {
       const uint16_t h = f32_to_bf16(v);
