@@ -5,9 +5,10 @@
 //    gathered GEMV kernels.
 //    gate_up: grid (I/16, pairs), a warp computes 2 gate and 2 up rows for its pair with 16-byte loads (8 in
 //    flight per lane), x in shared memory. down: grid (Hx/4, T), warp w computes the block's 4 output rows
-//    for experts j = w, w + 8, ..., the token's activations read through L1; the k rows are combined in
-//    order in shared memory. Memory-bound on the experts' weights (more, smaller blocks than before: the
-//    first version's 144 down blocks ran at ~50% of bandwidth).
+//    for experts j = w, w + 8, ... (a warp per slot, up to 16), the token's activations read through L1; the k
+//    rows are combined in order in shared memory. Memory-bound on the experts' weights (more, smaller blocks
+//    than before: the first version's 144 down blocks ran at ~50% of bandwidth). For 1-2 tokens a bf16 shared
+//    expert rides along as pair T*k + t of gate_up and slot k of down, added as bf16(bf16(routed) + shared).
 //    MXFP4 experts (spec §2.4) have their own pair, with the same grids' roles and rounding points. gate_up
 //    runs on the tensor cores: each warp decodes 8 gate and 8 up rows two codes at a time with integer ops
 //    and one bf16 multiply (device.cuh: exact, scaled) straight into mma.sync A fragments, x as B. down keeps
