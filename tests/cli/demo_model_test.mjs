@@ -84,7 +84,7 @@ try {
   { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'], maxBuffer: 1 << 26 }).trim().split('\n').pop());
 } catch (e) {
   const err = String(e.stderr ?? e);
-  if (!cpu && /without the CUDA backend|no CUDA|CUDA device|cudaGetDeviceCount/i.test(err)) skip(`no GPU: ${err.trim()}`);
+  if (!cpu && /without the CUDA backend|no CUDA|no usable CUDA|CUDA device|cudaGetDeviceCount/i.test(err)) skip(`no GPU: ${err.trim()}`);
   fail(`rill perplexity failed: ${err}`);
 }
 check(got.tokens === ref.tokens, `scored tokens ${got.tokens} == the script's ${ref.tokens}`);
