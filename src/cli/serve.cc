@@ -191,6 +191,12 @@ int run_serve(int argc, char** argv) {
   std::vector<char*> ptrs;
   for (std::string& a : args) ptrs.push_back(a.data());
   if (int rc = parse_args(app, int(ptrs.size()), ptrs.data()); rc >= 0) return rc;
+  if (vllm.gpu_memory_utilization > 0 && app.count("--kv-cache-fraction") > 0)
+    return report_error(
+        "serve", invalid_argument("--gpu-memory-utilization {} and --kv-cache-fraction {} both size the "
+                                  "caches: give one (the first is a share of the device's total "
+                                  "memory, the second of the memory free after the weights)",
+                                  vllm.gpu_memory_utilization, o.engine.kv_cache_fraction));
   if (Status st = apply_vllm_flags(vllm, dev, o); !st.ok()) return report_error("serve", st);
   o.startup_flags = given_flags(app);
   auto ms = [](double seconds) { return std::chrono::milliseconds(int64_t(seconds * 1000)); };
@@ -208,9 +214,7 @@ int run_serve(int argc, char** argv) {
     lo.progress = progress;
     lo.dummy_weights = load_format == "dummy";
     RILL_ASSIGN_OR_RETURN(auto model, model::load_model(o.model_dir, *backend, lo));
-    server::LoadedModel loaded{std::move(backend), std::move(model)};
-    RILL_ASSIGN_OR_RETURN(loaded.kv_cache_fraction, kv_fraction_for_utilization(vllm, *loaded.backend));
-    return loaded;
+    return server::LoadedModel{std::move(backend), std::move(model)};
   };
   return server::run_server(o, loader);
 }

@@ -35,7 +35,8 @@ void add_vllm_flags(CLI::App& app, server::ServerOptions& o, VllmFlags& f) {
   app.add_option(
          "--gpu-memory-utilization", f.gpu_memory_utilization,
          "fraction of the GPU's total memory the whole process may use (weights + workspace + "
-         "caches), as vLLM; the caches get what the weights leave of it (replaces --kv-cache-fraction)")
+         "caches), as vLLM; the caches get what the weights and the step workspace leave of it (instead of "
+         "--kv-cache-fraction)")
       ->check(CLI::Range(0.01, 1.0))
       ->group(group);
   app.add_option("--tool-call-parser", f.tool_call_parser,
@@ -125,31 +126,11 @@ Status apply_vllm_flags(const VllmFlags& f, const DeviceOptions& device, server:
   if (f.enforce_eager && cpu) notice("--enforce-eager", "the CPU backend has no CUDA graphs");
   if (f.dtype != "auto" && cpu) notice("--dtype " + f.dtype, "the CPU reference backend computes in float32");
   o.engine.enforce_eager = f.enforce_eager;
+  o.engine.gpu_memory_utilization = f.gpu_memory_utilization;
   if (f.seed >= 0) o.seed = uint64_t(f.seed);
   o.log_requests = !f.disable_log_requests;
   if (f.disable_log_stats) o.log_stats_interval_s = 0;
   return {};
-}
-
-Result<std::optional<double>> kv_fraction_for_utilization(const VllmFlags& f, const backend::Backend& be) {
-  const double u = f.gpu_memory_utilization;
-  if (u <= 0) return std::optional<double>();
-  const auto mem = be.device_memory();
-  if (!mem) return std::optional<double>();  // host memory: the notice was given at start-up
-  const double free_b = double(mem->first), total_b = double(mem->second), used = total_b - free_b;
-  const double budget = u * total_b - used;
-  constexpr double kGiB = double(1 << 30);
-  if (budget <= 0 || free_b <= 0)
-    return resource_exhausted(
-        "--gpu-memory-utilization {}: {:.1f} GiB of the device's {:.1f} GiB are in use once the weights are "
-        "loaded ({:.0f}%), leaving nothing for the caches: raise it",
-        u, used / kGiB, total_b / kGiB, 100 * used / total_b);
-  const double fraction = std::min(1.0, budget / free_b);
-  RILL_LOG_INFO(
-      "--gpu-memory-utilization {}: the caches get {:.2f} GiB ({:.3f} of the {:.2f} GiB free after the "
-      "weights; the step workspace comes out of it)",
-      u, budget / kGiB, fraction, free_b / kGiB);
-  return std::optional<double>(fraction);
 }
 
 std::vector<std::string> given_flags(const CLI::App& app) {

@@ -1,8 +1,9 @@
 // vLLM's `vllm serve` flags that rill serve accepts so a vLLM command line starts it unchanged: the parallel
-// sizes (1 is what this build runs; other values are refused), --gpu-memory-utilization (mapped onto the
-// cache plan), the Kimi tool / reasoning parser names (checked against the model family), --dtype, --seed,
-// --chat-template, --generation-config, the logging switches, and flags that have nothing to do in rill
-// (--trust-remote-code, ...), which get a one-line notice.
+// sizes (1 is what this build runs; other values are refused), --gpu-memory-utilization (into
+// EngineOptions; runner/memory_plan.cc sizes the caches from it), the Kimi tool / reasoning parser names
+// (checked against the model family), --dtype, --seed, --chat-template, --generation-config, the logging
+// switches, and flags that have nothing to do in rill (--trust-remote-code, ...), which get a one-line
+// notice.
 #pragma once
 
 #include <optional>
@@ -36,12 +37,6 @@ void add_vllm_flags(CLI::App& app, server::ServerOptions& o, VllmFlags& flags);
 // family, a dtype other than auto / bfloat16), logs a notice for flags with nothing to do here, and writes
 // the rest into `o`.
 Status apply_vllm_flags(const VllmFlags& flags, const DeviceOptions& device, server::ServerOptions& o);
-
-// --gpu-memory-utilization U with vLLM's meaning (the process may hold U x the device's total memory:
-// weights + workspace + caches), measured once the weights are on the device: the caches get
-// U x total - (total - free), expressed as the kv_cache_fraction of the free memory that the cache plan
-// takes. nullopt when the flag is absent or the device's memory is the host's (the CPU: a notice).
-Result<std::optional<double>> kv_fraction_for_utilization(const VllmFlags& flags, const backend::Backend& be);
 
 // The flags given on the command line, as "--name value" (secrets masked), for the start-up summary.
 std::vector<std::string> given_flags(const CLI::App& app);

@@ -102,7 +102,8 @@ void Engine::Impl::emit_finished(std::map<uint64_t, StreamEvent>& pending) {
     ev.cached_tokens = std::clamp(s.n_cached, 0, s.reported_prompt_tokens);
     using Seconds = std::chrono::duration<double>;
     if (s.first_scheduled) ev.queue_seconds = Seconds(*s.first_scheduled - s.arrival).count();
-    if (s.first_scheduled && s.first_token) ev.prefill_seconds = Seconds(*s.first_token - *s.first_scheduled).count();
+    if (s.first_scheduled && s.first_token)
+      ev.prefill_seconds = Seconds(*s.first_token - *s.first_scheduled).count();
     s.stream->push(std::move(ev));
   }
   for (auto& [id, ev] : pending)
@@ -247,6 +248,8 @@ Result<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<model::Model> mod
   if (o.max_batch_size < 1) return invalid_argument("--max-batch-size must be at least 1");
   if (o.max_num_tokens < 1) return invalid_argument("--max-num-tokens must be at least 1");
   if (o.mask_threads < 0) return invalid_argument("mask_threads must be 0 (automatic) or more");
+  if (o.gpu_memory_utilization < 0 || o.gpu_memory_utilization > 1)
+    return invalid_argument("--gpu-memory-utilization {} must be in (0, 1]", o.gpu_memory_utilization);
   auto impl = std::make_unique<Impl>();
   impl->opts = o;
   impl->tokenizer = std::move(tokenizer);
@@ -256,6 +259,7 @@ Result<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<model::Model> mod
   ro.max_num_tokens = o.max_num_tokens;
   ro.max_model_len = o.max_model_len;
   ro.kv_cache_fraction = o.kv_cache_fraction;
+  ro.gpu_memory_utilization = o.gpu_memory_utilization;
   ro.num_kv_blocks = o.num_kv_blocks;
   ro.block_size = o.block_size;
   ro.enforce_eager = o.enforce_eager;

@@ -37,7 +37,7 @@ struct SamplingParams {
   float top_p = 1.0f;
   int32_t top_k = 0;  // 0: all tokens
   float min_p = 0.0f;
-  std::optional<uint64_t> seed;  // reproducible sampling per request; unset: drawn at submit
+  std::optional<uint64_t> seed;     // reproducible sampling per request; unset: drawn at submit
   float presence_penalty = 0.0f;    // OpenAI: over generated tokens, [-2, 2]
   float frequency_penalty = 0.0f;   // OpenAI: over generated tokens, [-2, 2]
   float repetition_penalty = 1.0f;  // vLLM: over prompt and generated tokens, > 0
@@ -61,7 +61,8 @@ struct SamplingParams {
 struct Request {
   std::vector<int32_t> prompt;
   SamplingParams params;
-  int32_t reported_prompt_tokens = -1;  // K3 counts the prompt minus its 3-token generation stub; -1: prompt size
+  int32_t reported_prompt_tokens =
+      -1;  // K3 counts the prompt minus its 3-token generation stub; -1: prompt size
   // Grammar-constrained decoding (K3 tool_choice "required", response_format): which tokens may be sampled
   // next. One per request (it is stateful); null: unconstrained.
   std::shared_ptr<text::constraint::TokenConstraint> constraint;
@@ -78,7 +79,7 @@ struct TokenLogprob {
 
 // What a request's stream yields: new tokens with their text, then (once) the finish.
 struct StreamEvent {
-  std::vector<int32_t> token_ids;      // generated ids in this event
+  std::vector<int32_t> token_ids;  // generated ids in this event
   std::string text;  // their text: complete UTF-8, no skipped specials, stop strings cut and held back safely
   std::vector<TokenLogprob> logprobs;  // one per token when requested
   std::optional<FinishReason> finish;  // set on the last event
@@ -109,18 +110,19 @@ class RequestStream {
 };
 
 struct EngineOptions {
-  int max_batch_size = 64;   // sequences per step (and KDA state slots)
+  int max_batch_size = 64;    // sequences per step (and KDA state slots)
   int max_num_tokens = 2048;  // tokens per step: decode tokens first, prefill chunks fill the rest
   int max_model_len = 0;      // 0: the model's max_position_embeddings capped by the cache
   int max_queue = 1024;       // waiting requests before submit answers ResourceExhausted (HTTP 429)
   bool chunked_prefill = true;
   double kv_cache_fraction = 0.9;  // GPU: fraction of free memory (after weights) for caches
-  int num_kv_blocks = 0;           // explicit MLA block count (overrides the fraction; CPU default: from limits)
+  int num_kv_blocks = 0;  // explicit MLA block count (overrides the fraction; CPU default: from limits)
   int block_size = 64;
   // Prefix caching (--enable-prefix-caching): full blocks and KDA state snapshots are kept after a request
   // and reused by requests that start with the same tokens.
   bool enable_prefix_caching = false;
-  int kda_snapshot_interval = 256;   // tokens between KDA snapshots while prefilling (a multiple of block_size)
+  int kda_snapshot_interval =
+      256;  // tokens between KDA snapshots while prefilling (a multiple of block_size)
   int kda_snapshot_budget_mib = 2048;  // memory for KDA snapshots
   // Take KDA snapshots inside prefill steps where the backend can (else chunks end at every snapshot
   // position). Tests turn it off to cover the chunk-cutting path on the CPU.
@@ -134,6 +136,10 @@ struct EngineOptions {
   bool capture_graphs = true;
   // Tests only: called on the engine thread with every sampled row's logits (copied to the host: slow).
   std::function<void(uint64_t request_id, int32_t position, std::span<const float> logits)> logits_hook;
+  // vLLM's --gpu-memory-utilization: the fraction of the device's TOTAL memory the whole process may hold
+  // (weights + workspace + caches; the caches get what is left of it); 0: unset (kv_cache_fraction applies).
+  // Sized by runner/memory_plan.cc (RunnerOptions); ignored where memory is the host's.
+  double gpu_memory_utilization = 0;
 };
 
 struct EngineStats {
@@ -151,8 +157,8 @@ struct EngineStats {
   // computed plus the tokens it sampled (so the sum is prompt_tokens_total + generation_tokens_total).
   // iteration_tokens_counts[i] counts steps with tokens <= kIterationTokenBuckets[i] (and above the bucket
   // before it); the last entry counts those above every bound (+Inf). Not cumulative.
-  static constexpr std::array<int, 13> kIterationTokenBuckets = {1,    8,    16,   32,   64,   128,  256,
-                                                                 512,  1024, 2048, 4096, 8192, 16384};
+  static constexpr std::array<int, 13> kIterationTokenBuckets = {1,   8,    16,   32,   64,   128,  256,
+                                                                 512, 1024, 2048, 4096, 8192, 16384};
   std::array<uint64_t, kIterationTokenBuckets.size() + 1> iteration_tokens_counts{};
   uint64_t iteration_tokens_sum = 0;
   void observe_iteration_tokens(int tokens) {
@@ -174,13 +180,15 @@ class Engine {
   // Validates and enqueues; errors: InvalidArgument (bad params, prompt too long: names the parameter),
   // ResourceExhausted (queue full), Unavailable (shutting down).
   Result<std::shared_ptr<RequestStream>> submit(Request request);
-  // Ends a request now (finish = Cancelled); its blocks and slot are freed in the next step. Unknown ids: no-op.
+  // Ends a request now (finish = Cancelled); its blocks and slot are freed in the next step. Unknown ids:
+  // no-op.
   void cancel(uint64_t id);
   EngineStats stats() const;
   // Evicts every cached block and snapshot no running request holds; returns once done (vLLM's
   // /reset_prefix_cache). A no-op without prefix caching.
   Status reset_prefix_cache();
-  // Stops accepting; with `drain`, lets running and waiting requests finish, else cancels them; joins the thread.
+  // Stops accepting; with `drain`, lets running and waiting requests finish, else cancels them; joins the
+  // thread.
   void shutdown(bool drain);
 
   // Shuts down (cancelling what runs) and hands the model back, so a benchmark can compare engine settings on

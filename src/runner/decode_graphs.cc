@@ -18,8 +18,8 @@ Result<DecodeGraphs> DecodeGraphs::create(backend::Backend& be, int max_batch_si
   g.pad_slot_ = pad_slot;
   g.pad_block_ = pad_block;
   g.block_table_stride_ = (max_context + block_size - 1) / block_size;
-  RILL_ASSIGN_OR_RETURN(
-      g.layout_, be.allocate(backend::Backend::fixed_layout_bytes(max_batch_size, max_batch_size, g.block_table_stride_)));
+  RILL_ASSIGN_OR_RETURN(g.layout_, be.allocate(backend::Backend::fixed_layout_bytes(
+                                       max_batch_size, max_batch_size, g.block_table_stride_)));
   return g;
 }
 
@@ -38,7 +38,8 @@ int DecodeGraphs::bucket(const model::Model& m, const model::StepBatch& batch) c
 Result<TensorView> DecodeGraphs::run(model::Model& m, const model::ModelCaches& caches,
                                      const model::StepBatch& batch) {
   const int bucket = this->bucket(m, batch);
-  if (bucket == 0) return internal_error("decode graphs: a step of {} sequences that cannot replay", batch.seqs.size());
+  if (bucket == 0)
+    return internal_error("decode graphs: a step of {} sequences that cannot replay", batch.seqs.size());
   model::StepBatch padded = batch;
   for (int i = int(batch.seqs.size()); i < bucket; ++i) {
     model::SequenceStep pad;

@@ -23,7 +23,8 @@ class LocalExecutor final : public Executor {
 
 }  // namespace
 
-Result<std::unique_ptr<Executor>> make_local_executor(std::unique_ptr<model::Model> model, const RunnerOptions& o) {
+Result<std::unique_ptr<Executor>> make_local_executor(std::unique_ptr<model::Model> model,
+                                                      const RunnerOptions& o) {
   RILL_ASSIGN_OR_RETURN(std::unique_ptr<ModelRunner> runner, ModelRunner::create(std::move(model), o));
   return std::unique_ptr<Executor>(new LocalExecutor(std::move(runner)));
 }

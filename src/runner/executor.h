@@ -1,5 +1,6 @@
 // Executor: the one thing the engine thread calls per step (design.md §2, §4). A local executor drives one
-// ModelRunner; a multi-rank one (dist/) broadcasts each step to every rank's runner and samples on the leader.
+// ModelRunner; a multi-rank one (dist/) broadcasts each step to every rank's runner and samples on the
+// leader.
 #pragma once
 
 #include <memory>
@@ -26,6 +27,7 @@ class Executor {
 };
 
 // One ModelRunner on this process's backend.
-Result<std::unique_ptr<Executor>> make_local_executor(std::unique_ptr<model::Model> model, const RunnerOptions& o);
+Result<std::unique_ptr<Executor>> make_local_executor(std::unique_ptr<model::Model> model,
+                                                      const RunnerOptions& o);
 
 }  // namespace rill::runner

@@ -9,9 +9,26 @@ namespace rill::runner {
 using cache::MemoryPlan;
 using cache::PrefixCacheOptions;
 
+Result<double> cache_memory_budget(size_t free, size_t total, double utilization, double kv_fraction) {
+  constexpr double kGiB = double(1 << 30);
+  if (utilization <= 0) {
+    if (kv_fraction <= 0 || kv_fraction > 1) return invalid_argument("--kv-cache-fraction must be in (0, 1]");
+    return double(free) * kv_fraction;
+  }
+  if (utilization > 1) return invalid_argument("--gpu-memory-utilization {} must be in (0, 1]", utilization);
+  const double in_use = double(total) - double(free), budget = utilization * double(total) - in_use;
+  if (budget <= 0)
+    return resource_exhausted(
+        "--gpu-memory-utilization {}: {:.2f} GiB of the device's {:.2f} GiB, but {:.2f} GiB are in use "
+        "already (the weights, the step workspace and other processes): nothing is left for the caches; "
+        "raise it",
+        utilization, utilization * double(total) / kGiB, double(total) / kGiB, in_use / kGiB);
+  return budget;
+}
+
 Result<MemoryPlan> plan_memory(backend::Backend& be, const model::ModelConfig& c, int n_slots,
                                int max_model_len, double kv_fraction, int n_blocks, int block_size,
-                               const PrefixCacheOptions& prefix) {
+                               const PrefixCacheOptions& prefix, double gpu_memory_utilization) {
   if (n_slots < 1) return invalid_argument("--max-batch-size must be at least 1");
   if (block_size < 1) return invalid_argument("block size must be positive");
   if (prefix.enabled && (prefix.snapshot_interval < block_size || prefix.snapshot_interval % block_size != 0))
@@ -41,16 +58,20 @@ Result<MemoryPlan> plan_memory(backend::Backend& be, const model::ModelConfig& c
   if (n_blocks > 0) {
     p.n_blocks = n_blocks;
   } else if (auto mem = be.device_memory()) {
-    if (kv_fraction <= 0 || kv_fraction > 1) return invalid_argument("--kv-cache-fraction must be in (0, 1]");
-    const double budget =
-        double(mem->first) * kv_fraction - double(state_bytes(n_slots + n_snapshots + p.n_staging));
+    const double u = gpu_memory_utilization;
+    RILL_ASSIGN_OR_RETURN(const double caches, cache_memory_budget(mem->first, mem->second, u, kv_fraction));
+    const double budget = caches - double(state_bytes(n_slots + n_snapshots + p.n_staging));
     if (budget < double(per_block))
       return resource_exhausted(
-          "no device memory left for the KV cache: {:.2f} GiB free x {} leaves less than the "
-          "{:.2f} GiB of KDA state for {} sequences and {} snapshots; lower --max-batch-size "
-          "or --kda-snapshot-budget",
-          double(mem->first) / (1 << 30), kv_fraction, double(state_bytes(n_slots + n_snapshots)) / (1 << 30),
-          n_slots, n_snapshots);
+          "no device memory left for the KV cache: {} leaves {:.2f} GiB for the caches, less than the "
+          "{:.2f} GiB of KDA state for {} sequences and {} snapshots plus one {:.2f} MiB KV block; lower "
+          "--max-batch-size or --kda-snapshot-budget{}",
+          u > 0 ? fmt::format("--gpu-memory-utilization {} of {:.2f} GiB with {:.2f} GiB in use", u,
+                              double(mem->second) / (1 << 30), double(mem->second - mem->first) / (1 << 30))
+                : fmt::format("{:.2f} GiB free x --kv-cache-fraction {}", double(mem->first) / (1 << 30),
+                              kv_fraction),
+          caches / (1 << 30), double(state_bytes(n_slots + n_snapshots + p.n_staging)) / (1 << 30), n_slots,
+          n_snapshots, double(per_block) / (1 << 20), u > 0 ? ", or raise --gpu-memory-utilization" : "");
     p.n_blocks = int(std::min<double>(budget / double(per_block), 1 << 30));
   } else {
     // Host memory (CPU backend): every slot can hold 2048 tokens at once, and one sequence the whole context;

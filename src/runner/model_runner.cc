@@ -42,8 +42,9 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(std::unique_ptr<model::
   RILL_TRY(model->reserve_workspace(lim));
   cache::PrefixCacheOptions prefix = o.prefix;
   if (!be.kda_snapshots_in_step()) prefix.staging_slots = 0;
-  RILL_ASSIGN_OR_RETURN(cache::MemoryPlan plan, plan_memory(be, c, o.max_batch_size, want_len, o.kv_cache_fraction,
-                                                            o.num_kv_blocks, o.block_size, prefix));
+  RILL_ASSIGN_OR_RETURN(cache::MemoryPlan plan,
+                        plan_memory(be, c, o.max_batch_size, want_len, o.kv_cache_fraction, o.num_kv_blocks,
+                                    o.block_size, prefix, o.gpu_memory_utilization));
   // Graphs pad with one state slot and one MLA block past those the cache manager hands out.
   const bool graphs = !o.enforce_eager && (be.can_capture() || !o.capture_graphs);
   const int n_slots = cache::CacheManager::state_slots_needed(plan, prefix);

@@ -1,6 +1,6 @@
-// ModelRunner: everything one rank needs to run steps (design.md §4): the model (and through it the backend and
-// the step workspace), the cache storage, the sampler, and — on CUDA — the decode graphs. The engine reaches it
-// only through an Executor.
+// ModelRunner: everything one rank needs to run steps (design.md §4): the model (and through it the backend
+// and the step workspace), the cache storage, the sampler, and — on CUDA — the decode graphs. The engine
+// reaches it only through an Executor.
 
 // Decode graphs (decode_graphs.h) run where the backend can capture, unless --enforce-eager; with
 // RunnerOptions::capture_graphs false their padded steps run eagerly on any backend.
@@ -22,6 +22,8 @@ struct RunnerOptions {
   int max_num_tokens = 2048;  // tokens per step
   int max_model_len = 0;      // 0: the model's max_position_embeddings (CPU without cache sizes: 8192)
   double kv_cache_fraction = 0.9;
+  double gpu_memory_utilization =
+      0;                  // > 0: vLLM's meaning (cache_memory_budget), instead of kv_cache_fraction
   int num_kv_blocks = 0;  // explicit MLA block count (overrides the fraction)
   int block_size = 64;
   // Prefix caching; `staging_slots` is what the engine would like (dropped where the backend cannot take KDA
@@ -38,7 +40,8 @@ Status apply_cache_ops(backend::Backend& be, const model::ModelCaches& caches, c
 
 class ModelRunner {
  public:
-  static Result<std::unique_ptr<ModelRunner>> create(std::unique_ptr<model::Model> model, const RunnerOptions& o);
+  static Result<std::unique_ptr<ModelRunner>> create(std::unique_ptr<model::Model> model,
+                                                     const RunnerOptions& o);
 
   // The thread that calls execute() binds itself to the backend's device first.
   Status bind_thread() { return model_->backend().bind_thread(); }
@@ -58,7 +61,6 @@ class ModelRunner {
   uint64_t graph_replays() const { return graphs_ ? graphs_->replays() : 0; }
 
  private:
-
   ModelRunner(std::unique_ptr<model::Model> model, Sampler sampler)
       : model_(std::move(model)), sampler_(std::move(sampler)) {}
 

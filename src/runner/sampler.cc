@@ -79,7 +79,8 @@ Status Sampler::run(TensorView logits, const SamplingBatch& batch, std::vector<S
   out->assign(static_cast<size_t>(R), {});
   if (R == 0) return {};
   if (R > max_rows_) return internal_error("sampler: {} rows, capacity {}", R, max_rows_);
-  if (logits.size(0) != R) return internal_error("sampler: {} sampling rows for {} logits rows", R, logits.size(0));
+  if (logits.size(0) != R)
+    return internal_error("sampler: {} sampling rows for {} logits rows", R, logits.size(0));
   const int64_t V = logits.size(1);
   const auto& rs = batch.rows;
 
@@ -117,7 +118,8 @@ Status Sampler::run(TensorView logits, const SamplingBatch& batch, std::vector<S
   std::vector<float> lp(static_cast<size_t>(R)), top_lp;
   std::vector<int32_t> top_ids;
   if (top_n >= 0) {
-    backend::LogprobsArgs la{logits, ids, top_n, TensorView::make(lp_.data(), DType::F32, {R}, be_->device())};
+    backend::LogprobsArgs la{logits, ids, top_n,
+                             TensorView::make(lp_.data(), DType::F32, {R}, be_->device())};
     if (top_n > 0) {
       la.out_top_ids = TensorView::make(top_ids_.data(), DType::I32, {R, top_n}, be_->device());
       la.out_top_logprobs = TensorView::make(top_lp_.data(), DType::F32, {R, top_n}, be_->device());

@@ -1,5 +1,6 @@
 // Sampler: turns one step's logits into tokens on the device — penalties, token masks, sampling, logprobs —
-// with only the sampled ids (and requested logprobs) copied back. Owns small device buffers sized at start-up.
+// with only the sampled ids (and requested logprobs) copied back. Owns small device buffers sized at
+// start-up.
 #pragma once
 
 #include <vector>

@@ -1,6 +1,6 @@
-// What a step carries besides its StepBatch (design.md §4): the sampling controls of every logits row, and what
-// comes back — one token per row with its logprobs. Plain data: no engine types, so one leader's batch can be
-// described to any runner.
+// What a step carries besides its StepBatch (design.md §4): the sampling controls of every logits row, and
+// what comes back — one token per row with its logprobs. Plain data: no engine types, so one leader's batch
+// can be described to any runner.
 #pragma once
 
 #include <cstdint>

@@ -126,9 +126,7 @@ void load_checked(const ServerOptions& options, const ModelLoader& loader, Servi
   info.sampling_defaults = defaults->sampling;
   info.default_max_tokens = defaults->max_tokens;
   const std::string device = loaded->backend->device_description();
-  engine::EngineOptions engine_options = options.engine;
-  if (loaded->kv_cache_fraction) engine_options.kv_cache_fraction = *loaded->kv_cache_fraction;
-  auto engine = engine::Engine::create(std::move(loaded->model), shared_tokenizer, engine_options);
+  auto engine = engine::Engine::create(std::move(loaded->model), shared_tokenizer, options.engine);
   if (!engine.ok()) return fail(engine.status());
   info.max_model_len = (*engine)->max_model_len();
   const std::string params = n_params >= 1'000'000'000 ? fmt::format("{:.2f} B", double(n_params) / 1e9)

@@ -44,9 +44,6 @@ struct ServerOptions {
 struct LoadedModel {
   std::unique_ptr<backend::Backend> backend;  // outlives the model
   std::unique_ptr<model::Model> model;
-  // Set by a loader that sizes the caches itself (serve's --gpu-memory-utilization, measured after the
-  // weights): replaces EngineOptions::kv_cache_fraction.
-  std::optional<double> kv_cache_fraction;
 };
 // Opens the backend and loads the weights, reporting (bytes done, bytes total).
 using ModelLoader = std::function<Result<LoadedModel>(const model::LoadProgress& progress)>;

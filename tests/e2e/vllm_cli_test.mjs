@@ -50,6 +50,8 @@ await run("e2e_vllm_cli", async (track) => {
       [["--pipeline-parallel-size", "4"], /--pipeline-parallel-size 4: multi-GPU is not in this build yet/],
       [["--dtype", "float16"], /--dtype float16: .*use auto or bfloat16/],
       [["--tool-call-parser", "kimi_k3"], /--tool-call-parser kimi_k3: the model is kimi_linear.*use kimi_k2/],
+      [["--gpu-memory-utilization", "0.8", "--free-gpu-memory-fraction", "0.5"],
+       /--gpu-memory-utilization 0.8 and --kv-cache-fraction 0.5 both size the caches: give one/],
     ]) {
       const f = await serveFails(args);
       assertEq(f.code, 2, `${args.join(" ")} is refused as bad input`);

@@ -6,8 +6,8 @@
 
 #include <cstdlib>
 
-#include "runner/memory_plan.h"
 #include "model/kimi_linear_48b_config.h"
+#include "runner/memory_plan.h"
 
 namespace rill::runner {
 namespace {
@@ -38,6 +38,33 @@ TEST(MemoryPlan, APlanLargerThanTheAvailableMemoryIsRefusedWithTheFlags) {
 
   // The same model with a modest plan fits (a few GiB: 4 slots, 4096 tokens).
   EXPECT_TRUE(plan_memory(*be, c, 4, 4096, 0.9, 0, 64, {}).ok());
+}
+
+// --gpu-memory-utilization with vLLM's meaning: the process holds at most U x total, so the caches get
+// U x total less what is in use (total - free); --kv-cache-fraction is a share of the free memory.
+TEST(MemoryPlan, GpuMemoryUtilizationBudgetsTheDeviceTotal) {
+  const size_t GiB = size_t(1) << 30;
+  // 80 GiB device, 30 GiB in use (weights + workspace): U = 0.9 leaves 72 - 30 = 42 GiB.
+  auto b = cache_memory_budget(50 * GiB, 80 * GiB, 0.9, 0.5);
+  ASSERT_TRUE(b.ok()) << b.status().to_string();
+  EXPECT_DOUBLE_EQ(*b, 42.0 * double(GiB));
+  // Unset: the fraction of the free memory.
+  b = cache_memory_budget(50 * GiB, 80 * GiB, 0, 0.5);
+  ASSERT_TRUE(b.ok());
+  EXPECT_DOUBLE_EQ(*b, 25.0 * double(GiB));
+  // U = 1: every free byte.
+  b = cache_memory_budget(50 * GiB, 80 * GiB, 1.0, 0.5);
+  ASSERT_TRUE(b.ok());
+  EXPECT_DOUBLE_EQ(*b, 50.0 * double(GiB));
+  // 0.3 x 80 = 24 GiB is less than the 30 in use: refused with the numbers.
+  b = cache_memory_budget(50 * GiB, 80 * GiB, 0.3, 0.5);
+  ASSERT_FALSE(b.ok());
+  EXPECT_EQ(b.status().code(), StatusCode::ResourceExhausted);
+  const std::string& msg = b.status().message();
+  for (const char* part : {"--gpu-memory-utilization 0.3", "24.00 GiB", "80.00 GiB", "30.00 GiB", "raise it"})
+    EXPECT_NE(msg.find(part), std::string::npos) << part << " in: " << msg;
+  EXPECT_EQ(cache_memory_budget(50 * GiB, 80 * GiB, 1.5, 0.5).status().code(), StatusCode::InvalidArgument);
+  EXPECT_EQ(cache_memory_budget(50 * GiB, 80 * GiB, 0, 0).status().code(), StatusCode::InvalidArgument);
 }
 
 // MemAvailable is at most the machine's physical memory (sysconf, an independent source) and not zero.
