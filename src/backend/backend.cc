@@ -393,7 +393,9 @@ Status Backend::moe_route(const MoeRouteArgs& a) {
       .same_shape(a.ids, "ids", a.weights, "weights")
       .that(a.top_k >= 1 && a.top_k <= E, "top_k out of range")
       .that(a.n_groups >= 1 && E % a.n_groups == 0, "groups must divide experts")
-      .that(a.bias.empty() || (a.bias.dtype == DType::F32 && a.bias.numel() == E), "bias must be F32 [E]");
+      .that(a.bias.empty() || (a.bias.dtype == DType::F32 && a.bias.numel() == E), "bias must be F32 [E]")
+      .that(a.n_local >= 0 && a.expert_begin >= 0 && a.expert_begin + a.n_local <= E,
+            "local experts must lie inside [0, E)");
   RILL_TRY(c.done());
   return moe_route_impl(a);
 }

@@ -179,9 +179,14 @@ struct MoeRouteArgs {
   float scaling = 1.0f;
   TensorView ids;      // I32 [T, top_k]
   TensorView weights;  // F32 [T, top_k]
+  // Expert parallelism: with n_local > 0 this rank holds experts [expert_begin, expert_begin + n_local), and
+  // ids are written as local indices (id - expert_begin), -1 for an expert held elsewhere (skipped by
+  // moe_experts). The selection and the weights are the same on every rank.
+  int expert_begin = 0, n_local = 0;
 };
 
-// out = sum_k weights[t,k] * Expert_{ids[t,k]}(x_t), accumulated in fp32, stored in the activation dtype.
+// out = sum_k weights[t,k] * Expert_{ids[t,k]}(x_t), accumulated in fp32, stored in the activation dtype; a pair
+// whose id is outside [0, E) (an expert held by another rank) contributes nothing.
 // With a shared expert (both shared_* set): out = act(act(routed) + act(Shared(x_t))), Shared the dense GLU
 // MLP down(act(glu(act(gate x), act(up x)))) — exactly gemm, glu, gemm and add in sequence, which is what a
 // backend that does not fuse it runs (Backend::moe_experts); CUDA's decode GEMVs take it as one more expert.
@@ -308,6 +313,9 @@ class Backend {
   // Makes the calling thread's device calls go to this backend's device (CUDA: cudaSetDevice). The thread
   // that creates a backend is bound; any other thread that runs ops (the engine's) calls this first.
   virtual Status bind_thread() { return {}; }
+  // The stream every op is queued on (CUDA: a cudaStream_t), so a communicator's collectives are ordered with
+  // the kernels around them; nullptr where ops run synchronously (CPU).
+  virtual void* native_stream() const { return nullptr; }
   virtual KernelShapeLimits shape_limits() const { return {}; }
   virtual DType act_dtype() const = 0;  // F32 on the CPU reference, BF16 on CUDA
   // Dtype the backend wants dense matrices in (the loader converts once at load). nullopt: keep as stored.

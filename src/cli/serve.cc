@@ -13,16 +13,44 @@
 #include "cli/common.h"
 #include "cli/serve_vllm_flags.h"
 #include "core/log.h"
+#include "runner/parallel_executor.h"
 #include "server/server.h"
 
 namespace rill::cli {
 namespace {
 
 // "--max_batch_size=8" -> "--max-batch-size=8"; other-server names -> rill's.
+// -tp N: the engine's executor over N ranks of this process on the device `probe` resolved --device to:
+// threads on the CPU, a GPU each from its index on (NCCL), or all on it with --ranks-on-one-gpu. Each rank
+// loads its shard; rank 0 reports the progress.
+Result<server::LoadedModel> parallel_model(const std::string& dir, const model::LoadOptions& lo,
+                                           const backend::Backend& probe, const VllmFlags& f) {
+  runner::ParallelOptions p;
+  p.sizes = {.world = f.tensor_parallel_size, .tp = f.tensor_parallel_size, .ep = expert_parallel_size(f)};
+  if (probe.device() == Device::Cpu) {
+    p.comm.kind = backend::CommKind::Threads;
+  } else {
+    RILL_ASSIGN_OR_RETURN(p.comm.first_gpu, backend::parse_cuda_device(probe.name()));
+    p.comm.kind = f.ranks_on_one_gpu ? backend::CommKind::SharedGpu : backend::CommKind::Nccl;
+  }
+  runner::RankLoader load = [dir, lo](backend::Backend& be, const model::ModelShard& shard) {
+    model::LoadOptions mine = lo;
+    mine.shard = shard;
+    if (shard.tp_rank != 0) mine.progress = {};
+    return model::load_model(dir, be, mine);
+  };
+  server::LoadedModel out;
+  out.make_executor = [load, p](const runner::RunnerOptions& ro) {
+    return runner::make_parallel_executor(load, p, ro);
+  };
+  return out;
+}
+
 std::vector<std::string> normalize_flags(int argc, char** argv) {
   static const std::pair<const char*, const char*> kShort[] = {{"-tp", "--tensor-parallel-size"},
                                                                {"-pp", "--pipeline-parallel-size"},
-                                                               {"-dp", "--data-parallel-size"}};
+                                                               {"-dp", "--data-parallel-size"},
+                                                               {"-ep", "--expert-parallel-size"}};
   static const std::pair<const char*, const char*> kAliases[] = {
       {"--max-num-seqs", "--max-batch-size"},
       {"--max-num-batched-tokens", "--max-num-tokens"},
@@ -213,6 +241,7 @@ int run_serve(int argc, char** argv) {
     model::LoadOptions lo;
     lo.progress = progress;
     lo.dummy_weights = load_format == "dummy";
+    if (vllm.tensor_parallel_size > 1) return parallel_model(o.model_dir, lo, *backend, vllm);
     RILL_ASSIGN_OR_RETURN(auto model, model::load_model(o.model_dir, *backend, lo));
     return server::LoadedModel{std::move(backend), std::move(model)};
   };

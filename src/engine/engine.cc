@@ -245,6 +245,16 @@ void Engine::Impl::loop() {
 Result<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<model::Model> model,
                                                std::shared_ptr<const text::Tokenizer> tokenizer,
                                                const EngineOptions& o) {
+  if (!model) return invalid_argument("engine: no model");
+  auto local = [&model](const runner::RunnerOptions& ro) {
+    return runner::make_local_executor(std::move(model), ro);
+  };
+  return create(local, std::move(tokenizer), o);
+}
+
+Result<std::unique_ptr<Engine>> Engine::create(const ExecutorFactory& make_executor,
+                                               std::shared_ptr<const text::Tokenizer> tokenizer,
+                                               const EngineOptions& o) {
   if (o.max_batch_size < 1) return invalid_argument("--max-batch-size must be at least 1");
   if (o.max_num_tokens < 1) return invalid_argument("--max-num-tokens must be at least 1");
   if (o.mask_threads < 0) return invalid_argument("mask_threads must be 0 (automatic) or more");
@@ -253,7 +263,6 @@ Result<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<model::Model> mod
   auto impl = std::make_unique<Impl>();
   impl->opts = o;
   impl->tokenizer = std::move(tokenizer);
-  const model::ModelConfig& c = model->config();
   runner::RunnerOptions ro;
   ro.max_batch_size = o.max_batch_size;
   ro.max_num_tokens = o.max_num_tokens;
@@ -273,9 +282,10 @@ Result<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<model::Model> mod
   // drops them where the backend cannot take snapshots inside a step.
   if (o.enable_prefix_caching && o.kda_snapshots_in_step && o.kda_snapshot_interval > 0)
     prefix.staging_slots = o.max_num_tokens / o.kda_snapshot_interval + std::min(o.max_batch_size, 8);
+  RILL_ASSIGN_OR_RETURN(impl->exec, make_executor(ro));
+  const model::ModelConfig& c = impl->exec->model().config();
   const std::vector<int32_t> eos_ids = c.eos_token_ids;
   const int64_t vocab = c.vocab_size;
-  RILL_ASSIGN_OR_RETURN(impl->exec, runner::make_local_executor(std::move(model), ro));
   RILL_ASSIGN_OR_RETURN(cache::CacheManager cm,
                         cache::CacheManager::create(impl->exec->memory_plan(), impl->exec->prefix_options()));
   impl->caches = std::make_unique<cache::CacheManager>(std::move(cm));

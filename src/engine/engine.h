@@ -22,6 +22,10 @@
 namespace rill::model {
 class Model;
 }
+namespace rill::runner {
+class Executor;
+struct RunnerOptions;
+}
 namespace rill::text {
 class Tokenizer;
 }
@@ -173,6 +177,13 @@ class Engine {
  public:
   // Takes the model; the tokenizer (optional) turns ids into text and enables stop strings.
   static Result<std::unique_ptr<Engine>> create(std::unique_ptr<model::Model> model,
+                                                std::shared_ptr<const text::Tokenizer> tokenizer,
+                                                const EngineOptions& options);
+  // With the executor the factory makes from the runner options the engine derives from `options` (several
+  // ranks: runner/parallel_executor.h).
+  using ExecutorFactory =
+      std::function<Result<std::unique_ptr<runner::Executor>>(const runner::RunnerOptions& options)>;
+  static Result<std::unique_ptr<Engine>> create(const ExecutorFactory& make_executor,
                                                 std::shared_ptr<const text::Tokenizer> tokenizer,
                                                 const EngineOptions& options);
   ~Engine();

@@ -5,6 +5,7 @@
 
 #include "backend/backend.h"
 #include "core/arena.h"
+#include "dist/communicator.h"
 #include "model/taps.h"
 
 namespace rill::model {
@@ -15,6 +16,13 @@ struct ForwardContext {
   const backend::BatchLayout& layout;
   TapRecorder* taps = nullptr;  // set by tests / debugging only
   int layer = -1;               // the layer being run (names taps)
+  dist::Communicator* tp_comm = nullptr;  // tensor parallelism: the group whose partial sums add up
+
+  // t = the sum of every tp rank's t (a no-op on one rank and in the workspace-sizing dry run).
+  Status reduce(const TensorView& t) const {
+    if (!tp_comm || be.dry_run()) return {};
+    return tp_comm->all_reduce_sum(t, t);
+  }
 
   DType act() const { return be.act_dtype(); }
   int n_tokens() const { return layout.n_tokens; }

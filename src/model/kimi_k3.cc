@@ -2,7 +2,8 @@
 
 namespace rill::model {
 
-KimiK3Model::KimiK3Model(ModelConfig config, backend::Backend& be) : Model(std::move(config), be) {
+KimiK3Model::KimiK3Model(const ModelConfig& config, backend::Backend& be, const ModelShard& shard)
+    : Model(config, be, shard) {
   layers_.resize(static_cast<size_t>(config_.n_layers));
 }
 
@@ -22,7 +23,7 @@ void KimiK3Model::declare_weights() {
   table_.matrix(root + "embed_tokens.weight", {V, H}, &embed_);
   table_.vector(root + "norm.weight", {H}, &final_norm_);
   declare_attn_res_weights(table_, root, "output_attn_res", H, output_res_);
-  table_.matrix(c.tensor_prefix + "lm_head.weight", {V, H}, &lm_head_);
+  declare_lm_head(c.tensor_prefix + "lm_head.weight", &lm_head_);
   for (int i = 0; i < c.n_layers; ++i) {
     const std::string p = root + "layers." + std::to_string(i) + ".";
     K3LayerWeights& L = layers_[size_t(i)];
@@ -32,28 +33,32 @@ void KimiK3Model::declare_weights() {
     declare_attn_res_weights(table_, p, "mlp_res", H, L.mlp_res);
     // KDA and MLA layers both have a `self_attn.g_proj.weight`; the layer kind says which gate it is.
     if (c.layer_kinds[size_t(i)] == LayerKind::Kda)
-      declare_kda_weights(table_, p + "self_attn.", c, L.kda);
+      declare_kda_weights(table_, p + "self_attn.", c, shard_, L.kda);
     else
-      declare_mla_weights(table_, p + "self_attn.", c, L.mla);
+      declare_mla_weights(table_, p + "self_attn.", c, shard_, L.mla);
     if (c.ffn_kinds[size_t(i)] == FfnKind::Dense)
-      declare_mlp_weights(table_, p + "mlp.", H, c.intermediate_size, L.mlp);
+      declare_mlp_weights(table_, p + "mlp.", H, c.intermediate_size, shard_.tp_rank, shard_.tp_size, L.mlp);
     else
-      declare_moe_weights(table_, p + "block_sparse_moe.", c, L.moe);
+      declare_moe_weights(table_, p + "block_sparse_moe.", c, shard_, L.moe);
   }
 }
 
-Status KimiK3Model::mixer(ForwardContext& cx, int i, TensorView u, const ModelCaches& caches,
-                          TensorView out) {
+// Each sublayer's output is this rank's partial sum under tensor parallelism; one all-reduce completes it.
+Status KimiK3Model::mixer(ForwardContext& cx, int i, TensorView u, const ModelCaches& caches, TensorView out) {
   const LayerCache& cache = caches.layers[size_t(i)];
   if (config_.layer_kinds[size_t(i)] == LayerKind::Kda)
-    return kda_forward(cx, config_, layers_[size_t(i)].kda, u, cache, out);
-  return mla_forward(cx, config_, layers_[size_t(i)].mla, u, cache, out);
+    RILL_TRY(kda_forward(cx, config_, layers_[size_t(i)].kda, u, cache, out));
+  else
+    RILL_TRY(mla_forward(cx, config_, layers_[size_t(i)].mla, u, cache, out));
+  return cx.reduce(out);
 }
 
 Status KimiK3Model::ffn(ForwardContext& cx, int i, TensorView x, TensorView out) {
   if (config_.ffn_kinds[size_t(i)] == FfnKind::Dense)
-    return mlp_forward(cx, layers_[size_t(i)].mlp, glu_spec(config_), x, out);
-  return moe_forward(cx, config_, layers_[size_t(i)].moe, x, out);
+    RILL_TRY(mlp_forward(cx, layers_[size_t(i)].mlp, glu_spec(config_), x, out));
+  else
+    RILL_TRY(moe_forward(cx, config_, shard_, layers_[size_t(i)].moe, x, out));
+  return cx.reduce(out);
 }
 
 // Spec §3.11, per layer L with block size S:
@@ -102,7 +107,7 @@ Status KimiK3Model::forward_impl(ForwardContext& cx, TensorView ids, TensorView 
   RILL_TRY(be.gather_rows({h, rows, picked}));
   TensorView final_normed = cx.ws.alloc(cx.act(), {R, H});
   RILL_TRY(be.rms_norm({picked, final_norm_, c.rms_norm_eps, final_normed}));
-  return be.gemm({final_normed, &lm_head_, logits});
+  return project_logits(cx, final_normed, lm_head_, logits);
 }
 
 }  // namespace rill::model

@@ -28,7 +28,7 @@ struct K3LayerWeights {
 
 class KimiK3Model final : public Model {
  public:
-  KimiK3Model(ModelConfig config, backend::Backend& be);
+  KimiK3Model(const ModelConfig& config, backend::Backend& be, const ModelShard& shard);
 
  private:
   void declare_weights() override;

@@ -2,7 +2,8 @@
 
 namespace rill::model {
 
-KimiLinearModel::KimiLinearModel(ModelConfig config, backend::Backend& be) : Model(std::move(config), be) {
+KimiLinearModel::KimiLinearModel(const ModelConfig& config, backend::Backend& be, const ModelShard& shard)
+    : Model(config, be, shard) {
   layers_.resize(static_cast<size_t>(config_.n_layers));
 }
 
@@ -12,29 +13,35 @@ void KimiLinearModel::declare_weights() {
   const int H = c.hidden_size, V = c.vocab_size;
   table_.matrix(root + "model.embed_tokens.weight", {V, H}, &embed_);
   table_.vector(root + "model.norm.weight", {H}, &final_norm_);
-  table_.matrix(root + "lm_head.weight", {V, H}, &lm_head_);
+  declare_lm_head(root + "lm_head.weight", &lm_head_);
   for (int i = 0; i < c.n_layers; ++i) {
     const std::string p = root + "model.layers." + std::to_string(i) + ".";
     DecoderLayerWeights& L = layers_[size_t(i)];
     table_.vector(p + "input_layernorm.weight", {H}, &L.input_norm);
     table_.vector(p + "post_attention_layernorm.weight", {H}, &L.post_norm);
-    if (c.layer_kinds[size_t(i)] == LayerKind::Kda) declare_kda_weights(table_, p + "self_attn.", c, L.kda);
-    else declare_mla_weights(table_, p + "self_attn.", c, L.mla);
-    if (c.ffn_kinds[size_t(i)] == FfnKind::Dense) declare_mlp_weights(table_, p + "mlp.", H, c.intermediate_size, L.mlp);
-    else declare_moe_weights(table_, p + "block_sparse_moe.", c, L.moe);
+    if (c.layer_kinds[size_t(i)] == LayerKind::Kda) declare_kda_weights(table_, p + "self_attn.", c, shard_, L.kda);
+    else declare_mla_weights(table_, p + "self_attn.", c, shard_, L.mla);
+    if (c.ffn_kinds[size_t(i)] == FfnKind::Dense) declare_mlp_weights(table_, p + "mlp.", H, c.intermediate_size, shard_.tp_rank, shard_.tp_size, L.mlp);
+    else declare_moe_weights(table_, p + "block_sparse_moe.", c, shard_, L.moe);
   }
 }
 
+// Each sublayer's output is this rank's partial sum under tensor parallelism; one all-reduce completes it.
 Status KimiLinearModel::mixer(ForwardContext& cx, int i, TensorView u, const ModelCaches& caches, TensorView out) {
   const LayerCache& cache = caches.layers[size_t(i)];
-  if (config_.layer_kinds[size_t(i)] == LayerKind::Kda) return kda_forward(cx, config_, layers_[size_t(i)].kda, u, cache, out);
-  return mla_forward(cx, config_, layers_[size_t(i)].mla, u, cache, out);
+  if (config_.layer_kinds[size_t(i)] == LayerKind::Kda)
+    RILL_TRY(kda_forward(cx, config_, layers_[size_t(i)].kda, u, cache, out));
+  else
+    RILL_TRY(mla_forward(cx, config_, layers_[size_t(i)].mla, u, cache, out));
+  return cx.reduce(out);
 }
 
 Status KimiLinearModel::ffn(ForwardContext& cx, int i, TensorView x, TensorView out) {
   if (config_.ffn_kinds[size_t(i)] == FfnKind::Dense)
-    return mlp_forward(cx, layers_[size_t(i)].mlp, glu_spec(config_), x, out);
-  return moe_forward(cx, config_, layers_[size_t(i)].moe, x, out);
+    RILL_TRY(mlp_forward(cx, layers_[size_t(i)].mlp, glu_spec(config_), x, out));
+  else
+    RILL_TRY(moe_forward(cx, config_, shard_, layers_[size_t(i)].moe, x, out));
+  return cx.reduce(out);
 }
 
 // x is the residual stream, kept in fp32 on every backend (the bf16 CUDA path rounded it at every add, and
@@ -73,7 +80,7 @@ Status KimiLinearModel::forward_impl(ForwardContext& cx, TensorView ids, TensorV
   TensorView normed = cx.ws.alloc(cx.act(), {R, H});
   RILL_TRY(be.add_rms_norm({picked, picked_delta, final_norm_, c.rms_norm_eps, normed}));
   cx.tap("residual", picked);
-  return be.gemm({normed, &lm_head_, logits});
+  return project_logits(cx, normed, lm_head_, logits);
 }
 
 }  // namespace rill::model

@@ -23,7 +23,7 @@ struct DecoderLayerWeights {
 
 class KimiLinearModel final : public Model {
  public:
-  KimiLinearModel(ModelConfig config, backend::Backend& be);
+  KimiLinearModel(const ModelConfig& config, backend::Backend& be, const ModelShard& shard);
 
  private:
   void declare_weights() override;

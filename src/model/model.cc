@@ -170,9 +170,15 @@ Status Model::upload_inputs(const StepBatch& batch, const ModelCaches& caches, A
   const std::vector<int32_t> rows_host = batch.logit_token_rows();
   ids_ = ws.alloc(DType::I32, {T});
   rows_ = ws.alloc(DType::I32, {int64_t(rows_host.size())});
+  if (shard_.tp_size > 1) iota_ = ws.alloc(DType::I32, {int64_t(rows_host.size())});
   if (!be_->dry_run()) {
     RILL_TRY(be_->upload_async(ids_.data, batch.token_ids.data(), size_t(T) * 4));
     RILL_TRY(be_->upload_async(rows_.data, rows_host.data(), rows_host.size() * 4));
+    if (shard_.tp_size > 1) {
+      iota_host_.resize(rows_host.size());
+      for (size_t r = 0; r < iota_host_.size(); ++r) iota_host_[r] = int32_t(r);
+      RILL_TRY(be_->upload_async(iota_.data, iota_host_.data(), iota_host_.size() * 4));
+    }
   }
   prepared_mark_ = ws.used();
   return {};
@@ -181,6 +187,7 @@ Status Model::upload_inputs(const StepBatch& batch, const ModelCaches& caches, A
 Status Model::launch(const ModelCaches& caches, Arena& ws, TensorView* logits) {
   ws.release_to(prepared_mark_);  // a second launch of one prepared step carves the same buffers
   ForwardContext cx{*be_, ws, layout_, be_->dry_run() ? nullptr : taps_};
+  cx.tp_comm = shard_.tp_comm;
   *logits = ws.alloc(DType::F32, {rows_.size(0), config_.vocab_size});
   return forward_impl(cx, ids_, rows_, caches, *logits);
 }
@@ -201,19 +208,43 @@ Status Model::sample(TensorView logits, std::span<const backend::SamplingRow> ro
   return {};
 }
 
-Result<std::unique_ptr<Model>> build_model(const ModelConfig& config, backend::Backend& be) {
-  RILL_TRY(check_kernel_limits(config, be.shape_limits(), be.name()));
+void Model::declare_lm_head(const std::string& name, backend::LinearWeight* head) {
+  table_.matrix(name, {config_.vocab_size, config_.hidden_size}, head).split(0, shard_.tp_rank, shard_.tp_size);
+}
+
+Status Model::project_logits(ForwardContext& cx, TensorView normed, const backend::LinearWeight& head,
+                             TensorView logits) {
+  const int tp = shard_.tp_size;
+  if (tp == 1) return be_->gemm({normed, &head, logits});
+  const int64_t R = normed.size(0), Vl = config_.vocab_size / tp;
+  WorkspaceScope scope(cx.ws);
+  TensorView mine = cx.ws.alloc(DType::F32, {R, Vl});
+  TensorView all = cx.ws.alloc(DType::F32, {tp * R, Vl});  // rank j's rows j*R..
+  RILL_TRY(be_->gemm({normed, &head, mine}));
+  if (be_->dry_run()) return {};
+  RILL_TRY(shard_.tp_comm->all_gather(mine, all));
+  for (int j = 0; j < tp; ++j)  // rank j's vocabulary is columns [j Vl, (j + 1) Vl) of every row
+    RILL_TRY(be_->gather_rows({all.narrow(0, j * R, R), iota_, logits.narrow(1, j * Vl, Vl)}));
+  return {};
+}
+
+Result<std::unique_ptr<Model>> build_model(const ModelConfig& config, backend::Backend& be, const ModelShard& shard) {
+  RILL_TRY(check_shard(config, shard));
+  if (!shard.whole() && shard.tp_size > 1 && !shard.tp_comm)
+    return internal_error("a tensor-parallel shard ({}) needs its group's communicator", shard.describe());
+  RILL_TRY(check_kernel_limits(shard_config(config, shard), be.shape_limits(), be.name()));
   std::unique_ptr<Model> m;
   switch (config.family) {
-    case ModelFamily::KimiLinear: m = std::make_unique<KimiLinearModel>(config, be); break;
-    case ModelFamily::KimiK3: m = std::make_unique<KimiK3Model>(config, be); break;
+    case ModelFamily::KimiLinear: m = std::make_unique<KimiLinearModel>(config, be, shard); break;
+    case ModelFamily::KimiK3: m = std::make_unique<KimiK3Model>(config, be, shard); break;
   }
   m->declare_weights();
   return m;
 }
 
-Result<std::unique_ptr<Model>> load_dummy_model(const ModelConfig& config, backend::Backend& be, uint64_t seed) {
-  RILL_ASSIGN_OR_RETURN(std::unique_ptr<Model> m, build_model(config, be));
+Result<std::unique_ptr<Model>> load_dummy_model(const ModelConfig& config, backend::Backend& be, uint64_t seed,
+                                                const ModelShard& shard) {
+  RILL_ASSIGN_OR_RETURN(std::unique_ptr<Model> m, build_model(config, be, shard));
   RILL_ASSIGN_OR_RETURN(m->weights_, load_dummy_weights(m->table_, be, seed));
   return m;
 }
@@ -221,8 +252,8 @@ Result<std::unique_ptr<Model>> load_dummy_model(const ModelConfig& config, backe
 Result<std::unique_ptr<Model>> load_model(const std::filesystem::path& dir, backend::Backend& be,
                                           const LoadOptions& options) {
   RILL_ASSIGN_OR_RETURN(ModelConfig config, ModelConfig::load(dir));
-  if (options.dummy_weights) return load_dummy_model(config, be, options.dummy_seed);
-  RILL_ASSIGN_OR_RETURN(std::unique_ptr<Model> m, build_model(config, be));
+  if (options.dummy_weights) return load_dummy_model(config, be, options.dummy_seed, options.shard);
+  RILL_ASSIGN_OR_RETURN(std::unique_ptr<Model> m, build_model(config, be, options.shard));
   RILL_ASSIGN_OR_RETURN(io::Checkpoint ckpt, io::Checkpoint::open(dir));
   if (!ckpt.has_weights()) return not_found("{}: no *.safetensors weight files", dir.string());
   auto shared = std::make_shared<const io::Checkpoint>(std::move(ckpt));

@@ -11,6 +11,7 @@
 #include "io/checkpoint.h"
 #include "model/config.h"
 #include "model/forward_context.h"
+#include "model/shard.h"
 #include "model/step_batch.h"
 #include "model/weights/loader.h"
 #include "model/weights/weight_table.h"
@@ -40,13 +41,16 @@ struct LoadOptions {
   bool dummy_weights = false;  // --load-format dummy: seeded random weights, no checkpoint files
   uint64_t dummy_seed = 0;
   LoadProgress progress;
+  ModelShard shard;  // the part of the model this rank loads (default: all of it)
 };
 
 class Model {
  public:
   virtual ~Model() = default;
 
+  // This rank's config: under tensor parallelism the KDA and MLA head counts are the rank's (shard_config).
   const ModelConfig& config() const { return config_; }
+  const ModelShard& shard() const { return shard_; }
   backend::Backend& backend() const { return *be_; }
   const WeightTable& weight_table() const { return table_; }
   int64_t weight_bytes() const { return weights_.device_bytes; }
@@ -82,20 +86,29 @@ class Model {
   Status sample(TensorView logits, std::span<const backend::SamplingRow> rows, std::vector<int32_t>* ids);
 
  protected:
-  Model(ModelConfig config, backend::Backend& be) : config_(std::move(config)), be_(&be) {}
+  Model(const ModelConfig& global, backend::Backend& be, const ModelShard& shard)
+      : config_(shard_config(global, shard)), be_(&be), shard_(shard) {}
   // The architecture: fills `logits` ([rows, vocab] F32) from the batch; `rows` are the token indices.
   virtual Status forward_impl(ForwardContext& cx, TensorView ids, TensorView rows, const ModelCaches& caches,
                               TensorView logits) = 0;
   // Declares every weight into table_ (called once by the loader).
   virtual void declare_weights() = 0;
+  // Declares the lm_head [V, H] (vocab-parallel: this rank's V / tp rows).
+  void declare_lm_head(const std::string& name, backend::LinearWeight* head);
+  // logits[R, V] = normed[R, H] x lm_head^T; under tensor parallelism every rank computes its vocabulary rows
+  // and the rows are gathered into every rank's logits.
+  Status project_logits(ForwardContext& cx, TensorView normed, const backend::LinearWeight& head,
+                        TensorView logits);
 
   friend Result<std::unique_ptr<Model>> load_model(const std::filesystem::path&, backend::Backend&,
                                                    const LoadOptions&);
-  friend Result<std::unique_ptr<Model>> build_model(const ModelConfig&, backend::Backend&);
-  friend Result<std::unique_ptr<Model>> load_dummy_model(const ModelConfig&, backend::Backend&, uint64_t);
+  friend Result<std::unique_ptr<Model>> build_model(const ModelConfig&, backend::Backend&, const ModelShard&);
+  friend Result<std::unique_ptr<Model>> load_dummy_model(const ModelConfig&, backend::Backend&, uint64_t,
+                                                         const ModelShard&);
 
   ModelConfig config_;
   backend::Backend* be_;
+  ModelShard shard_;
   WeightTable table_;
   LoadedWeights weights_;
 
@@ -111,6 +124,8 @@ class Model {
   backend::BatchLayout layout_;
   // The prepared step: its token ids and logits rows (device), and the workspace mark after them.
   TensorView ids_, rows_;
+  TensorView iota_;  // 0, 1, ..., rows - 1 (placing gathered vocabulary parts, tensor parallelism only)
+  std::vector<int32_t> iota_host_;  // its source, alive until the upload is done
   size_t prepared_mark_ = 0;
   bool prepared_ = false;
 };
@@ -120,9 +135,12 @@ Result<std::unique_ptr<Model>> load_model(const std::filesystem::path& dir, back
                                           const LoadOptions& options = {});
 
 // `config` with seeded random weights filled on the backend (--load-format dummy): no files needed.
-Result<std::unique_ptr<Model>> load_dummy_model(const ModelConfig& config, backend::Backend& be, uint64_t seed);
+Result<std::unique_ptr<Model>> load_dummy_model(const ModelConfig& config, backend::Backend& be, uint64_t seed,
+                                                const ModelShard& shard = {});
 
-// The architecture of `config` with its weight table declared but nothing loaded (rill inspect, tests).
-Result<std::unique_ptr<Model>> build_model(const ModelConfig& config, backend::Backend& be);
+// The architecture of `config` (this rank's part of it) with its weight table declared but nothing loaded
+// (rill inspect, tests).
+Result<std::unique_ptr<Model>> build_model(const ModelConfig& config, backend::Backend& be,
+                                           const ModelShard& shard = {});
 
 }  // namespace rill::model

@@ -66,18 +66,19 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(std::unique_ptr<model::
   return r;
 }
 
+Result<TensorView> ModelRunner::forward(const model::StepBatch& batch, const cache::CacheOps& ops) {
+  RILL_TRY(apply_cache_ops(model_->backend(), caches_, ops));
+  if (batch.seqs.empty()) return TensorView{};
+  if (graphs_ && graphs_->bucket(*model_, batch) > 0) return graphs_->run(*model_, caches_, batch);
+  return model_->forward(batch, caches_);
+}
+
 Result<StepOutput> ModelRunner::execute(const model::StepBatch& batch, const SamplingBatch& sampling,
                                         const cache::CacheOps& ops) {
   backend::Backend& be = model_->backend();
-  RILL_TRY(apply_cache_ops(be, caches_, ops));
   StepOutput out;
+  RILL_ASSIGN_OR_RETURN(TensorView logits, forward(batch, ops));
   if (batch.seqs.empty()) return out;
-  TensorView logits;
-  if (graphs_ && graphs_->bucket(*model_, batch) > 0) {
-    RILL_ASSIGN_OR_RETURN(logits, graphs_->run(*model_, caches_, batch));
-  } else {
-    RILL_ASSIGN_OR_RETURN(logits, model_->forward(batch, caches_));
-  }
   RILL_TRY(sampler_.run(logits, sampling, &out.tokens));
   if (sampling.want_logits) {  // as the sampler left them (penalties and masks work in place)
     out.vocab = logits.size(1);

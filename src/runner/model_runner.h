@@ -48,6 +48,8 @@ class ModelRunner {
   // Applies `ops`, runs the step and samples one token per logits row.
   Result<StepOutput> execute(const model::StepBatch& batch, const SamplingBatch& sampling,
                              const cache::CacheOps& ops);
+  // Applies `ops` and runs the step; the logits stay on the device (a rank that does not sample).
+  Result<TensorView> forward(const model::StepBatch& batch, const cache::CacheOps& ops);
 
   const model::Model& model() const { return *model_; }
   const cache::MemoryPlan& memory_plan() const { return plan_; }

@@ -115,25 +115,29 @@ void load_checked(const ServerOptions& options, const ModelLoader& loader, Servi
   const auto load_start = Clock::now();
   auto loaded = loader(logged_progress(ctx));
   if (!loaded.ok()) return fail(loaded.status());
-  const double load_s = std::chrono::duration<double>(Clock::now() - load_start).count();
-  const model::ModelConfig& config = loaded->model->config();
-  const int64_t n_params = loaded->model->weight_table().n_params();
-  const int64_t weight_bytes = loaded->model->weight_bytes();
+  auto engine = loaded->make_executor
+                    ? engine::Engine::create(loaded->make_executor, shared_tokenizer, options.engine)
+                    : engine::Engine::create(std::move(loaded->model), shared_tokenizer, options.engine);
+  if (!engine.ok()) return fail(engine.status());
+  const double load_s = std::chrono::duration<double>(Clock::now() - load_start).count();  // -tp: in create
+  const model::Model& lead = (*engine)->model();  // rank 0's shard when the model is split
+  const model::ModelConfig& config = lead.config();
+  const int64_t n_params = lead.weight_table().n_params();
+  const int64_t weight_bytes = lead.weight_bytes();
   ModelInfo info;
   info.kimi_k3 = config.family == model::ModelFamily::KimiK3;
   info.vocab_size = config.vocab_size;
   info.eos_token_ids = files->eos_token_ids;
   info.sampling_defaults = defaults->sampling;
   info.default_max_tokens = defaults->max_tokens;
-  const std::string device = loaded->backend->device_description();
-  auto engine = engine::Engine::create(std::move(loaded->model), shared_tokenizer, options.engine);
-  if (!engine.ok()) return fail(engine.status());
+  const std::string device = lead.backend().device_description();
   info.max_model_len = (*engine)->max_model_len();
   const std::string params = n_params >= 1'000'000'000 ? fmt::format("{:.2f} B", double(n_params) / 1e9)
                                                        : fmt::format("{:.2f} M", double(n_params) / 1e6);
-  RILL_LOG_INFO("model: {} ({}), {} parameters, {:.2f} GB of weights on {}, loaded in {:.1f} s",
+  RILL_LOG_INFO("model: {} ({}), {} parameters, {:.2f} GB of weights on {}{}, loaded in {:.1f} s",
                 info.kimi_k3 ? "kimi_k3" : "kimi_linear", options.model_dir, params,
-                double(weight_bytes) / 1e9, device, load_s);
+                double(weight_bytes) / 1e9, device,
+                lead.shard().whole() ? "" : " (rank 0's shard: " + lead.shard().describe() + ")", load_s);
   RILL_LOG_INFO("cache plan: {}", (*engine)->memory_plan());
   RILL_LOG_INFO("chat template: {}", chat_template_source(options, info.kimi_k3, files->chat_error));
   RILL_LOG_INFO(

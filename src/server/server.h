@@ -44,6 +44,9 @@ struct ServerOptions {
 struct LoadedModel {
   std::unique_ptr<backend::Backend> backend;  // outlives the model
   std::unique_ptr<model::Model> model;
+  // Instead of the two above: the engine's executor over several ranks (rill serve -tp N), which loads
+  // every rank's shard itself.
+  engine::Engine::ExecutorFactory make_executor;
 };
 // Opens the backend and loads the weights, reporting (bytes done, bytes total).
 using ModelLoader = std::function<Result<LoadedModel>(const model::LoadProgress& progress)>;

@@ -22,6 +22,13 @@ std::vector<int> top_indices(const std::vector<float>& v, int k) {
   return idx;
 }
 
+// The id moe_experts sees: global, or under expert parallelism local to this rank (-1: held elsewhere).
+int32_t local_id(const MoeRouteArgs& a, int32_t id) {
+  if (a.n_local == 0) return id;
+  const int32_t local = id - a.expert_begin;
+  return local >= 0 && local < a.n_local ? local : -1;
+}
+
 void route_token(const MoeRouteArgs& a, const float* x, const std::vector<float>& gate, int64_t t) {
   const int64_t E = a.gate_weight.size(0), H = a.x.size(1);
   std::vector<float> score(static_cast<size_t>(E)), sel(static_cast<size_t>(E));
@@ -55,7 +62,7 @@ void route_token(const MoeRouteArgs& a, const float* x, const std::vector<float>
   for (int j = 0; j < a.top_k; ++j) {
     float w = score[idx[j]];  // unbiased score (spec §8.1)
     if (a.renormalize && a.top_k > 1) w /= (wsum + 1e-20f);
-    a.ids.ptr<int32_t>()[t * a.ids.stride(0) + j] = idx[j];
+    a.ids.ptr<int32_t>()[t * a.ids.stride(0) + j] = local_id(a, idx[j]);
     a.weights.ptr<float>()[t * a.weights.stride(0) + j] = w * a.scaling;
   }
 }
@@ -86,10 +93,6 @@ Status CpuBackend::moe_route_impl(const MoeRouteArgs& a) {
 Status CpuBackend::moe_experts_impl(const MoeExpertsArgs& a) {
   const ExpertWeights& ex = *a.experts;
   const int64_t T = a.x.size(0), Hx = ex.width(), I = ex.intermediate(), k = a.ids.size(1);
-  for (int64_t i = 0; i < T * k; ++i) {
-    const int32_t id = a.ids.ptr<int32_t>()[i];
-    if (id < 0 || id >= ex.n_experts()) return internal_error("moe_experts: expert id {} out of range", id);
-  }
   cpu::pool().parallel_for(T, 1, [&](int64_t b, int64_t e) {
     std::vector<float> wrow(static_cast<size_t>(std::max(Hx, I))), h(static_cast<size_t>(I)), acc(static_cast<size_t>(Hx));
     for (int64_t t = b; t < e; ++t) {
@@ -97,6 +100,7 @@ Status CpuBackend::moe_experts_impl(const MoeExpertsArgs& a) {
       std::fill(acc.begin(), acc.end(), 0.0f);
       for (int64_t j = 0; j < k; ++j) {
         const int ex_id = a.ids.ptr<int32_t>()[t * a.ids.stride(0) + j];
+        if (ex_id < 0 || ex_id >= ex.n_experts()) continue;  // held by another rank
         const float w = a.weights.ptr<float>()[t * a.weights.stride(0) + j];
         for (int64_t i = 0; i < I; ++i) {
           expert_row(ex.gate_up, ex.gate_up_scales, ex.format, ex_id, i, wrow.data());

@@ -18,6 +18,7 @@ class CudaBackend final : public backend::Backend {
   std::string name() const override { return "cuda:" + std::to_string(ctx_.device); }
   std::string device_description() const override;
   Status bind_thread() override;
+  void* native_stream() const override { return ctx_.stream; }
   backend::KernelShapeLimits shape_limits() const override;
   Device device() const override { return Device::Cuda; }
   DType act_dtype() const override { return DType::BF16; }

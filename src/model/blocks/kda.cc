@@ -2,30 +2,35 @@
 
 namespace rill::model {
 
-void declare_kda_weights(WeightTable& t, const std::string& p, const ModelConfig& c, KdaWeights& w) {
+void declare_kda_weights(WeightTable& t, const std::string& p, const ModelConfig& c, const ModelShard& sh,
+                         KdaWeights& w) {
+  // c holds this rank's heads (shard_config): the stored tensors have tp times as many, split by head.
+  const int tp = sh.tp_size, r = sh.tp_rank;
   const int H = c.hidden_size, Hk = c.kda.n_heads, d = c.kda.head_dim, P = c.kda.projection_size(),
-            K = c.kda.conv_kernel;
+            K = c.kda.conv_kernel, Hg = Hk * tp, Pg = P * tp;
   const int qkv = t.stack({3 * P, H}, WeightRole::Matrix, &w.qkv_proj.weight);
   const int conv = t.stack({3 * P, K}, WeightRole::Vector, &w.conv_weight);
   const char* names[3] = {"q", "k", "v"};
   for (int i = 0; i < 3; ++i) {
-    t.stack_part(qkv, p + names[i] + "_proj.weight", {P, H}, int64_t(i) * P * H);
-    t.stack_part(conv, p + names[i] + "_conv1d.weight", {P, K}, int64_t(i) * P * K, {{P, 1, K}});
+    t.stack_part(qkv, p + names[i] + "_proj.weight", {Pg, H}, int64_t(i) * P * H).split(0, r, tp);
+    t.stack_part(conv, p + names[i] + "_conv1d.weight", {Pg, K}, int64_t(i) * P * K, {{Pg, 1, K}}).split(0, r, tp);
   }
   t.matrix(p + "f_a_proj.weight", {d, H}, &w.f_a_proj);
-  t.matrix(p + "f_b_proj.weight", {P, d}, &w.f_b_proj);
+  t.matrix(p + "f_b_proj.weight", {Pg, d}, &w.f_b_proj).split(0, r, tp);
   // K3 stores A_log as [128] with the heads first and a zero tail (spec §2.5.1); only the heads are used.
-  t.vector(p + "A_log", {Hk}, &w.a_log, {{1, 1, Hk, 1}}).zero_padded = c.family == ModelFamily::KimiK3;
-  t.vector(p + "dt_bias", {P}, &w.dt_bias, {{Hk, d}});
-  t.matrix(p + "b_proj.weight", {Hk, H}, &w.b_proj);
+  WeightSpec& a_log = t.vector(p + "A_log", {Hg}, &w.a_log, {{1, 1, Hg, 1}});
+  a_log.zero_padded = c.family == ModelFamily::KimiK3;
+  a_log.split(0, r, tp);
+  t.vector(p + "dt_bias", {Pg}, &w.dt_bias, {{Hg, d}}).split(0, r, tp);
+  t.matrix(p + "b_proj.weight", {Hg, H}, &w.b_proj).split(0, r, tp);
   if (c.kda.full_rank_output_gate) {
-    t.matrix(p + "g_proj.weight", {P, H}, &w.g_proj);
+    t.matrix(p + "g_proj.weight", {Pg, H}, &w.g_proj).split(0, r, tp);
   } else {
     t.matrix(p + "g_a_proj.weight", {d, H}, &w.g_a_proj);
-    t.matrix(p + "g_b_proj.weight", {P, d}, &w.g_b_proj);
+    t.matrix(p + "g_b_proj.weight", {Pg, d}, &w.g_b_proj).split(0, r, tp);
   }
   t.vector(p + "o_norm.weight", {d}, &w.o_norm);
-  t.matrix(p + "o_proj.weight", {H, P}, &w.o_proj);
+  t.matrix(p + "o_proj.weight", {H, Pg}, &w.o_proj).split(1, r, tp);  // row-parallel: a partial sum per rank
 }
 
 namespace {

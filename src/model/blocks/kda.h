@@ -7,6 +7,7 @@
 
 #include "model/config.h"
 #include "model/forward_context.h"
+#include "model/shard.h"
 #include "model/weights/weight_table.h"
 
 namespace rill::model {
@@ -26,10 +27,12 @@ struct KdaWeights {
   backend::LinearWeight o_proj;    // [H, P]
 };
 
-// The HF names of one KDA layer under `prefix` ("model.layers.{i}.self_attn.").
-void declare_kda_weights(WeightTable& t, const std::string& prefix, const ModelConfig& c, KdaWeights& w);
+// The HF names of one KDA layer under `prefix` ("model.layers.{i}.self_attn."): this rank's heads of c.
+void declare_kda_weights(WeightTable& t, const std::string& prefix, const ModelConfig& c, const ModelShard& shard,
+                         KdaWeights& w);
 
-// out[T, H] = KDA(u[T, H]) for the tokens of the batch, reading and updating the layer's state slots.
+// out[T, H] = KDA(u[T, H]) for the tokens of the batch, reading and updating the layer's state slots. Under
+// tensor parallelism out is this rank's partial sum (o_proj is row-parallel); the model reduces it.
 Status kda_forward(ForwardContext& cx, const ModelConfig& c, const KdaWeights& w, TensorView u,
                    const LayerCache& cache, TensorView out);
 

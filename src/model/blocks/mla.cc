@@ -4,21 +4,26 @@
 
 namespace rill::model {
 
-void declare_mla_weights(WeightTable& t, const std::string& p, const ModelConfig& c, MlaWeights& w) {
+void declare_mla_weights(WeightTable& t, const std::string& p, const ModelConfig& c, const ModelShard& sh,
+                         MlaWeights& w) {
+  // c holds this rank's heads; q, kv_b and the gate are split by head, q_a and kv_a (so the latent cache) are
+  // replicated.
   const MlaConfig& m = c.mla;
-  const int H = c.hidden_size, qk = m.qk_head_dim();
+  const int tp = sh.tp_size, r = sh.tp_rank;
+  const int H = c.hidden_size, qk = m.qk_head_dim(), n = m.n_heads * tp;
   if (m.q_lora_rank > 0) {
     t.matrix(p + "q_a_proj.weight", {m.q_lora_rank, H}, &w.q_a_proj);
     t.vector(p + "q_a_layernorm.weight", {m.q_lora_rank}, &w.q_a_norm);
-    t.matrix(p + "q_b_proj.weight", {m.n_heads * qk, m.q_lora_rank}, &w.q_b_proj);
+    t.matrix(p + "q_b_proj.weight", {n * qk, m.q_lora_rank}, &w.q_b_proj).split(0, r, tp);
   } else {
-    t.matrix(p + "q_proj.weight", {m.n_heads * qk, H}, &w.q_proj);
+    t.matrix(p + "q_proj.weight", {n * qk, H}, &w.q_proj).split(0, r, tp);
   }
   t.matrix(p + "kv_a_proj_with_mqa.weight", {m.cache_width(), H}, &w.kv_a_proj);
   t.vector(p + "kv_a_layernorm.weight", {m.kv_lora_rank}, &w.kv_a_norm);
-  t.matrix(p + "kv_b_proj.weight", {m.n_heads * (m.qk_nope_head_dim + m.v_head_dim), m.kv_lora_rank}, &w.kv_b_proj);
-  if (m.output_gate) t.matrix(p + "g_proj.weight", {m.n_heads * m.v_head_dim, H}, &w.g_proj);
-  t.matrix(p + "o_proj.weight", {H, m.n_heads * m.v_head_dim}, &w.o_proj);
+  t.matrix(p + "kv_b_proj.weight", {n * (m.qk_nope_head_dim + m.v_head_dim), m.kv_lora_rank}, &w.kv_b_proj)
+      .split(0, r, tp);
+  if (m.output_gate) t.matrix(p + "g_proj.weight", {n * m.v_head_dim, H}, &w.g_proj).split(0, r, tp);
+  t.matrix(p + "o_proj.weight", {H, n * m.v_head_dim}, &w.o_proj).split(1, r, tp);  // row-parallel
 }
 
 Status mla_forward(ForwardContext& cx, const ModelConfig& c, const MlaWeights& w, TensorView u,

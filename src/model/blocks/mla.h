@@ -6,6 +6,7 @@
 
 #include "model/config.h"
 #include "model/forward_context.h"
+#include "model/shard.h"
 #include "model/weights/weight_table.h"
 
 namespace rill::model {
@@ -22,7 +23,9 @@ struct MlaWeights {
   backend::LinearWeight o_proj;     // [H, n*v]
 };
 
-void declare_mla_weights(WeightTable& t, const std::string& prefix, const ModelConfig& c, MlaWeights& w);
+// This rank's heads of c (tensor parallelism); mla_forward's out is then a partial sum the model reduces.
+void declare_mla_weights(WeightTable& t, const std::string& prefix, const ModelConfig& c, const ModelShard& shard,
+                         MlaWeights& w);
 
 Status mla_forward(ForwardContext& cx, const ModelConfig& c, const MlaWeights& w, TensorView u,
                    const LayerCache& cache, TensorView out);

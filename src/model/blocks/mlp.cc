@@ -2,12 +2,14 @@
 
 namespace rill::model {
 
-void declare_mlp_weights(WeightTable& t, const std::string& prefix, int hidden, int intermediate, MlpWeights& w) {
-  w.intermediate = intermediate;
-  const int s = t.stack({2 * intermediate, hidden}, WeightRole::Matrix, &w.gate_up.weight);
-  t.stack_part(s, prefix + "gate_proj.weight", {intermediate, hidden}, 0);
-  t.stack_part(s, prefix + "up_proj.weight", {intermediate, hidden}, int64_t(intermediate) * hidden);
-  t.matrix(prefix + "down_proj.weight", {hidden, intermediate}, &w.down);
+void declare_mlp_weights(WeightTable& t, const std::string& prefix, int hidden, int intermediate, int rank,
+                         int parts, MlpWeights& w) {
+  const int I = intermediate / parts;  // column-parallel gate/up, row-parallel down
+  w.intermediate = I;
+  const int s = t.stack({2 * I, hidden}, WeightRole::Matrix, &w.gate_up.weight);
+  t.stack_part(s, prefix + "gate_proj.weight", {intermediate, hidden}, 0).split(0, rank, parts);
+  t.stack_part(s, prefix + "up_proj.weight", {intermediate, hidden}, int64_t(I) * hidden).split(0, rank, parts);
+  t.matrix(prefix + "down_proj.weight", {hidden, intermediate}, &w.down).split(1, rank, parts);
 }
 
 GluSpec glu_spec(const ModelConfig& c) {

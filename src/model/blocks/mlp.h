@@ -15,8 +15,10 @@ struct MlpWeights {
   int intermediate = 0;
 };
 
-// prefix: "...mlp." or "...shared_experts."; names gate_proj / up_proj / down_proj.
-void declare_mlp_weights(WeightTable& t, const std::string& prefix, int hidden, int intermediate, MlpWeights& w);
+// prefix: "...mlp." or "...shared_experts."; names gate_proj / up_proj / down_proj. `intermediate` is the stored
+// width; part `rank` of `parts` of it is loaded (tensor parallelism: mlp_forward's out is then a partial sum).
+void declare_mlp_weights(WeightTable& t, const std::string& prefix, int hidden, int intermediate, int rank,
+                         int parts, MlpWeights& w);
 
 struct GluSpec {
   backend::Activation activation = backend::Activation::Silu;

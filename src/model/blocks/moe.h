@@ -8,6 +8,7 @@
 #include "model/blocks/mlp.h"
 #include "model/config.h"
 #include "model/forward_context.h"
+#include "model/shard.h"
 #include "model/weights/weight_table.h"
 
 namespace rill::model {
@@ -23,8 +24,13 @@ struct MoeWeights {
   backend::LinearWeight latent_up;    // [H, L]
 };
 
-void declare_moe_weights(WeightTable& t, const std::string& prefix, const ModelConfig& c, MoeWeights& w);
+// This rank's routed experts (expert parallelism) at its part of their width (expert-TP), and its part of the
+// shared experts (tensor parallelism); the router and K3's latent projections are replicated.
+void declare_moe_weights(WeightTable& t, const std::string& prefix, const ModelConfig& c, const ModelShard& shard,
+                         MoeWeights& w);
 
-Status moe_forward(ForwardContext& cx, const ModelConfig& c, const MoeWeights& w, TensorView x, TensorView out);
+// Under parallelism out is this rank's partial sum (the model reduces it over the tp group).
+Status moe_forward(ForwardContext& cx, const ModelConfig& c, const ModelShard& shard, const MoeWeights& w,
+                   TensorView x, TensorView out);
 
 }  // namespace rill::model

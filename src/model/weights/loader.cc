@@ -31,8 +31,9 @@ const char* role_dtypes(WeightRole role) {
 }
 
 bool shape_ok(const WeightSpec& s, const Shape& stored) {
-  if (stored == s.shape) return true;
-  if (s.zero_padded && s.shape.rank() == 1 && stored.rank() == 1 && stored[0] > s.shape[0]) return true;
+  const Shape want = s.stored_shape();
+  if (stored == want) return true;
+  if (s.zero_padded && want.rank() == 1 && stored.rank() == 1 && stored[0] > want[0]) return true;
   return std::any_of(s.alt_shapes.begin(), s.alt_shapes.end(), [&](const Shape& a) { return a == stored; });
 }
 
@@ -80,7 +81,7 @@ const io::Checkpoint::Entry* find_entry(const WeightTable& t, const WeightSpec& 
 
 // A zero-padded tensor's tail must be exactly zero: anything else means the file is not what we think it is.
 std::string padded_tail_problem(const WeightSpec& s, const std::string& stored_name, const TensorView& v) {
-  const int64_t used = s.shape.numel();
+  const int64_t used = s.stored_shape().numel();
   for (int64_t i = used; i < v.numel(); ++i) {
     const float x = load_as_f32(v.data, v.dtype, size_t(i));
     if (x != 0.0f)
@@ -114,6 +115,22 @@ std::string describe_unexpected(const std::string& name, const std::set<std::str
   return name;
 }
 
+// Where a spec's elements lie in the stored tensor, in elements of the stored dtype: `outer` runs of `run`
+// elements, run o starting at o * pitch + offset (one run when the whole tensor or a leading-dimension slice
+// is loaded). Any stored shape of the same elements (alt_shapes, a zero-padded tail) has the same layout.
+struct SourceRuns {
+  int64_t outer = 1, pitch = 0, offset = 0, run = 0;
+};
+
+SourceRuns source_runs(const WeightSpec& s) {
+  if (s.slice.dim < 0) return {1, 0, 0, s.shape.numel()};
+  const Shape stored = s.stored_shape();
+  int64_t outer = 1, inner = 1;
+  for (int i = 0; i < s.slice.dim; ++i) outer *= stored[i];
+  for (int i = s.slice.dim + 1; i < stored.rank(); ++i) inner *= stored[i];
+  return {outer, stored[s.slice.dim] * inner, s.slice.begin * inner, s.shape[s.slice.dim] * inner};
+}
+
 constexpr size_t kAlign = 256;
 size_t align_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
@@ -127,13 +144,13 @@ Status check_weights(const WeightTable& table, const io::Checkpoint& ckpt) {
     std::string name;
     const io::Checkpoint::Entry* e = find_entry(table, s, ckpt, &name);
     if (!e) {
-      missing.push_back(fmt::format("{} {}", s.name, s.shape.to_string()));
+      missing.push_back(fmt::format("{} {}", s.name, s.stored_shape().to_string()));
       continue;
     }
     claimed.insert(name);
     if (!shape_ok(s, e->info->shape))
-      misshaped.push_back(
-          fmt::format("{}: shape {} (expected {})", name, e->info->shape.to_string(), s.shape.to_string()));
+      misshaped.push_back(fmt::format("{}: shape {} (expected {})", name, e->info->shape.to_string(),
+                                      s.stored_shape().to_string()));
     else if (!dtype_ok(s.role, e->info->dtype))
       misshaped.push_back(
           fmt::format("{}: dtype {} (expected {})", name, dtype_name(e->info->dtype), role_dtypes(s.role)));
@@ -188,7 +205,7 @@ Result<LoadedWeights> load_weights(const WeightTable& table, std::shared_ptr<con
     if (s.stack >= 0) continue;
     const DType stored = entry[i]->info->dtype;
     const DType t = target_dtype(s.role, stored, be);
-    if (cpu && t == stored) continue;  // zero-copy view into the mmap
+    if (cpu && t == stored && source_runs(s).outer == 1) continue;  // zero-copy view into the mmap
     offset[i] = int64_t(total);
     total += align_up(static_cast<size_t>(s.shape.numel()) * dtype_size(t));
   }
@@ -220,19 +237,25 @@ Result<LoadedWeights> load_weights(const WeightTable& table, std::shared_ptr<con
     const io::Checkpoint::Entry* e = entry[i];
     const TensorView src = ckpt->view(*e);
     const DType t = s.stack >= 0 ? stack_dtype[s.stack] : target_dtype(s.role, src.dtype, be);
+    const SourceRuns runs = source_runs(s);
+    const size_t src_es = dtype_size(src.dtype);
+    const char* first = static_cast<const char*>(src.data) + runs.offset * int64_t(src_es);
     char* dst = nullptr;
     if (s.stack >= 0) dst = base + stack_offset[s.stack] + s.stack_offset * int64_t(dtype_size(t));
     else if (offset[i] >= 0) dst = base + offset[i];
     if (!dst) {
-      *s.dest = TensorView::make(src.data, src.dtype, s.shape, Device::Cpu);  // zero-copy
+      *s.dest = TensorView::make(const_cast<char*>(first), src.dtype, s.shape, Device::Cpu);  // zero-copy
       continue;
     }
     const size_t bytes = size_t(s.shape.numel()) * dtype_size(t);
-    const void* host = src.data;
-    if (t != src.dtype) {
+    const void* host = first;
+    if (t != src.dtype || runs.outer > 1) {  // converted, or this rank's columns gathered, on the host
       converted.emplace_back(bytes);
-      convert(src.data, src.dtype, converted.back().data(), t, s.shape.numel());
-      host = converted.back().data();
+      char* out = converted.back().data();
+      for (int64_t o = 0; o < runs.outer; ++o)
+        convert(first + o * runs.pitch * int64_t(src_es), src.dtype, out + o * runs.run * int64_t(dtype_size(t)), t,
+                runs.run);
+      host = out;
     }
     const int group = group_of.emplace(e->file, int(group_of.size())).first->second;
     jobs.push_back({dst, host, bytes, group});

@@ -35,16 +35,36 @@ int WeightTable::stack(Shape shape, WeightRole role, TensorView* dst) {
   return int(stacks_.size()) - 1;
 }
 
-void WeightTable::stack_part(int stack, std::string name, Shape part_shape, int64_t elem_offset,
-                             std::vector<Shape> alt_shapes) {
+WeightSpec& WeightTable::stack_part(int stack, std::string name, Shape part_shape, int64_t elem_offset,
+                                    std::vector<Shape> alt_shapes) {
   specs_.push_back({std::move(name), part_shape, std::move(alt_shapes), stacks_[stack].role, nullptr, stack,
                     elem_offset});
+  return specs_.back();
 }
 
 bool WeightTable::ignored(const std::string& name) const {
   for (const auto& p : ignored_)
     if (name.compare(0, p.size(), p) == 0) return true;
+  if (elsewhere_.empty()) return false;
+  if (elsewhere_.count(name)) return true;
+  for (const auto& [canonical, alt] : prefix_aliases_)
+    if (name.compare(0, alt.size(), alt) == 0 && elsewhere_.count(canonical + name.substr(alt.size())))
+      return true;
   return false;
+}
+
+Shape WeightSpec::stored_shape() const {
+  Shape s = shape;
+  if (slice.dim >= 0) s[slice.dim] = slice.extent;
+  return s;
+}
+
+WeightSpec& WeightSpec::split(int dim, int rank, int parts) {
+  if (parts <= 1) return *this;
+  const int64_t part = shape[dim] / parts;
+  slice = {dim, int64_t(rank) * part, shape[dim]};
+  shape[dim] = part;
+  return *this;
 }
 
 namespace {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "backend/backend.h"
@@ -19,6 +20,13 @@ enum class WeightRole {
   Packed,  // quantised payload (MXFP4 bytes, E8M0 scales): copied bit for bit
 };
 
+// The part of a stored tensor that this rank loads (tensor / expert parallelism, issue #17): along dimension
+// `dim` of the declared shape, entries [begin, begin + shape[dim]) of the `extent` stored.
+struct WeightSlice {
+  int dim = -1;  // -1: the whole tensor
+  int64_t begin = 0, extent = 0;
+};
+
 struct WeightSpec {
   std::string name;             // the checkpoint name
   Shape shape;                  // the shape the model uses (also the destination shape)
@@ -31,6 +39,13 @@ struct WeightSpec {
   // The stored tensor may be 1-D and longer than `shape`: only the leading elements are used and the tail
   // must be exactly zero (K3's A_log [128] holding num_heads values, spec §2.5.1).
   bool zero_padded = false;
+  WeightSlice slice;
+
+  // The shape stored in the checkpoint: `shape` with the sliced dimension at its full extent.
+  Shape stored_shape() const;
+  // Keeps part `rank` of `parts` equal parts of dimension `dim` (the declared shape is the whole stored
+  // tensor; it becomes the part). The caller has checked that `parts` divides it.
+  WeightSpec& split(int dim, int rank, int parts);
 };
 
 // A destination assembled from several checkpoint tensors (fused q|k|v, stacked experts).
@@ -50,11 +65,13 @@ class WeightTable {
 
   // A stack of `shape`; parts are added with stack_part in element order.
   int stack(Shape shape, WeightRole role, TensorView* dst);
-  void stack_part(int stack, std::string name, Shape part_shape, int64_t elem_offset,
-                  std::vector<Shape> alt_shapes = {});
+  WeightSpec& stack_part(int stack, std::string name, Shape part_shape, int64_t elem_offset,
+                         std::vector<Shape> alt_shapes = {});
 
   // Names the loader may meet and skip (e.g. K3's vision tower); matched as prefixes.
   void ignore_prefix(std::string prefix) { ignored_.push_back(std::move(prefix)); }
+  // A tensor of the checkpoint that another rank loads (expert parallelism): present, accepted, not loaded.
+  void held_elsewhere(std::string name) { elsewhere_.insert(std::move(name)); }
   // Names starting with `canonical` may also be stored starting with `alt` (K3 mirrors that drop the
   // `language_model.model.layers.` -> `language_model.layers.` level, spec §2.1).
   void alias_prefix(std::string canonical, std::string alt) {
@@ -65,6 +82,7 @@ class WeightTable {
 
   const std::vector<WeightSpec>& specs() const { return specs_; }
   const std::vector<WeightStack>& stacks() const { return stacks_; }
+  // Skipped by prefix, or held by another rank (under any of the prefix aliases' spellings).
   bool ignored(const std::string& name) const;
   int64_t n_params() const;      // parameters of every declared tensor (an MXFP4 byte holds two)
   int64_t stored_bytes() const;  // bf16 for dense tensors, packed bytes and scales as they are
@@ -73,6 +91,7 @@ class WeightTable {
   std::vector<WeightSpec> specs_;
   std::vector<WeightStack> stacks_;
   std::vector<std::string> ignored_;
+  std::unordered_set<std::string> elsewhere_;
   std::vector<std::pair<std::string, std::string>> prefix_aliases_;
 };
 

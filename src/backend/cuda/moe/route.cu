@@ -51,7 +51,15 @@ struct RouteParams {
   int64_t ld_ids;
   float* weights;  // [T, top_k]
   int64_t ld_weights;
+  int expert_begin, n_local;  // expert parallelism: ids written local to this rank (-1 elsewhere); 0: global
 };
+
+// The id moe_experts sees (backend::MoeRouteArgs::n_local).
+__device__ __forceinline__ int local_id(const RouteParams& p, int id) {
+  if (p.n_local == 0) return id;
+  const int local = id - p.expert_begin;
+  return local >= 0 && local < p.n_local ? local : -1;
+}
 
 __device__ __forceinline__ bool better(float v, int i, float bv, int bi) {
   return v > bv || (v == bv && i < bi);
@@ -149,7 +157,7 @@ __device__ void route_select(const RouteParams& p, float* s, int t, int lane) {
     if (p.top_k <= 32) {
       if (lane == j) my_w = s[bi], my_id = bi;  // unbiased score (spec §8.1)
     } else if (lane == 0) {
-      ids[j] = bi;
+      ids[j] = local_id(p, bi);
       w[j] = s[bi];
     }
   }
@@ -159,7 +167,7 @@ __device__ void route_select(const RouteParams& p, float* s, int t, int lane) {
     if (lane < p.top_k) {
       float v = my_w;
       if (p.renormalize && p.top_k > 1) v /= (wsum + 1e-20f);
-      ids[lane] = my_id;
+      ids[lane] = local_id(p, my_id);
       w[lane] = v * p.scaling;
     }
     return;
@@ -311,6 +319,8 @@ Status launch_moe_route(const backend::MoeRouteArgs& a, const CudaContext& cx) {
   p.ld_ids = a.ids.stride(0);
   p.weights = a.weights.ptr<float>();
   p.ld_weights = a.weights.stride(0);
+  p.expert_begin = a.expert_begin;
+  p.n_local = a.n_local;
   if (small) {
     return launch("moe_select", {dim3(unsigned(T)), dim3(32)}, cx.stream, moe_select_kernel, p,
                   static_cast<const float*>(cx.route_logits));

@@ -1,0 +1,57 @@
+// rill serve -tp 2 --device cpu (issue #17): two ranks as threads of one process, each holding half of the
+// heads, widths and vocabulary, answer the official openai client exactly as the single-rank server does —
+// completions and chat, streamed and not, greedy (the sharded logits are within 1e-5 of one rank's, so the
+// argmax does not move) — and say in the start-up log that the model is split. A mapping the model cannot
+// take (-tp 3 over 2 heads) ends the server with an error naming the dimension.
+import { spawn } from "child_process";
+
+import { MODEL_DIR, RILL, assert, assertEq, run, startServer } from "./lib/harness.mjs";
+
+function serveFails(args) {
+  return new Promise((resolve) => {
+    const proc = spawn(RILL, ["serve", MODEL_DIR, "--device", "cpu", "--port", "0", "--num-kv-blocks", "64", ...args],
+                       { stdio: ["ignore", "ignore", "pipe"] });
+    let log = "";
+    proc.stderr.on("data", (d) => (log += d));
+    const timer = setTimeout(() => proc.kill("SIGKILL"), 60000);
+    proc.on("exit", (code, signal) => {
+      clearTimeout(timer);
+      resolve({ code, signal, log });
+    });
+  });
+}
+
+async function answers(client) {
+  const out = [];
+  for (const prompt of ["The quick brown fox", "Once upon a time, in a land far away,"]) {
+    const r = await client.completions.create({ model: "m", prompt, max_tokens: 24, temperature: 0 });
+    out.push(["completion", r.choices[0].text, r.choices[0].finish_reason, r.usage.completion_tokens]);
+    let streamed = "";
+    for await (const chunk of await client.completions.create({ model: "m", prompt, max_tokens: 24, temperature: 0, stream: true }))
+      streamed += chunk.choices[0]?.text ?? "";
+    out.push(["completion stream", streamed]);
+  }
+  const messages = [{ role: "user", content: "Tell me about rivers." }];
+  const chat = await client.chat.completions.create({ model: "m", messages, max_tokens: 24, temperature: 0 });
+  out.push(["chat", chat.choices[0].message.content, chat.choices[0].finish_reason]);
+  let streamed = "";
+  for await (const chunk of await client.chat.completions.create({ model: "m", messages, max_tokens: 24, temperature: 0, stream: true }))
+    streamed += chunk.choices[0]?.delta?.content ?? "";
+  out.push(["chat stream", streamed]);
+  return out;
+}
+
+await run("e2e_tensor_parallel", async (track) => {
+  const single = track(await startServer(["--served-model-name", "m", "--num-kv-blocks", "64"]));
+  const want = await answers(single.client());
+  const split = track(await startServer(["--served-model-name", "m", "--num-kv-blocks", "64", "-tp", "2"]));
+  assert(/2 ranks \(threads communicators\): tp 0\/2/.test(split.log), "the log says the model runs on 2 ranks:\n" + split.log);
+  assert(/rank 0's shard: tp 0\/2/.test(split.log), "the model line names rank 0's shard:\n" + split.log);
+  const got = await answers(split.client());
+  assertEq(JSON.stringify(got), JSON.stringify(want), "-tp 2 answers exactly as one rank");
+  assert(want.some(([, text]) => text.length > 0), "the answers are not empty");
+
+  const bad = await serveFails(["-tp", "3"]);
+  assert(bad.code !== 0 && /not divisible by --tensor-parallel-size 3/.test(bad.log),
+         "-tp 3 is refused naming what does not divide:\n" + bad.log);
+});
