@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 
 #include "core/log.h"
 
@@ -24,6 +25,22 @@ void add_device_options(CLI::App& app, DeviceOptions& o) {
          "debug | info | warning | error: the least severe log lines written to stderr (default: "
          "RILL_LOG_LEVEL, else info)")
       ->check(CLI::IsMember({"debug", "info", "warning", "error"}));
+}
+
+std::string expand_parallel_short_flag(std::string a) {
+  static const std::pair<const char*, const char*> kShort[] = {{"-tp", "--tensor-parallel-size"},
+                                                               {"-pp", "--pipeline-parallel-size"},
+                                                               {"-dp", "--data-parallel-size"},
+                                                               {"-ep", "--expert-parallel-size"}};
+  for (const auto& [from, to] : kShort)
+    if (a == from || a.starts_with(std::string(from) + "=")) return to + a.substr(std::strlen(from));
+  return a;
+}
+
+std::vector<std::string> expand_parallel_short_flags(int argc, char** argv) {
+  std::vector<std::string> out;
+  for (int i = 0; i < argc; ++i) out.push_back(i > 0 ? expand_parallel_short_flag(argv[i]) : std::string(argv[i]));
+  return out;
 }
 
 Result<std::unique_ptr<backend::Backend>> open_backend(const DeviceOptions& o) {

@@ -39,6 +39,11 @@ Result<std::unique_ptr<backend::Backend>> open_backend(const DeviceOptions& o);
 Result<std::unique_ptr<model::Model>> load_model_with_progress(const std::filesystem::path& dir,
                                                                backend::Backend& be);
 
+// vLLM's short parallel flags: "-tp" -> "--tensor-parallel-size" (also -pp, -dp, -ep; "-tp=2" keeps its value).
+std::string expand_parallel_short_flag(std::string arg);
+// Every argument through expand_parallel_short_flag (argv[0] kept), for commands taking those flags.
+std::vector<std::string> expand_parallel_short_flags(int argc, char** argv);
+
 // "1,2,3" -> {1, 2, 3}; errors name the bad element.
 Result<std::vector<int32_t>> parse_id_list(const std::string& text);
 

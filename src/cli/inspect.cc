@@ -12,6 +12,8 @@
 #include "cli/common.h"
 #include "io/checkpoint.h"
 #include "model/config.h"
+#include "model/parallel_plan.h"
+#include "model/presets.h"
 #include "server/serving_files.h"
 
 namespace rill::cli {
@@ -33,18 +35,82 @@ std::string with_commas(int64_t v) {
   return out;
 }
 
+// The per-GPU memory of a mapping (model/parallel_plan.h) against a GPU of `gpu_gib` at `utilization`: the
+// weights of each stage's rank, then what the caches hold in the rest. Returns the problem when a stage does
+// not fit one sequence of `max_len` tokens beside `seqs` sequences' state (empty when it fits).
+std::string print_parallel_plan(const model::ParallelPlan& plan, double gpu_gib, double utilization, int max_len,
+                                int seqs) {
+  const dist::ParallelSizes& z = plan.sizes;
+  std::printf("mapping      tp %d x pp %d = %d GPUs; experts: ep %d x expert-TP %d within each stage's tp ranks\n",
+              z.tp, z.pp, z.world, z.ep, z.world / z.pp / z.ep);
+  const double budget = gpu_gib * utilization * double(1ull << 30);
+  std::string problem;
+  for (size_t s = 0; s < plan.stages.size(); ++s) {
+    const model::StagePlan& st = plan.stages[s];
+    const double left = budget - double(st.weight_bytes) - double(seqs) * double(st.state_bytes_per_sequence);
+    const double tokens = st.kv_bytes_per_token > 0 ? left / double(st.kv_bytes_per_token) : 0;
+    std::printf("stage %-6zu layers %d-%d (%d KDA, %d MLA): weights %s per GPU; KDA state %s per sequence; "
+                "MLA KV %s B per token\n",
+                s, st.first_layer, st.end_layer - 1, st.n_kda, st.n_mla, human_bytes(double(st.weight_bytes)).c_str(),
+                human_bytes(double(st.state_bytes_per_sequence)).c_str(), with_commas(st.kv_bytes_per_token).c_str());
+    if (left <= 0 || (st.kv_bytes_per_token > 0 && tokens < max_len)) {
+      if (problem.empty())
+        problem = fmt::format("stage {}: {} of weights and {} sequences' state leave no room for one {}-token sequence "
+                              "in {:.0f} GiB x {:.2f} per GPU: use more GPUs (-tp, -ep, -pp)",
+                              s, human_bytes(double(st.weight_bytes)), seqs, max_len, gpu_gib, utilization);
+      std::printf("             does NOT fit %.0f GiB x %.2f\n", gpu_gib, utilization);
+    } else {
+      std::printf("             fits %.0f GiB x %.2f: %s left after the weights and %d sequences' state = %s "
+                  "tokens of MLA KV (the step workspace comes out of this too)\n",
+                  gpu_gib, utilization, human_bytes(left).c_str(), seqs,
+                  st.kv_bytes_per_token > 0 ? with_commas(int64_t(tokens)).c_str() : "unbounded");
+    }
+  }
+  if (z.pp > 1) std::printf("note         rill serve does not run pipeline stages yet: -pp is a plan only\n");
+  return problem;
+}
+
 }  // namespace
 
 int run_inspect(int argc, char** argv) {
   CLI::App app{
       "Describe a checkpoint: config, tensors, per-sequence memory, and whether `rill serve` can run it "
       "(weights, tokenizer files, stop ids, chat template). Loads no weights; exit code 1 names each "
-      "problem."};
-  std::string dir;
-  app.add_option("MODEL_DIR", dir, "Hugging Face checkpoint directory")->required();
-  if (int rc = parse_args(app, argc, argv); rc >= 0) return rc;
+      "problem. With -tp / -ep / -pp (or --gpu-memory-gib): the per-GPU memory plan of that mapping, refused "
+      "when it does not divide or fit."};
+  std::string dir, preset;
+  app.add_option("MODEL_DIR", dir, "Hugging Face checkpoint directory");
+  app.add_option("--preset", preset, "a named config instead of MODEL_DIR (kimi-linear-48b, kimi-k3, kimi-k3-slice): "
+                                     "config and memory plan only");
+  dist::ParallelSizes sizes;
+  app.add_option("--tensor-parallel-size", sizes.tp, "-tp: GPUs per pipeline stage")->check(CLI::Range(1, 1024));
+  app.add_option("--expert-parallel-size", sizes.ep, "-ep: expert-parallel ranks within a stage")
+      ->check(CLI::Range(1, 1024));
+  app.add_option("--pipeline-parallel-size", sizes.pp, "-pp: pipeline stages")->check(CLI::Range(1, 1024));
+  double gpu_gib = 140, utilization = 0.9;
+  int max_len = 32768, seqs = 64;
+  app.add_option("--gpu-memory-gib", gpu_gib, "memory per GPU (default: an H200's 140 GiB)")
+      ->check(CLI::Range(1.0, 1e6));
+  app.add_option("--gpu-memory-utilization", utilization, "the share rill may use")->check(CLI::Range(0.01, 1.0));
+  app.add_option("--max-model-len", max_len, "the context one sequence must fit")->check(CLI::Range(1, 1 << 30));
+  app.add_option("--max-num-seqs", seqs, "sequences whose KDA state is held")->check(CLI::Range(1, 1 << 20));
+  std::vector<std::string> args = expand_parallel_short_flags(argc, argv);
+  std::vector<char*> ptrs;
+  for (std::string& a : args) ptrs.push_back(a.data());
+  if (int rc = parse_args(app, int(ptrs.size()), ptrs.data()); rc >= 0) return rc;
+  if (dir.empty() == preset.empty())
+    return report_error("inspect", invalid_argument("give MODEL_DIR or --preset NAME (one of them)"));
+  const bool plan_asked = sizes.tp > 1 || sizes.ep > 1 || sizes.pp > 1 || app.count("--gpu-memory-gib") > 0;
+  sizes.world = sizes.tp * sizes.pp;
 
-  auto cfg = model::ModelConfig::load(dir);
+  Result<model::ModelConfig> cfg = invalid_argument("no config");
+  if (!preset.empty()) {
+    auto json = model::preset_config(preset);
+    if (!json.ok()) return report_error("inspect", json.status());
+    cfg = model::ModelConfig::from_json(*json, "preset " + preset);
+  } else {
+    cfg = model::ModelConfig::load(dir);
+  }
   if (!cfg.ok()) return report_error("inspect", cfg.status());
   const model::ModelConfig& c = *cfg;
   auto cpu = backend::make_cpu_backend();
@@ -52,7 +118,8 @@ int run_inspect(int argc, char** argv) {
   if (!m.ok()) return report_error("inspect", m.status());
   const model::WeightTable& table = (*m)->weight_table();
 
-  std::printf("model        %s (%s)\n", dir.c_str(), model::family_name(c.family));
+  std::printf("model        %s (%s)\n", preset.empty() ? dir.c_str() : ("preset " + preset).c_str(),
+              model::family_name(c.family));
   std::printf("layers       %d: %d KDA + %d MLA; %d dense FFN + %d MoE\n", c.n_layers,
               c.n_layers_of(model::LayerKind::Kda), c.n_layers_of(model::LayerKind::Mla),
               int(std::count(c.ffn_kinds.begin(), c.ffn_kinds.end(), model::FfnKind::Dense)),
@@ -84,6 +151,21 @@ int run_inspect(int argc, char** argv) {
 
   // Everything else rill serve needs; each problem is collected, so one run names them all.
   std::vector<std::string> problems;
+  if (plan_asked) {
+    auto plan = model::plan_parallel(c, sizes);
+    if (!plan.ok()) return report_error("inspect", plan.status());
+    if (std::string p = print_parallel_plan(*plan, gpu_gib, utilization, max_len, seqs); !p.empty())
+      problems.push_back(p);
+  }
+  if (!preset.empty()) {
+    if (!problems.empty()) {
+      std::printf("validation   FAILED\n");
+      for (const std::string& p : problems) std::printf("  - %s\n", p.c_str());
+      return 1;
+    }
+    std::printf("validation   ok (a preset: no checkpoint or tokenizer to check)\n");
+    return 0;
+  }
   auto ckpt = io::Checkpoint::open(dir);
   if (!ckpt.ok()) {
     std::printf("weights      unreadable\n");

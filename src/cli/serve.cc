@@ -47,10 +47,6 @@ Result<server::LoadedModel> parallel_model(const std::string& dir, const model::
 }
 
 std::vector<std::string> normalize_flags(int argc, char** argv) {
-  static const std::pair<const char*, const char*> kShort[] = {{"-tp", "--tensor-parallel-size"},
-                                                               {"-pp", "--pipeline-parallel-size"},
-                                                               {"-dp", "--data-parallel-size"},
-                                                               {"-ep", "--expert-parallel-size"}};
   static const std::pair<const char*, const char*> kAliases[] = {
       {"--max-num-seqs", "--max-batch-size"},
       {"--max-num-batched-tokens", "--max-num-tokens"},
@@ -60,10 +56,7 @@ std::vector<std::string> normalize_flags(int argc, char** argv) {
   };
   std::vector<std::string> out;
   for (int i = 0; i < argc; ++i) {
-    std::string a = argv[i];
-    for (const auto& [from, to] : kShort)
-      if (i > 0 && (a == from || a.starts_with(std::string(from) + "=")))
-        a = to + a.substr(std::strlen(from));
+    std::string a = i > 0 ? expand_parallel_short_flag(argv[i]) : std::string(argv[i]);
     if (i > 0 && a.starts_with("--")) {
       const size_t eq = a.find('=');
       std::string name = a.substr(0, eq), rest = eq == std::string::npos ? "" : a.substr(eq);

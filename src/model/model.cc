@@ -230,8 +230,6 @@ Status Model::project_logits(ForwardContext& cx, TensorView normed, const backen
 
 Result<std::unique_ptr<Model>> build_model(const ModelConfig& config, backend::Backend& be, const ModelShard& shard) {
   RILL_TRY(check_shard(config, shard));
-  if (!shard.whole() && shard.tp_size > 1 && !shard.tp_comm)
-    return internal_error("a tensor-parallel shard ({}) needs its group's communicator", shard.describe());
   RILL_TRY(check_kernel_limits(shard_config(config, shard), be.shape_limits(), be.name()));
   std::unique_ptr<Model> m;
   switch (config.family) {
@@ -242,8 +240,18 @@ Result<std::unique_ptr<Model>> build_model(const ModelConfig& config, backend::B
   return m;
 }
 
+namespace {
+// A model that runs (not just declared) under tensor parallelism reduces over its group.
+Status check_runnable(const ModelShard& shard) {
+  if (shard.tp_size > 1 && !shard.tp_comm)
+    return internal_error("a tensor-parallel shard ({}) needs its group's communicator", shard.describe());
+  return {};
+}
+}  // namespace
+
 Result<std::unique_ptr<Model>> load_dummy_model(const ModelConfig& config, backend::Backend& be, uint64_t seed,
                                                 const ModelShard& shard) {
+  RILL_TRY(check_runnable(shard));
   RILL_ASSIGN_OR_RETURN(std::unique_ptr<Model> m, build_model(config, be, shard));
   RILL_ASSIGN_OR_RETURN(m->weights_, load_dummy_weights(m->table_, be, seed));
   return m;
@@ -253,6 +261,7 @@ Result<std::unique_ptr<Model>> load_model(const std::filesystem::path& dir, back
                                           const LoadOptions& options) {
   RILL_ASSIGN_OR_RETURN(ModelConfig config, ModelConfig::load(dir));
   if (options.dummy_weights) return load_dummy_model(config, be, options.dummy_seed, options.shard);
+  RILL_TRY(check_runnable(options.shard));
   RILL_ASSIGN_OR_RETURN(std::unique_ptr<Model> m, build_model(config, be, options.shard));
   RILL_ASSIGN_OR_RETURN(io::Checkpoint ckpt, io::Checkpoint::open(dir));
   if (!ckpt.has_weights()) return not_found("{}: no *.safetensors weight files", dir.string());
