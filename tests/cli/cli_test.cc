@@ -50,6 +50,25 @@ TEST(Inspect, RealKimiLinear48bConfigWithoutWeights) {
   fs::remove_all(d);
 }
 
+// The mapping plan (numbers: tests/model/parallel_plan_test.cc): K3 does not fit one node of H200s, does fit two
+// nodes as PP 2 x TP 8 x EP 8, and a mapping that does not divide is bad input naming the flag.
+TEST(Inspect, ParallelPlanFitsOrNamesWhy) {
+  auto r = run_rill("inspect --preset kimi-k3 -tp 8 -ep 8");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("does NOT fit 140 GiB x 0.90"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("use more GPUs (-tp, -ep, -pp)"), std::string::npos) << r.out;
+  r = run_rill("inspect --preset kimi-k3 -tp 8 -ep 8 -pp 2");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("stage 1      layers 46-92"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("-pp is a plan only"), std::string::npos) << r.out;
+  r = run_rill("inspect --preset kimi-linear-48b -tp 3");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("not divisible by --tensor-parallel-size 3"), std::string::npos) << r.out;
+  r = run_rill("inspect");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("give MODEL_DIR or --preset NAME"), std::string::npos) << r.out;
+}
+
 TEST(Inspect, FixtureWeightsValidateButTheTokenizerIsMissing) {
   const auto r = run_rill("inspect " + (testing::data_dir() / "kimi_linear_tiny_b").string());
   EXPECT_NE(r.out.find("in 2 file(s)"), std::string::npos) << r.out;

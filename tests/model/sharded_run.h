@@ -1,6 +1,6 @@
 // Runs one sequence through a model split over ranks that are threads of this process (issue #17): the
-// single-rank run and the sharded one see the same prompt (a prefill of two KDA chunks' worth of tokens, in
-// chunks) and then decode greedily, each rank picking the argmax of its own (gathered) logits. Shared by the
+// single-rank run and the sharded one see the same prompt (a prefill of two KDA chunks' worth of tokens, one
+// step per chunk) and then decode greedily, each rank picking the argmax of its own (gathered) logits. Shared by the
 // CPU test (thread communicator) and the CUDA one (ranks sharing one GPU).
 #pragma once
 
@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -19,6 +20,7 @@
 #include "model/k3_checkpoint.h"
 #include "model/model.h"
 #include "model/sequence_session.h"
+#include "model/taps.h"
 
 namespace rill::testing {
 
@@ -59,18 +61,41 @@ struct RankSetup {
 };
 using RankFactory = std::function<Result<RankSetup>(const dist::Mapping&)>;
 
-// Every logits row the run produced (prefill rows, then one per decode step) and the greedy tokens.
+// One step's MoE routing decisions, by tap name ("L3.moe.ids", "L3.moe.weights"): global expert ids.
+using Routing = std::map<std::string, std::vector<float>>;
+
+// Every logits row the run produced (prefill rows, then one per decode step) and the greedy tokens; with
+// Replay::record, each step's routing.
 struct ShardedRun {
   std::vector<float> logits;
   std::vector<int32_t> tokens;
+  std::vector<Routing> routing;
   Status status;
 };
 
-// With `forced`, decode feeds those tokens (the reference's) instead of its own argmax: bf16 runs that may
-// pick another token at a near tie still compare logits of the same contexts.
+// What a bf16 run takes from the reference so that both compute the same function: decode feeds `tokens`
+// (its greedy picks may differ at a near tie) and every step replays `routing` (top-k is discontinuous, so
+// rounding noise flips near-tied experts: taps.h). A rank under expert parallelism gets the ids as its router
+// writes them, local to its experts.
+struct Replay {
+  const std::vector<int32_t>* tokens = nullptr;
+  const std::vector<Routing>* routing = nullptr;
+  bool record = false;
+};
+
+inline Routing local_routing(const Routing& global, const model::ModelShard& shard, int n_experts) {
+  if (shard.ep_size == 1) return global;
+  Routing out = global;
+  const int per = n_experts / shard.ep_size, begin = shard.ep_rank * per;
+  for (auto& [name, values] : out)
+    if (name.ends_with(".moe.ids"))
+      for (float& v : values) v = (v >= begin && v < begin + per) ? v - float(begin) : -1.0f;
+  return out;
+}
+
 inline ShardedRun run_one_rank(const RankFactory& factory, const dist::Mapping& mapping,
                                const std::filesystem::path& dir, const std::vector<int32_t>& prompt, int chunk,
-                               int n_decode, const std::vector<int32_t>* forced = nullptr) {
+                               int n_decode, const Replay& replay = {}) {
   ShardedRun out;
   auto fail = [&](Status s) {
     out.status = std::move(s);
@@ -90,19 +115,44 @@ inline ShardedRun run_one_rank(const RankFactory& factory, const dist::Mapping& 
   if (Status s = (*m)->reserve_workspace(lim); !s.ok()) return fail(s);
   auto session = model::SequenceSession::create(**m, 256);
   if (!session.ok()) return fail(session.status());
-  auto logits = session->feed(prompt, chunk, true);
-  if (!logits.ok()) return fail(logits.status());
-  out.logits = *logits;
+  model::TapRecorder taps;
+  const bool tapping = replay.record || replay.routing;
+  if (tapping) (*m)->set_tap_recorder(&taps);
+  int step_index = 0;
+  // One forward step of `ids`, its routing replayed or recorded.
+  auto step = [&](std::span<const int32_t> ids, bool all) -> Result<std::vector<float>> {
+    taps.clear();
+    if (replay.routing) {
+      if (size_t(step_index) >= replay.routing->size()) return internal_error("no routing for step {}", step_index);
+      taps.set_overrides(local_routing((*replay.routing)[size_t(step_index)], opt.shard, (*m)->config().moe.n_experts));
+    }
+    ++step_index;
+    auto l = session->feed(ids, int(ids.size()), all);
+    if (l.ok() && replay.record) {
+      Routing r;
+      for (const auto& t : taps.taps())
+        if (t.name.ends_with(".moe.ids") || t.name.ends_with(".moe.weights")) r[t.name] = t.values;
+      out.routing.push_back(std::move(r));
+    }
+    return l;
+  };
+  for (size_t off = 0; off < prompt.size(); off += size_t(chunk)) {
+    const size_t n = std::min(prompt.size() - off, size_t(chunk));
+    auto l = step(std::span<const int32_t>(prompt.data() + off, n), true);
+    if (!l.ok()) return fail(l.status());
+    out.logits.insert(out.logits.end(), l->begin(), l->end());
+  }
   const size_t V = size_t((*m)->config().vocab_size);
   for (int i = 0; i < n_decode; ++i) {
     const float* last = out.logits.data() + out.logits.size() - V;
     const int32_t next = int32_t(std::max_element(last, last + V) - last);
     out.tokens.push_back(next);
-    const int32_t fed = forced ? (*forced)[size_t(i)] : next;
-    auto step = session->feed(std::span<const int32_t>(&fed, 1), 1, false);
-    if (!step.ok()) return fail(step.status());
-    out.logits.insert(out.logits.end(), step->begin(), step->end());
+    const int32_t fed = replay.tokens ? (*replay.tokens)[size_t(i)] : next;
+    auto l = step(std::span<const int32_t>(&fed, 1), false);
+    if (!l.ok()) return fail(l.status());
+    out.logits.insert(out.logits.end(), l->begin(), l->end());
   }
+  (*m)->set_tap_recorder(nullptr);
   return out;
 }
 
@@ -112,7 +162,7 @@ inline std::vector<ShardedRun> run_sharded(const dist::ParallelSizes& sizes, con
                                            const std::filesystem::path& dir, const std::vector<int32_t>& prompt,
                                            int chunk, int n_decode,
                                            const std::function<void(int, const Status&)>& on_failure = {},
-                                           const std::vector<int32_t>* forced = nullptr) {
+                                           const Replay& replay = {}) {
   std::vector<ShardedRun> runs(static_cast<size_t>(sizes.world));
   std::vector<std::thread> threads;
   for (int r = 0; r < sizes.world; ++r)
@@ -121,7 +171,7 @@ inline std::vector<ShardedRun> run_sharded(const dist::ParallelSizes& sizes, con
       if (!mapping.ok()) {
         runs[size_t(r)].status = mapping.status();
       } else {
-        runs[size_t(r)] = run_one_rank(factory, *mapping, dir, prompt, chunk, n_decode, forced);
+        runs[size_t(r)] = run_one_rank(factory, *mapping, dir, prompt, chunk, n_decode, replay);
       }
       if (!runs[size_t(r)].status.ok() && on_failure) on_failure(r, runs[size_t(r)].status);
     });
