@@ -66,7 +66,6 @@ std::string print_parallel_plan(const model::ParallelPlan& plan, double gpu_gib,
                   st.kv_bytes_per_token > 0 ? with_commas(int64_t(tokens)).c_str() : "unbounded");
     }
   }
-  if (z.pp > 1) std::printf("note         rill serve does not run pipeline stages yet: -pp is a plan only\n");
   return problem;
 }
 

@@ -20,13 +20,16 @@ namespace rill::cli {
 namespace {
 
 // "--max_batch_size=8" -> "--max-batch-size=8"; other-server names -> rill's.
-// -tp N: the engine's executor over N ranks of this process on the device `probe` resolved --device to:
+// -tp N (-pp P): the engine's executor over N x P ranks of this process on the device `probe` resolved --device to:
 // threads on the CPU, a GPU each from its index on (NCCL), or all on it with --ranks-on-one-gpu. Each rank
 // loads its shard; rank 0 reports the progress.
 Result<server::LoadedModel> parallel_model(const std::string& dir, const model::LoadOptions& lo,
                                            const backend::Backend& probe, const VllmFlags& f) {
   runner::ParallelOptions p;
-  p.sizes = {.world = f.tensor_parallel_size, .tp = f.tensor_parallel_size, .ep = expert_parallel_size(f)};
+  p.sizes = {.world = f.tensor_parallel_size * f.pipeline_parallel_size,
+             .tp = f.tensor_parallel_size,
+             .ep = expert_parallel_size(f),
+             .pp = f.pipeline_parallel_size};
   if (probe.device() == Device::Cpu) {
     p.comm.kind = backend::CommKind::Threads;
   } else {
@@ -234,7 +237,8 @@ int run_serve(int argc, char** argv) {
     model::LoadOptions lo;
     lo.progress = progress;
     lo.dummy_weights = load_format == "dummy";
-    if (vllm.tensor_parallel_size > 1) return parallel_model(o.model_dir, lo, *backend, vllm);
+    if (vllm.tensor_parallel_size * vllm.pipeline_parallel_size > 1)
+      return parallel_model(o.model_dir, lo, *backend, vllm);
     RILL_ASSIGN_OR_RETURN(auto model, model::load_model(o.model_dir, *backend, lo));
     return server::LoadedModel{std::move(backend), std::move(model)};
   };

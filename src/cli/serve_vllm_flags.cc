@@ -12,8 +12,8 @@ void notice(const std::string& flag, const std::string& why) {
 
 Status check_parallel(const char* flag, int value) {
   if (value == 1) return {};
-  return invalid_argument("{} {}: not built yet (only 1 is supported; tensor and expert parallelism are)", flag,
-                          value);
+  return invalid_argument("{} {}: not built yet (only 1 is supported; tensor, expert and pipeline parallelism "
+                          "are)", flag, value);
 }
 
 }  // namespace
@@ -37,7 +37,8 @@ void add_vllm_flags(CLI::App& app, server::ServerOptions& o, VllmFlags& f) {
   app.add_flag("--ranks-on-one-gpu", f.ranks_on_one_gpu,
                "with -tp N on CUDA: every rank on the --device GPU (tests the sharded path on one GPU)")
       ->group(group);
-  app.add_option("--pipeline-parallel-size", f.pipeline_parallel_size, "pipeline stages (-pp; only 1)")
+  app.add_option("--pipeline-parallel-size", f.pipeline_parallel_size,
+                 "-pp P: pipeline stages of contiguous layers, each on its own -tp ranks (tp x pp ranks in all)")
       ->check(CLI::Range(1, 1024))
       ->group(group);
   app.add_option("--data-parallel-size", f.data_parallel_size, "model replicas (-dp; only 1)")
@@ -102,7 +103,6 @@ void add_vllm_flags(CLI::App& app, server::ServerOptions& o, VllmFlags& f) {
 }
 
 Status apply_vllm_flags(const VllmFlags& f, const DeviceOptions& device, server::ServerOptions& o) {
-  RILL_TRY(check_parallel("--pipeline-parallel-size", f.pipeline_parallel_size));
   RILL_TRY(check_parallel("--data-parallel-size", f.data_parallel_size));
   if (f.dtype != "auto" && f.dtype != "bfloat16" && f.dtype != "bf16")
     return invalid_argument(

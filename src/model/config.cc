@@ -575,6 +575,12 @@ int ModelConfig::n_layers_of(LayerKind k) const {
   return int(std::count(layer_kinds.begin(), layer_kinds.end(), k));
 }
 
+int ModelConfig::n_held_layers_of(LayerKind k) const {
+  int n = 0;
+  for (int i = first_layer; i < stage_end(); ++i) n += layer_kinds[size_t(i)] == k;
+  return n;
+}
+
 int64_t ModelConfig::kv_bytes_per_token(int elem_bytes) const {
   return int64_t(n_layers_of(LayerKind::Mla)) * mla.cache_width() * elem_bytes;
 }

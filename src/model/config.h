@@ -89,6 +89,14 @@ struct ModelConfig {
   std::vector<int32_t> eos_token_ids;
   int64_t max_position_embeddings = 0;
   std::string tensor_prefix;  // "" for Kimi Linear, "language_model." for K3
+  // The decoder layers this rank runs, [first_layer, end_layer) (a pipeline stage: shard_config); end_layer 0
+  // means all of them. Caches are allocated for these layers only.
+  int first_layer = 0, end_layer = 0;
+  int stage_end() const { return end_layer > 0 ? end_layer : n_layers; }
+  bool holds_layer(int i) const { return i >= first_layer && i < stage_end(); }
+  bool first_stage() const { return first_layer == 0; }
+  bool last_stage() const { return stage_end() == n_layers; }
+  int n_held_layers_of(LayerKind k) const;
 
   static Result<ModelConfig> from_json(const nlohmann::ordered_json& json, std::string_view label);
   static Result<ModelConfig> load(const std::filesystem::path& model_dir);  // MODEL_DIR/config.json

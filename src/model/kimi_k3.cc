@@ -20,12 +20,25 @@ void KimiK3Model::declare_weights() {
     table_.ignore_prefix(root + "layers." + std::to_string(i) + ".");
     table_.ignore_prefix(c.tensor_prefix + "layers." + std::to_string(i) + ".");
   }
-  table_.matrix(root + "embed_tokens.weight", {V, H}, &embed_);
-  table_.vector(root + "norm.weight", {H}, &final_norm_);
-  declare_attn_res_weights(table_, root, "output_attn_res", H, output_res_);
-  declare_lm_head(c.tensor_prefix + "lm_head.weight", &lm_head_);
+  // A pipeline stage holds its layers; the first the embedding, the last the output mix, norm and lm_head.
+  if (c.first_stage()) table_.matrix(root + "embed_tokens.weight", {V, H}, &embed_);
+  else table_.held_elsewhere(root + "embed_tokens.weight");
+  if (c.last_stage()) {
+    table_.vector(root + "norm.weight", {H}, &final_norm_);
+    declare_attn_res_weights(table_, root, "output_attn_res", H, output_res_);
+    declare_lm_head(c.tensor_prefix + "lm_head.weight", &lm_head_);
+  } else {
+    table_.held_elsewhere(root + "norm.weight");
+    table_.ignore_prefix(root + "output_attn_res");
+    table_.held_elsewhere(c.tensor_prefix + "lm_head.weight");
+  }
   for (int i = 0; i < c.n_layers; ++i) {
     const std::string p = root + "layers." + std::to_string(i) + ".";
+    if (!c.holds_layer(i)) {  // another stage's (both spellings, as for the MTP layers)
+      table_.ignore_prefix(p);
+      table_.ignore_prefix(c.tensor_prefix + "layers." + std::to_string(i) + ".");
+      continue;
+    }
     K3LayerWeights& L = layers_[size_t(i)];
     table_.vector(p + "input_layernorm.weight", {H}, &L.input_norm);
     table_.vector(p + "post_attention_layernorm.weight", {H}, &L.post_norm);
@@ -74,9 +87,13 @@ Status KimiK3Model::forward_impl(ForwardContext& cx, TensorView ids, TensorView 
   TensorView h = cx.ws.alloc(DType::F32, {T, H});  // a mixed sublayer input (fp32, like the AttnRes state)
   TensorView normed = cx.ws.alloc(cx.act(), {T, H});
   TensorView delta = cx.ws.alloc(cx.act(), {T, H});  // a sublayer output added into P
-  RILL_TRY(be.embed({embed_.weight, ids, res.partial()}));
-  cx.tap("embed", res.partial());
-  for (int i = 0; i < c.n_layers; ++i) {
+  if (c.first_stage()) {
+    RILL_TRY(be.embed({embed_.weight, ids, res.partial()}));
+    cx.tap("embed", res.partial());
+  } else {  // the completed blocks and the partial sum, as the stage before left them
+    RILL_TRY(res.from_previous_stage(c.first_layer));
+  }
+  for (int i = c.first_layer; i < c.stage_end(); ++i) {
     const K3LayerWeights& L = layers_[size_t(i)];
     cx.layer = i;
     TensorView in = res.partial();
@@ -101,6 +118,10 @@ Status KimiK3Model::forward_impl(ForwardContext& cx, TensorView ids, TensorView 
     cx.tap("partial", res.partial());
   }
   cx.layer = -1;
+  if (!c.last_stage()) {
+    RILL_TRY(res.to_next_stage());
+    return cx.logits_from_last_stage(logits);
+  }
   RILL_TRY(res.mix(output_res_, h));
   cx.tap("residual", h);
   TensorView picked = cx.ws.alloc(DType::F32, {R, H});

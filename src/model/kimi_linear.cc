@@ -11,11 +11,22 @@ void KimiLinearModel::declare_weights() {
   const ModelConfig& c = config_;
   const std::string root = c.tensor_prefix;
   const int H = c.hidden_size, V = c.vocab_size;
-  table_.matrix(root + "model.embed_tokens.weight", {V, H}, &embed_);
-  table_.vector(root + "model.norm.weight", {H}, &final_norm_);
-  declare_lm_head(root + "lm_head.weight", &lm_head_);
+  // A pipeline stage holds its layers; the first the embedding, the last the final norm and lm_head.
+  if (c.first_stage()) table_.matrix(root + "model.embed_tokens.weight", {V, H}, &embed_);
+  else table_.held_elsewhere(root + "model.embed_tokens.weight");
+  if (c.last_stage()) {
+    table_.vector(root + "model.norm.weight", {H}, &final_norm_);
+    declare_lm_head(root + "lm_head.weight", &lm_head_);
+  } else {
+    table_.held_elsewhere(root + "model.norm.weight");
+    table_.held_elsewhere(root + "lm_head.weight");
+  }
   for (int i = 0; i < c.n_layers; ++i) {
     const std::string p = root + "model.layers." + std::to_string(i) + ".";
+    if (!c.holds_layer(i)) {
+      table_.ignore_prefix(p);
+      continue;
+    }
     DecoderLayerWeights& L = layers_[size_t(i)];
     table_.vector(p + "input_layernorm.weight", {H}, &L.input_norm);
     table_.vector(p + "post_attention_layernorm.weight", {H}, &L.post_norm);
@@ -57,10 +68,15 @@ Status KimiLinearModel::forward_impl(ForwardContext& cx, TensorView ids, TensorV
   TensorView x = cx.ws.alloc(DType::F32, {T, H});
   TensorView h = cx.ws.alloc(cx.act(), {T, H});
   TensorView delta = cx.ws.alloc(cx.act(), {T, H});
-  RILL_TRY(be.embed({embed_.weight, ids, x}));
-  cx.tap("embed", x);
-  RILL_TRY(be.rms_norm({x, layers_[0].input_norm, c.rms_norm_eps, h}));
-  for (int i = 0; i < c.n_layers; ++i) {
+  const int first = c.first_layer, end = c.stage_end();
+  if (c.first_stage()) {
+    RILL_TRY(be.embed({embed_.weight, ids, x}));
+    cx.tap("embed", x);
+  } else {
+    RILL_TRY(cx.from_previous_stage(x));
+  }
+  RILL_TRY(be.rms_norm({x, layers_[size_t(first)].input_norm, c.rms_norm_eps, h}));
+  for (int i = first; i < end; ++i) {
     const DecoderLayerWeights& L = layers_[size_t(i)];
     cx.layer = i;
     cx.tap("input_norm", h);
@@ -70,9 +86,14 @@ Status KimiLinearModel::forward_impl(ForwardContext& cx, TensorView ids, TensorV
     cx.tap("post_norm", h);
     RILL_TRY(ffn(cx, i, h, delta));
     cx.tap("ffn_out", delta);
-    if (i + 1 < c.n_layers) RILL_TRY(be.add_rms_norm({x, delta, layers_[size_t(i + 1)].input_norm, c.rms_norm_eps, h}));
+    if (i + 1 < end) RILL_TRY(be.add_rms_norm({x, delta, layers_[size_t(i + 1)].input_norm, c.rms_norm_eps, h}));
   }
   cx.layer = -1;
+  if (!c.last_stage()) {  // the stream goes on; the logits come back from the last stage
+    RILL_TRY(be.add({x, delta}));
+    RILL_TRY(cx.to_next_stage(x));
+    return cx.logits_from_last_stage(logits);
+  }
   TensorView picked = cx.ws.alloc(DType::F32, {R, H});
   TensorView picked_delta = cx.ws.alloc(cx.act(), {R, H});
   RILL_TRY(be.gather_rows({x, rows, picked}));

@@ -34,8 +34,8 @@ int64_t ModelCaches::bytes_needed(const ModelConfig& c, DType act, int n_slots, 
                               align256(static_cast<size_t>(s.conv.numel()) * dtype_size(act)));
   const int64_t mla = int64_t(align256(static_cast<size_t>(s.kv.numel()) * dtype_size(act)));
   const std::optional<int64_t> total =
-      checked_sum(checked_product({c.n_layers_of(LayerKind::Kda), kda}).value_or(INT64_MAX),
-                  checked_product({c.n_layers_of(LayerKind::Mla), mla}).value_or(INT64_MAX));
+      checked_sum(checked_product({c.n_held_layers_of(LayerKind::Kda), kda}).value_or(INT64_MAX),
+                  checked_product({c.n_held_layers_of(LayerKind::Mla), mla}).value_or(INT64_MAX));
   return total.value_or(INT64_MAX);
 }
 
@@ -56,9 +56,11 @@ Result<ModelCaches> ModelCaches::allocate(backend::Backend& be, const ModelConfi
   char* p = static_cast<char*>(alloc.data());
   out.storage.push_back(std::move(alloc));
   const CacheShapes s = cache_shapes(c, n_slots, n_blocks, block_size);
-  for (LayerKind k : c.layer_kinds) {
+  for (int i = 0; i < c.n_layers; ++i) {
+    const LayerKind k = c.layer_kinds[size_t(i)];
     LayerCache L;
-    if (k == LayerKind::Kda) {
+    if (!c.holds_layer(i)) {  // another pipeline stage's layer
+    } else if (k == LayerKind::Kda) {
       L.kda_state = TensorView::make(p, DType::F32, s.state, be.device());
       p += align256(L.kda_state.nbytes());
       L.kda_conv = TensorView::make(p, act, s.conv, be.device());
@@ -188,6 +190,7 @@ Status Model::launch(const ModelCaches& caches, Arena& ws, TensorView* logits) {
   ws.release_to(prepared_mark_);  // a second launch of one prepared step carves the same buffers
   ForwardContext cx{*be_, ws, layout_, be_->dry_run() ? nullptr : taps_};
   cx.tp_comm = shard_.tp_comm;
+  cx.pp_comm = shard_.pp_comm;
   *logits = ws.alloc(DType::F32, {rows_.size(0), config_.vocab_size});
   return forward_impl(cx, ids_, rows_, caches, *logits);
 }
@@ -214,6 +217,12 @@ void Model::declare_lm_head(const std::string& name, backend::LinearWeight* head
 
 Status Model::project_logits(ForwardContext& cx, TensorView normed, const backend::LinearWeight& head,
                              TensorView logits) {
+  RILL_TRY(project_local_logits(cx, normed, head, logits));
+  return cx.logits_to_first_stage(logits);  // the last pipeline stage's logits go to stage 0, which samples
+}
+
+Status Model::project_local_logits(ForwardContext& cx, TensorView normed, const backend::LinearWeight& head,
+                                   TensorView logits) {
   const int tp = shard_.tp_size;
   if (tp == 1) return be_->gemm({normed, &head, logits});
   const int64_t R = normed.size(0), Vl = config_.vocab_size / tp;
@@ -243,8 +252,8 @@ Result<std::unique_ptr<Model>> build_model(const ModelConfig& config, backend::B
 namespace {
 // A model that runs (not just declared) under tensor parallelism reduces over its group.
 Status check_runnable(const ModelShard& shard) {
-  if (shard.tp_size > 1 && !shard.tp_comm)
-    return internal_error("a tensor-parallel shard ({}) needs its group's communicator", shard.describe());
+  if ((shard.tp_size > 1 && !shard.tp_comm) || (shard.pp_size > 1 && !shard.pp_comm))
+    return internal_error("a shard ({}) needs its groups' communicators", shard.describe());
   return {};
 }
 }  // namespace

@@ -99,6 +99,8 @@ class Model {
   // and the rows are gathered into every rank's logits.
   Status project_logits(ForwardContext& cx, TensorView normed, const backend::LinearWeight& head,
                         TensorView logits);
+  Status project_local_logits(ForwardContext& cx, TensorView normed, const backend::LinearWeight& head,
+                              TensorView logits);
 
   friend Result<std::unique_ptr<Model>> load_model(const std::filesystem::path&, backend::Backend&,
                                                    const LoadOptions&);

@@ -1,6 +1,7 @@
 #include "model/parallel_plan.h"
 
 #include <algorithm>
+#include <tuple>
 
 #include "model/model.h"
 
@@ -44,12 +45,14 @@ Result<ParallelPlan> plan_parallel(const ModelConfig& c, const dist::ParallelSiz
   plan.sizes = sizes;
   plan.shard = ModelShard::from_mapping(mapping, nullptr);
   auto cpu = backend::make_cpu_backend();
-  RILL_ASSIGN_OR_RETURN(std::unique_ptr<Model> m, build_model(c, *cpu, plan.shard));
+  ModelShard all_layers = plan.shard;  // every stage's layers declared once, then counted per stage
+  all_layers.pp_rank = 0;
+  all_layers.pp_size = 1;
+  RILL_ASSIGN_OR_RETURN(std::unique_ptr<Model> m, build_model(c, *cpu, all_layers));
   const ModelConfig& local = m->config();
   for (int s = 0; s < sizes.pp; ++s) {
     StagePlan st;
-    st.first_layer = int(int64_t(s) * c.n_layers / sizes.pp);
-    st.end_layer = int(int64_t(s + 1) * c.n_layers / sizes.pp);
+    std::tie(st.first_layer, st.end_layer) = stage_layers(c.n_layers, s, sizes.pp);
     for (int l = st.first_layer; l < st.end_layer; ++l) (c.layer_kinds[size_t(l)] == LayerKind::Kda ? st.n_kda : st.n_mla)++;
     const int64_t Hk = local.kda.n_heads, d = local.kda.head_dim;
     st.state_bytes_per_sequence = st.n_kda * (Hk * d * d * 4 + int64_t(local.kda.conv_kernel - 1) * 3 * Hk * d * 2);

@@ -2,8 +2,8 @@
 // -pp`, docs/MULTI_GPU.md): per pipeline stage, its layers, the bytes of its rank's weight shard as the GPU
 // stores them (matrices bf16, norms and gates f32, MXFP4 payloads as packed), and what its caches cost per
 // sequence and per token. Computed from the declared weight table of the rank's shard, so it is what the
-// loader would allocate. Stages are contiguous, even layer ranges (the first holds the embedding, the last
-// the final norm and lm_head); rill serve does not run pipeline stages yet, so -pp is planned here only.
+// loader would allocate. Stages are the model's (model/shard.h stage_layers: contiguous, even layer ranges;
+// the first holds the embedding, the last the final norm and lm_head).
 #pragma once
 
 #include <string>

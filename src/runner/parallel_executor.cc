@@ -1,7 +1,9 @@
 #include "runner/parallel_executor.h"
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <functional>
 #include <mutex>
 #include <thread>
 
@@ -10,12 +12,23 @@
 namespace rill::runner {
 namespace {
 
+// A rank's thread must not end the process with an exception: it becomes the rank's error.
+Status guarded(const std::function<Status()>& fn) {
+  try {
+    return fn();
+  } catch (const std::exception& e) {
+    return internal_error("exception: {}", e.what());
+  } catch (...) {
+    return internal_error("unknown exception");
+  }
+}
+
 // One rank's part: made on the rank's own thread (which its backend binds), kept alive until the executor
 // goes. Members in the order they must be destroyed in reverse: the runner (the model) before the communicator
-// its shard points to, both before the backend.
+// its shard points to (tp, pp), all before the backend.
 struct Rank {
   std::unique_ptr<backend::Backend> be;
-  std::unique_ptr<dist::Communicator> tp_comm;
+  std::unique_ptr<dist::Communicator> tp_comm, pp_comm;
   std::unique_ptr<ModelRunner> runner;
 };
 
@@ -97,7 +110,7 @@ class ParallelExecutor final : public Executor {
         batch = batch_;
         ops = ops_;
       }
-      Status st = rank.runner->forward(*batch, *ops).status();
+      Status st = guarded([&] { return rank.runner->forward(*batch, *ops).status(); });
       // A rank that fails before any other has is the cause; it ends the others' waits.
       bool first = false;
       if (!st.ok()) {
@@ -148,9 +161,9 @@ Status first_cause(const std::vector<Status>& statuses) {
 Result<std::unique_ptr<Executor>> make_parallel_executor(const RankLoader& load, const ParallelOptions& p,
                                                          const RunnerOptions& o) {
   const dist::ParallelSizes& sizes = p.sizes;
-  if (sizes.pp != 1 || sizes.dp != 1 || sizes.world != sizes.tp)
-    return unimplemented("pipeline and data parallelism are not built yet (world {} = tp {} x pp {} x dp {})",
-                         sizes.world, sizes.tp, sizes.pp, sizes.dp);
+  if (sizes.dp != 1 || sizes.world != sizes.tp * sizes.pp)
+    return unimplemented("data parallelism is not built yet (world {} = tp {} x pp {} x dp {})", sizes.world,
+                         sizes.tp, sizes.pp, sizes.dp);
   RILL_ASSIGN_OR_RETURN(std::unique_ptr<backend::CommWorld> world, backend::CommWorld::make(sizes.world, p.comm));
   RunnerOptions ro = o;
   if (sizes.world > 1) ro.enforce_eager = true;  // see the header
@@ -163,27 +176,66 @@ Result<std::unique_ptr<Executor>> make_parallel_executor(const RankLoader& load,
         RILL_ASSIGN_OR_RETURN(dist::Mapping mapping, dist::Mapping::make(sizes, r));
         Rank& rank = ranks[size_t(r)];
         RILL_ASSIGN_OR_RETURN(rank.be, world->make_backend(r));
-        if (sizes.world > 1) {
+        // Every rank makes its groups in the same order (tp, then pp): NCCL's are collective over the world.
+        if (sizes.tp > 1) {
           RILL_ASSIGN_OR_RETURN(rank.tp_comm,
                                 world->communicator(r, mapping.group(dist::GroupKind::Tp), *rank.be));
         }
-        RILL_ASSIGN_OR_RETURN(auto model, load(*rank.be, model::ModelShard::from_mapping(mapping, rank.tp_comm.get())));
+        if (sizes.pp > 1) {
+          RILL_ASSIGN_OR_RETURN(rank.pp_comm,
+                                world->communicator(r, mapping.group(dist::GroupKind::Pp), *rank.be));
+        }
+        RILL_ASSIGN_OR_RETURN(
+            auto model,
+            load(*rank.be, model::ModelShard::from_mapping(mapping, rank.tp_comm.get(), rank.pp_comm.get())));
         RILL_ASSIGN_OR_RETURN(rank.runner, ModelRunner::create(std::move(model), ro));
         return {};
       };
-      statuses[size_t(r)] = setup();
+      statuses[size_t(r)] = guarded(setup);
       if (!statuses[size_t(r)].ok()) world->fail(r, statuses[size_t(r)].to_string());
     });
   for (auto& t : threads) t.join();
   RILL_TRY(first_cause(statuses));
-  // Ids are global: every rank must have the same blocks and slots (the same memory per rank does).
+  // Ids are global: every rank must have the same blocks and slots. Ranks may plan different block counts
+  // (pipeline stages hold different layers; ranks sharing a GPU see what the others took): capacity is the
+  // minimum, so every rank's caches are planned again with that many blocks.
+  int min_blocks = ranks[0].runner->memory_plan().n_blocks;
+  bool differ = false;
+  for (const Rank& rank : ranks) {
+    differ = differ || rank.runner->memory_plan().n_blocks != min_blocks;
+    min_blocks = std::min(min_blocks, rank.runner->memory_plan().n_blocks);
+  }
+  if (differ) {
+    RunnerOptions same = ro;
+    same.num_kv_blocks = min_blocks;
+    std::vector<std::unique_ptr<model::Model>> models(ranks.size());
+    auto on_each_rank = [&](const std::function<Status(size_t)>& fn) {
+      threads.clear();
+      for (size_t r = 0; r < ranks.size(); ++r)
+        threads.emplace_back([&, r] {
+          statuses[r] = ranks[r].be->bind_thread();
+          if (statuses[r].ok()) statuses[r] = fn(r);
+        });
+      for (auto& t : threads) t.join();
+      return first_cause(statuses);
+    };
+    RILL_TRY(on_each_rank([&](size_t r) {  // every rank's caches go first, then each plans again
+      models[r] = ranks[r].runner->release_model();
+      ranks[r].runner.reset();
+      return Status{};
+    }));
+    RILL_TRY(on_each_rank([&](size_t r) -> Status {
+      RILL_ASSIGN_OR_RETURN(ranks[r].runner, ModelRunner::create(std::move(models[r]), same));
+      return {};
+    }));
+  }
   const cache::MemoryPlan& lead = ranks[0].runner->memory_plan();
   for (size_t r = 1; r < ranks.size(); ++r) {
     const cache::MemoryPlan& mine = ranks[r].runner->memory_plan();
     if (mine.n_blocks != lead.n_blocks || mine.n_slots != lead.n_slots || mine.n_snapshots != lead.n_snapshots)
-      return resource_exhausted("rank {} plans {} MLA blocks and {} state slots, rank 0 {} and {}: give "
-                                "--num-gpu-blocks-override (or --max-num-seqs) so that every rank holds the same",
-                                r, mine.n_blocks, mine.n_slots, lead.n_blocks, lead.n_slots);
+      return internal_error("rank {} plans {} MLA blocks, {} state slots and {} snapshots, rank 0 {}, {} and {}",
+                            r, mine.n_blocks, mine.n_slots, mine.n_snapshots, lead.n_blocks, lead.n_slots,
+                            lead.n_snapshots);
   }
   RILL_LOG_INFO("{} ranks ({} communicators): {}", sizes.world, backend::comm_kind_name(p.comm.kind),
                 ranks[0].runner->model().shard().describe());

@@ -1,5 +1,5 @@
 // rill serve -tp 2 --device cpu (issue #17): two ranks as threads of one process, each holding half of the
-// heads, widths and vocabulary, answer the official openai client exactly as the single-rank server does —
+// heads, widths and vocabulary (and -tp 2 -pp 2: two stages of two layers each on top), answer the official openai client exactly as the single-rank server does —
 // completions and chat, streamed and not, greedy (the sharded logits are within 1e-5 of one rank's, so the
 // argmax does not move) — and say in the start-up log that the model is split. A mapping the model cannot
 // take (-tp 3 over 2 heads) ends the server with an error naming the dimension.
@@ -50,8 +50,17 @@ await run("e2e_tensor_parallel", async (track) => {
   const got = await answers(split.client());
   assertEq(JSON.stringify(got), JSON.stringify(want), "-tp 2 answers exactly as one rank");
   assert(want.some(([, text]) => text.length > 0), "the answers are not empty");
+  await split.stop();
+
+  // Two pipeline stages of two tensor-parallel ranks each (4 threads): the same answers again.
+  const staged = track(await startServer(["--served-model-name", "m", "--num-kv-blocks", "64", "-tp", "2", "-pp", "2"]));
+  assert(/4 ranks \(threads communicators\): tp 0\/2, .*pp 0\/2/.test(staged.log), "the log names the stages:\n" + staged.log);
+  assertEq(JSON.stringify(await answers(staged.client())), JSON.stringify(want), "-tp 2 -pp 2 answers exactly as one rank");
 
   const bad = await serveFails(["-tp", "3"]);
   assert(bad.code !== 0 && /not divisible by --tensor-parallel-size 3/.test(bad.log),
          "-tp 3 is refused naming what does not divide:\n" + bad.log);
+  const deep = await serveFails(["-pp", "9"]);
+  assert(deep.code !== 0 && /--pipeline-parallel-size 9 is more stages than the model's 4 layers/.test(deep.log),
+         "-pp 9 is refused naming the layers:\n" + deep.log);
 });

@@ -47,7 +47,6 @@ await run("e2e_vllm_cli", async (track) => {
            "an unknown flag is named with the closest known one:\n" + r.log);
     for (const [args, want] of [
       [["-dp", "2"], /--data-parallel-size 2: not built yet/],
-      [["--pipeline-parallel-size", "4"], /--pipeline-parallel-size 4: not built yet/],
       [["-tp", "2", "-ep", "3"], /--expert-parallel-size 3 must divide --tensor-parallel-size 2/],
       [["--dtype", "float16"], /--dtype float16: .*use auto or bfloat16/],
       [["--tool-call-parser", "kimi_k3"], /--tool-call-parser kimi_k3: the model is kimi_linear.*use kimi_k2/],

@@ -54,10 +54,10 @@ struct ShardFamily {
 };
 inline const ShardFamily kShardFamilies[] = {{"kimi_linear", shard_test_kimi_linear_config}, {"kimi_k3", shard_test_kimi_k3_config}};
 
-// What one rank runs: its backend and its tp group's communicator (null for a world of one).
+// What one rank runs: its backend and its tp and pp groups' communicators (null where the group is one rank).
 struct RankSetup {
   std::unique_ptr<backend::Backend> be;
-  std::unique_ptr<dist::Communicator> tp_comm;
+  std::unique_ptr<dist::Communicator> tp_comm, pp_comm;
 };
 using RankFactory = std::function<Result<RankSetup>(const dist::Mapping&)>;
 
@@ -104,7 +104,7 @@ inline ShardedRun run_one_rank(const RankFactory& factory, const dist::Mapping& 
   auto setup = factory(mapping);
   if (!setup.ok()) return fail(setup.status());
   model::LoadOptions opt;
-  opt.shard = model::ModelShard::from_mapping(mapping, setup->tp_comm.get());
+  opt.shard = model::ModelShard::from_mapping(mapping, setup->tp_comm.get(), setup->pp_comm.get());
   auto m = model::load_model(dir, *setup->be, opt);
   if (!m.ok()) return fail(m.status());
   model::StepLimits lim;

@@ -10,7 +10,7 @@ void declare_attn_res_weights(WeightTable& t, const std::string& prefix, const s
 }
 
 BlockResiduals::BlockResiduals(ForwardContext& cx, const ModelConfig& c, int64_t n_tokens)
-    : cx_(cx), eps_(c.rms_norm_eps) {
+    : cx_(cx), eps_(c.rms_norm_eps), block_size_(c.attn_res_block_size) {
   all_ = cx.ws.alloc(DType::F32, {c.attn_res_max_blocks() + 1, n_tokens, c.hidden_size});
 }
 
@@ -31,6 +31,17 @@ Status BlockResiduals::push() {
 Status BlockResiduals::mix(const AttnResWeights& w, TensorView out) {
   if (partial_empty_) return internal_error("AttnRes: mixing with an empty partial sum");
   return cx_.be.attn_res_mix({all_.narrow(0, 0, n_blocks_ + 1), w.norm, w.proj, eps_, out});
+}
+
+Status BlockResiduals::to_next_stage() {
+  return cx_.to_next_stage(all_.narrow(0, 0, n_blocks_ + 1));
+}
+
+Status BlockResiduals::from_previous_stage(int first_layer) {
+  n_blocks_ = (first_layer + block_size_ - 1) / block_size_;
+  partial_empty_ = false;
+  if (n_blocks_ + 1 > all_.size(0)) return internal_error("AttnRes: {} blocks before layer {}", n_blocks_, first_layer);
+  return cx_.from_previous_stage(all_.narrow(0, 0, n_blocks_ + 1));
 }
 
 }  // namespace rill::model

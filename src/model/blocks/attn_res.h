@@ -46,11 +46,18 @@ class BlockResiduals {
   // out = Mix(B, P; w) over the n_blocks + 1 candidates (P must not be empty); out is F32 or act.
   Status mix(const AttnResWeights& w, TensorView out);
 
+  // Pipeline stages (spec/parallelism.md §3): the state after a stage's last layer — the completed blocks
+  // and P, rows [0, n] — goes to the next stage, which resumes before `first_layer` (every layer < first_layer
+  // with layer % S == 0 pushed a block, and P is never empty between layers).
+  Status to_next_stage();
+  Status from_previous_stage(int first_layer);
+
  private:
   TensorView slot(int i) const { return all_.narrow(0, i, 1).reshape({all_.size(1), all_.size(2)}); }
 
   ForwardContext& cx_;
   float eps_;
+  int block_size_;
   TensorView all_;  // F32 [max_blocks + 1, T, H]
   int n_blocks_ = 0;
   bool partial_empty_ = false;
