@@ -13,12 +13,13 @@ TINY_MODEL ?= models/rill-tiny
 DEMO_MODEL ?= models/kimi-linear-demo
 # ThreadSanitizer: a second, CPU-only build of what runs threads against the engine — the engine and server
 # tests and the rill binary that the server e2e tests start — run so that a race stops a test at its first
-# report (halt_on_error), failing CI. The K3 instances of the prefix-cache suite are left out there: they repeat
-# the Kimi Linear instances' engine paths at twice the CPU time (TSAN_GTEST_FILTER= runs everything).
+# report (halt_on_error), failing CI. The K3 instances of the prefix-cache and speculative suites are left out
+# there: they repeat the Kimi Linear instances' engine paths at twice the CPU time (TSAN_GTEST_FILTER= runs
+# everything).
 TSAN_BUILD ?= build-tsan
 TSAN_TARGETS ?= engine_tests server_tests server_protocol_tests rill
 TSAN_TESTS ?= ^(engine_tests|server_tests|server_protocol_tests|e2e_(api|bad_requests|load|preemption|prefix_cache|shutdown))$$
-TSAN_GTEST_FILTER ?= -*/PrefixCache.*/1
+TSAN_GTEST_FILTER ?= -*/PrefixCache.*/1:*/Speculative.*/1
 TSAN_OPTIONS ?= halt_on_error=1 second_deadlock_stack=1 suppressions=$(CURDIR)/tests/tsan.supp
 
 .PHONY: all setup build test test-tsan demo serve-demo generate-demo demo-model demo-data tiny-model clean format

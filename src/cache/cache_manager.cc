@@ -13,17 +13,25 @@ std::string MemoryPlan::describe() const {
   if (n_snapshots > 0)
     s += fmt::format(", {} KDA snapshots for prefix caching (+{} staging slots; {:.1f} MiB)", n_snapshots,
                      n_staging, double(snapshot_bytes) / (1 << 20));
+  if (n_checkpoints > 0)
+    s += fmt::format(
+        ", {} KDA checkpoint slots for speculative decoding ({:.1f} MiB, {:.2f} MiB per sequence)",
+        n_checkpoints, double(checkpoint_bytes) / (1 << 20),
+        double(checkpoint_bytes) / n_checkpoints / (1 << 20));
   return s;
 }
 
 int CacheManager::state_slots_needed(const MemoryPlan& plan, const PrefixCacheOptions& prefix) {
-  return plan.n_slots + plan.n_snapshots + (prefix.enabled ? plan.n_staging : 0);
+  return plan.n_slots + plan.n_snapshots + (prefix.enabled ? plan.n_staging : 0) + plan.n_checkpoints;
 }
 
 Result<CacheManager> CacheManager::create(const MemoryPlan& plan, const PrefixCacheOptions& prefix) {
   if (plan.n_slots < 1 || plan.n_blocks < 1 || plan.block_size < 1)
     return invalid_argument("caches need at least one state slot and one block (got {} slots, {} blocks)",
                             plan.n_slots, plan.n_blocks);
+  if (plan.n_checkpoints != 0 && plan.n_checkpoints != plan.n_slots)
+    return invalid_argument("caches: {} speculation checkpoints for {} sequence slots (one each, or none)",
+                            plan.n_checkpoints, plan.n_slots);
   return CacheManager(plan, prefix);
 }
 
@@ -105,6 +113,7 @@ Status CacheManager::admit(SequenceCache* seq, const PrefixHit& hit, int first_s
   seq->unpublishable = false;
   seq->tail_entry = 0;
   seq->tail_snapshot = -1;
+  seq->checkpoint_pos = -1;
   return {};
 }
 
@@ -221,7 +230,36 @@ Status CacheManager::release(SequenceCache* seq) {
   seq->slot = -1;
   seq->tail_entry = 0;
   seq->tail_snapshot = -1;  // a finished sequence's last snapshot stays cached for its next turn
+  seq->checkpoint_pos = -1;
   return st;
+}
+
+Status CacheManager::save_checkpoint(SequenceCache* seq, int pos) {
+  if (!has_checkpoints())
+    return internal_error("save_checkpoint: the caches were planned without checkpoints");
+  if (seq->slot < 0) return internal_error("save_checkpoint: the sequence holds no slot");
+  if (seq->checkpoint_pos == pos) return {};
+  ops_.kda_slot_copies.push_back({seq->slot, checkpoint_slot(seq->slot)});
+  seq->checkpoint_pos = pos;
+  return {};
+}
+
+Status CacheManager::roll_back(SequenceCache* seq, int n_tokens) {
+  if (seq->slot < 0 || seq->checkpoint_pos < 0)
+    return internal_error("roll_back: the sequence holds no slot or no checkpoint");
+  ops_.kda_slot_copies.push_back({checkpoint_slot(seq->slot), seq->slot});
+  return truncate(seq, n_tokens);
+}
+
+Status CacheManager::truncate(SequenceCache* seq, int n_tokens) {
+  const size_t keep = size_t(std::max(blocks_for(n_tokens), 0));
+  if (keep >= seq->blocks.size()) return {};
+  if (keep < seq->shared.size())
+    return internal_error("truncate: {} blocks would drop shared blocks ({} shared)", keep,
+                          seq->shared.size());
+  RILL_TRY(blocks_.release(std::span<const int32_t>(seq->blocks).subspan(keep)));
+  seq->blocks.resize(keep);
+  return {};
 }
 
 Status CacheManager::evict_all() {

@@ -1,8 +1,8 @@
-// CacheManager: the bookkeeping of a model's caches (MLA latent blocks, KDA state slots, KDA snapshots) and the
-// verbs the scheduler uses on them (style.md §7.3): find_prefix / can_admit / admit / blocks_to_grow / grow /
-// commit / release. Planning (`find_*`, `can_*`, `*_to_*`, `next_snapshot_at`) never mutates; admit, grow,
-// commit and release do. It holds no device memory: the copies its verbs imply (snapshot restores and saves)
-// queue up as CacheOps (`take_ops`) that the runner applies with the next step (design.md §2).
+// CacheManager: the bookkeeping of a model's caches (MLA latent blocks, KDA state slots, KDA snapshots) and
+// the verbs the scheduler uses on them (style.md §7.3): find_prefix / can_admit / admit / blocks_to_grow /
+// grow / commit / release. Planning (`find_*`, `can_*`, `*_to_*`, `next_snapshot_at`) never mutates; admit,
+// grow, commit and release do. It holds no device memory: the copies its verbs imply (snapshot restores and
+// saves) queue up as CacheOps (`take_ops`) that the runner applies with the next step (design.md §2).
 //
 // Prefix caching (opt-in, `PrefixCacheOptions`): every full block a sequence computes goes into a PrefixIndex
 // (hash chain over exact token ids, ref-counted), and the KDA state is snapshotted at block-aligned
@@ -37,6 +37,8 @@ struct SequenceCache {
   // later one.
   PrefixIndex::EntryId tail_entry = 0;
   int32_t tail_snapshot = -1;
+  // Speculative decoding: the position whose state the slot's checkpoint holds (save_checkpoint), or -1.
+  int32_t checkpoint_pos = -1;
 };
 
 struct PrefixCacheOptions {
@@ -61,7 +63,9 @@ struct PrefixHit {
 
 struct MemoryPlan {
   int n_slots = 0, n_blocks = 0, block_size = 64, n_snapshots = 0, n_staging = 0;
-  int64_t state_bytes = 0, kv_bytes = 0, snapshot_bytes = 0;
+  // Speculative decoding: one checkpoint state slot per sequence slot (0 or n_slots).
+  int n_checkpoints = 0;
+  int64_t state_bytes = 0, kv_bytes = 0, snapshot_bytes = 0, checkpoint_bytes = 0;
   std::string describe() const;
 };
 
@@ -70,7 +74,8 @@ class CacheManager {
   static Result<CacheManager> create(const MemoryPlan& plan, const PrefixCacheOptions& prefix = {});
 
   int block_size() const { return block_size_; }
-  // State slots the runner's storage must hold: the sequences', then the snapshots', then the staging slots.
+  // State slots the runner's storage must hold: the sequences', then the snapshots', then the staging slots,
+  // then the speculation checkpoints.
   static int state_slots_needed(const MemoryPlan& plan, const PrefixCacheOptions& prefix);
   // The device copies the verbs since the last call imply, in order (the runner applies them before the next
   // step runs).
@@ -116,6 +121,20 @@ class CacheManager {
   // Evicts every cached block and snapshot no running sequence holds (vLLM's reset_prefix_cache).
   Status evict_all();
 
+  // Speculative decoding (rollback by checkpoint + re-feed): every sequence slot has its own checkpoint slot.
+  bool has_checkpoints() const { return n_checkpoints_ > 0; }
+  int32_t checkpoint_slot(int32_t slot) const { return first_checkpoint_ + slot; }
+  // Before a step that feeds drafts after position `pos` (= the sequence's computed tokens): copies the
+  // slot's KDA state and conv windows into its checkpoint, unless the checkpoint holds position `pos` already
+  // (a rollback restored the slot from it).
+  Status save_checkpoint(SequenceCache* seq, int pos);
+  // After a step whose drafts were not all accepted: the slot gets back the checkpoint's state (position
+  // seq->checkpoint_pos, where the sequence's computed tokens now end), and blocks past the `n_tokens`
+  // committed positions go back to the pool.
+  Status roll_back(SequenceCache* seq, int n_tokens);
+  // Gives back the blocks of `seq` past the first blocks_for(n_tokens) (never a block it shares).
+  Status truncate(SequenceCache* seq, int n_tokens);
+
   // Blocks free now or freeable by evicting unreferenced cached blocks.
   int available_blocks() const { return blocks_.free_count() + index_.n_idle(); }
   // Blocks running sequences hold (cached blocks nobody holds are not counted).
@@ -136,12 +155,14 @@ class CacheManager {
         snapshots_(plan.n_snapshots, plan.n_slots),
         index_(prefix.block_hash),
         n_staging_(prefix.enabled ? plan.n_staging : 0),
-        first_staging_(plan.n_slots + plan.n_snapshots) {}
+        first_staging_(plan.n_slots + plan.n_snapshots),
+        n_checkpoints_(plan.n_checkpoints),
+        first_checkpoint_(plan.n_slots + plan.n_snapshots + n_staging_) {}
   // n blocks, evicting unreferenced cached ones when too few are free.
   Result<std::vector<int32_t>> allocate_blocks(int n);
   Status evict_block();
-  // Takes a snapshot of `slot` for entry `at` unless it has one (queues the copy); returns the snapshot taken,
-  // or -1.
+  // Takes a snapshot of `slot` for entry `at` unless it has one (queues the copy); returns the snapshot
+  // taken, or -1.
   Result<int32_t> save_snapshot(int32_t slot, PrefixIndex::EntryId at);
   Status drop_tail_snapshot(SequenceCache* seq);
 
@@ -153,6 +174,7 @@ class CacheManager {
   SnapshotPool snapshots_;
   PrefixIndex index_;
   int n_staging_ = 0, first_staging_ = 0;
+  int n_checkpoints_ = 0, first_checkpoint_ = 0;
   uint64_t evicted_blocks_ = 0, evicted_snapshots_ = 0;
 };
 

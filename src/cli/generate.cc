@@ -42,8 +42,18 @@ int run_generate(int argc, char** argv) {
       ->check(CLI::Range(1, kMaxStepTokensFlag));
   app.add_flag("--ignore-eos", p.ignore_eos, "keep generating past end-of-sequence tokens");
   app.add_flag("--json", json, "print {prompt_ids, completion_ids, text, finish_reason} as JSON");
+  std::string speculative_config;
+  app.add_option("--speculative-config", speculative_config,
+                 "speculative decoding, vLLM's JSON, e.g. {\"method\": \"ngram\", \"num_speculative_tokens\": 4, "
+                 "\"prompt_lookup_max\": 4} (greedy only: the same output in fewer steps)");
   add_device_options(app, dev);
   if (int rc = parse_args(app, argc, argv); rc >= 0) return rc;
+  engine::spec::SpeculativeConfig speculative;
+  if (!speculative_config.empty()) {
+    auto spec = engine::spec::parse_speculative_config(speculative_config);
+    if (!spec.ok()) return report_error("generate", spec.status());
+    speculative = *spec;
+  }
   if (prompt_ids.empty() && prompt_text.empty())
     return report_error("generate", invalid_argument("give --prompt TEXT or --prompt-ids 1,2,3"));
 
@@ -68,6 +78,7 @@ int run_generate(int argc, char** argv) {
   eo.max_num_tokens = std::min(chunk, std::max<int>(1, int(ids.size())));
   eo.max_model_len = context;
   eo.num_kv_blocks = (context + eo.block_size - 1) / eo.block_size;
+  eo.speculative = speculative;
   auto e = engine::Engine::create(std::move(m).value(), tok, eo);
   if (!e.ok()) return report_error("generate", e.status());
   p.max_tokens = max_tokens;

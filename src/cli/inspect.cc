@@ -147,6 +147,11 @@ int run_inspect(int argc, char** argv) {
   std::printf("per sequence %s of fp32 KDA state + %s of conv windows (bf16)\n",
               human_bytes(double(c.kda_state_bytes_per_sequence())).c_str(),
               human_bytes(double(c.kda_conv_bytes_per_sequence(2))).c_str());
+  // Speculative decoding's rollback keeps one checkpoint of each sequence's slot (engine/scheduler.h).
+  std::printf(
+      "speculation  +%s per sequence with --speculative-config (a checkpoint of its KDA state and conv "
+      "windows)\n",
+      human_bytes(double(c.kda_state_bytes_per_sequence() + c.kda_conv_bytes_per_sequence(2))).c_str());
 
   // Everything else rill serve needs; each problem is collected, so one run names them all.
   std::vector<std::string> problems;

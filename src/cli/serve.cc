@@ -207,6 +207,12 @@ int run_serve(int argc, char** argv) {
          "config.json and the tokenizer files) for benchmarks without a download")
       ->check(CLI::IsMember({"auto", "dummy"}))
       ->capture_default_str();
+  std::string speculative_config;
+  app.add_option(
+      "--speculative-config", speculative_config,
+      "speculative decoding, vLLM's JSON: {\"method\": \"ngram\", \"num_speculative_tokens\": K, "
+      "\"prompt_lookup_max\": N, \"prompt_lookup_min\": M}; greedy requests without penalties, "
+      "grammar, logprobs or min_tokens are verified K drafts at a time (same output, fewer steps)");
   add_device_options(app, dev);
   VllmFlags vllm;
   add_vllm_flags(app, o, vllm);
@@ -222,6 +228,11 @@ int run_serve(int argc, char** argv) {
                                   "memory, the second of the memory free after the weights)",
                                   vllm.gpu_memory_utilization, o.engine.kv_cache_fraction));
   if (Status st = apply_vllm_flags(vllm, dev, o); !st.ok()) return report_error("serve", st);
+  if (!speculative_config.empty()) {
+    auto spec = engine::spec::parse_speculative_config(speculative_config);
+    if (!spec.ok()) return report_error("serve", spec.status());
+    o.engine.speculative = *spec;
+  }
   o.startup_flags = given_flags(app);
   auto ms = [](double seconds) { return std::chrono::milliseconds(int64_t(seconds * 1000)); };
   o.http.header_timeout = ms(header_timeout);

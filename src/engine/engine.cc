@@ -14,6 +14,19 @@
 
 namespace rill::engine {
 
+namespace {
+
+// This slice verifies greedy requests only, and none whose sampling depends on more than the position's
+// logits and a fixed mask: sampling (needs the probabilistic acceptance rule), penalties (counts that change
+// with every accepted token), a constraint (a mask per grammar state), logprobs, min_tokens (a mask that
+// changes with the count). allowed_token_ids is the same mask at every position, so it may speculate.
+bool may_speculate(const SamplingParams& p, bool constrained) {
+  const bool penalties = p.presence_penalty != 0 || p.frequency_penalty != 0 || p.repetition_penalty != 1;
+  return p.temperature == 0 && !penalties && !constrained && p.logprobs < 0 && p.min_tokens == 0;
+}
+
+}  // namespace
+
 struct Engine::Impl {
   // The engine's only view of the devices: it runs each step (and owns the model, caches and sampler).
   std::unique_ptr<runner::Executor> exec;
@@ -24,8 +37,9 @@ struct Engine::Impl {
   std::unique_ptr<cache::CacheManager> caches;
   std::unique_ptr<Scheduler> sched;
   std::unique_ptr<StepSampling> sampling;
-  std::unique_ptr<MaskPool> masks;  // constrained sequences' next-token masks, off this thread
-  EngineStats counters;             // the engine thread's running totals (steps, tokens, finished requests)
+  std::unique_ptr<MaskPool> masks;               // constrained sequences' next-token masks, off this thread
+  std::shared_ptr<const spec::Drafter> drafter;  // speculative decoding's, or null
+  EngineStats counters;  // the engine thread's running totals (steps, tokens, finished requests)
   int max_model_len = 0;
   std::atomic<uint64_t> next_id{1};
 
@@ -58,7 +72,9 @@ struct Engine::Impl {
   }
   // Requests not admitted yet: still in `incoming`, or waiting in the scheduler (with `mu` held).
   int waiting_locked() const { return published.waiting + int(incoming.size()); }
-  void call_logits_hook(const StepPlan& plan, const runner::StepOutput& out);
+  // The logits of the row `t` was sampled from (only rows whose token is emitted: a verify step's rejected
+  // positions are not shown).
+  void call_logits_hook(const Sequence& s, const EmittedToken& t, const runner::StepOutput& out);
 };
 
 void Engine::Impl::publish_locked() {
@@ -78,6 +94,11 @@ void Engine::Impl::publish_locked() {
   s.kda_snapshots_total = caches->snapshots().capacity();
   s.prefix_cache_evicted_blocks = caches->evicted_blocks();
   s.kda_snapshots_evicted = caches->evicted_snapshots();
+  const SpecDecodeStats& sd = sched->spec_decode();
+  s.spec_num_drafts = sd.n_drafts;
+  s.spec_num_draft_tokens = sd.n_draft_tokens;
+  s.spec_num_accepted_tokens = sd.n_accepted_tokens;
+  if (drafter) s.spec_acceptance_lengths = sd.acceptance_lengths;
 }
 
 // Final events: the held-back text, the finish reason and usage; the sequence's caches are already free.
@@ -143,9 +164,11 @@ void Engine::Impl::step() {
   for (const auto& p : plan.seqs)
     if (!p.seq->first_scheduled) p.seq->first_scheduled = step_start;
   const model::StepBatch batch = plan.to_batch();
+  // One sampling row per logits row: a verify step's k + 1 rows of a sequence are all greedy and unmasked
+  // but for allowed_token_ids, which holds at every position alike.
   std::vector<const Sequence*> rows;
   for (const auto& p : plan.seqs)
-    if (p.samples) rows.push_back(p.seq);
+    for (int r = 0; r < p.n_logit_rows(); ++r) rows.push_back(p.seq);
   // The cache operations of this step's admissions and of the last step's commits travel with it.
   auto out = exec->execute(batch, sampling->make(rows, bool(opts.logits_hook)), caches->take_ops());
   if (!out.ok()) {  // every request of the step fails with the step's error (logged when it finishes)
@@ -153,54 +176,50 @@ void Engine::Impl::step() {
     emit_finished(pending);
     return;
   }
-  if (opts.logits_hook) call_logits_hook(plan, *out);
   const std::vector<runner::SampledToken>& sampled = out->tokens;
   std::vector<int32_t> ids;
   for (const auto& t : sampled) ids.push_back(t.id);
   counters.steps++;
-  int iteration_tokens = int(ids.size());
+  int iteration_tokens = 0;
   for (const auto& p : plan.seqs)
     if (p.seq->n_computed < p.seq->n_prompt) {
       counters.prompt_tokens_total += uint64_t(p.n_new);
       iteration_tokens += p.n_new;
     }
-  counters.generation_tokens_total += ids.size();
-  counters.observe_iteration_tokens(iteration_tokens);
   const auto step_end = std::chrono::steady_clock::now();
-  sched->postprocess(plan, ids);
-  for (size_t k = 0; k < rows.size(); ++k) {
-    Sequence* s = const_cast<Sequence*>(rows[k]);
+  // Each emitted token in order (a verify step's accepted drafts, then its last token), as a step per token
+  // would see it: its logprobs, the constraint, the text with stop strings. A stop string ends the sequence
+  // at its token; the scheduler drops the rest.
+  const auto sink = [&](Sequence& seq, const EmittedToken& t) -> std::optional<std::string> {
+    Sequence* s = &seq;
+    counters.generation_tokens_total++;
+    iteration_tokens++;
+    if (opts.logits_hook) call_logits_hook(*s, t, *out);
     StreamEvent& ev = pending[s->id];
-    const int32_t id = sampled[k].id;
-    if (s->constraint) s->constraint->accept(id);  // its mask was ready (it sampled): no worker holds it
-    ev.token_ids.push_back(id);
+    const runner::SampledToken& st = sampled[size_t(t.row)];
+    if (s->constraint) s->constraint->accept(t.id);  // its mask was ready (it sampled): no worker holds it
+    ev.token_ids.push_back(t.id);
     if (!s->first_token) s->first_token = step_end;
-    if (s->params.logprobs >= 0) ev.logprobs.push_back({id, sampled[k].logprob, sampled[k].top});
+    if (s->params.logprobs >= 0) ev.logprobs.push_back({t.id, st.logprob, st.top});
     // An EOS / stop id ends the text without its own (vLLM), unless the stop is to be kept.
-    if (s->last_is_stop_token && !s->params.include_stop_str_in_output) continue;
+    if (s->last_is_stop_token && !s->params.include_stop_str_in_output) return std::nullopt;
     std::optional<std::string> matched;
-    ev.text += s->stop->push(id, &matched);
-    if (matched && !s->last_is_stop_token) {
-      s->stopped_on_string = true;
-      sched->finish(s->id, FinishReason::Stop, *matched);
-    }
-  }
+    ev.text += s->stop->push(t.id, &matched);
+    return matched;
+  };
+  sched->postprocess(plan, ids, sink);
+  counters.observe_iteration_tokens(iteration_tokens);
   // The next masks of the constrained sequences that go on, computed while this thread emits and runs the
   // next step; until one is ready its sequence sits out (Scheduler::schedule).
-  for (const Sequence* s : rows)
-    if (s->constraint && sched->find(s->id)) masks->start(s->constraint);
+  for (const auto& p : plan.seqs)
+    if (p.samples && p.seq->constraint && sched->find(p.seq->id)) masks->start(p.seq->constraint);
   emit_finished(pending);
 }
 
-void Engine::Impl::call_logits_hook(const StepPlan& plan, const runner::StepOutput& out) {
+void Engine::Impl::call_logits_hook(const Sequence& s, const EmittedToken& t, const runner::StepOutput& out) {
   const size_t vocab = static_cast<size_t>(out.vocab);
-  size_t row = 0;
-  for (const auto& p : plan.seqs) {
-    if (!p.samples) continue;
-    opts.logits_hook(p.seq->id, p.seq->n_computed + p.n_new - 1,
-                     std::span<const float>(out.logits).subspan(row * vocab, vocab));
-    ++row;
-  }
+  opts.logits_hook(s.id, t.position,
+                   std::span<const float>(out.logits).subspan(size_t(t.row) * vocab, vocab));
 }
 
 void Engine::Impl::loop() {
@@ -260,8 +279,19 @@ Result<std::unique_ptr<Engine>> Engine::create(const ExecutorFactory& make_execu
   if (o.mask_threads < 0) return invalid_argument("mask_threads must be 0 (automatic) or more");
   if (o.gpu_memory_utilization < 0 || o.gpu_memory_utilization > 1)
     return invalid_argument("--gpu-memory-utilization {} must be in (0, 1]", o.gpu_memory_utilization);
+  RILL_TRY(o.speculative.validate());
+  if (o.drafter && !o.speculative.enabled())
+    return invalid_argument("a drafter was given but speculative decoding is off (num_speculative_tokens 0)");
   auto impl = std::make_unique<Impl>();
   impl->opts = o;
+  if (o.speculative.enabled()) {
+    if (o.drafter) {
+      impl->drafter = o.drafter;
+    } else {
+      RILL_ASSIGN_OR_RETURN(std::unique_ptr<spec::Drafter> d, spec::make_drafter(o.speculative));
+      impl->drafter = std::move(d);
+    }
+  }
   impl->tokenizer = std::move(tokenizer);
   runner::RunnerOptions ro;
   ro.max_batch_size = o.max_batch_size;
@@ -273,6 +303,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const ExecutorFactory& make_execu
   ro.block_size = o.block_size;
   ro.enforce_eager = o.enforce_eager;
   ro.capture_graphs = o.capture_graphs;
+  ro.num_speculative_tokens = o.speculative.enabled() ? o.speculative.num_speculative_tokens : 0;
   cache::PrefixCacheOptions& prefix = ro.prefix;
   prefix.enabled = o.enable_prefix_caching;
   prefix.snapshot_interval = o.kda_snapshot_interval;
@@ -291,8 +322,9 @@ Result<std::unique_ptr<Engine>> Engine::create(const ExecutorFactory& make_execu
   impl->caches = std::make_unique<cache::CacheManager>(std::move(cm));
   // One sequence must always fit in the cache on its own, so recompute preemption always makes progress.
   impl->max_model_len = impl->exec->max_model_len();
-  SchedulerLimits sl{o.max_batch_size, o.max_num_tokens, impl->max_model_len, o.chunked_prefill};
-  impl->sched = std::make_unique<Scheduler>(*impl->caches, sl, eos_ids);
+  SchedulerLimits sl{o.max_batch_size, o.max_num_tokens, impl->max_model_len, o.chunked_prefill,
+                     ro.num_speculative_tokens};
+  impl->sched = std::make_unique<Scheduler>(*impl->caches, sl, eos_ids, impl->drafter.get());
   impl->sampling = std::make_unique<StepSampling>(eos_ids, vocab);
   impl->masks = std::make_unique<MaskPool>(
       o.mask_threads > 0 ? o.mask_threads : std::clamp(int(std::thread::hardware_concurrency()) / 8, 1, 4));
@@ -336,6 +368,7 @@ Result<std::shared_ptr<RequestStream>> Engine::submit(Request r) {
     m.masks->start(seq->constraint);  // the first token's mask, while the prompt waits and prefills
   }
   seq->max_new_tokens = std::min(r.params.max_tokens, m.max_model_len - n);
+  seq->speculates = m.drafter && may_speculate(r.params, bool(seq->constraint));
   seq->seed = r.params.seed ? *r.params.seed : std::random_device{}() * 0x9e3779b97f4a7c15ull;
   if (r.params.repetition_penalty != 1.0f) seq->prompt_tokens.insert(r.prompt.begin(), r.prompt.end());
   seq->stop = std::make_unique<StopChecker>(m.tokenizer.get(), r.params);

@@ -18,6 +18,8 @@
 #include <vector>
 
 #include "core/status.h"
+#include "engine/spec/drafter.h"
+#include "engine/spec/speculative_config.h"
 
 namespace rill::model {
 class Model;
@@ -144,6 +146,13 @@ struct EngineOptions {
   // (weights + workspace + caches; the caches get what is left of it); 0: unset (kv_cache_fraction applies).
   // Sized by runner/memory_plan.cc (RunnerOptions); ignored where memory is the host's.
   double gpu_memory_utilization = 0;
+  // Speculative decoding (vLLM's --speculative-config; off while num_speculative_tokens is 0): greedy
+  // requests without penalties, a constraint, logprobs or min_tokens get up to num_speculative_tokens drafts
+  // per step, verified in the step; their output is the output without speculation. Every sequence slot gets
+  // a checkpoint state slot (rill inspect and the memory plan show the memory).
+  spec::SpeculativeConfig speculative;
+  // Tests only: the drafter used instead of the one `speculative` names (which must still be enabled).
+  std::shared_ptr<const spec::Drafter> drafter;
 };
 
 struct EngineStats {
@@ -165,6 +174,11 @@ struct EngineStats {
                                                                  512, 1024, 2048, 4096, 8192, 16384};
   std::array<uint64_t, kIterationTokenBuckets.size() + 1> iteration_tokens_counts{};
   uint64_t iteration_tokens_sum = 0;
+  // Speculative decoding (vLLM's spec_decode_* metrics): verify steps of a sequence with drafts, drafts fed,
+  // drafts accepted; spec_acceptance_lengths[n - 1] counts those steps that emitted n tokens (accepted + 1),
+  // n in [1, num_speculative_tokens + 1]. Empty without speculation.
+  uint64_t spec_num_drafts = 0, spec_num_draft_tokens = 0, spec_num_accepted_tokens = 0;
+  std::vector<uint64_t> spec_acceptance_lengths;
   void observe_iteration_tokens(int tokens) {
     size_t i = 0;
     while (i < kIterationTokenBuckets.size() && tokens > kIterationTokenBuckets[i]) ++i;

@@ -1,6 +1,9 @@
 #include "engine/scheduler.h"
 
 #include <algorithm>
+#include <climits>
+
+#include "engine/spec/acceptance.h"
 
 namespace rill::engine {
 
@@ -12,10 +15,15 @@ model::StepBatch StepPlan::to_batch() const {
     q.n_new = s.n_new;
     q.state_slot = s.seq->cache.slot;
     q.block_table = s.seq->cache.blocks;
-    q.logits = s.samples ? model::LogitsNeeded::Last : model::LogitsNeeded::None;
+    q.logits = !s.samples         ? model::LogitsNeeded::None
+               : s.drafts.empty() ? model::LogitsNeeded::Last
+                                  : model::LogitsNeeded::LastN;
+    q.n_logits = s.n_logit_rows();
     q.kda_snapshots = s.kda_snapshots;
+    const int n_own = s.n_new - int(s.drafts.size());
     b.token_ids.insert(b.token_ids.end(), s.seq->tokens.begin() + s.seq->n_computed,
-                       s.seq->tokens.begin() + s.seq->n_computed + s.n_new);
+                       s.seq->tokens.begin() + s.seq->n_computed + n_own);
+    b.token_ids.insert(b.token_ids.end(), s.drafts.begin(), s.drafts.end());
     b.seqs.push_back(std::move(q));
   }
   return b;
@@ -41,6 +49,7 @@ bool Scheduler::preempt_newest(const std::function<bool(const Sequence*)>& may_p
       return true;
     }
     s->n_computed = 0;
+    s->rolled_back = false;  // it recomputes everything from position 0
     s->n_preemptions++;
     ++preemptions_;
     waiting_.push_front(std::move(s));
@@ -76,6 +85,32 @@ std::vector<model::KdaSnapshotRequest> Scheduler::plan_snapshots(const Sequence&
   return out;
 }
 
+// With prefix caching, where a speculating sequence's step must end: the next block boundary, so that a full
+// acceptance (or the re-feed after a rejection) lands on it and commit() snapshots the state there, as it
+// does when a step feeds one token. Without, anywhere.
+int Scheduler::speculation_end(const Sequence& s) const {
+  if (!caches_.prefix_caching()) return INT32_MAX;
+  return (s.n_computed / caches_.block_size() + 1) * caches_.block_size();
+}
+
+// Up to k drafts, fewer where they could not all be emitted (max_tokens, the context), do not fit the step's
+// budget or the blocks free now (drafts never preempt anyone). None while a re-feed longer than one verify
+// window is pending: the checkpoint is taken before the step, so a rejection sends the sequence back to its
+// start, and re-fed tokens would otherwise pile up over consecutive rejections.
+std::vector<int32_t> Scheduler::plan_drafts(Sequence& s, int n_own, int budget) {
+  const int k_max = limits_.num_speculative_tokens;
+  if (!drafter_ || k_max <= 0 || !s.speculates || !caches_.has_checkpoints() || n_own > k_max + 1) return {};
+  const int n_tokens = int(s.tokens.size());
+  int k = std::min({k_max, s.max_new_tokens - s.n_generated() - 1, limits_.max_model_len - n_tokens - 1,
+                    budget, speculation_end(s) - n_tokens});
+  while (k > 0 && caches_.blocks_to_grow(s.cache, n_tokens + k) > caches_.available_blocks()) --k;
+  if (k <= 0) return {};
+  std::vector<int32_t> drafts = drafter_->propose(s.tokens, k);
+  if (int(drafts.size()) > k) drafts.resize(size_t(k));
+  if (drafts.empty() || !caches_.grow(&s.cache, n_tokens + int(drafts.size())).ok()) return {};
+  return drafts;
+}
+
 StepPlan Scheduler::schedule() {
   StepPlan plan;
   int budget = limits_.max_num_tokens;
@@ -90,15 +125,33 @@ StepPlan Scheduler::schedule() {
     return caches_.grow(&s->cache, total_tokens).ok();
   };
 
-  // 1. Decode: one token for every running sequence whose only unprocessed token is its last sampled one.
+  // 1. Decode: one token for every running sequence whose only unprocessed token is its last sampled one, or
+  // the tokens committed since its checkpoint after a rejected draft (speculative decoding).
   for (size_t i = 0; i < running_.size() && int(plan.seqs.size()) < limits_.max_batch_size && budget > 0;
        ++i) {
     Sequence* s = running_[i].get();
-    if (s->n_remaining() != 1) continue;
+    int n = s->n_remaining();
+    if (n != 1 && !(s->rolled_back && n <= budget)) continue;
+    // A re-feed stops at the next block boundary, where a step per token would have taken its snapshot.
+    n = std::min(n, speculation_end(*s) - s->n_computed);
     if (!s->can_sample()) continue;  // its mask is still being computed: a later step, caches untouched
-    if (!make_room(s, s->n_computed + 1)) continue;
-    plan.seqs.push_back({s, 1, true});
-    budget -= 1;
+    if (!make_room(s, s->n_computed + n)) continue;
+    plan.seqs.push_back({s, n, s->n_computed + n == int(s->tokens.size())});
+    budget -= n;
+  }
+  // 1b. Drafts for the speculating ones, in the budget the decode tokens leave; the slot's state before them
+  // goes to its checkpoint.
+  for (ScheduledSeq& p : plan.seqs) {
+    if (budget <= 0) break;
+    if (!p.samples) continue;
+    p.drafts = plan_drafts(*p.seq, p.n_new, budget);
+    if (p.drafts.empty()) continue;
+    if (!caches_.save_checkpoint(&p.seq->cache, p.seq->n_computed).ok()) {
+      p.drafts.clear();
+      continue;
+    }
+    p.n_new += int(p.drafts.size());
+    budget -= int(p.drafts.size());
   }
   // 2. Prefill chunks of running sequences (chunked prefill in progress, or recomputation).
   for (size_t i = 0; i < running_.size() && int(plan.seqs.size()) < limits_.max_batch_size && budget > 0;
@@ -143,34 +196,88 @@ StepPlan Scheduler::schedule() {
   return plan;
 }
 
-void Scheduler::postprocess(const StepPlan& plan, const std::vector<int32_t>& sampled) {
-  size_t k = 0;
+void Scheduler::postprocess(const StepPlan& plan, const std::vector<int32_t>& sampled,
+                            const TokenSink& sink) {
+  size_t row = 0;
   for (const ScheduledSeq& p : plan.seqs) {
     Sequence* s = p.seq;
-    s->n_computed += p.n_new;
-    // Index the blocks this step filled and take the snapshots due here (prefix caching): first those the
-    // step saved inside itself (staging slots), in order, then the one at its end. Errors (device copies)
-    // only cost cache entries: the sequence's own blocks and slot are left as they are.
-    for (const model::KdaSnapshotRequest& r : p.kda_snapshots)
-      (void)caches_.commit(&s->cache, s->tokens, s->n_prompt, r.pos, r.slot);
-    (void)caches_.commit(&s->cache, s->tokens, s->n_prompt, s->n_computed);
-    if (!p.samples) continue;
-    const int32_t id = sampled[k++];
-    s->tokens.push_back(id);
-    s->output_counts[id]++;
-    const int32_t n_gen = s->n_generated();
-    const SamplingParams& sp = s->params;
-    const bool eos = !sp.ignore_eos && std::find(eos_ids_.begin(), eos_ids_.end(), id) != eos_ids_.end();
-    const bool stop_id =
-        std::find(sp.stop_token_ids.begin(), sp.stop_token_ids.end(), id) != sp.stop_token_ids.end();
-    // The sampler masks stop ids for the first min_tokens tokens; one sampled anyway (the mask would have
-    // left nothing to sample) does not end the sequence there.
-    if (n_gen > sp.min_tokens && (eos || stop_id)) {
-      s->last_is_stop_token = true;
-      finish(s->id, FinishReason::Stop, eos ? "eos" : std::to_string(id));
-    } else if (n_gen >= s->max_new_tokens || int(s->tokens.size()) >= limits_.max_model_len) {
-      finish(s->id, FinishReason::Length);
+    const int32_t start = s->n_computed;
+    spec::Acceptance acc;
+    if (p.samples) {
+      const size_t n_rows = size_t(p.n_logit_rows());
+      if (row + n_rows > sampled.size()) {
+        finish(s->id, FinishReason::Error, "internal: fewer sampled tokens than logits rows");
+        continue;
+      }
+      acc = spec::accept_greedy(p.drafts, std::span<const int32_t>(sampled).subspan(row, n_rows));
     }
+    const size_t first_row = row;
+    row += size_t(p.n_logit_rows());
+    // A rejected draft leaves the slot's state past the committed tokens: the sequence stays at the step's
+    // start (its checkpoint) and nothing of this step is committed to the caches.
+    const bool rejected = acc.n_accepted < int(p.drafts.size());
+    if (!rejected) {
+      s->n_computed += p.n_new;
+      // Index the blocks this step filled and take the snapshots due here (prefix caching): first those the
+      // step saved inside itself (staging slots), in order, then the one at its end. Errors (device copies)
+      // only cost cache entries: the sequence's own blocks and slot are left as they are.
+      // Accepted drafts are committed tokens too, though appended below: the index needs them now.
+      std::vector<int32_t> with_drafts;
+      if (!p.drafts.empty() && caches_.prefix_caching()) {
+        with_drafts = s->tokens;
+        with_drafts.insert(with_drafts.end(), p.drafts.begin(), p.drafts.end());
+      }
+      const std::span<const int32_t> committed = with_drafts.empty() ? s->tokens : with_drafts;
+      for (const model::KdaSnapshotRequest& r : p.kda_snapshots)
+        (void)caches_.commit(&s->cache, committed, s->n_prompt, r.pos, r.slot);
+      (void)caches_.commit(&s->cache, committed, s->n_prompt, s->n_computed);
+    }
+    if (!p.samples) continue;
+    if (!p.drafts.empty()) {
+      spec_.n_drafts++;
+      spec_.n_draft_tokens += p.drafts.size();
+      spec_.n_accepted_tokens += uint64_t(acc.n_accepted);
+      spec_.acceptance_lengths[std::min(acc.emitted.size(), spec_.acceptance_lengths.size()) - 1]++;
+    }
+    s->rolled_back = false;
+    // The emitted tokens one at a time, with exactly the checks a step per token would make.
+    const int32_t first_position = start + p.n_new - p.n_logit_rows();
+    bool ended = false;
+    for (size_t i = 0; i < acc.emitted.size() && !ended; ++i) {
+      const int32_t id = acc.emitted[i];
+      s->tokens.push_back(id);
+      s->output_counts[id]++;
+      const int32_t n_gen = s->n_generated();
+      const SamplingParams& sp = s->params;
+      const bool eos = !sp.ignore_eos && std::find(eos_ids_.begin(), eos_ids_.end(), id) != eos_ids_.end();
+      const bool stop_id =
+          std::find(sp.stop_token_ids.begin(), sp.stop_token_ids.end(), id) != sp.stop_token_ids.end();
+      // The sampler masks stop ids for the first min_tokens tokens; one sampled anyway (the mask would have
+      // left nothing to sample) does not end the sequence there.
+      if (n_gen > sp.min_tokens && (eos || stop_id)) {
+        s->last_is_stop_token = true;
+        finish(s->id, FinishReason::Stop, eos ? "eos" : std::to_string(id));
+        ended = true;
+      } else if (n_gen >= s->max_new_tokens || int(s->tokens.size()) >= limits_.max_model_len) {
+        finish(s->id, FinishReason::Length);
+        ended = true;
+      }
+      if (!sink) continue;
+      const std::optional<std::string> matched =
+          sink(*s, {id, int(first_row + i), first_position + int32_t(i)});
+      if (matched && !s->last_is_stop_token) {
+        s->stopped_on_string = true;
+        if (!ended) finish(s->id, FinishReason::Stop, *matched);
+        ended = true;
+      }
+    }
+    if (ended || !rejected) continue;
+    // Back to the checkpoint (the state at `start`); blocks past the committed tokens go back to the pool.
+    if (Status st = caches_.roll_back(&s->cache, int(s->tokens.size())); !st.ok()) {
+      finish(s->id, FinishReason::Error, st.message());
+      continue;
+    }
+    s->rolled_back = true;
   }
 }
 

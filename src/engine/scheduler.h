@@ -8,19 +8,27 @@
 //                  later). A sequence that would sample while its constraint's mask is still being
 //                  computed (Sequence::can_sample) sits out the step: not preempted, caches untouched.
 //   postprocess(): advances counters, commits the step to the caches (prefix caching), appends sampled
-//   tokens,
-//                  applies the token-level stop conditions.
-// Every sequence that leaves (finished, cancelled, failed) gives back its caches exactly once; a release the
-// caches refuse (an id released twice) finishes that request with an Internal error.
+//                  tokens and applies the token-level stop conditions, one token at a time.
+// Speculative decoding (a drafter and SchedulerLimits::num_speculative_tokens > 0): a speculating sequence's
+// decode token is followed by up to k drafts, with the budget the decode tokens leave; its state slot is
+// checkpointed before the step. postprocess accepts greedily (spec/acceptance.h); when a draft is rejected
+// the slot is restored from the checkpoint, blocks past the committed tokens are freed, and the next step
+// feeds the committed tokens again (then drafts on). Drafts never enter Sequence::tokens, the prefix index or
+// a snapshot: only committed tokens do. Every sequence that leaves (finished, cancelled, failed) gives back
+// its caches exactly once; a release the caches refuse (an id released twice) finishes that request with an
+// Internal error.
 #pragma once
 
 #include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "cache/cache_manager.h"
 #include "engine/sequence.h"
+#include "engine/spec/drafter.h"
 #include "engine/stop_checker.h"
 #include "model/step_batch.h"
 
@@ -32,6 +40,10 @@ struct ScheduledSeq {
   bool samples = false;  // this chunk reaches the end of the sequence: sample a token from its logits
   // Prefix caching: KDA snapshots the step takes inside this chunk (into staging slots), committed after it.
   std::vector<model::KdaSnapshotRequest> kda_snapshots;
+  // Speculative decoding: draft tokens fed after the sequence's own (the last of n_new); logits come from
+  // its last 1 + drafts.size() positions.
+  std::vector<int32_t> drafts;
+  int n_logit_rows() const { return samples ? 1 + int(drafts.size()) : 0; }
 };
 
 struct StepPlan {
@@ -45,18 +57,41 @@ struct SchedulerLimits {
   int max_num_tokens = 2048;
   int max_model_len = 4096;
   bool chunked_prefill = true;
+  int num_speculative_tokens = 0;  // drafts per sequence and step (0: no speculation)
+};
+
+// Speculative decoding's counters (vLLM's spec_decode metrics): verify steps with drafts, drafts fed,
+// drafts accepted, and how many steps emitted each number of tokens (acceptance_lengths[n - 1]: n tokens).
+struct SpecDecodeStats {
+  uint64_t n_drafts = 0, n_draft_tokens = 0, n_accepted_tokens = 0;
+  std::vector<uint64_t> acceptance_lengths;
+};
+
+// What a step emitted for one sequence, one token at a time (Scheduler::postprocess's sink).
+struct EmittedToken {
+  int32_t id = 0;
+  int row = 0;           // the step's logits row it was sampled from
+  int32_t position = 0;  // the position whose logits those are
 };
 
 class Scheduler {
  public:
-  Scheduler(cache::CacheManager& caches, SchedulerLimits limits, std::vector<int32_t> eos_ids)
-      : caches_(caches), limits_(limits), eos_ids_(std::move(eos_ids)) {}
+  // `drafter` (may be null: no speculation) must outlive the scheduler.
+  Scheduler(cache::CacheManager& caches, SchedulerLimits limits, std::vector<int32_t> eos_ids,
+            const spec::Drafter* drafter = nullptr)
+      : caches_(caches), limits_(limits), eos_ids_(std::move(eos_ids)), drafter_(drafter) {
+    spec_.acceptance_lengths.assign(size_t(std::max(limits_.num_speculative_tokens, 0) + 1), 0);
+  }
 
   void add(std::unique_ptr<Sequence> seq) { waiting_.push_back(std::move(seq)); }
   StepPlan schedule();
-  // Applies a step's sampled ids (one per `samples` entry, in plan order). Sequences that finish move to the
-  // finished list (`take_finished`).
-  void postprocess(const StepPlan& plan, const std::vector<int32_t>& sampled);
+  // Called for each token a step emits, in order, after its token-level stop checks (the sequence may have
+  // finished on it); returns the stop string its text completed, if any, which ends the sequence there.
+  using TokenSink = std::function<std::optional<std::string>(Sequence& seq, const EmittedToken& token)>;
+  // Applies a step's sampled ids (one per logits row: ScheduledSeq::n_logit_rows() per entry, in plan
+  // order). Sequences that finish move to the finished list (`take_finished`); tokens after the one that
+  // ends a sequence are dropped.
+  void postprocess(const StepPlan& plan, const std::vector<int32_t>& sampled, const TokenSink& sink = {});
   // Ends a sequence now (cancel, stop string, error) and frees its caches. Unknown ids: no-op.
   void finish(uint64_t id, FinishReason reason, std::string detail = {});
   // Ends every running and waiting sequence (shutdown without drain).
@@ -77,6 +112,7 @@ class Scheduler {
   // Prompt tokens of admitted requests, and how many of them came from the prefix cache.
   uint64_t prefix_queries() const { return prefix_queries_; }
   uint64_t prefix_hits() const { return prefix_hits_; }
+  const SpecDecodeStats& spec_decode() const { return spec_; }
   Sequence* find(uint64_t id);
 
  private:
@@ -85,12 +121,17 @@ class Scheduler {
   // The in-step snapshots of a chunk [from, from + n) of `s`, while staging slots last in this step.
   std::vector<model::KdaSnapshotRequest> plan_snapshots(const Sequence& s, int from, int n,
                                                         int* staging_used) const;
+  int speculation_end(const Sequence& s) const;
+  // The drafts `s` may bring after its `n_own` tokens in this step, within `budget` tokens.
+  std::vector<int32_t> plan_drafts(Sequence& s, int n_own, int budget);
   // Frees `seq`'s caches and moves it to the finished list.
   void retire(std::unique_ptr<Sequence> seq, FinishReason reason, std::string detail);
 
   cache::CacheManager& caches_;
   SchedulerLimits limits_;
   std::vector<int32_t> eos_ids_;
+  const spec::Drafter* drafter_ = nullptr;
+  SpecDecodeStats spec_;
   std::deque<std::unique_ptr<Sequence>> waiting_;
   std::vector<std::unique_ptr<Sequence>> running_;  // admission order (newest last)
   std::vector<Finished> finished_;

@@ -26,7 +26,8 @@ struct Sequence {
   int32_t n_prompt = 0;
   int32_t reported_prompt_tokens = 0;
   int32_t n_computed = 0;
-  int32_t n_cached = -1;  // prompt tokens taken from the prefix cache at its first admission; -1: not admitted yet
+  int32_t n_cached =
+      -1;  // prompt tokens taken from the prefix cache at its first admission; -1: not admitted yet
   SamplingParams params;
   uint64_t seed = 0;
   cache::SequenceCache cache;
@@ -38,7 +39,13 @@ struct Sequence {
   // token.
   std::shared_ptr<ConstraintMask> constraint;
   int32_t n_preemptions = 0;
-  int32_t max_new_tokens = 0;    // params.max_tokens clamped to the context left
+  // Speculative decoding: drafts are proposed for it (greedy, and none of what this slice cannot verify:
+  // sampling, penalties, a constraint, logprobs, min_tokens; engine/README.md).
+  bool speculates = false;
+  // Its last step rejected a draft: the slot went back to the checkpoint, and the tokens committed since are
+  // fed again (with decode's priority) before it drafts on.
+  bool rolled_back = false;
+  int32_t max_new_tokens = 0;       // params.max_tokens clamped to the context left
   bool last_is_stop_token = false;  // the last sampled token ended the sequence (its text is not emitted)
   bool stopped_on_string = false;   // a stop string ended it (text after the stop string is dropped)
   std::chrono::steady_clock::time_point arrival;

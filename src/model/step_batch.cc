@@ -6,7 +6,7 @@ namespace rill::model {
 
 int StepBatch::n_logit_rows() const {
   int n = 0;
-  for (const auto& s : seqs) n += s.logits == LogitsNeeded::All ? s.n_new : s.logits == LogitsNeeded::Last ? 1 : 0;
+  for (const auto& s : seqs) n += s.n_logit_rows();
   return n;
 }
 
@@ -14,10 +14,8 @@ std::vector<int32_t> StepBatch::logit_token_rows() const {
   std::vector<int32_t> rows;
   int32_t t0 = 0;
   for (const auto& s : seqs) {
-    if (s.logits == LogitsNeeded::All)
-      for (int i = 0; i < s.n_new; ++i) rows.push_back(t0 + i);
-    else if (s.logits == LogitsNeeded::Last)
-      rows.push_back(t0 + s.n_new - 1);
+    // The last n_logit_rows() positions of the sequence's tokens, in order.
+    for (int i = s.n_new - s.n_logit_rows(); i < s.n_new; ++i) rows.push_back(t0 + i);
     t0 += s.n_new;
   }
   return rows;
@@ -32,6 +30,10 @@ Status StepBatch::to_layout(int block_size, backend::BatchLayoutHost* out) const
     const SequenceStep& q = seqs[s];
     if (q.n_new < 1) return invalid_argument("step: sequence {} has no new tokens", s);
     if (q.start_pos < 0) return invalid_argument("step: sequence {} has negative start position", s);
+    if (q.logits == LogitsNeeded::LastN && (q.n_logits < 1 || q.n_logits > q.n_new))
+      return invalid_argument(
+          "step: sequence {} asks for the logits of its last {} positions but has {} new tokens", s,
+          q.n_logits, q.n_new);
     const int64_t need = (int64_t(q.start_pos) + q.n_new + block_size - 1) / block_size;
     if (int64_t(q.block_table.size()) < need)
       return invalid_argument("step: sequence {} covers {} positions but has {} blocks of {}", s,
@@ -40,15 +42,18 @@ Status StepBatch::to_layout(int block_size, backend::BatchLayoutHost* out) const
     total += q.n_new;
     int32_t prev = q.start_pos;
     for (const KdaSnapshotRequest& r : q.kda_snapshots) {
-      if (r.pos <= prev || r.pos >= q.start_pos + q.n_new || (r.pos - q.start_pos) % kKdaChunk != 0 || r.slot < 0)
-        return invalid_argument("step: sequence {} asks for a KDA snapshot after position {} in slot {} (its step "
-                                "covers [{}, {}); snapshots must be increasing {}-token chunk boundaries inside it)",
-                                s, r.pos, r.slot, q.start_pos, q.start_pos + q.n_new, kKdaChunk);
+      if (r.pos <= prev || r.pos >= q.start_pos + q.n_new || (r.pos - q.start_pos) % kKdaChunk != 0 ||
+          r.slot < 0)
+        return invalid_argument(
+            "step: sequence {} asks for a KDA snapshot after position {} in slot {} (its step "
+            "covers [{}, {}); snapshots must be increasing {}-token chunk boundaries inside it)",
+            s, r.pos, r.slot, q.start_pos, q.start_pos + q.n_new, kKdaChunk);
       prev = r.pos;
     }
   }
   if (total != int64_t(token_ids.size()))
-    return invalid_argument("step: sequences hold {} tokens but the batch has {} ids", total, token_ids.size());
+    return invalid_argument("step: sequences hold {} tokens but the batch has {} ids", total,
+                            token_ids.size());
   l.max_blocks_per_seq = std::max(max_blocks, 1);
   l.seq_token_start.push_back(0);
   for (size_t s = 0; s < seqs.size(); ++s) {

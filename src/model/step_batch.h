@@ -11,10 +11,12 @@
 
 namespace rill::model {
 
-enum class LogitsNeeded : uint8_t { None, Last, All };
+// Which positions of a sequence's step produce logits rows: none, the last, every one, or the last
+// `SequenceStep::n_logits` (speculative decoding's verify step: the committed token and the drafts after it).
+enum class LogitsNeeded : uint8_t { None, Last, All, LastN };
 
-// The chunk length of the chunked KDA algorithm (spec §3.3): states exist between steps and at multiples of it
-// from a step's start.
+// The chunk length of the chunked KDA algorithm (spec §3.3): states exist between steps and at multiples of
+// it from a step's start.
 inline constexpr int32_t kKdaChunk = 64;
 
 // Save the KDA state and conv window as they are right after position `pos` (exclusive end of the tokens
@@ -30,6 +32,21 @@ struct SequenceStep {
   int32_t state_slot = 0;
   std::vector<int32_t> block_table;  // MLA blocks for positions [0, start_pos + n_new), in order
   LogitsNeeded logits = LogitsNeeded::Last;
+  int32_t n_logits = 0;  // LogitsNeeded::LastN only: 1 <= n_logits <= n_new
+  // The logits rows this sequence contributes.
+  int32_t n_logit_rows() const {
+    switch (logits) {
+      case LogitsNeeded::None:
+        return 0;
+      case LogitsNeeded::Last:
+        return 1;
+      case LogitsNeeded::All:
+        return n_new;
+      case LogitsNeeded::LastN:
+        return n_logits;
+    }
+    return 0;
+  }
   // In increasing pos; each a multiple of the KDA chunk (64) past start_pos and before start_pos + n_new.
   std::vector<KdaSnapshotRequest> kda_snapshots;
 };

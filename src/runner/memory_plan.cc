@@ -28,7 +28,8 @@ Result<double> cache_memory_budget(size_t free, size_t total, double utilization
 
 Result<MemoryPlan> plan_memory(backend::Backend& be, const model::ModelConfig& c, int n_slots,
                                int max_model_len, double kv_fraction, int n_blocks, int block_size,
-                               const PrefixCacheOptions& prefix, double gpu_memory_utilization) {
+                               const PrefixCacheOptions& prefix, double gpu_memory_utilization,
+                               bool speculation) {
   if (n_slots < 1) return invalid_argument("--max-batch-size must be at least 1");
   if (block_size < 1) return invalid_argument("block size must be positive");
   if (prefix.enabled && (prefix.snapshot_interval < block_size || prefix.snapshot_interval % block_size != 0))
@@ -54,23 +55,27 @@ Result<MemoryPlan> plan_memory(backend::Backend& be, const model::ModelConfig& c
   // position a step can pass. (Writing the snapshots straight into pool slots reserved before the step would
   // save this memory and the copy after the step.)
   p.n_staging = prefix.enabled ? std::max(prefix.staging_slots, 0) : 0;
+  // Speculative decoding: a checkpoint slot per sequence slot holds the state from before its drafts.
+  p.n_checkpoints = speculation ? n_slots : 0;
+  p.checkpoint_bytes = state_bytes(p.n_checkpoints);
   p.state_bytes = state;
   if (n_blocks > 0) {
     p.n_blocks = n_blocks;
   } else if (auto mem = be.device_memory()) {
     const double u = gpu_memory_utilization;
     RILL_ASSIGN_OR_RETURN(const double caches, cache_memory_budget(mem->first, mem->second, u, kv_fraction));
-    const double budget = caches - double(state_bytes(n_slots + n_snapshots + p.n_staging));
+    const double budget = caches - double(state_bytes(n_slots + n_snapshots + p.n_staging + p.n_checkpoints));
     if (budget < double(per_block))
       return resource_exhausted(
           "no device memory left for the KV cache: {} leaves {:.2f} GiB for the caches, less than the "
-          "{:.2f} GiB of KDA state for {} sequences and {} snapshots plus one {:.2f} MiB KV block; lower "
-          "--max-batch-size or --kda-snapshot-budget{}",
+          "{:.2f} GiB of KDA state for {} sequences and {} snapshots (and speculation checkpoints) plus one "
+          "{:.2f} MiB KV block; lower --max-batch-size or --kda-snapshot-budget{}",
           u > 0 ? fmt::format("--gpu-memory-utilization {} of {:.2f} GiB with {:.2f} GiB in use", u,
                               double(mem->second) / (1 << 30), double(mem->second - mem->first) / (1 << 30))
                 : fmt::format("{:.2f} GiB free x --kv-cache-fraction {}", double(mem->first) / (1 << 30),
                               kv_fraction),
-          caches / (1 << 30), double(state_bytes(n_slots + n_snapshots + p.n_staging)) / (1 << 30), n_slots,
+          caches / (1 << 30),
+          double(state_bytes(n_slots + n_snapshots + p.n_staging + p.n_checkpoints)) / (1 << 30), n_slots,
           n_snapshots, double(per_block) / (1 << 20), u > 0 ? ", or raise --gpu-memory-utilization" : "");
     p.n_blocks = int(std::min<double>(budget / double(per_block), 1 << 30));
   } else {
@@ -89,7 +94,7 @@ Result<MemoryPlan> plan_memory(backend::Backend& be, const model::ModelConfig& c
   }
   // Where the flags size the caches (the CPU, --num-kv-blocks) rather than the free memory: they must fit.
   RILL_TRY(be.check_available(
-      uint64_t(p.state_bytes + p.kv_bytes + p.snapshot_bytes),
+      uint64_t(p.state_bytes + p.kv_bytes + p.snapshot_bytes + p.checkpoint_bytes),
       fmt::format("the caches ({}; set by --max-batch-size, --max-model-len, --num-kv-blocks)",
                   p.describe())));
   return p;

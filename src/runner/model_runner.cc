@@ -37,21 +37,26 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(std::unique_ptr<model::
   model::StepLimits lim;
   lim.max_tokens = o.max_num_tokens;
   lim.max_seqs = o.max_batch_size;
-  lim.max_logit_rows = o.max_batch_size;
+  // Verify steps (speculative decoding) take logits at every draft position too.
+  const int max_rows =
+      int(std::min<int64_t>(int64_t(o.max_batch_size) * (1 + std::max(o.num_speculative_tokens, 0)),
+                            std::max(o.max_batch_size, o.max_num_tokens)));
+  lim.max_logit_rows = max_rows;
   lim.max_context = want_len;
   RILL_TRY(model->reserve_workspace(lim));
   cache::PrefixCacheOptions prefix = o.prefix;
   if (!be.kda_snapshots_in_step()) prefix.staging_slots = 0;
-  RILL_ASSIGN_OR_RETURN(cache::MemoryPlan plan,
-                        plan_memory(be, c, o.max_batch_size, want_len, o.kv_cache_fraction, o.num_kv_blocks,
-                                    o.block_size, prefix, o.gpu_memory_utilization));
+  RILL_ASSIGN_OR_RETURN(
+      cache::MemoryPlan plan,
+      plan_memory(be, c, o.max_batch_size, want_len, o.kv_cache_fraction, o.num_kv_blocks, o.block_size,
+                  prefix, o.gpu_memory_utilization, o.num_speculative_tokens > 0));
   // Graphs pad with one state slot and one MLA block past those the cache manager hands out.
   const bool graphs = !o.enforce_eager && (be.can_capture() || !o.capture_graphs);
   const int n_slots = cache::CacheManager::state_slots_needed(plan, prefix);
   RILL_ASSIGN_OR_RETURN(model::ModelCaches caches,
                         model::ModelCaches::allocate(be, c, n_slots + (graphs ? 1 : 0),
                                                      plan.n_blocks + (graphs ? 1 : 0), plan.block_size));
-  RILL_ASSIGN_OR_RETURN(Sampler sampler, Sampler::create(be, o.max_batch_size));
+  RILL_ASSIGN_OR_RETURN(Sampler sampler, Sampler::create(be, max_rows));
   std::unique_ptr<ModelRunner> r(new ModelRunner(std::move(model), std::move(sampler)));
   r->plan_ = plan;
   r->prefix_ = prefix;

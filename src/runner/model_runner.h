@@ -33,6 +33,9 @@ struct RunnerOptions {
   // false: decode steps still run padded to their graph bucket with the graphs' fixed inputs, but eagerly and
   // on any backend — what a replay must reproduce exactly (tests; telling capture bugs from padding bugs).
   bool capture_graphs = true;
+  // Speculative decoding: draft tokens a sequence may bring to one step (0: off). A step then has up to
+  // 1 + num_speculative_tokens logits rows per sequence, and every sequence slot gets a checkpoint slot.
+  int num_speculative_tokens = 0;
 };
 
 // Applies a step's cache operations to `caches` (KDA slot copies, in order, on the backend's stream).

@@ -190,6 +190,25 @@ std::string Metrics::render(const engine::EngineStats* stats) const {
                        labels_, cumulative);
   }
 
+  if (!s.spec_acceptance_lengths.empty()) {  // speculative decoding on (vLLM's spec_decode_* metrics)
+    counter("rill:spec_decode_num_drafts_total", "Verify steps of a sequence with draft tokens.",
+            s.spec_num_drafts);
+    counter("rill:spec_decode_num_draft_tokens_total", "Draft tokens fed to verify steps.",
+            s.spec_num_draft_tokens);
+    counter("rill:spec_decode_num_accepted_tokens_total", "Draft tokens accepted.",
+            s.spec_num_accepted_tokens);
+    const char* name = "rill:spec_decode_acceptance_length";
+    header(out, name, "histogram", "Tokens a verify step emitted: its accepted drafts plus one.");
+    uint64_t cumulative = 0, sum = 0;
+    for (size_t i = 0; i < s.spec_acceptance_lengths.size(); ++i) {
+      cumulative += s.spec_acceptance_lengths[i];
+      sum += (i + 1) * s.spec_acceptance_lengths[i];
+      out += fmt::format("{}_bucket{{{},le=\"{}\"}} {}\n", name, labels_, i + 1, cumulative);
+    }
+    out += fmt::format("{}_bucket{{{},le=\"+Inf\"}} {}\n", name, labels_, cumulative);
+    out += fmt::format("{}_sum{{{}}} {}\n{}_count{{{}}} {}\n", name, labels_, sum, name, labels_, cumulative);
+  }
+
   std::lock_guard<std::mutex> lock(mu_);
   if (cache_config_) {
     header(out, "rill:cache_config_info", "gauge",

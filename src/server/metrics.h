@@ -1,6 +1,6 @@
 // Prometheus metrics for GET /metrics, vLLM's names and meanings with a `rill:` prefix (serving.md §1.6,
 // docs/METRICS.md): engine gauges and counters (running / waiting requests, MLA KV blocks, KDA state slots,
-// prefix cache, the per-step token histogram) read from Engine::stats() at scrape time; request outcomes and
+// prefix cache, the per-step token histogram, speculative decoding's spec_decode_* counters and acceptance lengths) read from Engine::stats() at scrape time; request outcomes and
 // latency histograms recorded by the routes as each engine request finishes (aborted ones included, with
 // what they had received); cache_config_info; and the process_* metrics of /proc/self. Thread-safe.
 #pragma once

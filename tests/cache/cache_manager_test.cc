@@ -369,5 +369,69 @@ TEST(CacheManager, AFailedSnapshotRestoreGivesBackTheSlotAndBlocks) {
   EXPECT_TRUE(cm.release(&b).ok());
 }
 
+// Speculative decoding's verbs: save_checkpoint copies the slot to its own checkpoint slot (past every other
+// kind, one per sequence slot) unless it holds that position already; roll_back copies it back and gives back
+// the blocks past the committed tokens; the checkpoint is forgotten when the slot is released. Applied to
+// real storage through the runner's apply_cache_ops.
+TEST(CacheManager, SpeculationCheckpointsRestoreTheSlotAndTruncateBlocks) {
+  auto be = backend::make_cpu_backend();
+  const auto cfg = *model::ModelConfig::load(testing::data_dir() / "kimi_linear_tiny_a");
+  MemoryPlan plan;
+  plan.n_slots = 2;
+  plan.n_blocks = 8;
+  plan.n_checkpoints = 2;
+  auto cm = *CacheManager::create(plan);
+  ASSERT_TRUE(cm.has_checkpoints());
+  EXPECT_EQ(CacheManager::state_slots_needed(plan, {}), 4);
+  auto storage = *model::ModelCaches::allocate(*be, cfg, 4, 8);
+  auto fill = [&](int slot, float v) {
+    for (const auto& L : storage.layers)
+      for (const TensorView* t : {&L.kda_state, &L.kda_conv})
+        if (!t->empty())
+          std::fill_n(t->ptr<float>() + slot * (t->numel() / t->size(0)), t->numel() / t->size(0), v);
+  };
+  auto value = [&](int slot) {
+    const TensorView& t = storage.layers[0].kda_state;  // layer 0 is KDA in the tiny config
+    return t.ptr<float>()[slot * (t.numel() / t.size(0))];
+  };
+  auto apply = [&] { ASSERT_TRUE(runner::apply_cache_ops(*be, storage, cm.take_ops()).ok()); };
+  ASSERT_EQ(cfg.layer_kinds[0], model::LayerKind::Kda);
+  SequenceCache a, b;
+  ASSERT_TRUE(cm.admit(&a, 10).ok());
+  ASSERT_TRUE(cm.admit(&b, 10).ok());
+  EXPECT_EQ(cm.checkpoint_slot(a.slot), 2 + a.slot);
+  fill(a.slot, 1.0f);
+  fill(b.slot, 7.0f);
+  ASSERT_TRUE(cm.save_checkpoint(&a, 60).ok());
+  EXPECT_EQ(cm.take_ops().kda_slot_copies.size(), 1u);
+  ASSERT_TRUE(cm.save_checkpoint(&a, 60).ok());
+  EXPECT_TRUE(cm.take_ops().empty());  // the checkpoint holds position 60 already: no second copy
+  ASSERT_TRUE(cm.save_checkpoint(&a, 61).ok());
+  apply();
+  EXPECT_EQ(value(cm.checkpoint_slot(a.slot)), 1.0f);
+  fill(a.slot, 2.0f);  // the verify step moves the slot past its drafts
+  ASSERT_TRUE(cm.grow(&a, 190).ok());
+  EXPECT_EQ(a.blocks.size(), 3u);
+  EXPECT_EQ(cm.blocks().used_count(), 4);
+  ASSERT_TRUE(cm.roll_back(&a, 120).ok());  // 120 committed tokens: two blocks
+  apply();
+  EXPECT_EQ(value(a.slot), 1.0f);
+  EXPECT_EQ(value(b.slot), 7.0f);  // another sequence's slot is untouched
+  EXPECT_EQ(a.blocks.size(), 2u);
+  EXPECT_EQ(cm.blocks().used_count(), 3);
+  EXPECT_EQ(a.checkpoint_pos, 61);
+  ASSERT_TRUE(cm.release(&a).ok());
+  EXPECT_EQ(a.checkpoint_pos, -1);
+  SequenceCache c;  // takes a's slot: its checkpoint is not a's
+  ASSERT_TRUE(cm.admit(&c, 10).ok());
+  EXPECT_EQ(c.checkpoint_pos, -1);
+  EXPECT_FALSE(cm.roll_back(&c, 10).ok());  // nothing to go back to: a bug, not a silent copy
+  ASSERT_TRUE(cm.release(&b).ok());
+  ASSERT_TRUE(cm.release(&c).ok());
+  EXPECT_EQ(cm.blocks().used_count(), 0);
+  plan.n_checkpoints = 1;  // one per slot or none
+  EXPECT_FALSE(CacheManager::create(plan).ok());
+}
+
 }  // namespace
 }  // namespace rill::cache

@@ -40,6 +40,8 @@ TEST(Inspect, RealKimiLinear48bConfigWithoutWeights) {
   EXPECT_NE(r.out.find("(49.1 B)"), std::string::npos) << r.out;  // ≈49.1 B parameters
   EXPECT_NE(r.out.find("8,064 B of MLA latent KV"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("40.00 MiB of fp32 KDA state"), std::string::npos) << r.out;
+  // Speculation's checkpoint: the KDA state and the conv windows again.
+  EXPECT_NE(r.out.find("speculation  +41.41 MiB per sequence"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("weights      missing"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("27: 20 KDA + 7 MLA"), std::string::npos) << r.out;
   // Described, but not servable: each missing piece is named.
@@ -147,6 +149,38 @@ TEST(Generate, GreedyMatchesTransformers) {
                           " --device cpu --ignore-eos --max-tokens 12 --prompt-ids " + join(prompt));
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find(join(want)), std::string::npos) << "got: " << r.out << "\nwant: " << join(want);
+}
+
+// --speculative-config: greedy output with n-gram drafts is the transformers greedy output still.
+TEST(Generate, SpeculativeConfigKeepsGreedyOutput) {
+  const fs::path dir = testing::data_dir() / "kimi_linear_tiny_a";
+  testing::Reference ref(dir);
+  const auto prompt = ref.ints("prompt_1"), want = ref.ints("greedy_1");
+  const auto r = run_rill("generate " + dir.string() +
+                          " --device cpu --ignore-eos --max-tokens 12 --prompt-ids " + join(prompt) +
+                          " --speculative-config '{\"method\": \"ngram\", \"num_speculative_tokens\": 3, "
+                          "\"prompt_lookup_max\": 2, \"prompt_lookup_min\": 1}'");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find(join(want)), std::string::npos) << "got: " << r.out << "\nwant: " << join(want);
+}
+
+// Bad --speculative-config values: exit 2 with the key or method named, from generate and serve alike.
+TEST(Generate, SpeculativeConfigErrorsNameTheKey) {
+  const std::string dir = (testing::data_dir() / "kimi_linear_tiny_a").string();
+  const std::pair<std::string, std::string> cases[] = {
+      {R"({"method": "ngram", "num_speculative_tokens": 4, "typo": 1})", "unknown key \"typo\""},
+      {R"({"method": "ngram", "num_speculative_tokens": 17})", "\"num_speculative_tokens\" 17 must be in [1, 16]"},
+      {R"({"method": "mtp", "num_speculative_tokens": 2})", "method \"mtp\" is not built yet"},
+      {R"({"method": "suffix", "num_speculative_tokens": 2})", "method \"suffix\" is not built yet"},
+      {R"({"method": "draft_model", "num_speculative_tokens": 2})", "method \"draft_model\" is not built yet"},
+  };
+  for (const auto& [json, want] : cases) {
+    for (const std::string& cmd : {"generate " + dir + " --device cpu --prompt-ids 1,2,3", "serve " + dir + " --device cpu --port 0"}) {
+      const auto r = run_rill(cmd + " --speculative-config '" + json + "'");
+      EXPECT_EQ(r.code, 2) << cmd << ": " << r.out;
+      EXPECT_NE(r.out.find(want), std::string::npos) << cmd << ": " << r.out;
+    }
+  }
 }
 
 TEST(Generate, SeededSamplingIsReproducible) {

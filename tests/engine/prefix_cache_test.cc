@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "engine/engine.h"
+#include "engine/engine_fixtures.h"
 #include "model/fixture.h"
 #include "model/model.h"
 #include "test_seed.h"
@@ -48,37 +49,11 @@ struct LogitsLog {
   std::map<uint64_t, std::vector<std::vector<float>>> rows;
 };
 
-// The K3 fixture with every token routed to all 8 of its experts (num_experts_per_token 2 -> 8), written once
-// per process. Caching on vs off differs by fp32 rounding; a top-k choice within rounding of a tie may then
-// go either way (both right) and move the logits far more than rounding does. One CI run failed that way
-// (request 1 of ConcurrentRequestsSharingAPrefixThenEverythingEvicts: 1e-3 at its first position, 4% later;
-// not reproduced in 100+ local runs, and caching off under other chunkings stays within 2e-5). With no choice
-// to flip, what caching must restore — the KDA state and conv window, the MLA cache, across K3's AttnRes
-// blocks — is still all K3's, and the bound stays tight: a wrong state still fails it.
-struct TempModelDir {
-  std::filesystem::path path;
-  ~TempModelDir() { std::filesystem::remove_all(path); }
-};
-
-std::filesystem::path k3_all_experts_dir() {
-  static const TempModelDir dir = [] {
-    namespace fs = std::filesystem;
-    const fs::path src = testing::data_dir() / "kimi_k3_tiny_a";
-    const fs::path out = fs::temp_directory_path() / ("rill_k3_all_experts_" + std::to_string(::getpid()));
-    fs::create_directories(out);
-    nlohmann::ordered_json config = nlohmann::ordered_json::parse(std::ifstream(src / "config.json"));
-    auto& text = config["text_config"];
-    text["num_experts_per_token"] = text["num_experts"];
-    std::ofstream(out / "config.json") << config.dump(2);
-    fs::copy_file(src / "model.safetensors", out / "model.safetensors", fs::copy_options::overwrite_existing);
-    return TempModelDir{out};
-  }();
-  return dir.path;
-}
-
-std::filesystem::path model_dir(const std::string& fixture) {
-  return fixture == "kimi_k3_tiny_a_all_experts" ? k3_all_experts_dir() : testing::data_dir() / fixture;
-}
+// The K3 fixture with every token routed to all 8 of its experts (engine_fixtures.h). One CI run failed on
+// an expert choice that flipped within rounding (request 1 of
+// ConcurrentRequestsSharingAPrefixThenEverythingEvicts: 1e-3 at its first position, 4% later; not reproduced
+// in 100+ local runs, and caching off under other chunkings stays within 2e-5).
+std::filesystem::path model_dir(const std::string& fixture) { return testing::engine_model_dir(fixture); }
 
 class Harness {
  public:

@@ -204,5 +204,25 @@ TEST(Metrics, LabelValuesAreEscaped) {
   EXPECT_NE(m.render(nullptr).find("model_name=\"we\\\"ird\""), std::string::npos);
 }
 
+// Speculative decoding's counters and acceptance lengths, as EngineStats keeps them; absent without it.
+TEST(Metrics, SpecDecodeFromEngineStats) {
+  engine::EngineStats s;
+  const std::string l = "model_name=\"tiny\"";
+  EXPECT_EQ(Metrics("tiny").render(&s).find("spec_decode"), std::string::npos);
+  s.spec_num_drafts = 6;
+  s.spec_num_draft_tokens = 18;
+  s.spec_num_accepted_tokens = 7;
+  s.spec_acceptance_lengths = {2, 1, 2, 1};  // k = 3: steps that emitted 1, 2, 3 and 4 tokens
+  const std::string text = Metrics("tiny").render(&s);
+  EXPECT_EQ(sample(text, "rill:spec_decode_num_drafts_total{" + l + "}"), 6);
+  EXPECT_EQ(sample(text, "rill:spec_decode_num_draft_tokens_total{" + l + "}"), 18);
+  EXPECT_EQ(sample(text, "rill:spec_decode_num_accepted_tokens_total{" + l + "}"), 7);
+  EXPECT_EQ(sample(text, "rill:spec_decode_acceptance_length_bucket{" + l + ",le=\"1\"}"), 2);
+  EXPECT_EQ(sample(text, "rill:spec_decode_acceptance_length_bucket{" + l + ",le=\"3\"}"), 5);
+  EXPECT_EQ(sample(text, "rill:spec_decode_acceptance_length_bucket{" + l + ",le=\"+Inf\"}"), 6);
+  EXPECT_EQ(sample(text, "rill:spec_decode_acceptance_length_count{" + l + "}"), 6);
+  EXPECT_EQ(sample(text, "rill:spec_decode_acceptance_length_sum{" + l + "}"), 2 + 2 + 6 + 4);  // = 6 + 7
+}
+
 }  // namespace
 }  // namespace rill::server

@@ -1,0 +1,607 @@
+// Speculative decoding (issue #21, n-gram slice) on the CPU backend, for a Kimi Linear and a Kimi K3
+// checkpoint: greedy output with speculation equals the output without it, token for token, and the logits
+// of every emitted position agree within fp32 rounding — with drafts that are always right (an oracle that
+// proposes the run's own greedy continuation), always wrong, or right up to a random point with random
+// lengths and zero-draft steps; drafts crossing stop ids, stop strings and max_tokens; prefix caching with
+// warm prefixes; chunked prefill; preemption; batches mixing speculating and non-speculating requests
+// (sampled, penalised, logprobs, grammar-constrained); and the real n-gram drafter through the config.
+// The acceptance statistics of the oracle (all accepted) and of the wrong drafter (none) are checked exactly.
+//
+// Why not bit for bit: the CPU backend's KDA runs one token recurrently in fp32 but several (a verify step)
+// in the chunked form in double, so a verify step's logits differ from one-token steps by rounding (measured
+// up to 3.3e-6 of the row's largest |logit| on these fixtures for 5-token steps; every other op of the
+// forward is row-independent, and with the recurrent form for short steps the logits are bit-identical).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <mutex>
+#include <random>
+
+#include "engine/engine.h"
+#include "engine/engine_fixtures.h"
+#include "engine/spec/acceptance.h"
+#include "model/model.h"
+#include "shared_data.h"
+#include "test_seed.h"
+#include "text/constraint/token_constraint.h"
+#include "text/tokenizer/tokenizer.h"
+
+namespace rill::engine {
+namespace {
+
+using rill::testing::test_seed;
+
+// Speculation feeds tokens in steps of several where the reference feeds one (and re-feeds after a rejected
+// draft), so on the fp32 CPU backend the logits agree up to rounding. Measured over many seeds: at most
+// ~3e-6 of the row's largest |logit| (Kimi Linear), ~2e-5 (the tiny K3, whose AttnRes amplifies rounding);
+// the bounds are those of the prefix-cache tests, orders of magnitude below what a wrong state does.
+constexpr double kRelTol = 1e-5, kRelTolK3 = 2e-4;
+
+struct Outcome {
+  std::vector<int32_t> ids;
+  std::string text;
+  std::vector<std::vector<float>> logits;  // one row per emitted token
+  FinishReason reason = FinishReason::Error;
+  std::string stop_reason;
+  int cached = -1;
+};
+
+struct LogitsLog {
+  std::mutex mu;
+  std::map<uint64_t, std::vector<std::vector<float>>> rows;
+};
+
+SamplingParams greedy(int max_tokens) {
+  SamplingParams p;
+  p.temperature = 0;
+  p.max_tokens = max_tokens;
+  p.ignore_eos = true;
+  return p;
+}
+
+class Harness {
+ public:
+  Harness(const std::string& fixture, EngineOptions o, std::shared_ptr<const text::Tokenizer> tok = nullptr)
+      : log_(std::make_shared<LogitsLog>()) {
+    be_ = backend::make_cpu_backend();
+    auto m = model::load_model(testing::engine_model_dir(fixture), *be_);
+    EXPECT_TRUE(m.ok()) << m.status().to_string();
+    std::shared_ptr<LogitsLog> log = log_;
+    o.logits_hook = [log](uint64_t id, int32_t, std::span<const float> row) {
+      std::lock_guard lock(log->mu);
+      log->rows[id].emplace_back(row.begin(), row.end());
+    };
+    auto e = Engine::create(std::move(m).value(), std::move(tok), o);
+    EXPECT_TRUE(e.ok()) << e.status().to_string();
+    engine_ = std::move(e).value();
+  }
+  ~Harness() {
+    if (engine_) engine_->shutdown(false);
+  }
+
+  std::shared_ptr<RequestStream> submit(Request r) {
+    auto s = engine_->submit(std::move(r));
+    EXPECT_TRUE(s.ok()) << s.status().to_string();
+    return *s;
+  }
+  Outcome collect(const std::shared_ptr<RequestStream>& s) {
+    Outcome r;
+    StreamEvent ev;
+    while (s->next(&ev, std::chrono::seconds(120))) {
+      r.ids.insert(r.ids.end(), ev.token_ids.begin(), ev.token_ids.end());
+      r.text += ev.text;
+      if (ev.finish) {
+        r.reason = *ev.finish;
+        r.stop_reason = ev.stop_reason;
+        r.cached = ev.cached_tokens;
+        std::lock_guard lock(log_->mu);
+        r.logits = std::move(log_->rows[s->id()]);
+        return r;
+      }
+    }
+    ADD_FAILURE() << "request timed out";
+    return r;
+  }
+  Outcome run(const std::vector<int32_t>& prompt, const SamplingParams& p) {
+    return collect(submit({prompt, p}));
+  }
+  // Runs the requests at once; outcomes in order.
+  std::vector<Outcome> run_all(std::vector<Request> requests) {
+    std::vector<std::shared_ptr<RequestStream>> streams;
+    for (Request& r : requests) streams.push_back(submit(std::move(r)));
+    std::vector<Outcome> out;
+    for (auto& s : streams) out.push_back(collect(s));
+    return out;
+  }
+  Engine& engine() { return *engine_; }
+
+ private:
+  std::unique_ptr<backend::Backend> be_;  // outlives the engine (declared first)
+  std::shared_ptr<LogitsLog> log_;
+  std::unique_ptr<Engine> engine_;
+};
+
+std::string current_fixture = "kimi_linear_tiny_b";
+double rel_tol() {
+  return current_fixture.rfind("kimi_k3", 0) == 0 ? kRelTolK3 : kRelTol;
+}
+
+class Speculative : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override { current_fixture = GetParam(); }
+};
+
+// Without speculation, one request at a time, whole prompts in one step: the plainest computation.
+Outcome reference(const Request& r, std::shared_ptr<const text::Tokenizer> tok = nullptr) {
+  static std::map<std::string, std::unique_ptr<Harness>> off;
+  const std::string key = current_fixture + (tok ? "+tokenizer" : "");
+  auto& h = off[key];
+  if (!h)
+    h = std::make_unique<Harness>(current_fixture, EngineOptions{.max_batch_size = 1, .max_num_tokens = 1024},
+                                  tok);
+  return h->collect(h->submit(r));
+}
+Outcome reference(const std::vector<int32_t>& prompt, const SamplingParams& p) {
+  return reference(Request{prompt, p});
+}
+
+void expect_same(const Outcome& on, const Outcome& off, const std::string& what) {
+  SCOPED_TRACE(what);
+  EXPECT_EQ(on.reason, off.reason);
+  EXPECT_EQ(on.stop_reason, off.stop_reason);
+  EXPECT_EQ(on.ids, off.ids);
+  EXPECT_EQ(on.text, off.text);
+  ASSERT_EQ(on.logits.size(), off.logits.size());
+  for (size_t r = 0; r < on.logits.size(); ++r) {
+    ASSERT_EQ(on.logits[r].size(), off.logits[r].size());
+    double diff = 0, scale = 0;
+    for (size_t i = 0; i < on.logits[r].size(); ++i) {
+      if (on.logits[r][i] == off.logits[r][i]) continue;  // equal, or both masked off (-inf)
+      diff = std::max(diff, std::abs(double(on.logits[r][i]) - off.logits[r][i]));
+      if (std::isfinite(off.logits[r][i])) scale = std::max(scale, std::abs(double(off.logits[r][i])));
+    }
+    // A masked row (a constraint's two tokens) shows only a few small logits: relative to at least 1 (the
+    // unmasked rows' largest |logit| is ~4 on these fixtures).
+    EXPECT_LE(diff, rel_tol() * std::max(scale, 1.0)) << "emitted token " << r;
+  }
+}
+
+std::vector<int32_t> random_tokens(std::mt19937& rng, size_t n) {
+  std::vector<int32_t> t(n);
+  for (auto& x : t) x = int32_t(3 + rng() % 500);  // no EOS / special ids
+  return t;
+}
+
+// Knows the reference run of every prompt it was told (prompt + greedy output). A context that continues one
+// of them gets its next tokens, corrupted as the mode says; any other context gets nothing.
+class ReferenceDrafter final : public spec::Drafter {
+ public:
+  enum class Mode { Oracle, Wrong, Random };
+  ReferenceDrafter(Mode mode, uint32_t seed = 0) : mode_(mode), seed_(seed) {}
+  void learn(std::vector<int32_t> prompt, const std::vector<int32_t>& output) {
+    prompt.insert(prompt.end(), output.begin(), output.end());
+    known_.push_back(std::move(prompt));
+  }
+  std::vector<int32_t> propose(std::span<const int32_t> context, int max_tokens) const override {
+    for (const auto& full : known_) {
+      if (context.size() >= full.size() || !std::equal(context.begin(), context.end(), full.begin()))
+        continue;
+      const size_t at = context.size();
+      std::vector<int32_t> d(full.begin() + long(at),
+                             full.begin() + long(std::min(full.size(), at + size_t(max_tokens))));
+      switch (mode_) {
+        case Mode::Oracle:
+          break;
+        case Mode::Wrong:
+          for (int32_t& t : d) t = 3 + (t + 1 - 3) % 500;  // never the token the model chooses
+          break;
+        case Mode::Random: {
+          // Per context: no drafts, fewer, or right up to a point and wrong from there.
+          std::mt19937 rng(seed_ * 2654435761u + uint32_t(at));
+          const uint32_t r = rng() % 8;
+          if (r == 0) return {};
+          d.resize(std::min(d.size(), size_t(1 + rng() % uint32_t(max_tokens))));
+          if (r >= 4 && !d.empty()) {
+            const size_t wrong = rng() % d.size();
+            d[wrong] = 3 + (d[wrong] + 1 - 3) % 500;
+          }
+          break;
+        }
+      }
+      return d;
+    }
+    return {};
+  }
+
+ private:
+  Mode mode_;
+  uint32_t seed_;
+  std::vector<std::vector<int32_t>> known_;
+};
+
+EngineOptions speculating(int k, std::shared_ptr<const spec::Drafter> drafter, int max_num_tokens = 256,
+                          int max_batch_size = 4) {
+  EngineOptions o{.max_batch_size = max_batch_size, .max_num_tokens = max_num_tokens};
+  o.speculative.num_speculative_tokens = k;
+  o.drafter = std::move(drafter);
+  return o;
+}
+
+// Prompts with repetition, so that the n-gram drafter finds matches too.
+std::vector<std::vector<int32_t>> prompts(std::mt19937& rng, int n) {
+  std::vector<std::vector<int32_t>> out;
+  for (int i = 0; i < n; ++i) {
+    std::vector<int32_t> p = random_tokens(rng, 20 + rng() % 40);
+    const std::vector<int32_t> again(p.begin(), p.begin() + 12);
+    p.insert(p.end(), again.begin(), again.end());
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+TEST_P(Speculative, OracleDraftsAreAllAcceptedAndChangeNothing) {
+  const uint32_t seed = test_seed();
+  SCOPED_TRACE("RILL_TEST_SEED=" + std::to_string(seed));
+  std::mt19937 rng(seed);
+  auto oracle = std::make_shared<ReferenceDrafter>(ReferenceDrafter::Mode::Oracle);
+  const auto ps = prompts(rng, 3);
+  std::vector<Outcome> want;
+  for (size_t i = 0; i < ps.size(); ++i) {
+    want.push_back(reference(ps[i], greedy(int(17 + 5 * i))));  // 17, 22, 27: not multiples of k + 1
+    oracle->learn(ps[i], want.back().ids);
+  }
+  Harness on(current_fixture, speculating(4, oracle));
+  std::vector<Request> rs;
+  for (size_t i = 0; i < ps.size(); ++i) rs.push_back({ps[i], greedy(int(17 + 5 * i))});
+  const std::vector<Outcome> got = on.run_all(rs);
+  for (size_t i = 0; i < ps.size(); ++i) expect_same(got[i], want[i], "request " + std::to_string(i));
+  const EngineStats s = on.engine().stats();
+  EXPECT_GT(s.spec_num_drafts, 0u);
+  EXPECT_EQ(s.spec_num_accepted_tokens, s.spec_num_draft_tokens);
+  // Every verify step emits all its drafts and the bonus token; most carry k = 4 (fewer only near
+  // max_tokens).
+  ASSERT_EQ(s.spec_acceptance_lengths.size(), 5u);
+  EXPECT_EQ(s.spec_acceptance_lengths[0], 0u);
+  uint64_t steps = 0, emitted = 0;
+  for (size_t n = 0; n < 5; ++n)
+    steps += s.spec_acceptance_lengths[n], emitted += (n + 1) * s.spec_acceptance_lengths[n];
+  EXPECT_EQ(steps, s.spec_num_drafts);
+  EXPECT_EQ(emitted, s.spec_num_draft_tokens + s.spec_num_drafts);
+  EXPECT_GT(s.spec_acceptance_lengths[4],
+            s.spec_acceptance_lengths[1] + s.spec_acceptance_lengths[2] + s.spec_acceptance_lengths[3]);
+  // 66 tokens in far fewer steps than one per token: 3 prefill steps at most plus the verify steps.
+  EXPECT_EQ(s.generation_tokens_total, 17u + 22u + 27u);
+}
+
+TEST_P(Speculative, WrongDraftsAreAllRejectedAndChangeNothing) {
+  const uint32_t seed = test_seed();
+  SCOPED_TRACE("RILL_TEST_SEED=" + std::to_string(seed));
+  std::mt19937 rng(seed);
+  auto wrong = std::make_shared<ReferenceDrafter>(ReferenceDrafter::Mode::Wrong);
+  const auto ps = prompts(rng, 2);
+  std::vector<Outcome> want;
+  for (const auto& p : ps) {
+    want.push_back(reference(p, greedy(30)));
+    wrong->learn(p, want.back().ids);
+  }
+  Harness on(current_fixture, speculating(3, wrong));
+  const std::vector<Outcome> got = on.run_all({{ps[0], greedy(30)}, {ps[1], greedy(30)}});
+  for (size_t i = 0; i < ps.size(); ++i) expect_same(got[i], want[i], "request " + std::to_string(i));
+  const EngineStats s = on.engine().stats();
+  EXPECT_GT(s.spec_num_drafts, 10u);
+  EXPECT_GT(s.spec_num_draft_tokens, s.spec_num_drafts);
+  EXPECT_EQ(s.spec_num_accepted_tokens, 0u);
+  ASSERT_EQ(s.spec_acceptance_lengths.size(), 4u);
+  EXPECT_EQ(s.spec_acceptance_lengths[0], s.spec_num_drafts);  // every verify step emits one token
+}
+
+TEST_P(Speculative, DraftsRightUpToARandomPointChangeNothing) {
+  const uint32_t seed = test_seed();
+  SCOPED_TRACE("RILL_TEST_SEED=" + std::to_string(seed));
+  std::mt19937 rng(seed);
+  auto drafter = std::make_shared<ReferenceDrafter>(ReferenceDrafter::Mode::Random, seed);
+  const auto ps = prompts(rng, 4);
+  std::vector<Request> rs;
+  std::vector<Outcome> want;
+  for (const auto& p : ps) {
+    rs.push_back({p, greedy(20 + int(rng() % 30))});
+    want.push_back(reference(rs.back()));
+    drafter->learn(p, want.back().ids);
+  }
+  Harness on(current_fixture, speculating(1 + int(rng() % 6), drafter, 64));
+  const std::vector<Outcome> got = on.run_all(rs);
+  for (size_t i = 0; i < rs.size(); ++i) expect_same(got[i], want[i], "request " + std::to_string(i));
+  const EngineStats s = on.engine().stats();
+  EXPECT_GT(s.spec_num_accepted_tokens, 0u);
+  EXPECT_LT(s.spec_num_accepted_tokens, s.spec_num_draft_tokens);
+  EXPECT_EQ(s.kv_blocks_used, 0);  // truncations and rollbacks gave every block back
+  EXPECT_EQ(s.state_slots_used, 0);
+}
+
+// Stop ids and EOS inside an accepted run end the sequence at that token; later drafts are dropped.
+TEST_P(Speculative, StopIdsInsideAcceptedDrafts) {
+  const uint32_t seed = test_seed();
+  SCOPED_TRACE("RILL_TEST_SEED=" + std::to_string(seed));
+  std::mt19937 rng(seed);
+  const auto ps = prompts(rng, 1);
+  const Outcome plain = reference(ps[0], greedy(40));
+  auto oracle = std::make_shared<ReferenceDrafter>(ReferenceDrafter::Mode::Oracle);
+  oracle->learn(ps[0], plain.ids);
+  Harness on(current_fixture, speculating(5, oracle));
+  for (int at : {1, 6, 13, 22}) {
+    SamplingParams p = greedy(40);
+    p.stop_token_ids = {plain.ids[size_t(at)]};
+    const Outcome want = reference(ps[0], p);
+    ASSERT_EQ(want.reason, FinishReason::Stop);
+    expect_same(on.run(ps[0], p), want, "stop id at " + std::to_string(at));
+    SamplingParams q = greedy(40);  // the same, the model's EOS ids on too, and the stop id's text kept
+    q.ignore_eos = false;
+    q.stop_token_ids = {plain.ids[size_t(at)]};
+    q.include_stop_str_in_output = true;
+    expect_same(on.run(ps[0], q), reference(ps[0], q), "kept stop id at " + std::to_string(at));
+  }
+  for (int max_tokens : {1, 2, 3, 7, 11})
+    expect_same(on.run(ps[0], greedy(max_tokens)), reference(ps[0], greedy(max_tokens)),
+                "max_tokens " + std::to_string(max_tokens));
+}
+
+// Stop strings (the real Kimi vocabulary decodes the ids): one completed inside an accepted run ends the
+// output there, exactly as one step per token does.
+TEST_P(Speculative, StopStringsInsideAcceptedDrafts) {
+  RILL_REQUIRE_KIMI_TOKENIZER();
+  auto t = text::Tokenizer::load(testing::shared_path(testing::kKimiTokenizerDir));
+  ASSERT_TRUE(t.ok()) << t.status().to_string();
+  auto tok = std::make_shared<const text::Tokenizer>(std::move(t).value());
+  const uint32_t seed = test_seed();
+  SCOPED_TRACE("RILL_TEST_SEED=" + std::to_string(seed));
+  std::mt19937 rng(seed);
+  const auto ps = prompts(rng, 1);
+  const Outcome plain = reference(Request{ps[0], greedy(40)}, tok);
+  ASSERT_EQ(plain.ids.size(), 40u);
+  auto oracle = std::make_shared<ReferenceDrafter>(ReferenceDrafter::Mode::Oracle);
+  oracle->learn(ps[0], plain.ids);
+  Harness on(current_fixture, speculating(6, oracle), tok);
+  for (int at : {2, 9, 17}) {
+    // The text of tokens [at, at + 2): a stop string that completes at token at + 1 (or earlier).
+    std::string stop;
+    for (int i = at; i < at + 2; ++i) {
+      auto piece = tok->decode(std::vector<int32_t>{plain.ids[size_t(i)]});
+      if (piece.ok()) stop += *piece;
+    }
+    if (stop.empty()) continue;
+    for (bool keep : {false, true}) {
+      SamplingParams p = greedy(40);
+      p.stop = {stop};
+      p.include_stop_str_in_output = keep;
+      const Outcome want = reference(Request{ps[0], p}, tok);
+      expect_same(on.run(ps[0], p), want, "stop string at " + std::to_string(at) + (keep ? ", kept" : ""));
+    }
+  }
+}
+
+// Prefix caching on: warm prefixes (the same prompt again, a later turn that continues prompt + output) are
+// served from blocks and snapshots of committed tokens only, whatever the drafts were.
+TEST_P(Speculative, PrefixCachingWithWarmPrefixes) {
+  const uint32_t seed = test_seed();
+  SCOPED_TRACE("RILL_TEST_SEED=" + std::to_string(seed));
+  std::mt19937 rng(seed);
+  for (auto mode :
+       {ReferenceDrafter::Mode::Wrong, ReferenceDrafter::Mode::Random, ReferenceDrafter::Mode::Oracle}) {
+    SCOPED_TRACE("drafter mode " + std::to_string(int(mode)));
+    auto drafter = std::make_shared<ReferenceDrafter>(mode, seed);
+    const std::vector<int32_t> prompt = random_tokens(rng, 100);
+    const Outcome first = reference(prompt, greedy(90));  // crosses block boundaries at 128 and 192
+    std::vector<int32_t> turn2 = prompt;
+    turn2.insert(turn2.end(), first.ids.begin(), first.ids.begin() + 70);
+    const std::vector<int32_t> more = random_tokens(rng, 5);
+    turn2.insert(turn2.end(), more.begin(), more.end());
+    const Outcome second = reference(turn2, greedy(20));
+    drafter->learn(prompt, first.ids);
+    drafter->learn(turn2, second.ids);
+    for (bool in_step : {true, false}) {
+      EngineOptions o = speculating(4, drafter, 64);
+      o.enable_prefix_caching = true;
+      o.kda_snapshot_interval = 64;
+      o.kda_snapshots_in_step = in_step;
+      Harness on(current_fixture, o);
+      expect_same(on.run(prompt, greedy(90)), first, "first");
+      const Outcome again = on.run(prompt, greedy(90));
+      expect_same(again, first, "again");
+      EXPECT_GT(again.cached, 0);
+      const Outcome next = on.run(turn2, greedy(20));
+      expect_same(next, second, "next turn");
+      EXPECT_GE(next.cached, 128);  // past the prompt: blocks the first request decoded with drafts
+    }
+  }
+}
+
+// Chunked prefill (small steps, several requests) and preemption (too few blocks for all of them).
+TEST_P(Speculative, ChunkedPrefillAndPreemption) {
+  const uint32_t seed = test_seed();
+  SCOPED_TRACE("RILL_TEST_SEED=" + std::to_string(seed));
+  std::mt19937 rng(seed);
+  auto drafter = std::make_shared<ReferenceDrafter>(ReferenceDrafter::Mode::Random, seed);
+  std::vector<Request> rs;
+  std::vector<Outcome> want;
+  for (int i = 0; i < 5; ++i) {
+    rs.push_back({random_tokens(rng, 90 + rng() % 30), greedy(40)});
+    want.push_back(reference(rs.back()));
+    drafter->learn(rs.back().prompt, want.back().ids);
+  }
+  EngineOptions chunked = speculating(4, drafter, 16, 5);
+  {
+    Harness on(current_fixture, chunked);
+    const auto got = on.run_all(rs);
+    for (size_t i = 0; i < rs.size(); ++i)
+      expect_same(got[i], want[i], "chunked, request " + std::to_string(i));
+  }
+  EngineOptions tight = speculating(4, drafter, 64, 5);
+  tight.num_kv_blocks = 4;  // 256 positions for five sequences of 130 to 160 (three blocks each): preemption
+  Harness on(current_fixture, tight);
+  const auto got = on.run_all(rs);
+  for (size_t i = 0; i < rs.size(); ++i)
+    expect_same(got[i], want[i], "preemption, request " + std::to_string(i));
+  EXPECT_GT(on.engine().stats().preemptions, 0u);
+  EXPECT_EQ(on.engine().stats().kv_blocks_used, 0);
+}
+
+// A constraint that allows, at generated position k, the tokens allowed(k).
+struct ScriptedConstraint : text::constraint::TokenConstraint {
+  std::function<std::vector<int32_t>(size_t)> allowed;
+  size_t n_accepted = 0;
+  void allowed_tokens(std::span<uint32_t> mask) override {
+    std::fill(mask.begin(), mask.end(), 0u);
+    for (int32_t t : allowed(n_accepted)) mask[size_t(t) / 32] |= 1u << (t % 32);
+  }
+  void accept(int32_t) override { ++n_accepted; }
+};
+
+// Speculating requests share steps with sampled, penalised, logprobs, min_tokens, allowed_token_ids and
+// grammar-constrained ones (which do not speculate): every request gets what it gets without speculation.
+TEST_P(Speculative, MixedBatches) {
+  const uint32_t seed = test_seed();
+  SCOPED_TRACE("RILL_TEST_SEED=" + std::to_string(seed));
+  std::mt19937 rng(seed);
+  auto drafter = std::make_shared<ReferenceDrafter>(ReferenceDrafter::Mode::Random, seed);
+  const auto ps = prompts(rng, 7);
+  auto make = [&](int i) {
+    Request r{ps[size_t(i)], greedy(24)};
+    switch (i) {
+      case 0:
+      case 1:
+        break;  // greedy: speculates
+      case 2:
+        r.params.temperature = 0.8f, r.params.seed = seed;
+        break;
+      case 3:
+        r.params.frequency_penalty = 1.0f;
+        break;
+      case 4:
+        r.params.logprobs = 2;
+        break;
+      case 5:
+        r.params.min_tokens = 5, r.params.allowed_token_ids = {5, 6, 7, 8, 9, 10, 11, 12};
+        break;
+      case 6: {
+        auto c = std::make_shared<ScriptedConstraint>();
+        c->allowed = [](size_t k) { return std::vector<int32_t>{int32_t(100 + 3 * k), int32_t(200 + k)}; };
+        r.constraint = c;
+        break;
+      }
+    }
+    return r;
+  };
+  std::vector<Outcome> want;
+  for (int i = 0; i < 7; ++i) {
+    want.push_back(reference(make(i)));
+    drafter->learn(ps[size_t(i)], want.back().ids);
+  }
+  // allowed_token_ids alone speculates (the same mask at every position).
+  Request allowed{ps[0], greedy(24)};
+  allowed.params.allowed_token_ids = {5, 6, 7, 8, 9, 10, 11, 12, 13};
+  const Outcome want_allowed = reference(allowed);
+  Harness on(current_fixture, speculating(3, drafter, 64, 8));
+  std::vector<Request> rs;
+  for (int i = 0; i < 7; ++i) rs.push_back(make(i));
+  rs.push_back(allowed);
+  const auto got = on.run_all(std::move(rs));
+  for (int i = 0; i < 7; ++i) expect_same(got[size_t(i)], want[size_t(i)], "request " + std::to_string(i));
+  expect_same(got[7], want_allowed, "allowed_token_ids");
+  EXPECT_GT(on.engine().stats().spec_num_drafts, 0u);
+}
+
+// The real drafter through the config: prompt lookup on repetitive prompts finds drafts, and changes nothing.
+TEST_P(Speculative, NgramDrafterThroughTheConfig) {
+  const uint32_t seed = test_seed();
+  SCOPED_TRACE("RILL_TEST_SEED=" + std::to_string(seed));
+  std::mt19937 rng(seed);
+  auto cfg = spec::parse_speculative_config(
+      R"({"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 3, "prompt_lookup_min": 1})");
+  ASSERT_TRUE(cfg.ok()) << cfg.status().to_string();
+  EngineOptions o{.max_batch_size = 4, .max_num_tokens = 128};
+  o.speculative = *cfg;
+  Harness on(current_fixture, o);
+  std::vector<Request> rs;
+  for (const auto& p : prompts(rng, 3)) rs.push_back({p, greedy(40)});
+  const auto got = on.run_all(rs);
+  for (size_t i = 0; i < rs.size(); ++i)
+    expect_same(got[i], reference(rs[i]), "request " + std::to_string(i));
+  EXPECT_GT(on.engine().stats().spec_num_drafts, 0u);
+  EXPECT_NE(on.engine().memory_plan().find("checkpoint slots for speculative decoding"), std::string::npos)
+      << on.engine().memory_plan();
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, Speculative,
+                         ::testing::Values("kimi_linear_tiny_b", "kimi_k3_tiny_a_all_experts"));
+
+TEST(SpeculativeConfig, ParsesVllmKeys) {
+  auto c = spec::parse_speculative_config(
+      R"({"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4, "prompt_lookup_min": 2})");
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_EQ(c->num_speculative_tokens, 4);
+  EXPECT_EQ(c->prompt_lookup_min, 2);
+  EXPECT_EQ(c->prompt_lookup_max, 4);
+  auto only_max = spec::parse_speculative_config(
+      R"({"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_max": 3})");
+  ASSERT_TRUE(only_max.ok());
+  EXPECT_EQ(only_max->prompt_lookup_min, 3);
+  auto neither = spec::parse_speculative_config(R"({"method": "ngram", "num_speculative_tokens": 16})");
+  ASSERT_TRUE(neither.ok());
+  EXPECT_EQ(neither->prompt_lookup_min, 5);
+  EXPECT_EQ(neither->prompt_lookup_max, 5);
+}
+
+TEST(SpeculativeConfig, ErrorsNameTheKeyOrMethod) {
+  const std::pair<const char*, const char*> cases[] = {
+      {R"({"method": "ngram", "num_speculative_tokens": 4, "lookahead": 2})", "unknown key \"lookahead\""},
+      {R"({"method": "ngram", "num_speculative_tokens": 0})",
+       "\"num_speculative_tokens\" 0 must be in [1, 16]"},
+      {R"({"method": "ngram", "num_speculative_tokens": 17})",
+       "\"num_speculative_tokens\" 17 must be in [1, 16]"},
+      {R"({"method": "ngram", "num_speculative_tokens": "4"})",
+       "\"num_speculative_tokens\" must be an integer"},
+      {R"({"method": "ngram"})", "\"num_speculative_tokens\" is required"},
+      {R"({"num_speculative_tokens": 4})", "\"method\" is required"},
+      {R"({"method": "suffix", "num_speculative_tokens": 4})", "method \"suffix\" is not built yet"},
+      {R"({"method": "draft_model", "num_speculative_tokens": 4})",
+       "method \"draft_model\" is not built yet"},
+      {R"({"method": "mtp", "num_speculative_tokens": 4})", "method \"mtp\" is not built yet"},
+      {R"({"method": "eagle", "num_speculative_tokens": 4})", "unknown method \"eagle\""},
+      {R"({"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 0})",
+       "\"prompt_lookup_min\" 0 must be at least 1"},
+      {R"({"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 3, "prompt_lookup_max": 2})",
+       "\"prompt_lookup_max\" 2 must be at least \"prompt_lookup_min\" 3"},
+      {R"({"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 2.5})",
+       "\"prompt_lookup_max\" must be an integer"},
+      {R"([1, 2])", "must be a JSON object"},
+      {R"({"method": )", "not valid JSON"},
+  };
+  for (const auto& [json, want] : cases) {
+    auto c = spec::parse_speculative_config(json);
+    ASSERT_FALSE(c.ok()) << json;
+    EXPECT_NE(c.status().message().find(want), std::string::npos) << json << " -> " << c.status().message();
+    EXPECT_NE(c.status().message().find("--speculative-config"), std::string::npos) << c.status().message();
+  }
+}
+
+TEST(SpeculativeAcceptance, GreedyRule) {
+  using spec::accept_greedy;
+  const std::vector<int32_t> d = {5, 6, 7};
+  auto a = accept_greedy(d, std::vector<int32_t>{5, 6, 7, 8});  // all accepted, bonus 8
+  EXPECT_EQ(a.n_accepted, 3);
+  EXPECT_EQ(a.emitted, (std::vector<int32_t>{5, 6, 7, 8}));
+  a = accept_greedy(d, std::vector<int32_t>{5, 9, 7, 8});  // the first mismatch is replaced by the argmax
+  EXPECT_EQ(a.n_accepted, 1);
+  EXPECT_EQ(a.emitted, (std::vector<int32_t>{5, 9}));
+  a = accept_greedy(d, std::vector<int32_t>{4, 6, 7, 8});
+  EXPECT_EQ(a.n_accepted, 0);
+  EXPECT_EQ(a.emitted, (std::vector<int32_t>{4}));
+  a = accept_greedy({}, std::vector<int32_t>{3});  // no drafts: a plain decode step
+  EXPECT_EQ(a.n_accepted, 0);
+  EXPECT_EQ(a.emitted, (std::vector<int32_t>{3}));
+}
+
+}  // namespace
+}  // namespace rill::engine
