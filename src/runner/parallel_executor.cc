@@ -52,7 +52,13 @@ class ParallelExecutor final : public Executor {
     }
     step_cv_.notify_all();
     for (auto& t : workers_) t.join();
-    for (size_t r = ranks_.size(); r-- > 0;) ranks_[r] = {};  // each rank's runner, then communicator, then backend
+    for (size_t r = ranks_.size(); r-- > 0;) {  // the runner (its model, caches, sampler) before what it uses
+      Rank& rank = ranks_[r];
+      rank.runner.reset();
+      rank.pp_comm.reset();
+      rank.tp_comm.reset();
+      rank.be.reset();
+    }
   }
 
   Status bind_thread() override { return ranks_[0].runner->bind_thread(); }
