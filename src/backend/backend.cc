@@ -338,6 +338,65 @@ Status Backend::kda_output(const KdaOutputArgs& a) {
   return kda_output_impl(a);
 }
 
+Status Backend::kda_decode(const KdaDecodeArgs& a) {
+  if (dry_run_) return {};
+  Check c("kda_decode");
+  c.that(a.layout != nullptr, "layout is null")
+      .that(a.f_b != nullptr, "f_b is null")
+      .tensor(a.qkv, "qkv", 2)
+      .tensor(a.fa, "fa", 2)
+      .tensor(a.braw, "braw", 2)
+      .tensor(a.conv_weight, "conv_weight", 2)
+      .dtype(a.conv_weight, "conv_weight", DType::F32)
+      .tensor(a.conv_state, "conv_state", 3)
+      .tensor(a.a_log, "a_log", 1)
+      .dtype(a.a_log, "a_log", DType::F32)
+      .tensor(a.dt_bias, "dt_bias", 1)
+      .dtype(a.dt_bias, "dt_bias", DType::F32)
+      .tensor(a.state, "state", 4)
+      .dtype(a.state, "state", DType::F32)
+      .tensor(a.o_norm, "o_norm", 1)
+      .dtype(a.o_norm, "o_norm", DType::F32)
+      .tensor(a.out, "out", 2);
+  if (a.g_b)
+    c.tensor(a.ga, "ga", 2);
+  else
+    c.tensor(a.gate, "gate", 2);
+  RILL_TRY(c.done());
+  const int64_t T = a.qkv.size(0), d = a.head_dim, P = int64_t(a.n_heads) * d, K = a.conv_weight.size(1);
+  c.that(a.n_heads > 0 && a.head_dim > 0, "n_heads and head_dim must be set")
+      .that(T == a.layout->n_tokens && T == a.layout->n_seqs, "every sequence must bring exactly one token")
+      .dim(a.qkv, "qkv", 1, 3 * P)
+      .dim(a.fa, "fa", 0, T)
+      .dim(a.fa, "fa", 1, d)
+      .that(a.f_b->out_features() == P && a.f_b->in_features() == d, "f_b must be [P, d]")
+      .dim(a.braw, "braw", 0, T)
+      .dim(a.braw, "braw", 1, a.n_heads)
+      .dim(a.conv_weight, "conv_weight", 0, 3 * P)
+      .dim(a.conv_state, "conv_state", 1, K - 1)
+      .dim(a.conv_state, "conv_state", 2, 3 * P)
+      .dim(a.a_log, "a_log", 0, a.n_heads)
+      .dim(a.dt_bias, "dt_bias", 0, P)
+      .dim(a.state, "state", 1, a.n_heads)
+      .dim(a.state, "state", 2, d)
+      .dim(a.state, "state", 3, d)
+      .dim(a.o_norm, "o_norm", 0, d)
+      .dim(a.out, "out", 0, T)
+      .dim(a.out, "out", 1, P);
+  if (a.g_b)
+    c.dim(a.ga, "ga", 0, T)
+        .dim(a.ga, "ga", 1, d)
+        .that(a.g_b->out_features() == P && a.g_b->in_features() == d, "g_b must be [P, d]");
+  else
+    c.dim(a.gate, "gate", 0, T).dim(a.gate, "gate", 1, P);
+  RILL_TRY(c.done());
+  return kda_decode_impl(a);
+}
+
+Status Backend::kda_decode_impl(const KdaDecodeArgs&) {
+  return unimplemented("kda_decode: {} runs the KDA decode step as separate ops", name());
+}
+
 Status Backend::mla_cache_write(const MlaCacheWriteArgs& a) {
   if (dry_run_) return {};
   Check c("mla_cache_write");

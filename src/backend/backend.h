@@ -146,6 +146,31 @@ struct KdaOutputArgs {
   TensorView out;  // act [T, Hk * d]
 };
 
+// One KDA layer's decode step after its input projections, when every sequence brings one token: the
+// low-rank second halves (graw = f_b(fa), gate = g_b(ga) unless the gate is given), kda_prepare,
+// kda_attention's recurrent step and kda_output, as one op. Only backends that fuse it implement it; the
+// separate ops are its oracle.
+struct KdaDecodeArgs {
+  TensorView qkv;                     // act [T, 3P]: pre-conv q | k | v
+  TensorView fa;                      // act [T, d]: f_a(u)
+  const LinearWeight* f_b = nullptr;  // [P, d]
+  TensorView ga;                      // act [T, d]: g_a(u) when g_b is set
+  const LinearWeight* g_b = nullptr;  // [P, d]; null: `gate` holds the output gate (K3's full-rank g_proj)
+  TensorView gate;                    // act [T, P] when g_b is null
+  TensorView braw;                    // act [T, Hk]
+  TensorView conv_weight;             // F32 [3P, K]
+  TensorView conv_state;              // act [n_slots, K-1, 3P] (read, then updated)
+  TensorView a_log;                   // F32 [Hk]
+  TensorView dt_bias;                 // F32 [P]
+  std::optional<float> gate_lower_bound;
+  TensorView state;   // F32 [n_slots, Hk, d, d] (read, then updated; zero at start_pos == 0)
+  TensorView o_norm;  // F32 [d]
+  float eps = 1e-5f;
+  int n_heads = 0, head_dim = 0;
+  const BatchLayout* layout = nullptr;  // every sequence has exactly one new token
+  TensorView out;                       // act [T, P]: the gated, normed output (o_proj's input)
+};
+
 // Writes each new token's latent [RmsNorm(c) ; k_pe] into the paged MLA cache at its position.
 struct MlaCacheWriteArgs {
   TensorView ckv;          // act [T, kv_lora + rope]: kv_a_proj_with_mqa output
@@ -388,6 +413,11 @@ class Backend {
   Status kda_prepare(const KdaPrepareArgs& a);
   Status kda_attention(const KdaAttentionArgs& a);
   Status kda_output(const KdaOutputArgs& a);
+  // The fused KDA decode step: backends without it answer Unimplemented. kda_fuses_decode says whether the
+  // model should use it for `a` (formats and sizes, and the backend's policy); elsewhere the model runs the
+  // separate ops (gemm, kda_prepare, kda_attention, kda_output).
+  Status kda_decode(const KdaDecodeArgs& a);
+  virtual bool kda_fuses_decode(const KdaDecodeArgs&) const { return false; }
   Status mla_cache_write(const MlaCacheWriteArgs& a);
   Status mla_attention(const MlaAttentionArgs& a);
   Status moe_route(const MoeRouteArgs& a);
@@ -424,6 +454,7 @@ class Backend {
   virtual Status kda_prepare_impl(const KdaPrepareArgs& a) = 0;
   virtual Status kda_attention_impl(const KdaAttentionArgs& a) = 0;
   virtual Status kda_output_impl(const KdaOutputArgs& a) = 0;
+  virtual Status kda_decode_impl(const KdaDecodeArgs& a);
   virtual Status mla_cache_write_impl(const MlaCacheWriteArgs& a) = 0;
   virtual Status mla_attention_impl(const MlaAttentionArgs& a) = 0;
   virtual Status moe_route_impl(const MoeRouteArgs& a) = 0;

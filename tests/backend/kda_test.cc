@@ -26,6 +26,9 @@ constexpr double kAttnTol = 1e-2;
 // CUDA prepare rounds q/k/v to bf16 (the CPU keeps fp32): ~1.1e-3 rms relative.
 constexpr double kConvTol = 3e-3;
 constexpr double kGateTol = 1e-5;  // fp32 both sides, libm vs CUDA exp/log1p
+// Fused decode vs the GPU's separate ops: the same roundings except graw's and the gate's sums, which run
+// in another order (a bf16 rounding of graw may land one ulp apart).
+constexpr double kFusedTol = 2e-3;
 
 enum class Gate { Softplus, SoftplusMild, Bounded };
 const char* gate_name(Gate g) {
@@ -432,6 +435,177 @@ TEST(KdaCuda, SplitInputMatchesOneShot) {
     std::printf("[ kda      ] %s split: 64+64+72 %.1e, 50+1+99+50 %.1e, vs CPU %.1e\n", gate_name(gate),
                 rel_l2(same.first, one.first), rel_l2(other.first, one.first), rel_l2(one.first, ref.first));
   }
+}
+
+// --- kda_decode: the fused decode step against the separate ops ---
+
+// One layer's decode inputs after the projections (u's GEMMs), on both backends.
+struct DecodeIo {
+  std::pair<BackendTensor, BackendTensor> qkv, fa, ga, gate, braw, f_b, g_b, conv_w, a_log, dt_bias, o_norm;
+};
+
+DecodeIo decode_inputs(OpHarness& h, int64_t T, int heads, const GateParams& gp) {
+  const int64_t P = int64_t(heads) * kD;
+  const DType dev_act = h.dev().act_dtype();
+  DecodeIo io;
+  io.qkv = h.put_both(h.randn(T * 3 * P), DType::F32, dev_act, {T, 3 * P});
+  io.fa = h.put_both(h.randn(T * kD), DType::F32, dev_act, {T, kD});
+  io.ga = h.put_both(h.randn(T * kD), DType::F32, dev_act, {T, kD});
+  io.gate = h.put_both(h.randn(T * P), DType::F32, dev_act, {T, P});
+  io.braw = h.put_both(h.randn(T * heads), DType::F32, dev_act, {T, heads});
+  // Low-rank halves with variance 1/d: graw and the gate come out O(1), as with the checkpoints' weights.
+  const float ws = 1.0f / std::sqrt(float(kD));
+  io.f_b = h.put_both(h.randn(P * kD, ws), DType::F32, DType::BF16, {P, kD});
+  io.g_b = h.put_both(h.randn(P * kD, ws), DType::F32, DType::BF16, {P, kD});
+  io.conv_w = h.put_both(h.randn(3 * P * kK, 0.5f, false), DType::F32, DType::F32, {3 * P, kK});
+  io.a_log = h.put_both(gp.a_log, DType::F32, DType::F32, {heads});
+  io.dt_bias = h.put_both(gp.dt_bias, DType::F32, DType::F32, {P});
+  io.o_norm = h.put_both(h.uniform(kD, 0.5f, 1.5f, false), DType::F32, DType::F32, {kD});
+  return io;
+}
+
+// The separate ops of a decode step on `be` (the model's path where nothing is fused): f_b (and g_b)
+// GEMMs, kda_prepare, kda_attention, kda_output.
+void run_separate_decode(OpHarness& h, backend::Backend& be, bool cpu, const DecodeIo& io, bool low_rank_gate,
+                         int heads, const GateParams& gp, const backend::BatchLayout* l, const TensorView& conv,
+                         const TensorView& state, const TensorView& out) {
+  auto pick = [&](const std::pair<BackendTensor, BackendTensor>& p) { return cpu ? p.first.view : p.second.view; };
+  const int64_t T = io.qkv.first.view.size(0), P = int64_t(heads) * kD;
+  const DType a = cpu ? DType::F32 : h.dev().act_dtype();
+  const BackendTensor graw = h.empty(be, a, {T, P}), gate = h.empty(be, a, {T, P});
+  const backend::LinearWeight f_b{pick(io.f_b)}, g_b{pick(io.g_b)};
+  ASSERT_TRUE(be.gemm({pick(io.fa), &f_b, graw.view}).ok());
+  if (low_rank_gate) {
+    ASSERT_TRUE(be.gemm({pick(io.ga), &g_b, gate.view}).ok());
+  }
+  const TensorView gate_view = low_rank_gate ? gate.view : pick(io.gate);
+  const PrepareOut o = prepare_outputs(h, be, T, heads, a);
+  backend::KdaPrepareArgs pa;
+  pa.qkv = pick(io.qkv);
+  pa.conv_weight = pick(io.conv_w);
+  pa.conv_state = conv;
+  pa.graw = graw.view;
+  pa.braw = pick(io.braw);
+  pa.a_log = pick(io.a_log);
+  pa.dt_bias = pick(io.dt_bias);
+  pa.gate_lower_bound = gp.lower_bound;
+  pa.n_heads = heads;
+  pa.head_dim = kD;
+  pa.layout = l;
+  pa.q = o.q.view, pa.k = o.k.view, pa.v = o.v.view, pa.g = o.g.view, pa.beta = o.beta.view;
+  ASSERT_TRUE(be.kda_prepare(pa).ok());
+  const BackendTensor att = h.empty(be, a, {T, heads, kD});
+  const backend::KdaAttentionArgs aa{o.q.view, o.k.view, o.v.view, o.g.view, o.beta.view, state, l, att.view,
+                                     nullptr};
+  if (cpu)
+    ASSERT_TRUE(be.kda_attention(aa).ok());
+  else
+    run_dev_attention(h, aa);
+  ASSERT_TRUE(be.kda_output({att.view, gate_view, pick(io.o_norm), 1e-5f, out}).ok());
+}
+
+// Three decode steps over `seqs` (positions advance by one each step): the fused op on the GPU against the
+// CPU's separate ops and the GPU's own separate ops, outputs, states and conv windows after every step.
+void check_fused_decode(OpHarness& h, int heads, Gate gate, bool low_rank_gate, std::vector<Seq> seqs,
+                        int n_slots) {
+  SCOPED_TRACE(::testing::Message() << gate_name(gate) << (low_rank_gate ? " low-rank" : " full-rank")
+                                    << " gate, Hk " << heads);
+  const int64_t P = int64_t(heads) * kD;
+  const GateParams gp = gate_params(h, heads, gate);
+  const Shape cs{n_slots, kK - 1, 3 * P};
+  const std::vector<float> conv0 = h.randn(cs.numel());  // garbage for fresh sequences, history for others
+  auto conv = h.put_both(conv0, DType::F32, h.dev().act_dtype(), cs);
+  auto conv_sep = h.put(h.dev(), conv0, h.dev().act_dtype(), cs);
+  States st = make_states(h, n_slots, heads, 0.5f);
+  auto state_sep = h.put(h.dev(), h.get(h.dev(), st.dev.view), DType::F32, {n_slots, heads, kD, kD});
+  double worst_cpu = 0, worst_sep = 0;
+  for (int step = 0; step < 3; ++step) {
+    SCOPED_TRACE(::testing::Message() << "step " << step);
+    const model::StepBatch batch = make_batch(seqs);
+    const int64_t T = batch.n_tokens();
+    const DecodeIo io = decode_inputs(h, T, heads, gp);
+    backend::BatchLayout lc, ld;
+    h.layouts(batch, 64, &lc, &ld);
+    const std::vector<float> state_before = h.get(h.dev(), st.dev.view);
+
+    const BackendTensor out_cpu = h.empty(h.cpu(), DType::F32, {T, P});
+    run_separate_decode(h, h.cpu(), true, io, low_rank_gate, heads, gp, &lc, conv.first.view, st.cpu.view,
+                        out_cpu.view);
+    const BackendTensor out_sep = h.empty(h.dev(), h.dev().act_dtype(), {T, P});
+    run_separate_decode(h, h.dev(), false, io, low_rank_gate, heads, gp, &ld, conv_sep.view, state_sep.view,
+                        out_sep.view);
+
+    const backend::LinearWeight f_b{io.f_b.second.view}, g_b{io.g_b.second.view};
+    backend::KdaDecodeArgs a;
+    a.qkv = io.qkv.second.view;
+    a.fa = io.fa.second.view;
+    a.f_b = &f_b;
+    if (low_rank_gate) {
+      a.ga = io.ga.second.view;
+      a.g_b = &g_b;
+    } else {
+      a.gate = io.gate.second.view;
+    }
+    a.braw = io.braw.second.view;
+    a.conv_weight = io.conv_w.second.view;
+    a.conv_state = conv.second.view;
+    a.a_log = io.a_log.second.view;
+    a.dt_bias = io.dt_bias.second.view;
+    a.gate_lower_bound = gp.lower_bound;
+    a.state = st.dev.view;
+    a.o_norm = io.o_norm.second.view;
+    a.eps = 1e-5f;
+    a.n_heads = heads;
+    a.head_dim = kD;
+    a.layout = &ld;
+    const BackendTensor out = h.empty(h.dev(), h.dev().act_dtype(), {T, P});
+    a.out = out.view;
+    const Status s = h.dev().kda_decode(a);
+    ASSERT_TRUE(s.ok()) << s.message();
+    ASSERT_TRUE(h.dev().synchronize().ok());
+
+    const std::vector<float> got = h.get(h.dev(), out.view);
+    const double e_cpu = rel_l2(got, h.get(h.cpu(), out_cpu.view));
+    const double e_sep = rel_l2(got, h.get(h.dev(), out_sep.view));
+    EXPECT_LE(e_cpu, kAttnTol) << "output vs the CPU's separate ops";
+    EXPECT_LE(e_sep, kFusedTol) << "output vs the GPU's separate ops";
+    const std::vector<float> s_got = h.get(h.dev(), st.dev.view), s_cpu = h.get(h.cpu(), st.cpu.view),
+                             s_sep = h.get(h.dev(), state_sep.view);
+    std::vector<char> used(size_t(n_slots), 0);
+    const size_t sn = size_t(st.slot_elems());
+    for (const Seq& q : seqs) {
+      const size_t so = size_t(q.slot) * sn;
+      EXPECT_LE(rel_l2(slice(s_got, so, sn), slice(s_cpu, so, sn)), kAttnTol) << "state of slot " << q.slot;
+      EXPECT_LE(rel_l2(slice(s_got, so, sn), slice(s_sep, so, sn)), kFusedTol) << "state of slot " << q.slot;
+      used[size_t(q.slot)] = 1;
+    }
+    for (int slot = 0; slot < n_slots; ++slot) {
+      if (!used[size_t(slot)]) {
+        EXPECT_EQ(slice(s_got, size_t(slot) * sn, sn), slice(state_before, size_t(slot) * sn, sn))
+            << "slot " << slot << " is used by no sequence";
+      }
+    }
+    // Windows hold copied bf16 inputs: exact, on every slot (unused ones keep their bytes).
+    EXPECT_EQ(h.get(h.dev(), conv.second.view), h.get(h.cpu(), conv.first.view));
+    worst_cpu = std::max(worst_cpu, e_cpu);
+    worst_sep = std::max(worst_sep, e_sep);
+    for (Seq& q : seqs) ++q.start_pos;
+  }
+  std::printf("[ kda      ] fused decode %s %s gate, Hk %d, %zu seqs: vs CPU %.2e, vs GPU separate ops %.2e\n",
+              gate_name(gate), low_rank_gate ? "low-rank" : "full-rank", heads, seqs.size(), worst_cpu,
+              worst_sep);
+}
+
+TEST(KdaCuda, FusedDecodeMatchesTheSeparateOps) {
+  OpHarness h(kTested);
+  RILL_REQUIRE_BACKEND(h);
+  // Fresh sequences over garbage state and windows (positions 0, then 1 and 2: the window's zero history
+  // shifting out), carried ones, slots shuffled against the sequence order, slot 4 used by nobody.
+  const std::vector<Seq> seqs = {{0, 1, 3}, {5, 1, 0}, {1, 1, 6}, {300, 1, 2}, {0, 1, 1}, {2, 1, 5}};
+  for (int heads : {2, 32})
+    for (Gate gate : {Gate::Softplus, Gate::Bounded})
+      for (bool low_rank : {true, false}) check_fused_decode(h, heads, gate, low_rank, seqs, 7);
+  check_fused_decode(h, 32, Gate::Softplus, true, {{4000, 1, 0}}, 1);  // batch 1, the bench's shape
 }
 
 TEST(KdaCuda, RejectsOtherHeadDims) {

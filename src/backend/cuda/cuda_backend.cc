@@ -436,6 +436,12 @@ Status CudaBackend::kda_attention_impl(const backend::KdaAttentionArgs& a) {
 Status CudaBackend::kda_output_impl(const backend::KdaOutputArgs& a) {
   return launch_kda_output_norm(a, ctx_);
 }
+bool CudaBackend::kda_fuses_decode(const backend::KdaDecodeArgs& a) const {
+  return kda_decode_enabled() && kda_decode_fusable(a);
+}
+Status CudaBackend::kda_decode_impl(const backend::KdaDecodeArgs& a) {
+  return launch_kda_decode(a, ctx_);
+}
 Status CudaBackend::mla_cache_write_impl(const backend::MlaCacheWriteArgs& a) {
   return launch_mla_cache_write(a, ctx_);
 }

@@ -24,6 +24,7 @@ class CudaBackend final : public backend::Backend {
   DType act_dtype() const override { return DType::BF16; }
   std::optional<DType> matrix_dtype() const override { return DType::BF16; }
   bool kda_snapshots_in_step() const override { return true; }  // the chunk recurrence writes them
+  bool kda_fuses_decode(const backend::KdaDecodeArgs& a) const override;
   const CudaContext& context() const { return ctx_; }
 
   Result<backend::DeviceAllocation> allocate(size_t bytes) override;
@@ -67,6 +68,7 @@ class CudaBackend final : public backend::Backend {
   Status kda_prepare_impl(const backend::KdaPrepareArgs& a) override;
   Status kda_attention_impl(const backend::KdaAttentionArgs& a) override;
   Status kda_output_impl(const backend::KdaOutputArgs& a) override;
+  Status kda_decode_impl(const backend::KdaDecodeArgs& a) override;
   Status mla_cache_write_impl(const backend::MlaCacheWriteArgs& a) override;
   Status mla_attention_impl(const backend::MlaAttentionArgs& a) override;
   Status moe_route_impl(const backend::MoeRouteArgs& a) override;

@@ -69,14 +69,48 @@ Status kda_forward(ForwardContext& cx, const ModelConfig& c, const KdaWeights& w
   TensorView braw = cx.ws.alloc(act, {T, Hk});
   TensorView graw = cx.ws.alloc(act, {T, P});
   TensorView gate = cx.ws.alloc(act, {T, P});
-  if (c.kda.full_rank_output_gate) {
+  TensorView ga = c.kda.full_rank_output_gate ? TensorView{} : cx.ws.alloc(act, {T, d});
+  if (c.kda.full_rank_output_gate)
     RILL_TRY(be.gemm_group({{{u, &w.qkv_proj, qkv}, {u, &w.f_a_proj, fa}, {u, &w.b_proj, braw}, {u, &w.g_proj, gate}}}));
-    RILL_TRY(be.gemm({fa, &w.f_b_proj, graw}));
-  } else {
-    TensorView ga = cx.ws.alloc(act, {T, d});
+  else
     RILL_TRY(be.gemm_group({{{u, &w.qkv_proj, qkv}, {u, &w.f_a_proj, fa}, {u, &w.b_proj, braw}, {u, &w.g_a_proj, ga}}}));
-    RILL_TRY(be.gemm_group({{{fa, &w.f_b_proj, graw}, {ga, &w.g_b_proj, gate}}}));
+
+  // A decode step (one token per sequence) runs the rest as one op where the backend fuses it; taps and
+  // in-step snapshots need the separate ops' intermediates.
+  if (cx.layout.max_new_tokens == 1 && cx.layout.n_tokens == cx.layout.n_seqs && !cx.taps) {
+    backend::KdaDecodeArgs dec;
+    dec.qkv = qkv;
+    dec.fa = fa;
+    dec.f_b = &w.f_b_proj;
+    if (c.kda.full_rank_output_gate) {
+      dec.gate = gate;
+    } else {
+      dec.ga = ga;
+      dec.g_b = &w.g_b_proj;
+    }
+    dec.braw = braw;
+    dec.conv_weight = w.conv_weight;
+    dec.conv_state = cache.kda_conv;
+    dec.a_log = w.a_log;
+    dec.dt_bias = w.dt_bias;
+    dec.gate_lower_bound = c.kda.gate_lower_bound;
+    dec.state = cache.kda_state;
+    dec.o_norm = w.o_norm;
+    dec.eps = c.rms_norm_eps;
+    dec.n_heads = int(Hk);
+    dec.head_dim = int(d);
+    dec.layout = &cx.layout;
+    if (be.kda_fuses_decode(dec)) {
+      TensorView normed = cx.ws.alloc(act, {T, P});
+      dec.out = normed;
+      RILL_TRY(be.kda_decode(dec));
+      return be.gemm({normed, &w.o_proj, out});
+    }
   }
+  if (c.kda.full_rank_output_gate)
+    RILL_TRY(be.gemm({fa, &w.f_b_proj, graw}));
+  else
+    RILL_TRY(be.gemm_group({{{fa, &w.f_b_proj, graw}, {ga, &w.g_b_proj, gate}}}));
   cx.tap("kda.qkv", qkv);
   cx.tap("kda.graw", graw);
 

@@ -1,6 +1,6 @@
-// Chunk plan: one CTA scans the device layout and lists the prefill sequences (n_new > 1) with the first
-// chunk id of each, then (sequence, chunk) for every chunk id, so the intra and recurrence kernels find their
-// work with one load and no host->device copy. Chunk ids are dense, in sequence order.
+// Chunk plan: one CTA scans the device layout and lists the chunked sequences (n_new > recurrent_max) with
+// the first chunk id of each, then (sequence, chunk) for every chunk id, so the intra and recurrence kernels
+// find their work with one load and no host->device copy. Chunk ids are dense, in sequence order.
 #include "backend/cuda/common/check.h"
 #include "backend/cuda/kda/config.h"
 #include "backend/cuda/kda/phases.h"
@@ -9,7 +9,7 @@ namespace rill::cuda::kda {
 namespace {
 
 __global__ void __launch_bounds__(kPlanThreads)
-    kda_chunk_plan_kernel(const int32_t* seq_token_start, int n_seqs, ChunkPlan plan) {
+    kda_chunk_plan_kernel(const int32_t* seq_token_start, int n_seqs, int recurrent_max, ChunkPlan plan) {
   static_assert(kPlanThreads == 1024, "one warp total per warp of the block");
   __shared__ int warp_pf[32], warp_ch[32];
   __shared__ int base_pf, base_ch;
@@ -19,7 +19,7 @@ __global__ void __launch_bounds__(kPlanThreads)
   for (int s0 = 0; s0 < n_seqs; s0 += kPlanThreads) {
     const int s = s0 + tid;
     const int n = s < n_seqs ? seq_token_start[s + 1] - seq_token_start[s] : 0;
-    const int pf = n > 1 ? 1 : 0, nch = pf ? (n + kChunk - 1) / kChunk : 0;
+    const int pf = n > recurrent_max ? 1 : 0, nch = pf ? (n + kChunk - 1) / kChunk : 0;
     int ipf = pf, ich = nch;  // inclusive warp scans
 #pragma unroll
     for (int o = 1; o < 32; o <<= 1) {
@@ -72,7 +72,8 @@ __global__ void __launch_bounds__(kPlanThreads)
 }  // namespace
 
 Status launch_chunk_plan(const ChunkParams& p, cudaStream_t stream) {
-  kda_chunk_plan_kernel<<<1, kPlanThreads, 0, stream>>>(p.io.seq_token_start, p.io.n_seqs, p.plan);
+  kda_chunk_plan_kernel<<<1, kPlanThreads, 0, stream>>>(p.io.seq_token_start, p.io.n_seqs, p.io.recurrent_max,
+                                                        p.plan);
   RILL_CUDA_CHECK_LAUNCH("kda_chunk_plan");
   return {};
 }

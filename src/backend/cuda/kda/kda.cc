@@ -4,6 +4,8 @@
 // is sized from the token count, head count and sequence count alone, so the worst-case dry run bounds it.
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <string>
 
 #include "backend/cuda/common/check.h"
 #include "backend/cuda/kda/config.h"
@@ -84,6 +86,26 @@ Status check_rows(const TensorView& t, const char* op, const char* name, DType d
   return {};
 }
 
+
+// The per-slot caches the kernels read and write in place: the conv window ([slot][K-1][3P] bf16 rows, 16-byte
+// aligned) and the recurrent state ([slot][head][d_k][d_v] fp32, contiguous aligned blocks).
+Status check_conv_state(const TensorView& t, const char* op) {
+  if (t.dtype != DType::BF16 || t.stride(2) != 1 || !aligned16(t.data) || t.stride(0) % 8 || t.stride(1) % 8)
+    return invalid_argument("{}: conv_state must be BF16 with 16-byte aligned contiguous rows, got {}", op,
+                            t.describe());
+  return {};
+}
+Status check_state(const TensorView& t, const char* op) {
+  if (t.stride(3) != 1 || t.stride(2) != kHeadDim || !aligned16(t.data) || t.stride(0) % 4 || t.stride(1) % 4)
+    return invalid_argument("{}: state {} must hold contiguous, aligned [d_k, d_v] blocks", op, t.describe());
+  return {};
+}
+Status check_braw(const TensorView& t, const char* op) {
+  if (t.dtype != DType::BF16 || t.stride(1) != 1)
+    return invalid_argument("{}: braw must be BF16 with contiguous rows, got {}", op, t.describe());
+  return {};
+}
+
 }  // namespace
 }  // namespace kda
 
@@ -102,14 +124,10 @@ Status launch_kda_prepare(const backend::KdaPrepareArgs& a, const CudaContext& c
   RILL_TRY(check_rows(a.k, op, "k", DType::BF16));
   RILL_TRY(check_rows(a.v, op, "v", DType::BF16));
   RILL_TRY(check_rows(a.g, op, "g", DType::F32));
-  if (a.braw.dtype != DType::BF16 || a.braw.stride(1) != 1)
-    return invalid_argument("{}: braw must be BF16 with contiguous rows, got {}", op, a.braw.describe());
+  RILL_TRY(check_braw(a.braw, op));
   if (a.beta.stride(1) != 1)
     return invalid_argument("{}: beta {} rows must be contiguous", op, a.beta.describe());
-  if (a.conv_state.dtype != DType::BF16 || a.conv_state.stride(2) != 1 || !aligned16(a.conv_state.data) ||
-      a.conv_state.stride(0) % 8 || a.conv_state.stride(1) % 8)
-    return invalid_argument("{}: conv_state must be BF16 with 16-byte aligned contiguous rows, got {}", op,
-                            a.conv_state.describe());
+  RILL_TRY(check_conv_state(a.conv_state, op));
   if (!a.conv_weight.is_contiguous() || !aligned16(a.conv_weight.data) || !a.dt_bias.is_contiguous() ||
       !aligned16(a.dt_bias.data) || !a.a_log.is_contiguous())
     return invalid_argument("{}: conv_weight, dt_bias and a_log must be contiguous and aligned", op);
@@ -167,10 +185,7 @@ Status launch_kda_attention(const backend::KdaAttentionArgs& a, const CudaContex
   RILL_TRY(check_rows(a.g, op, "g", DType::F32));
   if (a.beta.stride(1) != 1)
     return invalid_argument("{}: beta {} rows must be contiguous", op, a.beta.describe());
-  if (a.state.stride(3) != 1 || a.state.stride(2) != kHeadDim || !aligned16(a.state.data) ||
-      a.state.stride(0) % 4 || a.state.stride(1) % 4)
-    return invalid_argument("{}: state {} must hold contiguous, aligned [d_k, d_v] blocks", op,
-                            a.state.describe());
+  RILL_TRY(check_state(a.state, op));
   const backend::BatchLayout& l = *a.layout;
   if (l.n_tokens == 0) return {};
   if (!l.host) return invalid_argument("{}: layout has no host description", op);
@@ -190,12 +205,18 @@ Status launch_kda_attention(const backend::KdaAttentionArgs& a, const CudaContex
       }
   }
 
-  int n_decode = 0, n_prefill = 0, n_chunks = 0;
+  // Verify-sized sequences take the recurrent kernel only when asked: it has not run on a GPU yet (written in a
+  // session without one; kda_bench and the KdaCuda tests with RILL_KDA_RECURRENT_VERIFY=1 first).
+  static const int recurrent_max = [] {
+    const char* v = std::getenv("RILL_KDA_RECURRENT_VERIFY");
+    return v && std::string(v) == "1" ? kRecurrentMaxTokens : 1;
+  }();
+  int n_recurrent = 0, n_prefill = 0, n_chunks = 0;
   for (int s = 0; s < l.host->n_seqs(); ++s) {
     const int n = l.host->n_new(s);
-    if (n == 1)
-      ++n_decode;
-    else if (n > 1)
+    if (n >= 1 && n <= recurrent_max)
+      ++n_recurrent;
+    else if (n > recurrent_max)
       ++n_prefill, n_chunks += (n + kChunk - 1) / kChunk;
   }
 
@@ -223,8 +244,9 @@ Status launch_kda_attention(const backend::KdaAttentionArgs& a, const CudaContex
   io.n_tokens = l.n_tokens;
   io.n_seqs = l.n_seqs;
   io.n_heads = int(a.q.size(1));
+  io.recurrent_max = recurrent_max;
 
-  RILL_TRY(launch_recurrent_step(io, n_decode, cx));
+  RILL_TRY(launch_recurrent_step(io, n_recurrent, cx));
 
   const ScratchLayout sl = scratch_layout(a.q.size(0), a.q.size(1), l.n_seqs);
   if (sl.bytes == 0) return {};
@@ -257,6 +279,84 @@ Status launch_kda_attention(const backend::KdaAttentionArgs& a, const CudaContex
   }
   a.scratch->release_to(mark);  // stream-ordered: later users of this scratch run after these kernels
   return {};
+}
+
+bool kda_decode_enabled() {
+  // Opt-in until the kernel has run on a GPU (written in a session without one): RILL_KDA_FUSED_DECODE=1.
+  static const bool enabled = [] {
+    const char* v = std::getenv("RILL_KDA_FUSED_DECODE");
+    return v && std::string(v) == "1";
+  }();
+  return enabled;
+}
+
+bool kda_decode_fusable(const backend::KdaDecodeArgs& a) {
+  using namespace kda;
+  const auto dense_bf16 = [](const backend::LinearWeight* w) {
+    return w && w->format == backend::WeightFormat::Dense && w->weight.dtype == DType::BF16 &&
+           w->weight.stride(1) == 1 && w->weight.stride(0) % 8 == 0 && aligned16(w->weight.data);
+  };
+  return a.head_dim == kHeadDim && a.conv_weight.size(1) == kConvTaps && dense_bf16(a.f_b) &&
+         (a.g_b == nullptr || dense_bf16(a.g_b)) && a.qkv.dtype == DType::BF16 && a.out.dtype == DType::BF16;
+}
+
+Status launch_kda_decode(const backend::KdaDecodeArgs& a, const CudaContext& cx) {
+  using namespace kda;
+  const char* op = "kda_decode (CUDA)";
+  if (!kda_decode_fusable(a)) return invalid_argument("{}: arguments the fused kernel does not take", op);
+  RILL_TRY(check_rows(a.qkv, op, "qkv", DType::BF16));
+  RILL_TRY(check_rows(a.fa, op, "fa", DType::BF16));
+  RILL_TRY(check_rows(a.out, op, "out", DType::BF16));
+  if (a.g_b)
+    RILL_TRY(check_rows(a.ga, op, "ga", DType::BF16));
+  else
+    RILL_TRY(check_rows(a.gate, op, "gate", DType::BF16));
+  RILL_TRY(check_braw(a.braw, op));
+  RILL_TRY(check_conv_state(a.conv_state, op));
+  RILL_TRY(check_state(a.state, op));
+  if (!a.conv_weight.is_contiguous() || !aligned16(a.conv_weight.data) || !a.dt_bias.is_contiguous() ||
+      !a.a_log.is_contiguous() || !a.o_norm.is_contiguous())
+    return invalid_argument("{}: conv_weight, dt_bias, a_log and o_norm must be contiguous and aligned", op);
+  const backend::BatchLayout& l = *a.layout;
+  DecodeParams p{};
+  const auto bf = [](const TensorView& t) { return static_cast<__nv_bfloat16*>(t.data); };
+  p.qkv = bf(a.qkv);
+  p.ld_qkv = a.qkv.stride(0);
+  p.fa = bf(a.fa);
+  p.ld_fa = a.fa.stride(0);
+  p.f_b = bf(a.f_b->weight);
+  p.ld_f_b = a.f_b->weight.stride(0);
+  if (a.g_b) {
+    p.ga = bf(a.ga);
+    p.ld_ga = a.ga.stride(0);
+    p.g_b = bf(a.g_b->weight);
+    p.ld_g_b = a.g_b->weight.stride(0);
+  } else {
+    p.gate = bf(a.gate);
+    p.ld_gate = a.gate.stride(0);
+  }
+  p.braw = bf(a.braw);
+  p.ld_braw = a.braw.stride(0);
+  p.conv_w = a.conv_weight.ptr<float>();
+  p.conv_state = bf(a.conv_state);
+  p.ld_cs_slot = a.conv_state.stride(0);
+  p.ld_cs_row = a.conv_state.stride(1);
+  p.a_log = a.a_log.ptr<float>();
+  p.dt_bias = a.dt_bias.ptr<float>();
+  p.o_norm = a.o_norm.ptr<float>();
+  p.state = a.state.ptr<float>();
+  p.ld_state_slot = a.state.stride(0);
+  p.ld_state_head = a.state.stride(1);
+  p.out = bf(a.out);
+  p.ld_out = a.out.stride(0);
+  p.seq_token_start = l.seq_token_start;
+  p.seq_start_pos = l.seq_start_pos;
+  p.seq_state_slot = l.seq_state_slot;
+  p.n_heads = a.n_heads;
+  p.bounded_gate = a.gate_lower_bound.has_value() ? 1 : 0;
+  p.lower_bound = a.gate_lower_bound.value_or(0.0f);
+  p.eps = a.eps;
+  return launch_decode_fused(p, l.n_seqs, cx);
 }
 
 }  // namespace rill::cuda

@@ -54,6 +54,34 @@ struct AttentionIo {
   // snap_pos[j] into slot snap_slot[j], j in [snap_start[s], snap_start[s + 1]). Null: none asked for.
   const int32_t *snap_start, *snap_pos, *snap_slot;
   int n_tokens, n_seqs, n_heads;
+  // Sequences with 1 <= n_new <= recurrent_max take the recurrent kernel, the others the chunked path.
+  int recurrent_max;
+};
+
+// The fused decode step (decode_fused.cu): every sequence brings one token; one CTA per (sequence, head).
+struct DecodeParams {
+  const __nv_bfloat16* qkv;  // [T, 3P] pre-conv q | k | v
+  int64_t ld_qkv;
+  const __nv_bfloat16 *fa, *ga;  // [T, d] f_a(u), g_a(u) (ga unused with a given gate)
+  int64_t ld_fa, ld_ga;
+  const __nv_bfloat16 *f_b, *g_b;  // [P, d] weights; g_b null: the gate is given
+  int64_t ld_f_b, ld_g_b;
+  const __nv_bfloat16* gate;  // [T, P] the given output gate (K3), else unused
+  int64_t ld_gate;
+  const __nv_bfloat16* braw;  // [T, Hk]
+  int64_t ld_braw;
+  const float* conv_w;        // [3P, K]
+  __nv_bfloat16* conv_state;  // [n_slots, K-1, 3P]
+  int64_t ld_cs_slot, ld_cs_row;
+  const float *a_log, *dt_bias, *o_norm;  // [Hk], [P], [d]
+  float* state;                           // [n_slots, Hk, d_k, d_v]
+  int64_t ld_state_slot, ld_state_head;
+  __nv_bfloat16* out;  // [T, P]
+  int64_t ld_out;
+  const int32_t *seq_token_start, *seq_start_pos, *seq_state_slot;
+  int n_heads;
+  int bounded_gate;
+  float lower_bound, eps;
 };
 
 // Chunk plan written by chunk_plan.cu into scratch: the prefill (n_new > 1) sequences and their chunks.

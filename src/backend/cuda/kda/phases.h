@@ -14,8 +14,11 @@ namespace rill::cuda::kda {
 
 // Conv + SiLU + window update (conv CTAs) and gate + beta (gate CTAs), 16-token tiles.
 Status launch_prepare(const PrepareParams& p, cudaStream_t stream);
-// Fused recurrent step for every sequence with n_new == 1 (others exit); n_decode sizes the column split.
-Status launch_recurrent_step(const AttentionIo& io, int n_decode, const CudaContext& cx);
+// Fused recurrent step for every sequence with 1 <= n_new <= io.recurrent_max (others exit); n_recurrent (their
+// count) sizes the column split.
+Status launch_recurrent_step(const AttentionIo& io, int n_recurrent, const CudaContext& cx);
+// The whole decode step of a layer after its projections, one CTA per (sequence, head) (decode_fused.cu).
+Status launch_decode_fused(const DecodeParams& p, int n_seqs, const CudaContext& cx);
 // Lists the prefill sequences and their chunks into p.plan (one CTA).
 Status launch_chunk_plan(const ChunkParams& p, cudaStream_t stream);
 // Per (chunk, head): Γ, L, Aqk, the unit-lower solve, W, U, Qg, Kd, gamma. n_chunks from the host layout.
