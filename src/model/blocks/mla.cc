@@ -34,17 +34,20 @@ Status mla_forward(ForwardContext& cx, const ModelConfig& c, const MlaWeights& w
   const DType act = cx.act();
   auto& be = cx.be;
 
+  // Every projection of u in one group (one launch at decode): q (or its low-rank first half), the latent
+  // and, with an output gate, the gate.
   TensorView q = cx.ws.alloc(act, {T, m.n_heads * qk});
+  TensorView ckv = cx.ws.alloc(act, {T, m.cache_width()});
+  TensorView gate = m.output_gate ? cx.ws.alloc(act, {T, m.n_heads * m.v_head_dim}) : TensorView{};
+  TensorView qa = m.q_lora_rank > 0 ? cx.ws.alloc(act, {T, m.q_lora_rank}) : TensorView{};
+  backend::GemmGroupArgs proj{{{u, m.q_lora_rank > 0 ? &w.q_a_proj : &w.q_proj, m.q_lora_rank > 0 ? qa : q},
+                               {u, &w.kv_a_proj, ckv}}};
+  if (m.output_gate) proj.parts.push_back({u, &w.g_proj, gate});
+  RILL_TRY(be.gemm_group(proj));
   if (m.q_lora_rank > 0) {
-    TensorView qa = cx.ws.alloc(act, {T, m.q_lora_rank});
-    RILL_TRY(be.gemm({u, &w.q_a_proj, qa}));
     RILL_TRY(be.rms_norm({qa, w.q_a_norm, m.latent_norm_eps, qa}));
     RILL_TRY(be.gemm({qa, &w.q_b_proj, q}));
-  } else {
-    RILL_TRY(be.gemm({u, &w.q_proj, q}));
   }
-  TensorView ckv = cx.ws.alloc(act, {T, m.cache_width()});
-  RILL_TRY(be.gemm({u, &w.kv_a_proj, ckv}));
   cx.tap("mla.q", q);
   cx.tap("mla.ckv", ckv);
   RILL_TRY(be.mla_cache_write({ckv, w.kv_a_norm, m.latent_norm_eps, cache.mla_kv, &cx.layout}));
@@ -64,11 +67,7 @@ Status mla_forward(ForwardContext& cx, const ModelConfig& c, const MlaWeights& w
   att.scratch = &cx.ws;
   RILL_TRY(be.mla_attention(att));
   cx.tap("mla.attn", att.out);
-  if (m.output_gate) {
-    TensorView gate = cx.ws.alloc(act, {T, m.n_heads * m.v_head_dim});
-    RILL_TRY(be.gemm({u, &w.g_proj, gate}));
-    RILL_TRY(be.sigmoid_gate({att.out, gate}));
-  }
+  if (m.output_gate) RILL_TRY(be.sigmoid_gate({att.out, gate}));
   return be.gemm({att.out, &w.o_proj, out});
 }
 
