@@ -102,14 +102,17 @@ Result<std::vector<BenchRow>> bench_model(model::Model& m, const BenchOptions& o
   auto& be = m.backend();
   const auto& c = m.config();
   const int block = 64;
-  const int max_batch = *std::max_element(o.decode_batches.begin(), o.decode_batches.end());
-  const int decode_blocks = (o.decode_context + 1 + block - 1) / block;
+  int max_batch = *std::max_element(o.decode_batches.begin(), o.decode_batches.end());
+  const int max_drafts = o.verify_drafts.empty() ? 0 : *std::max_element(o.verify_drafts.begin(), o.verify_drafts.end());
+  if (max_drafts > 0 && !o.verify_batches.empty())
+    max_batch = std::max(max_batch, *std::max_element(o.verify_batches.begin(), o.verify_batches.end()));
+  const int decode_blocks = (o.decode_context + 1 + max_drafts + block - 1) / block;
   const int prefill_blocks = (o.prefill_long + block - 1) / block + o.prefill_batch * ((o.prefill_short + block - 1) / block);
   model::StepLimits lim;
-  lim.max_tokens = std::max({o.prefill_long, o.prefill_batch * o.prefill_short, max_batch});
+  lim.max_tokens = std::max({o.prefill_long, o.prefill_batch * o.prefill_short, max_batch * (max_drafts + 1)});
   lim.max_seqs = std::max(max_batch, o.prefill_batch);
-  lim.max_logit_rows = lim.max_seqs;
-  lim.max_context = std::max(o.prefill_long, o.decode_context + 1);
+  lim.max_logit_rows = std::max(lim.max_seqs, max_batch * (max_drafts + 1));
+  lim.max_context = std::max(o.prefill_long, o.decode_context + 1 + max_drafts);
   RILL_TRY(m.reserve_workspace(lim));
   // One state slot and one MLA block past the benchmark's own: the decode graphs' padding rows.
   const int n_slots = lim.max_seqs, n_blocks = std::max(max_batch * decode_blocks, prefill_blocks);
@@ -133,7 +136,7 @@ Result<std::vector<BenchRow>> bench_model(model::Model& m, const BenchOptions& o
   auto time_step = [&](const model::StepBatch& b, bool sample, const std::string& name,
                        bool graphed = false) -> Result<double> {
     std::vector<double> ms;
-    std::vector<backend::SamplingRow> srows(b.seqs.size());
+    std::vector<backend::SamplingRow> srows(size_t(b.n_logit_rows()));
     std::vector<int32_t> ids;
     for (int i = 0; i <= o.repeats; ++i) {
       if (i) be.trace_push(name.c_str());
@@ -178,18 +181,29 @@ Result<std::vector<BenchRow>> bench_model(model::Model& m, const BenchOptions& o
     rows.push_back(r);
   }
 
-  // Decode at a fixed context: every sequence adds one token at position `decode_context`.
-  for (int batch : o.decode_batches) {
+  // Every sequence adds 1 + drafts tokens at position `decode_context` (logits at each with drafts).
+  auto decode_batch = [&](int batch, int drafts) {
     model::StepBatch b;
     for (int s = 0; s < batch; ++s) {
       model::SequenceStep q;
       q.start_pos = o.decode_context;
-      q.n_new = 1;
+      q.n_new = 1 + drafts;
       q.state_slot = s;
+      if (drafts > 0) {
+        q.logits = model::LogitsNeeded::LastN;
+        q.n_logits = 1 + drafts;
+      }
       for (int k = 0; k < decode_blocks; ++k) q.block_table.push_back(s * decode_blocks + k);
-      b.token_ids.push_back(int32_t(rng() % uint32_t(c.vocab_size)));
+      const std::vector<int32_t> ids = random_ids(1 + drafts);
+      b.token_ids.insert(b.token_ids.end(), ids.begin(), ids.end());
       b.seqs.push_back(q);
     }
+    return b;
+  };
+
+  // Decode at a fixed context: every sequence adds one token at position `decode_context`.
+  for (int batch : o.decode_batches) {
+    const model::StepBatch b = decode_batch(batch, 0);
     const std::string what = fmt::format("batch {} at {} context", batch, o.decode_context);
     auto ms = time_step(b, true, "decode " + what);
     if (!ms.ok() && ms.status().code() == StatusCode::Unimplemented) {
@@ -211,6 +225,33 @@ Result<std::vector<BenchRow>> bench_model(model::Model& m, const BenchOptions& o
       g.ms = g_ms;
       g.note = fmt::format("{:.0f} tokens/s; eager {:.3f} ms", batch / (g_ms * 1e-3), *ms);
       rows.push_back(g);
+    }
+  }
+
+  // Verify steps (eager, as the runner runs them) beside the plain decode step of the same batch, eager and
+  // replayed from its graph (what serving runs when nothing is drafted).
+  for (int batch : max_drafts > 0 ? o.verify_batches : std::vector<int>{}) {
+    const model::StepBatch plain = decode_batch(batch, 0);
+    const std::string at = fmt::format("batch {} at {} context", batch, o.decode_context);
+    auto base = time_step(plain, true, "verify base " + at);
+    if (!base.ok() && base.status().code() == StatusCode::Unimplemented) break;
+    RILL_TRY(base.status());
+    double graph_ms = 0;
+    if (graphs && graphs->bucket(m, plain) > 0) {
+      RILL_ASSIGN_OR_RETURN(graph_ms, time_step(plain, true, "verify base graph " + at, true));
+    }
+    for (int k : o.verify_drafts) {
+      const model::StepBatch b = decode_batch(batch, k);
+      const std::string what = fmt::format("k = {}, {}", k, at);
+      RILL_ASSIGN_OR_RETURN(const double ms, time_step(b, true, "verify " + what));
+      BenchRow r{"verify", what, ms, 0, 0, ""};
+      r.bytes = decode_bytes(m, p, batch * (k + 1), o.decode_context) -
+                double(batch) * k * (2.0 * double(c.kda_state_bytes_per_sequence()) +
+                                     double(o.decode_context) * double(c.kv_bytes_per_token(2)));
+      r.note = graph_ms > 0 ? fmt::format("{:.2f}x the decode step ({:.3f} ms graph), {:.2f}x eager ({:.3f} ms)",
+                                          ms / graph_ms, graph_ms, ms / *base, *base)
+                            : fmt::format("{:.2f}x the eager decode step ({:.3f} ms)", ms / *base, *base);
+      rows.push_back(r);
     }
   }
   return rows;

@@ -17,12 +17,17 @@ struct BenchOptions {
   int prefill_batch = 8;        // ... and this many prompts of prefill_short tokens in one step (0: none)
   int prefill_short = 2048;
   int repeats = 5;              // timed repetitions (median), after one warm-up
+  // Speculative decoding's verify step (issue #21): every sequence feeds its committed token and k drafts at
+  // decode_context with logits at all k + 1 positions, for each k and batch; beside a plain decode step.
+  std::vector<int> verify_drafts = {1, 2, 4, 8};
+  std::vector<int> verify_batches = {1, 8, 64};
 };
 
 // Device-to-device copy bandwidth and a large bf16 GEMM rate, measured on the backend.
 Result<Ceilings> measure_ceilings(backend::Backend& be);
 
-// Prefill (one long prompt; a batch of shorter ones) and decode steps at a fixed context for each batch size.
+// Prefill (one long prompt; a batch of shorter ones) and decode steps at a fixed context for each batch size,
+// then verify steps (section "verify") against the decode step of the same batch.
 Result<std::vector<BenchRow>> bench_model(model::Model& m, const BenchOptions& o);
 
 // Per layer type, by timing slices: for each layer kind of `c` (KDA, MLA), the prefill and decode steps of

@@ -54,6 +54,7 @@ void apply_preset_defaults(const std::string& preset, const CLI::App& app, bench
   if (preset != "kimi-k3-slice") return;
   if (!app.count("--decode-batches")) o.decode_batches = {1, 8, 32};
   if (!app.count("--prefill-batch")) o.prefill_batch = 0;
+  if (!app.count("--verify-drafts")) o.verify_drafts = {};
   if (!app.count("--layer-types")) layer_types = true;
 }
 
@@ -80,6 +81,13 @@ int run_bench(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(1, kMaxContextFlag));
   app.add_option("--decode-batches", o.decode_batches, "decode batch sizes")
+      ->capture_default_str()
+      ->check(CLI::Range(1, kMaxBatchSizeFlag));
+  app.add_option("--verify-drafts", o.verify_drafts,
+                 "draft counts k of the speculative verify-step rows (k + 1 tokens per sequence; 0: none)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 16));
+  app.add_option("--verify-batches", o.verify_batches, "batch sizes of the verify-step rows")
       ->capture_default_str()
       ->check(CLI::Range(1, kMaxBatchSizeFlag));
   app.add_option("--prefill-tokens", o.prefill_long, "length of the single-prompt prefill")
