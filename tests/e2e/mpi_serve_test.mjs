@@ -1,0 +1,153 @@
+// Ranks in several processes (issue #17): `mpirun -np 2 rill serve MODEL -tp 2 --device cpu` — two processes of
+// one rank each, the CPU ranks talking over MPI, the first process serving — answers the official openai client
+// exactly as the single-process server does (completions and chat, streamed and not, greedy), and the job
+// exits 0 after SIGTERM to the serving process. A rank that fails ends the whole job within seconds with a message naming it, never a
+// hang: a worker whose load fails, an exception in a worker's step and in the leader's
+// (RILL_FAULT_INJECTION=RANK:STEP), and a worker process killed with SIGKILL (mpirun names it). -np that does
+// not divide the ranks is refused by every process.
+//
+// Run by ctest only where mpirun exists (RILL_MPIEXEC), like dist_mpi_tests_np2.
+import { spawn } from "child_process";
+
+import { MODEL_DIR, RILL, assert, assertEq, run, startServer } from "./lib/harness.mjs";
+
+const MPIRUN = process.env.RILL_MPIEXEC;
+if (!MPIRUN) {
+  console.error("mpi_serve_test: set RILL_MPIEXEC to mpirun (ctest does where it found one)");
+  process.exit(2);
+}
+// Open MPI refuses root without these (containers, CI); --bind-to none leaves each process the machine's cores
+// (its default binds one process per core, which would starve the CPU backend's thread pool).
+const MPI_ENV = { ...process.env, OMPI_ALLOW_RUN_AS_ROOT: "1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM: "1" };
+const mpiLaunch = (env = {}) => (argv) =>
+  [MPIRUN, ["--oversubscribe", "--bind-to", "none", "-np", "2", RILL, ...argv], { env: { ...MPI_ENV, ...env } }];
+const COMMON = ["--served-model-name", "m", "--num-kv-blocks", "64"];
+
+async function answers(client) {
+  const out = [];
+  for (const prompt of ["The quick brown fox", "Once upon a time, in a land far away,"]) {
+    const r = await client.completions.create({ model: "m", prompt, max_tokens: 24, temperature: 0 });
+    out.push(["completion", r.choices[0].text, r.choices[0].finish_reason, r.usage.completion_tokens]);
+    let streamed = "";
+    for await (const chunk of await client.completions.create({ model: "m", prompt, max_tokens: 24, temperature: 0, stream: true }))
+      streamed += chunk.choices[0]?.text ?? "";
+    out.push(["completion stream", streamed]);
+  }
+  const messages = [{ role: "user", content: "Tell me about rivers." }];
+  const chat = await client.chat.completions.create({ model: "m", messages, max_tokens: 24, temperature: 0 });
+  out.push(["chat", chat.choices[0].message.content, chat.choices[0].finish_reason]);
+  let streamed = "";
+  for await (const chunk of await client.chat.completions.create({ model: "m", messages, max_tokens: 24, temperature: 0, stream: true }))
+    streamed += chunk.choices[0]?.delta?.content ?? "";
+  out.push(["chat stream", streamed]);
+  return out;
+}
+
+// mpirun without waiting for /health: the job's exit and everything its processes logged.
+function mpiJob(args, env = {}) {
+  const [program, argv, options] = mpiLaunch(env)(["serve", MODEL_DIR, "--device", "cpu", "--port", "0", ...COMMON, ...args]);
+  const proc = spawn(program, argv, { stdio: ["ignore", "ignore", "pipe"], ...options });
+  started.push(proc);
+  const job = { proc, log: "" };
+  proc.stderr.on("data", (d) => (job.log += d));
+  job.exit = new Promise((resolve) => proc.on("exit", (code, signal) => resolve({ code, signal })));
+  return job;
+}
+
+// The job must end by itself within `ms` (a hang is the failure this guards against).
+async function endsWithin(job, ms, what) {
+  const t0 = Date.now();
+  let timer;
+  const timeout = new Promise((resolve) => (timer = setTimeout(() => resolve(null), ms)));
+  const r = await Promise.race([job.exit, timeout]);
+  clearTimeout(timer);
+  if (r === null) {
+    job.proc.kill("SIGKILL");
+    throw new Error(`${what}: the job still runs ${ms / 1000} s later (a hang):\n${job.log.slice(-4000)}`);
+  }
+  console.log(`${what}: the job ended in ${((Date.now() - t0) / 1000).toFixed(1)} s (${JSON.stringify(r)})`);
+  return r;
+}
+
+// Every mpirun this test starts; whatever still runs when the test ends (a failure) is stopped: SIGTERM first,
+// so that mpirun takes its processes down with it.
+const started = [];
+function stopAll() {
+  for (const p of started) if (p.exitCode === null && p.signalCode === null) p.kill("SIGTERM");
+  setTimeout(() => { for (const p of started) if (p.exitCode === null && p.signalCode === null) p.kill("SIGKILL"); }, 5000).unref();
+}
+async function startMpiServer(args, env = {}) {
+  const s = await startServer(args, { launch: mpiLaunch(env) });
+  started.push(s.proc);
+  return s;
+}
+
+await run("e2e_mpi_serve", async (track) => {
+  try {
+    await main(track);
+  } finally {
+    stopAll();
+  }
+});
+
+async function main(track) {
+  const single = track(await startServer(COMMON));
+  const want = await answers(single.client());
+  await single.stop();
+  assert(want.some(([, text]) => text.length > 0), "the answers are not empty");
+
+  const split = await startMpiServer([...COMMON, "-tp", "2"]);
+  assert(/2 ranks \(mpi communicators, 2 processes of 1 rank\): tp 0\/2/.test(split.log),
+         "the log says the model runs on 2 ranks in 2 processes:\n" + split.log);
+  assert(/process 1 of 2 \(pid \d+\)/.test(split.log), "the second process says it runs the leader's steps:\n" + split.log);
+  const got = await answers(split.client());
+  assertEq(JSON.stringify(got), JSON.stringify(want), "mpirun -np 2 ... -tp 2 answers exactly as one process");
+  // The clean stop: SIGTERM to the serving process (a signal to mpirun aborts the job: Open MPI sends its
+  // processes SIGTERM, then SIGKILL a second later). It drains, releases the worker, and mpirun exits 0.
+  const leader = Number(/serve: pid (\d+)/.exec(split.log)[1]);
+  process.kill(leader, "SIGTERM");
+  const stopped = await endsWithin({ proc: split.proc, exit: split.exit, get log() { return split.log; } }, 60000,
+                                   "SIGTERM to the leader");
+  assert(stopped.code === 0, `mpirun exits 0 once the leader stopped (got ${JSON.stringify(stopped)}):\n${split.log.slice(-4000)}`);
+
+  // -np must divide the ranks: every process refuses, naming both.
+  const uneven = mpiJob(["-tp", "3"]);
+  const u = await endsWithin(uneven, 60000, "-tp 3 over 2 processes");
+  assert(u.code !== 0 && /2 processes \(mpirun -np\) for 3 ranks/.test(uneven.log),
+         "-tp 3 with -np 2 is refused naming -np:\n" + uneven.log);
+
+  // A worker rank whose load fails: the leader's start-up fails naming it, and the job ends.
+  const badLoad = mpiJob(["-tp", "2"], { RILL_FAULT_INJECTION: "1:0" });
+  const l = await endsWithin(badLoad, 60000, "rank 1's load fails");
+  assert(l.code !== 0, "the job fails: " + JSON.stringify(l));
+  assert(/rill serve: rank 1: fault injected at load/.test(badLoad.log),
+         "the server's error names rank 1 and its reason:\n" + badLoad.log);
+
+  // An exception in a step: rank 1's (a worker process), then rank 0's (the leader's own). The request in
+  // flight fails instead of waiting forever, and the job ends.
+  for (const [rank, step] of [[1, 2], [0, 3]]) {
+    const what = `an exception in rank ${rank}'s step ${step}`;
+    const server = await startMpiServer([...COMMON, "-tp", "2"], { RILL_FAULT_INJECTION: `${rank}:${step}` });
+    const request = server.client().completions
+      .create({ model: "m", prompt: "The quick brown fox", max_tokens: 16, temperature: 0 })
+      .then(() => "answered", (e) => "failed: " + e.message);
+    const r = await endsWithin({ proc: server.proc, exit: server.exit, get log() { return server.log; } }, 30000, what);
+    assert(r.code !== 0 || r.signal !== null, `${what}: the job fails (${JSON.stringify(r)})`);
+    const re = new RegExp(`rank ${rank}: exception: fault injected in step ${step}`);
+    assert(re.test(server.log), `${what}: the log names the rank and the exception:\n${server.log.slice(-4000)}`);
+    assert((await request).startsWith("failed"), `${what}: the request in flight fails`);
+  }
+
+  // A worker process killed: mpirun notices, names it and ends the job (MPI has no timeouts of its own).
+  const victim = await startMpiServer([...COMMON, "-tp", "2"]);
+  const pid = Number(/process 1 of 2 \(pid (\d+)\)/.exec(victim.log)[1]);
+  process.kill(pid, "SIGKILL");
+  const request = victim.client().completions
+    .create({ model: "m", prompt: "Once upon a time", max_tokens: 16, temperature: 0 })
+    .then(() => "answered", (e) => "failed: " + e.message);
+  const k = await endsWithin({ proc: victim.proc, exit: victim.exit, get log() { return victim.log; } }, 30000,
+                             "a killed worker");
+  assert(k.code !== 0, "the job fails: " + JSON.stringify(k));
+  assert(/process rank 1 .*signal 9/s.test(victim.log), "mpirun names the killed process:\n" + victim.log.slice(-4000));
+  assert((await request).startsWith("failed"), "the request in flight fails");
+}
