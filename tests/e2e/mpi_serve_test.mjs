@@ -1,10 +1,11 @@
 // Ranks in several processes (issue #17): `mpirun -np 2 rill serve MODEL -tp 2 --device cpu` — two processes of
 // one rank each, the CPU ranks talking over MPI, the first process serving — answers the official openai client
 // exactly as the single-process server does (completions and chat, streamed and not, greedy), and the job
-// exits 0 after SIGTERM to the serving process. A rank that fails ends the whole job within seconds with a message naming it, never a
+// exits 0 after SIGTERM to the serving process; so does `mpirun -np 4 ... -tp 2 -pp 2` (pipeline stages in
+// different processes). A rank that fails ends the whole job within seconds with a message naming it, never a
 // hang: a worker whose load fails, an exception in a worker's step and in the leader's
 // (RILL_FAULT_INJECTION=RANK:STEP), and a worker process killed with SIGKILL (mpirun names it). -np that does
-// not divide the ranks is refused by every process.
+// not divide the ranks, and CPU ranks sharing a process, are refused.
 //
 // Run by ctest only where mpirun exists (RILL_MPIEXEC), like dist_mpi_tests_np2.
 import { spawn } from "child_process";
@@ -19,8 +20,8 @@ if (!MPIRUN) {
 // Open MPI refuses root without these (containers, CI); --bind-to none leaves each process the machine's cores
 // (its default binds one process per core, which would starve the CPU backend's thread pool).
 const MPI_ENV = { ...process.env, OMPI_ALLOW_RUN_AS_ROOT: "1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM: "1" };
-const mpiLaunch = (env = {}) => (argv) =>
-  [MPIRUN, ["--oversubscribe", "--bind-to", "none", "-np", "2", RILL, ...argv], { env: { ...MPI_ENV, ...env } }];
+const mpiLaunch = (env = {}, np = 2) => (argv) =>
+  [MPIRUN, ["--oversubscribe", "--bind-to", "none", "-np", String(np), RILL, ...argv], { env: { ...MPI_ENV, ...env } }];
 const COMMON = ["--served-model-name", "m", "--num-kv-blocks", "64"];
 
 async function answers(client) {
@@ -44,8 +45,8 @@ async function answers(client) {
 }
 
 // mpirun without waiting for /health: the job's exit and everything its processes logged.
-function mpiJob(args, env = {}) {
-  const [program, argv, options] = mpiLaunch(env)(["serve", MODEL_DIR, "--device", "cpu", "--port", "0", ...COMMON, ...args]);
+function mpiJob(args, env = {}, np = 2) {
+  const [program, argv, options] = mpiLaunch(env, np)(["serve", MODEL_DIR, "--device", "cpu", "--port", "0", ...COMMON, ...args]);
   const proc = spawn(program, argv, { stdio: ["ignore", "ignore", "pipe"], ...options });
   started.push(proc);
   const job = { proc, log: "" };
@@ -76,8 +77,8 @@ function stopAll() {
   for (const p of started) if (p.exitCode === null && p.signalCode === null) p.kill("SIGTERM");
   setTimeout(() => { for (const p of started) if (p.exitCode === null && p.signalCode === null) p.kill("SIGKILL"); }, 5000).unref();
 }
-async function startMpiServer(args, env = {}) {
-  const s = await startServer(args, { launch: mpiLaunch(env) });
+async function startMpiServer(args, env = {}, np = 2) {
+  const s = await startServer(args, { launch: mpiLaunch(env, np) });
   started.push(s.proc);
   return s;
 }
@@ -109,6 +110,24 @@ async function main(track) {
   const stopped = await endsWithin({ proc: split.proc, exit: split.exit, get log() { return split.log; } }, 60000,
                                    "SIGTERM to the leader");
   assert(stopped.code === 0, `mpirun exits 0 once the leader stopped (got ${JSON.stringify(stopped)}):\n${split.log.slice(-4000)}`);
+
+  // Two pipeline stages of two tensor-parallel ranks, one rank per process: the stages' residual stream and
+  // logits go between processes too.
+  const staged = await startMpiServer([...COMMON, "-tp", "2", "-pp", "2"], {}, 4);
+  assert(/4 ranks \(mpi communicators, 4 processes of 1 rank\): tp 0\/2, .*pp 0\/2/.test(staged.log),
+         "the log names the stages:\n" + staged.log);
+  assertEq(JSON.stringify(await answers(staged.client())), JSON.stringify(want),
+           "mpirun -np 4 ... -tp 2 -pp 2 answers exactly as one process");
+  process.kill(Number(/serve: pid (\d+)/.exec(staged.log)[1]), "SIGTERM");
+  const s4 = await endsWithin({ proc: staged.proc, exit: staged.exit, get log() { return staged.log; } }, 60000,
+                              "SIGTERM to the leader of 4 processes");
+  assert(s4.code === 0, `mpirun -np 4 exits 0 once the leader stopped (got ${JSON.stringify(s4)})`);
+
+  // CPU ranks are one per process: 4 ranks over 2 processes are refused at start-up, naming -np.
+  const crowded = mpiJob(["-tp", "2", "-pp", "2"]);
+  const c = await endsWithin(crowded, 60000, "4 CPU ranks over 2 processes");
+  assert(c.code !== 0 && /rill serve: CPU ranks in several processes run one rank per process: 4 ranks need mpirun -np 4/.test(crowded.log),
+         "4 CPU ranks over 2 processes are refused naming -np:\n" + crowded.log);
 
   // -np must divide the ranks: every process refuses, naming both.
   const uneven = mpiJob(["-tp", "3"]);
