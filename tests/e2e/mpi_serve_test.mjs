@@ -3,12 +3,15 @@
 // exactly as the single-process server does (completions and chat, streamed and not, greedy), and the job
 // exits 0 after SIGTERM to the serving process; so does `mpirun -np 4 ... -tp 2 -pp 2` (pipeline stages in
 // different processes). A rank that fails ends the whole job within seconds with a message naming it, never a
-// hang: a worker whose load fails, an exception in a worker's step and in the leader's
-// (RILL_FAULT_INJECTION=RANK:STEP), and a worker process killed with SIGKILL (mpirun names it). -np that does
-// not divide the ranks, and CPU ranks sharing a process, are refused.
+// hang: a worker whose load fails (on purpose, and on a checkpoint that differs from the leader's), an exception
+// in a worker's step and in the leader's (RILL_FAULT_INJECTION=RANK:STEP), and a worker process killed with
+// SIGKILL (mpirun names it). -np that does not divide the ranks, and CPU ranks sharing a process, are refused.
 //
 // Run by ctest only where mpirun exists (RILL_MPIEXEC), like dist_mpi_tests_np2.
 import { spawn } from "child_process";
+import fs from "fs";
+import os from "os";
+import path from "path";
 
 import { MODEL_DIR, RILL, assert, assertEq, run, startServer } from "./lib/harness.mjs";
 
@@ -141,6 +144,29 @@ async function main(track) {
   assert(l.code !== 0, "the job fails: " + JSON.stringify(l));
   assert(/rill serve: rank 1: fault injected at load/.test(badLoad.log),
          "the server's error names rank 1 and its reason:\n" + badLoad.log);
+
+  // A node whose checkpoint is not the others' (MPMD: process 1 serves a copy whose config widens the experts):
+  // rank 1's load fails on the tensors' shapes, and the server's start-up error names rank 1 and the tensors.
+  const odd = fs.mkdtempSync(path.join(os.tmpdir(), "rill-mpi-odd-"));
+  try {
+    for (const f of fs.readdirSync(MODEL_DIR)) fs.copyFileSync(path.join(MODEL_DIR, f), path.join(odd, f));
+    const config = JSON.parse(fs.readFileSync(path.join(odd, "config.json"), "utf8"));
+    config.moe_intermediate_size *= 2;
+    fs.writeFileSync(path.join(odd, "config.json"), JSON.stringify(config));
+    const serve = (dir) => [RILL, "serve", dir, "--device", "cpu", "--port", "0", ...COMMON, "-tp", "2"];
+    const proc = spawn(MPIRUN, ["--oversubscribe", "--bind-to", "none", "-np", "1", ...serve(MODEL_DIR), ":", "-np", "1",
+                                ...serve(odd)], { stdio: ["ignore", "ignore", "pipe"], env: MPI_ENV });
+    started.push(proc);
+    const job = { proc, log: "" };
+    proc.stderr.on("data", (d) => (job.log += d));
+    job.exit = new Promise((resolve) => proc.on("exit", (code, signal) => resolve({ code, signal })));
+    const m = await endsWithin(job, 60000, "rank 1's checkpoint differs");
+    assert(m.code !== 0, "the job fails: " + JSON.stringify(m));
+    assert(/rill serve: rank 1: \S+: checkpoint does not match the model\s+\d+ mis-shaped/.test(job.log),
+           "the server's error names rank 1 and the mis-shaped tensors:\n" + job.log.slice(-4000));
+  } finally {
+    fs.rmSync(odd, { recursive: true, force: true });
+  }
 
   // An exception in a step: rank 1's (a worker process), then rank 0's (the leader's own). The request in
   // flight fails instead of waiting forever, and the job ends.
