@@ -13,7 +13,7 @@ import fs from "fs";
 import os from "os";
 import path from "path";
 
-import { MODEL_DIR, RILL, assert, assertEq, run, startServer } from "./lib/harness.mjs";
+import { MODEL_DIR, RILL, assert, assertEq, run, sleep, startServer } from "./lib/harness.mjs";
 
 const MPIRUN = process.env.RILL_MPIEXEC;
 if (!MPIRUN) {
@@ -56,6 +56,13 @@ function mpiJob(args, env = {}, np = 2) {
   proc.stderr.on("data", (d) => (job.log += d));
   job.exit = new Promise((resolve) => proc.on("exit", (code, signal) => resolve({ code, signal })));
   return job;
+}
+
+// mpirun forwards each process's output on its own: a worker's line may trail the leader's readiness a little.
+async function waitForLog(server, re, what, ms = 10000) {
+  for (const deadline = Date.now() + ms; !re.test(server.log); await sleep(50))
+    if (Date.now() > deadline) throw new Error(`${what}: no line matches ${re} in the log:\n${server.log}`);
+  return re.exec(server.log);
 }
 
 // The job must end by itself within `ms` (a hang is the failure this guards against).
@@ -103,7 +110,7 @@ async function main(track) {
   const split = await startMpiServer([...COMMON, "-tp", "2"]);
   assert(/2 ranks \(mpi communicators, 2 processes of 1 rank\): tp 0\/2/.test(split.log),
          "the log says the model runs on 2 ranks in 2 processes:\n" + split.log);
-  assert(/process 1 of 2 \(pid \d+\)/.test(split.log), "the second process says it runs the leader's steps:\n" + split.log);
+  await waitForLog(split, /process 1 of 2 \(pid \d+\)/, "the second process says it runs the leader's steps");
   const got = await answers(split.client());
   assertEq(JSON.stringify(got), JSON.stringify(want), "mpirun -np 2 ... -tp 2 answers exactly as one process");
   // The clean stop: SIGTERM to the serving process (a signal to mpirun aborts the job: Open MPI sends its
@@ -185,7 +192,7 @@ async function main(track) {
 
   // A worker process killed: mpirun notices, names it and ends the job (MPI has no timeouts of its own).
   const victim = await startMpiServer([...COMMON, "-tp", "2"]);
-  const pid = Number(/process 1 of 2 \(pid (\d+)\)/.exec(victim.log)[1]);
+  const pid = Number((await waitForLog(victim, /process 1 of 2 \(pid (\d+)\)/, "the worker's pid"))[1]);
   process.kill(pid, "SIGKILL");
   const request = victim.client().completions
     .create({ model: "m", prompt: "Once upon a time", max_tokens: 16, temperature: 0 })
