@@ -136,15 +136,19 @@ int run_worker_process(const std::string& dir, const DeviceOptions& dev, const s
   sigaddset(&stop, SIGTERM);
   pthread_sigmask(SIG_UNBLOCK, &stop, nullptr);
   auto run = [&]() -> Status {
-    RILL_ASSIGN_OR_RETURN(auto probe, open_backend(dev));
-    RILL_ASSIGN_OR_RETURN(runner::ParallelOptions p, parallel_options(*probe, f, job));
-    probe.reset();
+    // Errors before the ranks exist name the process (later ones name the rank).
+    const std::string where = fmt::format("process {} of {}", job.world.rank, job.world.size);
+    auto probe = open_backend(dev);
+    if (!probe.ok()) return probe.status().with_context(where);
+    auto p = parallel_options(**probe, f, job);
+    if (!p.ok()) return p.status().with_context(where);
+    probe->reset();
     model::LoadOptions lo;
     lo.dummy_weights = load_format == "dummy";
     RILL_LOG_INFO("rill serve: process {} of {} (pid {}): world ranks from {} run the leader's steps",
                   job.world.rank, job.world.size, int(getpid()),
-                  job.world.rank * (p.sizes.world / job.world.size));
-    return runner::run_parallel_worker(rank_loader(dir, lo), p);
+                  job.world.rank * (p->sizes.world / job.world.size));
+    return runner::run_parallel_worker(rank_loader(dir, lo), *p);
   };
   const Status st = run();
   dist::mpi_finalize();
