@@ -5,6 +5,11 @@
 #include <fmt/format.h>
 
 #include "backend/cpu/comm/thread_communicator.h"
+#include "dist/mpi_bootstrap.h"
+
+#if RILL_HAVE_MPI
+#include "backend/cpu/comm/mpi_communicator.h"
+#endif
 
 #if RILL_HAVE_CUDA
 #include "backend/cuda/comm/nccl_communicator.h"
@@ -19,14 +24,16 @@ const char* comm_kind_name(CommKind kind) {
     case CommKind::Threads: return "threads";
     case CommKind::Nccl: return "nccl";
     case CommKind::SharedGpu: return "shared-gpu";
+    case CommKind::Mpi:
+      return "mpi";
   }
   return "?";
 }
 
 Result<std::unique_ptr<Backend>> CommWorld::make_backend(int rank) const {
-  if (kind_ == CommKind::Threads) return make_cpu_backend();
+  if (kind_ == CommKind::Threads || (kind_ == CommKind::Mpi && !mpi_gpus_)) return make_cpu_backend();
 #if RILL_HAVE_CUDA
-  return make_cuda_backend(kind_ == CommKind::Nccl ? first_gpu_ + rank : first_gpu_);
+  return make_cuda_backend(gpu_of(rank));
 #else
   (void)rank;
   return unavailable("this rill was built without the CUDA backend; use --device cpu");
@@ -71,8 +78,8 @@ class NcclWorld final : public CommWorld {
   NcclWorld(int n, const CommWorldOptions& o, cuda::NcclUniqueId id) : CommWorld(n, o), id_(id) {}
   Result<std::unique_ptr<dist::Communicator>> communicator(int rank, const std::vector<int>& group,
                                                            Backend& be) override {
-    RILL_ASSIGN_OR_RETURN(auto world,
-                          cuda::NcclCommunicator::make(id_, world_size_, rank, first_gpu_ + rank, be.native_stream()));
+    RILL_ASSIGN_OR_RETURN(
+        auto world, cuda::NcclCommunicator::make(id_, world_size_, rank, gpu_of(rank), be.native_stream()));
     std::unique_ptr<cuda::NcclCommunicator> comm = std::move(world);
     if (int(group.size()) != world_size_) {
       int key = 0;
@@ -95,12 +102,71 @@ class NcclWorld final : public CommWorld {
 };
 #endif
 
+#if RILL_HAVE_MPI
+// CPU ranks in several processes, one per process, so a world rank is its process's MPI rank: a group is the
+// MPI communicator split from the world with the group's first member as colour. A failed rank cannot free
+// the others' MPI waits from here: its process ends the job (runner/parallel_executor).
+class MpiCpuWorld final : public CommWorld {
+ public:
+  MpiCpuWorld(int n, const CommWorldOptions& o) : CommWorld(n, o) {}
+  Result<std::unique_ptr<dist::Communicator>> communicator(int rank, const std::vector<int>& group,
+                                                           Backend&) override {
+    int key = 0;
+    while (key < int(group.size()) && group[size_t(key)] != rank) ++key;
+    if (key == int(group.size())) return invalid_argument("rank {} is not in its own group", rank);
+    return make_mpi_communicator(group.front(), key);
+  }
+  void fail(int, const std::string&) override {}
+};
+#endif
+
+// Ranks in several processes: the MPI world must hold this world's ranks, a process's ranks consecutive.
+Result<std::unique_ptr<CommWorld>> make_mpi_world(int n, const CommWorldOptions& o) {
+#if RILL_HAVE_MPI
+  RILL_ASSIGN_OR_RETURN(dist::MpiWorld mpi, dist::mpi_init());
+  if (!o.mpi_gpus) {
+    if (mpi.size != n || o.first_rank != mpi.rank)
+      return invalid_argument(
+          "CPU ranks in several processes run one rank per process: {} ranks need mpirun -np {} (this job "
+          "has "
+          "{} processes)",
+          n, n, mpi.size);
+    return std::unique_ptr<CommWorld>(new MpiCpuWorld(n, o));
+  }
+#if RILL_HAVE_CUDA
+  // The first process makes NCCL's unique id; every process joins the world with it.
+  std::vector<uint8_t> bytes;
+  if (mpi.rank == 0) {
+    RILL_ASSIGN_OR_RETURN(cuda::NcclUniqueId made, cuda::nccl_unique_id());
+    bytes.assign(made.bytes.begin(), made.bytes.end());
+  }
+  RILL_TRY(dist::mpi_broadcast_bytes(bytes, 0));
+  cuda::NcclUniqueId id;
+  if (bytes.size() != id.bytes.size())
+    return internal_error("the NCCL unique id broadcast over MPI has {} bytes, not {}", bytes.size(),
+                          id.bytes.size());
+  std::copy(bytes.begin(), bytes.end(), id.bytes.begin());
+  return std::unique_ptr<CommWorld>(new NcclWorld(n, o, id));
+#else
+  return unavailable("GPU ranks need the CUDA backend, and this rill was built without it");
+#endif
+#else
+  (void)n;
+  (void)o;
+  return unimplemented(
+      "ranks in several processes need MPI, and this rill was built without it (install "
+      "libopenmpi-dev, scripts/setup.sh, and re-run cmake)");
+#endif
+}
+
 }  // namespace
 
 Result<std::unique_ptr<CommWorld>> CommWorld::make(int n, const CommWorldOptions& o) {
   if (n < 1) return invalid_argument("a world needs at least one rank (got {})", n);
   switch (o.kind) {
     case CommKind::Threads: return std::unique_ptr<CommWorld>(new ThreadWorld(n, o));
+    case CommKind::Mpi:
+      return make_mpi_world(n, o);
     case CommKind::SharedGpu:
     case CommKind::Nccl: {
 #if RILL_HAVE_CUDA

@@ -3,8 +3,13 @@
 // (--max-num-seqs, --max-num-batched-tokens, --max-seq-len, --free-gpu-memory-fraction, -tp) are accepted,
 // so a vLLM command line starts rill unchanged: flags with nothing to do here get a one-line notice
 // (serve_vllm_flags.cc), values this build cannot honour a clear error.
+#include <pthread.h>
+#include <unistd.h>
+
 #include <chrono>
+#include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -13,35 +18,107 @@
 #include "cli/common.h"
 #include "cli/serve_vllm_flags.h"
 #include "core/log.h"
+#include "dist/mpi_bootstrap.h"
+#include "dist/process_link.h"
 #include "runner/parallel_executor.h"
 #include "server/server.h"
 
 namespace rill::cli {
 namespace {
 
-// "--max_batch_size=8" -> "--max-batch-size=8"; other-server names -> rill's.
-// -tp N (-pp P): the engine's executor over N x P ranks of this process on the device `probe` resolved --device to:
-// threads on the CPU, a GPU each from its index on (NCCL), or all on it with --ranks-on-one-gpu. Each rank
-// loads its shard; rank 0 reports the progress.
-Result<server::LoadedModel> parallel_model(const std::string& dir, const model::LoadOptions& lo,
-                                           const backend::Backend& probe, const VllmFlags& f) {
+// This process's place in an mpirun / srun job (issue #17): the link to the other processes when there are
+// several; none when rill was started without mpirun.
+struct MpiJob {
+  dist::MpiWorld world;
+  std::unique_ptr<dist::ProcessLink> link;
+};
+
+Result<MpiJob> join_mpi_job(const VllmFlags& f) {
+  MpiJob job;
+  if (!dist::mpi_launched()) return job;
+  // MPI_Init starts threads of its own, which inherit this thread's signal mask: SIGINT and SIGTERM must be
+  // blocked in them too, or the kernel may hand the server's stop signal to one of them, whose default action
+  // ends the process instead of the server's drain (server.cc takes the signals on one thread).
+  sigset_t stop;
+  sigemptyset(&stop);
+  sigaddset(&stop, SIGINT);
+  sigaddset(&stop, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop, nullptr);
+  RILL_ASSIGN_OR_RETURN(job.world, dist::mpi_init());
+  if (job.world.size == 1) return job;
+  const int ranks = f.tensor_parallel_size * f.pipeline_parallel_size;
+  if (ranks % job.world.size != 0)
+    return invalid_argument(
+        "{} processes (mpirun -np) for {} ranks (--tensor-parallel-size {} x --pipeline-parallel-size {}): "
+        "each process holds the same number of ranks, so -np must divide the ranks",
+        job.world.size, ranks, f.tensor_parallel_size, f.pipeline_parallel_size);
+  RILL_ASSIGN_OR_RETURN(job.link, dist::ProcessLink::make(job.world));
+  return job;
+}
+
+// Tests (tests/e2e/mpi_serve_test.mjs): RILL_FAULT_INJECTION=RANK:STEP makes world rank RANK fail on purpose,
+// in its load (STEP 0) or with an exception in its STEP-th step, to show that the other ranks end instead of
+// hanging.
+Result<runner::FaultInjection> fault_injection_from_env() {
+  runner::FaultInjection fault;
+  const char* v = std::getenv("RILL_FAULT_INJECTION");
+  if (v == nullptr || *v == '\0') return fault;
+  char end = 0;
+  if (std::sscanf(v, "%d:%d%c", &fault.rank, &fault.at_step, &end) != 2 || fault.rank < 0 ||
+      fault.at_step < 0)
+    return invalid_argument("RILL_FAULT_INJECTION={}: expected RANK:STEP (STEP 0: the rank's load)", v);
+  RILL_LOG_WARN("RILL_FAULT_INJECTION: rank {} will fail {}", fault.rank,
+                fault.at_step == 0 ? std::string("its load") : fmt::format("in step {}", fault.at_step));
+  return fault;
+}
+
+// -tp N (-pp P): the ranks on the device `probe` resolved --device to: threads on the CPU, a GPU each from
+// its index on (NCCL), or all on it with --ranks-on-one-gpu; under mpirun this process's share of them (MPI
+// on the CPU, one rank per process; NCCL on the GPUs of each process from local rank x ranks per process on).
+Result<runner::ParallelOptions> parallel_options(const backend::Backend& probe, const VllmFlags& f,
+                                                 const MpiJob& job) {
   runner::ParallelOptions p;
   p.sizes = {.world = f.tensor_parallel_size * f.pipeline_parallel_size,
              .tp = f.tensor_parallel_size,
              .ep = expert_parallel_size(f),
              .pp = f.pipeline_parallel_size};
-  if (probe.device() == Device::Cpu) {
-    p.comm.kind = backend::CommKind::Threads;
-  } else {
+  p.link = job.link.get();
+  RILL_ASSIGN_OR_RETURN(p.fault, fault_injection_from_env());
+  const bool cpu = probe.device() == Device::Cpu;
+  if (!cpu) {
     RILL_ASSIGN_OR_RETURN(p.comm.first_gpu, backend::parse_cuda_device(probe.name()));
-    p.comm.kind = f.ranks_on_one_gpu ? backend::CommKind::SharedGpu : backend::CommKind::Nccl;
   }
-  runner::RankLoader load = [dir, lo](backend::Backend& be, const model::ModelShard& shard) {
+  if (p.link != nullptr) {
+    p.comm.kind = backend::CommKind::Mpi;
+    p.comm.mpi_gpus = !cpu;
+    if (!cpu) p.comm.first_gpu += job.world.local_rank * (p.sizes.world / job.world.size);
+    if (f.ranks_on_one_gpu)
+      return invalid_argument(
+          "--ranks-on-one-gpu puts the ranks of one process on one GPU; under mpirun each "
+          "process's ranks have a GPU each");
+  } else {
+    p.comm.kind = cpu                  ? backend::CommKind::Threads
+                  : f.ranks_on_one_gpu ? backend::CommKind::SharedGpu
+                                       : backend::CommKind::Nccl;
+  }
+  return p;
+}
+
+// Each rank loads its shard; rank 0 (the leader's) reports the progress.
+runner::RankLoader rank_loader(const std::string& dir, const model::LoadOptions& lo) {
+  return [dir, lo](backend::Backend& be, const model::ModelShard& shard) {
     model::LoadOptions mine = lo;
     mine.shard = shard;
     if (shard.tp_rank != 0) mine.progress = {};
     return model::load_model(dir, be, mine);
   };
+}
+
+Result<server::LoadedModel> parallel_model(const std::string& dir, const model::LoadOptions& lo,
+                                           const backend::Backend& probe, const VllmFlags& f,
+                                           const MpiJob& job) {
+  RILL_ASSIGN_OR_RETURN(runner::ParallelOptions p, parallel_options(probe, f, job));
+  runner::RankLoader load = rank_loader(dir, lo);
   server::LoadedModel out;
   out.make_executor = [load, p](const runner::RunnerOptions& ro) {
     return runner::make_parallel_executor(load, p, ro);
@@ -49,6 +126,37 @@ Result<server::LoadedModel> parallel_model(const std::string& dir, const model::
   return out;
 }
 
+// A process of an mpirun job other than the first: no server; its ranks run the leader's steps.
+int run_worker_process(const std::string& dir, const DeviceOptions& dev, const std::string& load_format,
+                       const VllmFlags& f, const MpiJob& job) {
+  // No server here to drain: a stop signal ends this process as by default (mpirun then ends the job).
+  sigset_t stop;
+  sigemptyset(&stop);
+  sigaddset(&stop, SIGINT);
+  sigaddset(&stop, SIGTERM);
+  pthread_sigmask(SIG_UNBLOCK, &stop, nullptr);
+  auto run = [&]() -> Status {
+    // Errors before the ranks exist name the process (later ones name the rank).
+    const std::string where = fmt::format("process {} of {}", job.world.rank, job.world.size);
+    auto probe = open_backend(dev);
+    if (!probe.ok()) return probe.status().with_context(where);
+    auto p = parallel_options(**probe, f, job);
+    if (!p.ok()) return p.status().with_context(where);
+    probe->reset();
+    model::LoadOptions lo;
+    lo.dummy_weights = load_format == "dummy";
+    RILL_LOG_INFO("rill serve: process {} of {} (pid {}): world ranks from {} run the leader's steps",
+                  job.world.rank, job.world.size, int(getpid()),
+                  job.world.rank * (p->sizes.world / job.world.size));
+    return runner::run_parallel_worker(rank_loader(dir, lo), *p);
+  };
+  const Status st = run();
+  dist::mpi_finalize();
+  if (!st.ok()) return report_error("serve", st);
+  return 0;
+}
+
+// "--max_batch_size=8" -> "--max-batch-size=8"; other-server names -> rill's.
 std::vector<std::string> normalize_flags(int argc, char** argv) {
   static const std::pair<const char*, const char*> kAliases[] = {
       {"--max-num-seqs", "--max-batch-size"},
@@ -243,17 +351,32 @@ int run_serve(int argc, char** argv) {
   o.cors.allowed_methods = server::split_comma_list(allowed_methods);
   o.cors.allowed_headers = server::split_comma_list(allowed_headers);
 
+  // Under mpirun every process parses the same flags; the first serves, the others run its steps.
+  auto job = join_mpi_job(vllm);
+  if (!job.ok()) {
+    dist::mpi_finalize();
+    return report_error("serve", job.status());
+  }
+  if (job->link != nullptr && !job->link->is_leader())
+    return run_worker_process(o.model_dir, dev, load_format, vllm, *job);
+
   auto loader = [&](const model::LoadProgress& progress) -> Result<server::LoadedModel> {
     RILL_ASSIGN_OR_RETURN(auto backend, open_backend(dev));
     model::LoadOptions lo;
     lo.progress = progress;
     lo.dummy_weights = load_format == "dummy";
     if (vllm.tensor_parallel_size * vllm.pipeline_parallel_size > 1)
-      return parallel_model(o.model_dir, lo, *backend, vllm);
+      return parallel_model(o.model_dir, lo, *backend, vllm, *job);
     RILL_ASSIGN_OR_RETURN(auto model, model::load_model(o.model_dir, *backend, lo));
     return server::LoadedModel{std::move(backend), std::move(model)};
   };
-  return server::run_server(o, loader);
+  const int rc = server::run_server(o, loader);
+  if (job->link != nullptr) {
+    job->link->release_workers();  // when the server stopped before its executor was made (which does it)
+    job->link.reset();
+  }
+  if (dist::mpi_launched()) dist::mpi_finalize();
+  return rc;
 }
 
 }  // namespace rill::cli

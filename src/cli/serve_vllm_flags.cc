@@ -25,8 +25,11 @@ int expert_parallel_size(const VllmFlags& f) {
 
 void add_vllm_flags(CLI::App& app, server::ServerOptions& o, VllmFlags& f) {
   const char* group = "vLLM compatibility";
-  app.add_option("--tensor-parallel-size", f.tensor_parallel_size,
-                 "ranks per model replica (-tp; vLLM's): a GPU each (NCCL), or threads with --device cpu")
+  app.add_option(
+         "--tensor-parallel-size", f.tensor_parallel_size,
+         "ranks per model replica (-tp; vLLM's): a GPU each (NCCL), or threads with --device cpu; under "
+         "mpirun -np P (or srun --mpi=pmix) each process holds tp x pp / P of them, the first serves "
+         "(MPI between CPU ranks, one per process; NCCL between GPUs)")
       ->check(CLI::Range(1, 1024))
       ->group(group);
   app.add_option("--expert-parallel-size", f.expert_parallel_size,

@@ -8,6 +8,12 @@
 
 namespace rill::dist {
 
+bool mpi_launched() {
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE"})
+    if (const char* v = std::getenv(name); v != nullptr && *v != '\0') return true;
+  return false;
+}
+
 #if RILL_HAVE_MPI
 
 namespace {

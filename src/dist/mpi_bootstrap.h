@@ -22,6 +22,10 @@ struct MpiWorld {
 
 // Whether this build has MPI.
 bool mpi_built();
+// Whether mpirun / srun started this process (Open MPI's, PMIx's or PMI's variables are set), so that it
+// should join the job with mpi_init: a plain start needs no MPI at all (Open MPI's singleton init would
+// start a daemon).
+bool mpi_launched();
 // MPI_Init_thread (MPI_THREAD_MULTIPLE: a rank's threads may call it) once per process; a process not started
 // by mpirun is a world of one.
 Result<MpiWorld> mpi_init();

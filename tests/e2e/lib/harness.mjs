@@ -88,11 +88,12 @@ export class Server {
 
 // Starts `rill serve MODEL_DIR --device cpu --port 0 ...args` and waits until /health answers 200. The
 // cache is 256 KV blocks (16K tokens) unless the test sets --num-kv-blocks: several servers run side by side.
-export async function startServer(args = [], { model = MODEL_DIR, healthTimeoutMs = 120000 } = {}) {
+// `launch(argv)` returns [program, args, spawn options] to start rill through another program (mpirun).
+export async function startServer(args = [], { model = MODEL_DIR, healthTimeoutMs = 120000,
+                                               launch = (argv) => [RILL, argv, {}] } = {}) {
   const blocks = args.includes("--num-kv-blocks") ? [] : ["--num-kv-blocks", "256"];
-  const proc = spawn(RILL, ["serve", model, "--device", "cpu", "--port", "0", ...blocks, ...args], {
-    stdio: ["ignore", "inherit", "pipe"],
-  });
+  const [program, argv, options] = launch(["serve", model, "--device", "cpu", "--port", "0", ...blocks, ...args]);
+  const proc = spawn(program, argv, { stdio: ["ignore", "inherit", "pipe"], ...options });
   const server = new Server(proc);
   const port = new Promise((resolve, reject) => {
     proc.stderr.on("data", (d) => {

@@ -1,0 +1,260 @@
+#include "runner/wire_format.h"
+
+#include <cstring>
+#include <limits>
+#include <type_traits>
+
+namespace rill::runner {
+namespace {
+
+// Four characters at the start of every message, so a message of one kind is never read as another.
+constexpr uint32_t tag_of(const char (&s)[5]) {
+  return uint32_t(uint8_t(s[0])) | uint32_t(uint8_t(s[1])) << 8 | uint32_t(uint8_t(s[2])) << 16 |
+         uint32_t(uint8_t(s[3])) << 24;
+}
+constexpr uint32_t kStepTag = tag_of("STEP"), kOptionsTag = tag_of("ROPT"), kReportTag = tag_of("SREP"),
+                   kVerdictTag = tag_of("SVER");
+constexpr uint32_t kVersion = 1;
+
+class Writer {
+ public:
+  explicit Writer(uint32_t tag) {
+    put<uint32_t>(tag);
+    put<uint32_t>(kVersion);
+  }
+  // Fixed-width fields in host order: every process of a job runs the same binary on the same architecture.
+  template <typename T>
+  void put(T v) {
+    static_assert(std::is_trivially_copyable_v<T>);
+    const size_t at = out_.size();
+    out_.resize(at + sizeof(T));
+    std::memcpy(out_.data() + at, &v, sizeof(T));
+  }
+  void put_ints(const std::vector<int32_t>& v) {
+    put<uint32_t>(uint32_t(v.size()));
+    for (int32_t x : v) put<int32_t>(x);
+  }
+  void put_status(const Status& st) {
+    put<uint8_t>(uint8_t(st.code()));
+    put<uint32_t>(uint32_t(st.message().size()));
+    out_.insert(out_.end(), st.message().begin(), st.message().end());
+  }
+  Bytes take() { return std::move(out_); }
+
+ private:
+  Bytes out_;
+};
+
+class Reader {
+ public:
+  Reader(std::span<const uint8_t> bytes, const char* what) : in_(bytes), what_(what) {}
+
+  Status header(uint32_t tag) {
+    uint32_t got = 0, version = 0;
+    RILL_TRY(get(got, "tag"));
+    if (got != tag) return invalid_argument("{}: the message is not one (tag {:#010x})", what_, got);
+    RILL_TRY(get(version, "version"));
+    if (version != kVersion)
+      return invalid_argument("{}: format version {}, this rill reads {} (run the same rill everywhere)",
+                              what_, version, kVersion);
+    return {};
+  }
+  template <typename T>
+  Status get(T& v, const char* field) {
+    if (in_.size() - at_ < sizeof(T))
+      return invalid_argument("{}: truncated at {} (byte {} of {})", what_, field, at_, in_.size());
+    std::memcpy(&v, in_.data() + at_, sizeof(T));
+    at_ += sizeof(T);
+    return {};
+  }
+  // A count of items of `item_bytes` each: refused when the rest of the message cannot hold them, so a
+  // corrupt count never becomes a huge allocation.
+  Status count(uint32_t& n, size_t item_bytes, const char* field) {
+    RILL_TRY(get(n, field));
+    if (size_t(n) * item_bytes > in_.size() - at_)
+      return invalid_argument("{}: {} says {} items, {} bytes are left", what_, field, n, in_.size() - at_);
+    return {};
+  }
+  Status get_ints(std::vector<int32_t>& v, const char* field) {
+    uint32_t n = 0;
+    RILL_TRY(count(n, sizeof(int32_t), field));
+    v.resize(n);
+    for (uint32_t i = 0; i < n; ++i) RILL_TRY(get(v[i], field));
+    return {};
+  }
+  Status get_bool(bool& b, const char* field) {
+    uint8_t v = 0;
+    RILL_TRY(get(v, field));
+    if (v > 1) return invalid_argument("{}: {} is {}, not a boolean", what_, field, int(v));
+    b = v == 1;
+    return {};
+  }
+  Status get_status(Status& st, const char* field) {
+    uint8_t code = 0;
+    uint32_t n = 0;
+    RILL_TRY(get(code, field));
+    if (code > uint8_t(StatusCode::Internal))
+      return invalid_argument("{}: {} has status code {}", what_, field, int(code));
+    RILL_TRY(count(n, 1, field));
+    std::string message(reinterpret_cast<const char*>(in_.data() + at_), n);
+    at_ += n;
+    st = code == 0 ? Status{} : Status(StatusCode(code), std::move(message));
+    return {};
+  }
+  Status end() const {
+    if (at_ != in_.size())
+      return invalid_argument("{}: {} bytes past the end of the message", what_, in_.size() - at_);
+    return {};
+  }
+
+ private:
+  std::span<const uint8_t> in_;
+  size_t at_ = 0;
+  const char* what_;
+};
+
+}  // namespace
+
+Bytes encode_step(const model::StepBatch& batch, const cache::CacheOps& ops) {
+  Writer w(kStepTag);
+  w.put_ints(batch.token_ids);
+  w.put<uint32_t>(uint32_t(batch.seqs.size()));
+  for (const model::SequenceStep& s : batch.seqs) {
+    w.put<int32_t>(s.start_pos);
+    w.put<int32_t>(s.n_new);
+    w.put<int32_t>(s.state_slot);
+    w.put<uint8_t>(uint8_t(s.logits));
+    w.put<int32_t>(s.n_logits);
+    w.put_ints(s.block_table);
+    w.put<uint32_t>(uint32_t(s.kda_snapshots.size()));
+    for (const model::KdaSnapshotRequest& k : s.kda_snapshots) {
+      w.put<int32_t>(k.pos);
+      w.put<int32_t>(k.slot);
+    }
+  }
+  w.put<uint32_t>(uint32_t(ops.kda_slot_copies.size()));
+  for (const cache::KdaSlotCopy& c : ops.kda_slot_copies) {
+    w.put<int32_t>(c.from);
+    w.put<int32_t>(c.to);
+  }
+  return w.take();
+}
+
+Result<StepMessage> decode_step(std::span<const uint8_t> bytes) {
+  Reader r(bytes, "step message");
+  RILL_TRY(r.header(kStepTag));
+  StepMessage m;
+  RILL_TRY(r.get_ints(m.batch.token_ids, "token ids"));
+  uint32_t n_seqs = 0;
+  RILL_TRY(r.count(n_seqs, 25, "sequence count"));  // 25: the fixed bytes of one sequence
+  m.batch.seqs.resize(n_seqs);
+  for (model::SequenceStep& s : m.batch.seqs) {
+    uint8_t logits = 0;
+    RILL_TRY(r.get(s.start_pos, "start_pos"));
+    RILL_TRY(r.get(s.n_new, "n_new"));
+    RILL_TRY(r.get(s.state_slot, "state_slot"));
+    RILL_TRY(r.get(logits, "logits"));
+    if (logits > uint8_t(model::LogitsNeeded::LastN))
+      return invalid_argument("step message: logits kind {} is none of None, Last, All, LastN", int(logits));
+    s.logits = model::LogitsNeeded(logits);
+    RILL_TRY(r.get(s.n_logits, "n_logits"));
+    RILL_TRY(r.get_ints(s.block_table, "block table"));
+    uint32_t n_snapshots = 0;
+    RILL_TRY(r.count(n_snapshots, 8, "snapshot count"));
+    s.kda_snapshots.resize(n_snapshots);
+    for (model::KdaSnapshotRequest& k : s.kda_snapshots) {
+      RILL_TRY(r.get(k.pos, "snapshot pos"));
+      RILL_TRY(r.get(k.slot, "snapshot slot"));
+    }
+  }
+  uint32_t n_copies = 0;
+  RILL_TRY(r.count(n_copies, 8, "slot copy count"));
+  m.ops.kda_slot_copies.resize(n_copies);
+  for (cache::KdaSlotCopy& c : m.ops.kda_slot_copies) {
+    RILL_TRY(r.get(c.from, "slot copy from"));
+    RILL_TRY(r.get(c.to, "slot copy to"));
+  }
+  RILL_TRY(r.end());
+  return m;
+}
+
+Bytes encode_runner_options(const RunnerOptions& o) {
+  Writer w(kOptionsTag);
+  w.put<int32_t>(o.max_batch_size);
+  w.put<int32_t>(o.max_num_tokens);
+  w.put<int32_t>(o.max_model_len);
+  w.put<double>(o.kv_cache_fraction);
+  w.put<double>(o.gpu_memory_utilization);
+  w.put<int32_t>(o.num_kv_blocks);
+  w.put<int32_t>(o.block_size);
+  w.put<uint8_t>(o.prefix.enabled);
+  w.put<int32_t>(o.prefix.snapshot_interval);
+  w.put<int64_t>(o.prefix.snapshot_budget_bytes);
+  w.put<int32_t>(o.prefix.staging_slots);
+  w.put<uint8_t>(o.enforce_eager);
+  w.put<uint8_t>(o.capture_graphs);
+  w.put<int32_t>(o.num_speculative_tokens);
+  return w.take();
+}
+
+Result<RunnerOptions> decode_runner_options(std::span<const uint8_t> bytes) {
+  Reader r(bytes, "runner options message");
+  RILL_TRY(r.header(kOptionsTag));
+  RunnerOptions o;
+  RILL_TRY(r.get(o.max_batch_size, "max_batch_size"));
+  RILL_TRY(r.get(o.max_num_tokens, "max_num_tokens"));
+  RILL_TRY(r.get(o.max_model_len, "max_model_len"));
+  RILL_TRY(r.get(o.kv_cache_fraction, "kv_cache_fraction"));
+  RILL_TRY(r.get(o.gpu_memory_utilization, "gpu_memory_utilization"));
+  RILL_TRY(r.get(o.num_kv_blocks, "num_kv_blocks"));
+  RILL_TRY(r.get(o.block_size, "block_size"));
+  RILL_TRY(r.get_bool(o.prefix.enabled, "prefix.enabled"));
+  RILL_TRY(r.get(o.prefix.snapshot_interval, "prefix.snapshot_interval"));
+  RILL_TRY(r.get(o.prefix.snapshot_budget_bytes, "prefix.snapshot_budget_bytes"));
+  RILL_TRY(r.get(o.prefix.staging_slots, "prefix.staging_slots"));
+  RILL_TRY(r.get_bool(o.enforce_eager, "enforce_eager"));
+  RILL_TRY(r.get_bool(o.capture_graphs, "capture_graphs"));
+  RILL_TRY(r.get(o.num_speculative_tokens, "num_speculative_tokens"));
+  RILL_TRY(r.end());
+  return o;
+}
+
+Bytes encode_setup_report(const SetupReport& rep) {
+  Writer w(kReportTag);
+  w.put_status(rep.status);
+  w.put<int32_t>(rep.n_blocks);
+  w.put<int32_t>(rep.n_slots);
+  w.put<int32_t>(rep.n_snapshots);
+  return w.take();
+}
+
+Result<SetupReport> decode_setup_report(std::span<const uint8_t> bytes) {
+  Reader r(bytes, "setup report");
+  RILL_TRY(r.header(kReportTag));
+  SetupReport rep;
+  RILL_TRY(r.get_status(rep.status, "status"));
+  RILL_TRY(r.get(rep.n_blocks, "n_blocks"));
+  RILL_TRY(r.get(rep.n_slots, "n_slots"));
+  RILL_TRY(r.get(rep.n_snapshots, "n_snapshots"));
+  RILL_TRY(r.end());
+  return rep;
+}
+
+Bytes encode_setup_verdict(const SetupVerdict& v) {
+  Writer w(kVerdictTag);
+  w.put_status(v.status);
+  w.put<int32_t>(v.n_blocks);
+  return w.take();
+}
+
+Result<SetupVerdict> decode_setup_verdict(std::span<const uint8_t> bytes) {
+  Reader r(bytes, "setup verdict");
+  RILL_TRY(r.header(kVerdictTag));
+  SetupVerdict v;
+  RILL_TRY(r.get_status(v.status, "status"));
+  RILL_TRY(r.get(v.n_blocks, "n_blocks"));
+  RILL_TRY(r.end());
+  return v;
+}
+
+}  // namespace rill::runner
