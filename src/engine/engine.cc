@@ -14,19 +14,6 @@
 
 namespace rill::engine {
 
-namespace {
-
-// This slice verifies greedy requests only, and none whose sampling depends on more than the position's
-// logits and a fixed mask: sampling (needs the probabilistic acceptance rule), penalties (counts that change
-// with every accepted token), a constraint (a mask per grammar state), logprobs, min_tokens (a mask that
-// changes with the count). allowed_token_ids is the same mask at every position, so it may speculate.
-bool may_speculate(const SamplingParams& p, bool constrained) {
-  const bool penalties = p.presence_penalty != 0 || p.frequency_penalty != 0 || p.repetition_penalty != 1;
-  return p.temperature == 0 && !penalties && !constrained && p.logprobs < 0 && p.min_tokens == 0;
-}
-
-}  // namespace
-
 struct Engine::Impl {
   // The engine's only view of the devices: it runs each step (and owns the model, caches and sampler).
   std::unique_ptr<runner::Executor> exec;
@@ -164,11 +151,11 @@ void Engine::Impl::step() {
   for (const auto& p : plan.seqs)
     if (!p.seq->first_scheduled) p.seq->first_scheduled = step_start;
   const model::StepBatch batch = plan.to_batch();
-  // One sampling row per logits row: a verify step's k + 1 rows of a sequence are all greedy and unmasked
-  // but for allowed_token_ids, which holds at every position alike.
-  std::vector<const Sequence*> rows;
+  // One sampling row per logits row: row j of a verify step follows drafts d_1..d_j.
+  std::vector<StepSampling::Row> rows;
   for (const auto& p : plan.seqs)
-    for (int r = 0; r < p.n_logit_rows(); ++r) rows.push_back(p.seq);
+    for (int r = 0; r < p.n_logit_rows(); ++r)
+      rows.push_back({p.seq, std::span<const int32_t>(p.drafts).first(size_t(r))});
   // The cache operations of this step's admissions and of the last step's commits travel with it.
   auto out = exec->execute(batch, sampling->make(rows, bool(opts.logits_hook)), caches->take_ops());
   if (!out.ok()) {  // every request of the step fails with the step's error (logged when it finishes)
@@ -211,8 +198,12 @@ void Engine::Impl::step() {
   counters.observe_iteration_tokens(iteration_tokens);
   // The next masks of the constrained sequences that go on, computed while this thread emits and runs the
   // next step; until one is ready its sequence sits out (Scheduler::schedule).
+  // A speculating one's drafts for that step go with it, so their positions' masks are computed too.
   for (const auto& p : plan.seqs)
-    if (p.samples && p.seq->constraint && sched->find(p.seq->id)) masks->start(p.seq->constraint);
+    if (p.samples && p.seq->constraint && sched->find(p.seq->id)) {
+      p.seq->constraint->set_drafts(sched->propose_for_mask(*p.seq));
+      masks->start(p.seq->constraint);
+    }
   emit_finished(pending);
 }
 
@@ -368,7 +359,11 @@ Result<std::shared_ptr<RequestStream>> Engine::submit(Request r) {
     m.masks->start(seq->constraint);  // the first token's mask, while the prompt waits and prefills
   }
   seq->max_new_tokens = std::min(r.params.max_tokens, m.max_model_len - n);
-  seq->speculates = m.drafter && may_speculate(r.params, bool(seq->constraint));
+  // Every request may speculate: a verify step's row j is sampled as the step per token at that position
+  // would be (StepSampling::Row: draw counter, penalty counts, min_tokens, grammar mask; the row's logprobs),
+  // and sampling each row then accepting while the draw equals the draft is the speculative-sampling rule
+  // for drafts without a distribution (spec/acceptance.h). A constraint that cannot fork gets no drafts.
+  seq->speculates = m.drafter != nullptr;
   seq->seed = r.params.seed ? *r.params.seed : std::random_device{}() * 0x9e3779b97f4a7c15ull;
   if (r.params.repetition_penalty != 1.0f) seq->prompt_tokens.insert(r.prompt.begin(), r.prompt.end());
   seq->stop = std::make_unique<StopChecker>(m.tokenizer.get(), r.params);

@@ -146,10 +146,10 @@ struct EngineOptions {
   // (weights + workspace + caches; the caches get what is left of it); 0: unset (kv_cache_fraction applies).
   // Sized by runner/memory_plan.cc (RunnerOptions); ignored where memory is the host's.
   double gpu_memory_utilization = 0;
-  // Speculative decoding (vLLM's --speculative-config; off while num_speculative_tokens is 0): greedy
-  // requests without penalties, a constraint, logprobs or min_tokens get up to num_speculative_tokens drafts
-  // per step, verified in the step; their output is the output without speculation. Every sequence slot gets
-  // a checkpoint state slot (rill inspect and the memory plan show the memory).
+  // Speculative decoding (vLLM's --speculative-config; off while num_speculative_tokens is 0): requests get
+  // up to num_speculative_tokens drafts per step, verified in the step; greedy and seeded output is the
+  // output without speculation, unseeded sampling has its distribution. Every sequence slot gets a
+  // checkpoint state slot (rill inspect and the memory plan show the memory).
   spec::SpeculativeConfig speculative;
   // Tests only: the drafter used instead of the one `speculative` names (which must still be enabled).
   std::shared_ptr<const spec::Drafter> drafter;

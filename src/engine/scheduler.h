@@ -11,7 +11,7 @@
 //                  tokens and applies the token-level stop conditions, one token at a time.
 // Speculative decoding (a drafter and SchedulerLimits::num_speculative_tokens > 0): a speculating sequence's
 // decode token is followed by up to k drafts, with the budget the decode tokens leave; its state slot is
-// checkpointed before the step. postprocess accepts greedily (spec/acceptance.h); when a draft is rejected
+// checkpointed before the step. postprocess accepts drafts (spec/acceptance.h); when a draft is rejected
 // the slot is restored from the checkpoint, blocks past the committed tokens are freed, and the next step
 // feeds the committed tokens again (then drafts on). Drafts never enter Sequence::tokens, the prefix index or
 // a snapshot: only committed tokens do. Every sequence that leaves (finished, cancelled, failed) gives back
@@ -113,6 +113,10 @@ class Scheduler {
   uint64_t prefix_queries() const { return prefix_queries_; }
   uint64_t prefix_hits() const { return prefix_hits_; }
   const SpecDecodeStats& spec_decode() const { return spec_; }
+  // Speculative decoding of a constrained sequence: the drafts its next step may feed, proposed now (its
+  // tokens are final until that step) so that its mask computation can cut them at the first the grammar
+  // rejects and compute the masks of their positions off the engine thread (ConstraintMask::set_drafts).
+  std::vector<int32_t> propose_for_mask(const Sequence& s) const;
   Sequence* find(uint64_t id);
 
  private:

@@ -39,8 +39,7 @@ struct Sequence {
   // token.
   std::shared_ptr<ConstraintMask> constraint;
   int32_t n_preemptions = 0;
-  // Speculative decoding: drafts are proposed for it (greedy, and none of what this slice cannot verify:
-  // sampling, penalties, a constraint, logprobs, min_tokens; engine/README.md).
+  // Speculative decoding: drafts are proposed for it (the engine has a drafter; engine/README.md).
   bool speculates = false;
   // Its last step rejected a draft: the slot went back to the checkpoint, and the tokens committed since are
   // fed again (with decode's priority) before it drafts on.

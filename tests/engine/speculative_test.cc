@@ -18,13 +18,17 @@
 #include <map>
 #include <mutex>
 #include <random>
+#include <set>
 
 #include "engine/engine.h"
 #include "engine/engine_fixtures.h"
+#include "backend/sampling.h"
 #include "engine/spec/acceptance.h"
 #include "model/model.h"
 #include "shared_data.h"
 #include "test_seed.h"
+#include "text/constraint/grammar_constraint.h"
+#include "text/constraint/json_schema.h"
 #include "text/constraint/token_constraint.h"
 #include "text/tokenizer/tokenizer.h"
 
@@ -43,6 +47,7 @@ struct Outcome {
   std::vector<int32_t> ids;
   std::string text;
   std::vector<std::vector<float>> logits;  // one row per emitted token
+  std::vector<TokenLogprob> logprobs;
   FinishReason reason = FinishReason::Error;
   std::string stop_reason;
   int cached = -1;
@@ -58,6 +63,27 @@ SamplingParams greedy(int max_tokens) {
   p.temperature = 0;
   p.max_tokens = max_tokens;
   p.ignore_eos = true;
+  return p;
+}
+
+// Seeded sampling, with one of a few truncations (top_p, top_k, min_p) chosen by `variant`.
+SamplingParams seeded(int max_tokens, uint64_t seed, int variant) {
+  SamplingParams p = greedy(max_tokens);
+  p.temperature = 0.7f + 0.1f * float(variant % 3);
+  p.seed = seed;
+  switch (variant % 4) {
+    case 0:
+      break;
+    case 1:
+      p.top_p = 0.9f;
+      break;
+    case 2:
+      p.top_k = 8;
+      break;
+    case 3:
+      p.min_p = 0.05f;
+      break;
+  }
   return p;
 }
 
@@ -92,6 +118,7 @@ class Harness {
     while (s->next(&ev, std::chrono::seconds(120))) {
       r.ids.insert(r.ids.end(), ev.token_ids.begin(), ev.token_ids.end());
       r.text += ev.text;
+      r.logprobs.insert(r.logprobs.end(), ev.logprobs.begin(), ev.logprobs.end());
       if (ev.finish) {
         r.reason = *ev.finish;
         r.stop_reason = ev.stop_reason;
@@ -153,6 +180,18 @@ void expect_same(const Outcome& on, const Outcome& off, const std::string& what)
   EXPECT_EQ(on.stop_reason, off.stop_reason);
   EXPECT_EQ(on.ids, off.ids);
   EXPECT_EQ(on.text, off.text);
+  // Logprobs are a log-softmax of the row: they move by at most twice the logits' rounding.
+  ASSERT_EQ(on.logprobs.size(), off.logprobs.size());
+  for (size_t r = 0; r < on.logprobs.size(); ++r) {
+    const TokenLogprob &a = on.logprobs[r], &b = off.logprobs[r];
+    EXPECT_EQ(a.id, b.id) << "logprobs of token " << r;
+    EXPECT_NEAR(a.logprob, b.logprob, 8 * rel_tol()) << "logprob of token " << r;
+    ASSERT_EQ(a.top.size(), b.top.size()) << "token " << r;
+    for (size_t k = 0; k < a.top.size(); ++k) {
+      EXPECT_EQ(a.top[k].first, b.top[k].first) << "token " << r << ", top " << k;
+      EXPECT_NEAR(a.top[k].second, b.top[k].second, 8 * rel_tol()) << "token " << r << ", top " << k;
+    }
+  }
   ASSERT_EQ(on.logits.size(), off.logits.size());
   for (size_t r = 0; r < on.logits.size(); ++r) {
     ASSERT_EQ(on.logits[r].size(), off.logits[r].size());
@@ -456,10 +495,11 @@ struct ScriptedConstraint : text::constraint::TokenConstraint {
     for (int32_t t : allowed(n_accepted)) mask[size_t(t) / 32] |= 1u << (t % 32);
   }
   void accept(int32_t) override { ++n_accepted; }
+  std::unique_ptr<TokenConstraint> fork() const override { return std::make_unique<ScriptedConstraint>(*this); }
 };
 
-// Speculating requests share steps with sampled, penalised, logprobs, min_tokens, allowed_token_ids and
-// grammar-constrained ones (which do not speculate): every request gets what it gets without speculation.
+// Greedy requests share steps with sampled, penalised, logprobs, min_tokens, allowed_token_ids and
+// grammar-constrained ones (all of which speculate): every request gets what it gets without speculation.
 TEST_P(Speculative, MixedBatches) {
   const uint32_t seed = test_seed();
   SCOPED_TRACE("RILL_TEST_SEED=" + std::to_string(seed));
@@ -471,7 +511,7 @@ TEST_P(Speculative, MixedBatches) {
     switch (i) {
       case 0:
       case 1:
-        break;  // greedy: speculates
+        break;  // greedy
       case 2:
         r.params.temperature = 0.8f, r.params.seed = seed;
         break;
@@ -498,7 +538,7 @@ TEST_P(Speculative, MixedBatches) {
     want.push_back(reference(make(i)));
     drafter->learn(ps[size_t(i)], want.back().ids);
   }
-  // allowed_token_ids alone speculates (the same mask at every position).
+  // allowed_token_ids alone (the same mask at every position).
   Request allowed{ps[0], greedy(24)};
   allowed.params.allowed_token_ids = {5, 6, 7, 8, 9, 10, 11, 12, 13};
   const Outcome want_allowed = reference(allowed);
@@ -531,6 +571,222 @@ TEST_P(Speculative, NgramDrafterThroughTheConfig) {
   EXPECT_GT(on.engine().stats().spec_num_drafts, 0u);
   EXPECT_NE(on.engine().memory_plan().find("checkpoint slots for speculative decoding"), std::string::npos)
       << on.engine().memory_plan();
+}
+
+// Sampled requests speculate: with a seed, every verify row draws with the counter of its output position, so
+// the tokens are those of the run without speculation, token for token, whatever the drafts (right,
+// wrong, right up to a point). Near-ties of the inverse CDF could flip with the verify step's fp32 rounding
+// (~1e-6 of a logit); that has probability ~1e-6 per token, far below what a wrong counter or rule does.
+TEST_P(Speculative, SeededSamplingEqualsSamplingWithoutSpeculation) {
+  const uint32_t seed = test_seed();
+  SCOPED_TRACE("RILL_TEST_SEED=" + std::to_string(seed));
+  std::mt19937 rng(seed);
+  for (auto mode :
+       {ReferenceDrafter::Mode::Oracle, ReferenceDrafter::Mode::Wrong, ReferenceDrafter::Mode::Random}) {
+    SCOPED_TRACE("drafter mode " + std::to_string(int(mode)));
+    auto drafter = std::make_shared<ReferenceDrafter>(mode, seed);
+    std::vector<Request> rs;
+    std::vector<Outcome> want;
+    for (const auto& p : prompts(rng, 4)) {
+      rs.push_back({p, seeded(16 + int(rng() % 12), rng(), int(rs.size()))});
+      want.push_back(reference(rs.back()));
+      drafter->learn(p, want.back().ids);
+    }
+    Harness on(current_fixture, speculating(1 + int(rng() % 5), drafter, 64));
+    const auto got = on.run_all(rs);
+    for (size_t i = 0; i < rs.size(); ++i) expect_same(got[i], want[i], "request " + std::to_string(i));
+    const EngineStats s = on.engine().stats();
+    EXPECT_GT(s.spec_num_drafts, 0u);
+    if (mode == ReferenceDrafter::Mode::Oracle) {
+      EXPECT_EQ(s.spec_num_accepted_tokens, s.spec_num_draft_tokens);
+    }
+    if (mode == ReferenceDrafter::Mode::Wrong) {
+      EXPECT_EQ(s.spec_num_accepted_tokens, 0u);
+    }
+  }
+}
+
+// Sampling with speculation has the distribution of sampling without it: over many requests with different
+// seeds on each side (so the two samples are independent), each token's frequency at each of the first
+// sampled positions agrees within 5 binomial sigma. The drafts are the greedy continuation — the most likely
+// token, so they are accepted often but not always — and position 0 (sampled by the prefill) is the control.
+TEST_P(Speculative, SampledFrequenciesEqualSamplingWithoutSpeculation) {
+  const uint32_t seed = test_seed();
+  SCOPED_TRACE("RILL_TEST_SEED=" + std::to_string(seed));
+  std::mt19937 rng(seed);
+  const std::vector<int32_t> prompt = random_tokens(rng, 24);
+  constexpr int kPositions = 4, kRequests = 240;
+  // Drafts after any sampled prefix: the greedy continuation of the prompt at the context's length (the
+  // oracle above drafts only along its own run).
+  struct Greedy final : spec::Drafter {
+    std::vector<int32_t> prompt, next;
+    std::vector<int32_t> propose(std::span<const int32_t> context, int max_tokens) const override {
+      const size_t at = context.size() - prompt.size();
+      if (at >= next.size()) return {};
+      return {next.begin() + long(at), next.begin() + long(std::min(next.size(), at + size_t(max_tokens)))};
+    }
+  };
+  auto drafter = std::make_shared<Greedy>();
+  drafter->prompt = prompt;
+  drafter->next = reference(prompt, greedy(kPositions + 4)).ids;
+  auto params = [&](uint64_t s) {
+    SamplingParams p = greedy(kPositions);
+    p.temperature = 0.8f;
+    p.top_k = 6;
+    p.seed = s;
+    return p;
+  };
+  auto counts = [&](Harness& h, uint64_t first_seed) {
+    std::vector<Request> rs;
+    for (int i = 0; i < kRequests; ++i) rs.push_back({prompt, params(first_seed + uint64_t(i))});
+    std::vector<std::map<int32_t, int>> c(kPositions);
+    for (const Outcome& o : h.run_all(rs)) {
+      EXPECT_EQ(o.ids.size(), size_t(kPositions));
+      for (size_t j = 0; j < o.ids.size() && j < kPositions; ++j) c[j][o.ids[j]]++;
+    }
+    return c;
+  };
+  const uint64_t base = uint64_t(seed) * 1000003u;
+  Harness off(current_fixture, EngineOptions{.max_batch_size = 32, .max_num_tokens = 1024});
+  Harness on(current_fixture, speculating(3, drafter, 1024, 32));
+  const auto want = counts(off, base), got = counts(on, base + kRequests);
+  for (int j = 0; j < kPositions; ++j) {
+    std::set<int32_t> tokens;
+    for (const auto& [t, n] : want[size_t(j)]) tokens.insert(t);
+    for (const auto& [t, n] : got[size_t(j)]) tokens.insert(t);
+    for (int32_t t : tokens) {
+      const auto freq = [&](const std::map<int32_t, int>& m) {
+        auto it = m.find(t);
+        return it == m.end() ? 0.0 : double(it->second) / kRequests;
+      };
+      const double a = freq(got[size_t(j)]), b = freq(want[size_t(j)]), pooled = (a + b) / 2;
+      const double sigma = std::sqrt(pooled * (1 - pooled) * 2.0 / kRequests);
+      EXPECT_LE(std::abs(a - b), 5 * sigma + 1e-12)
+          << "position " << j << " token " << t << ": " << a << " with speculation, " << b << " without";
+    }
+  }
+  const EngineStats s = on.engine().stats();
+  EXPECT_GT(s.spec_num_accepted_tokens, 0u);
+  EXPECT_LT(s.spec_num_accepted_tokens, s.spec_num_draft_tokens);
+}
+
+// Row j of a verify step is processed as the step per token at its position: penalty counts with the
+// drafts before it, min_tokens by its position, its own logprobs, the grammar's mask after the drafts before
+// it (walked on a fork of the constraint). Greedy and seeded requests with each of those give the tokens,
+// logits (after penalties and masks) and logprobs of the run without speculation; the oracle's drafts —
+// the reference tokens — are then all accepted, which they are only if every row saw what it should.
+TEST_P(Speculative, PenaltiesLogprobsMinTokensAndGrammarPerVerifiedPosition) {
+  const uint32_t seed = test_seed();
+  SCOPED_TRACE("RILL_TEST_SEED=" + std::to_string(seed));
+  std::mt19937 rng(seed);
+  const auto ps = prompts(rng, 8);
+  const Outcome plain = reference(ps[3], greedy(24));
+  auto make = [&](int i) {
+    Request r{ps[size_t(i)], i % 2 ? seeded(24, seed + uint64_t(i), i) : greedy(24)};
+    switch (i) {
+      case 0:
+        r.params.frequency_penalty = 0.7f, r.params.presence_penalty = 0.3f;
+        break;
+      case 1:
+        r.params.repetition_penalty = 1.4f, r.params.frequency_penalty = -0.5f;
+        break;
+      case 2:
+        r.params.logprobs = 3;
+        break;
+      case 3:  // a stop id the greedy run meets early: masked before min_tokens, a stop after
+        r.params.min_tokens = 8, r.params.ignore_eos = false, r.params.logprobs = 0;
+        r.params.stop_token_ids = {plain.ids[2], plain.ids[9]};
+        r.params.presence_penalty = 0.2f;
+        break;
+      case 4:
+      case 5:
+      case 6: {
+        auto c = std::make_shared<ScriptedConstraint>();
+        c->allowed = [i](size_t k) {
+          return std::vector<int32_t>{int32_t(100 + 3 * k), int32_t(200 + k), int32_t(300 + (k * i) % 50)};
+        };
+        r.constraint = c;
+        if (i == 5) r.params.frequency_penalty = 0.4f, r.params.logprobs = 2;
+        if (i == 6) r.params.min_tokens = 4, r.params.stop_token_ids = {200, 103};
+        break;
+      }
+      case 7:
+        r.params.min_tokens = 12, r.params.max_tokens = 12;  // masked throughout
+        r.params.stop_token_ids = {plain.ids[1]};
+        break;
+    }
+    return r;
+  };
+  for (auto mode :
+       {ReferenceDrafter::Mode::Oracle, ReferenceDrafter::Mode::Wrong, ReferenceDrafter::Mode::Random}) {
+    SCOPED_TRACE("drafter mode " + std::to_string(int(mode)));
+    auto drafter = std::make_shared<ReferenceDrafter>(mode, seed);
+    std::vector<Outcome> want;
+    std::vector<Request> rs;
+    for (int i = 0; i < 8; ++i) {
+      want.push_back(reference(make(i)));
+      drafter->learn(ps[size_t(i)], want.back().ids);
+      rs.push_back(make(i));  // a fresh constraint
+    }
+    Harness on(current_fixture, speculating(4, drafter, 128, 8));
+    const auto got = on.run_all(std::move(rs));
+    for (int i = 0; i < 8; ++i) expect_same(got[size_t(i)], want[size_t(i)], "request " + std::to_string(i));
+    const EngineStats s = on.engine().stats();
+    EXPECT_GT(s.spec_num_drafts, 0u);
+    if (mode == ReferenceDrafter::Mode::Oracle) {
+      EXPECT_EQ(s.spec_num_accepted_tokens, s.spec_num_draft_tokens);
+    }
+    if (mode == ReferenceDrafter::Mode::Wrong) {
+      EXPECT_EQ(s.spec_num_accepted_tokens, 0u);
+    }
+  }
+}
+
+// A real grammar (a JSON Schema through the Kimi vocabulary's token masker): drafts are cut at the first
+// token the grammar rejects, the later rows' masks come from a fork of the constraint, and the output is
+// that of the run without speculation; the oracle's drafts are all accepted.
+TEST_P(Speculative, JsonSchemaConstrainedDecoding) {
+  RILL_REQUIRE_KIMI_TOKENIZER();
+  auto t = text::Tokenizer::load(testing::shared_path(testing::kKimiTokenizerDir));
+  ASSERT_TRUE(t.ok()) << t.status().to_string();
+  auto tok = std::make_shared<const text::Tokenizer>(std::move(t).value());
+  static const auto masker = std::make_shared<const text::constraint::TokenMasker>(*tok);
+  const auto schema = nlohmann::ordered_json::parse(
+      R"({"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": 999}, "maxItems": 5})");
+  auto grammar = text::constraint::json_grammar(&schema);
+  ASSERT_TRUE(grammar.ok()) << grammar.status().to_string();
+  const uint32_t seed = test_seed();
+  SCOPED_TRACE("RILL_TEST_SEED=" + std::to_string(seed));
+  std::mt19937 rng(seed);
+  const auto ps = prompts(rng, 3);
+  auto make = [&](size_t i) {
+    Request r{ps[i], i == 1 ? seeded(30, seed, 2) : greedy(30)};
+    r.params.ignore_eos = false;
+    r.constraint = std::make_shared<text::constraint::GrammarConstraint>(*grammar, masker, std::vector<int32_t>{2});
+    return r;
+  };
+  for (auto mode : {ReferenceDrafter::Mode::Oracle, ReferenceDrafter::Mode::Random}) {
+    SCOPED_TRACE("drafter mode " + std::to_string(int(mode)));
+    auto drafter = std::make_shared<ReferenceDrafter>(mode, seed);
+    std::vector<Outcome> want;
+    std::vector<Request> rs;
+    for (size_t i = 0; i < ps.size(); ++i) {
+      want.push_back(reference(make(i), tok));
+      drafter->learn(ps[i], want.back().ids);
+      rs.push_back(make(i));
+    }
+    Harness on(current_fixture, speculating(4, drafter, 128, 4), tok);
+    const auto got = on.run_all(std::move(rs));
+    for (size_t i = 0; i < ps.size(); ++i) {
+      expect_same(got[i], want[i], "request " + std::to_string(i));
+      EXPECT_TRUE(nlohmann::json::accept(got[i].text) || got[i].reason == FinishReason::Length) << got[i].text;
+    }
+    const EngineStats s = on.engine().stats();
+    EXPECT_GT(s.spec_num_drafts, 0u);
+    if (mode == ReferenceDrafter::Mode::Oracle) {
+      EXPECT_EQ(s.spec_num_accepted_tokens, s.spec_num_draft_tokens);
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, Speculative,
@@ -586,19 +842,60 @@ TEST(SpeculativeConfig, ErrorsNameTheKeyOrMethod) {
   }
 }
 
+// The rule on a hand-built distribution: the standard speculative-sampling rule with a point-mass q at the
+// draft, in closed form (accept with min(1, p(d)/q(d)), else the residual norm(max(0, p - q))), emits each
+// token with probability p; and sampling from p with the backend's sampler and accepting while the draw
+// equals the draft (accept_drafts) emits each token with that frequency (5 sigma) and accepts with
+// frequency p(d).
+TEST(SpeculativeAcceptance, PointMassRuleOnAHandBuiltDistribution) {
+  const std::vector<float> logits = {1.0f, 0.2f, -0.5f, 2.0f, 0.0f, -3.0f};
+  const int V = int(logits.size());
+  std::vector<double> p(static_cast<size_t>(V));
+  double z = 0;
+  for (int i = 0; i < V; ++i) z += (p[size_t(i)] = std::exp(double(logits[size_t(i)])));
+  for (double& x : p) x /= z;
+  for (int32_t d = 0; d < V; ++d) {
+    SCOPED_TRACE("draft " + std::to_string(d));
+    // Closed form: P(emit x) = [x == d] min(1, p(d)) + (1 - min(1, p(d))) r(x), r = norm(max(0, p - q)).
+    std::vector<double> r(static_cast<size_t>(V));
+    double rz = 0;
+    for (int x = 0; x < V; ++x) rz += (r[size_t(x)] = std::max(0.0, p[size_t(x)] - (x == d ? 1.0 : 0.0)));
+    const double accept = std::min(1.0, p[size_t(d)]);
+    for (int x = 0; x < V; ++x)
+      EXPECT_NEAR((x == d ? accept : 0.0) + (1 - accept) * r[size_t(x)] / rz, p[size_t(x)], 1e-12);
+    // The sampler and accept_drafts: a draw per (seed, counter), as the verify rows make them.
+    constexpr int kDraws = 20000;
+    std::vector<int> emitted(static_cast<size_t>(V));
+    int accepted = 0;
+    for (int i = 0; i < kDraws; ++i) {
+      backend::SamplingRow row{1.0f, 1.0f, 0.0f, 0, uint64_t(i) * 7919u + uint64_t(d), uint64_t(i % 13)};
+      const int32_t x = backend::sample_row(logits.data(), V, row);
+      const spec::Acceptance a = spec::accept_drafts(std::vector<int32_t>{d}, std::vector<int32_t>{x, 0});
+      accepted += a.n_accepted;
+      emitted[size_t(a.emitted[0])]++;
+    }
+    for (int x = 0; x < V; ++x) {
+      const double sigma = std::sqrt(p[size_t(x)] * (1 - p[size_t(x)]) / kDraws);
+      EXPECT_NEAR(double(emitted[size_t(x)]) / kDraws, p[size_t(x)], 5 * sigma) << "token " << x;
+    }
+    const double sigma = std::sqrt(p[size_t(d)] * (1 - p[size_t(d)]) / kDraws);
+    EXPECT_NEAR(double(accepted) / kDraws, p[size_t(d)], 5 * sigma);
+  }
+}
+
 TEST(SpeculativeAcceptance, GreedyRule) {
-  using spec::accept_greedy;
+  using spec::accept_drafts;
   const std::vector<int32_t> d = {5, 6, 7};
-  auto a = accept_greedy(d, std::vector<int32_t>{5, 6, 7, 8});  // all accepted, bonus 8
+  auto a = accept_drafts(d, std::vector<int32_t>{5, 6, 7, 8});  // all accepted, bonus 8
   EXPECT_EQ(a.n_accepted, 3);
   EXPECT_EQ(a.emitted, (std::vector<int32_t>{5, 6, 7, 8}));
-  a = accept_greedy(d, std::vector<int32_t>{5, 9, 7, 8});  // the first mismatch is replaced by the argmax
+  a = accept_drafts(d, std::vector<int32_t>{5, 9, 7, 8});  // the first mismatch is replaced by the argmax
   EXPECT_EQ(a.n_accepted, 1);
   EXPECT_EQ(a.emitted, (std::vector<int32_t>{5, 9}));
-  a = accept_greedy(d, std::vector<int32_t>{4, 6, 7, 8});
+  a = accept_drafts(d, std::vector<int32_t>{4, 6, 7, 8});
   EXPECT_EQ(a.n_accepted, 0);
   EXPECT_EQ(a.emitted, (std::vector<int32_t>{4}));
-  a = accept_greedy({}, std::vector<int32_t>{3});  // no drafts: a plain decode step
+  a = accept_drafts({}, std::vector<int32_t>{3});  // no drafts: a plain decode step
   EXPECT_EQ(a.n_accepted, 0);
   EXPECT_EQ(a.emitted, (std::vector<int32_t>{3}));
 }
