@@ -85,6 +85,7 @@ void Engine::Impl::publish_locked() {
   s.spec_num_drafts = sd.n_drafts;
   s.spec_num_draft_tokens = sd.n_draft_tokens;
   s.spec_num_accepted_tokens = sd.n_accepted_tokens;
+  s.spec_num_stopped_sequences = sd.n_stopped;
   if (drafter) s.spec_acceptance_lengths = sd.acceptance_lengths;
 }
 
@@ -314,7 +315,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const ExecutorFactory& make_execu
   // One sequence must always fit in the cache on its own, so recompute preemption always makes progress.
   impl->max_model_len = impl->exec->max_model_len();
   SchedulerLimits sl{o.max_batch_size, o.max_num_tokens, impl->max_model_len, o.chunked_prefill,
-                     ro.num_speculative_tokens};
+                     ro.num_speculative_tokens, o.speculation_break_even};
   impl->sched = std::make_unique<Scheduler>(*impl->caches, sl, eos_ids, impl->drafter.get());
   impl->sampling = std::make_unique<StepSampling>(eos_ids, vocab);
   impl->masks = std::make_unique<MaskPool>(

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "engine/spec/acceptance.h"
 #include "engine/spec/drafter.h"
 #include "engine/spec/speculative_config.h"
 
@@ -153,6 +154,8 @@ struct EngineOptions {
   spec::SpeculativeConfig speculative;
   // Tests only: the drafter used instead of the one `speculative` names (which must still be enabled).
   std::shared_ptr<const spec::Drafter> drafter;
+  // When a sequence stops speculating (its acceptance below break-even; spec/acceptance.h).
+  spec::BreakEvenRule speculation_break_even;
 };
 
 struct EngineStats {
@@ -179,6 +182,9 @@ struct EngineStats {
   // n in [1, num_speculative_tokens + 1]. Empty without speculation.
   uint64_t spec_num_drafts = 0, spec_num_draft_tokens = 0, spec_num_accepted_tokens = 0;
   std::vector<uint64_t> spec_acceptance_lengths;
+  // Sequences that stopped speculating because their acceptance stayed below break-even
+  // (spec::BreakEvenRule).
+  uint64_t spec_num_stopped_sequences = 0;
   void observe_iteration_tokens(int tokens) {
     size_t i = 0;
     while (i < kIterationTokenBuckets.size() && tokens > kIterationTokenBuckets[i]) ++i;

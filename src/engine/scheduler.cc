@@ -257,6 +257,10 @@ void Scheduler::postprocess(const StepPlan& plan, const std::vector<int32_t>& sa
       spec_.n_draft_tokens += p.drafts.size();
       spec_.n_accepted_tokens += uint64_t(acc.n_accepted);
       spec_.acceptance_lengths[std::min(acc.emitted.size(), spec_.acceptance_lengths.size()) - 1]++;
+      if (s->speculates && !s->acceptance.observe(acc.n_accepted, limits_.break_even)) {
+        s->speculates = false;
+        spec_.n_stopped++;
+      }
     }
     s->rolled_back = false;
     // The emitted tokens one at a time, with exactly the checks a step per token would make.

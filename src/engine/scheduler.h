@@ -28,6 +28,7 @@
 
 #include "cache/cache_manager.h"
 #include "engine/sequence.h"
+#include "engine/spec/acceptance.h"
 #include "engine/spec/drafter.h"
 #include "engine/stop_checker.h"
 #include "model/step_batch.h"
@@ -58,12 +59,14 @@ struct SchedulerLimits {
   int max_model_len = 4096;
   bool chunked_prefill = true;
   int num_speculative_tokens = 0;  // drafts per sequence and step (0: no speculation)
+  spec::BreakEvenRule break_even;  // when a sequence stops speculating
 };
 
 // Speculative decoding's counters (vLLM's spec_decode metrics): verify steps with drafts, drafts fed,
 // drafts accepted, and how many steps emitted each number of tokens (acceptance_lengths[n - 1]: n tokens).
 struct SpecDecodeStats {
   uint64_t n_drafts = 0, n_draft_tokens = 0, n_accepted_tokens = 0;
+  uint64_t n_stopped = 0;  // sequences that stopped speculating below break-even
   std::vector<uint64_t> acceptance_lengths;
 };
 

@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <map>
 #include <mutex>
@@ -217,7 +218,7 @@ std::vector<int32_t> random_tokens(std::mt19937& rng, size_t n) {
 // of them gets its next tokens, corrupted as the mode says; any other context gets nothing.
 class ReferenceDrafter final : public spec::Drafter {
  public:
-  enum class Mode { Oracle, Wrong, Random };
+  enum class Mode { Oracle, Wrong, Random, FirstRight };
   ReferenceDrafter(Mode mode, uint32_t seed = 0) : mode_(mode), seed_(seed) {}
   void learn(std::vector<int32_t> prompt, const std::vector<int32_t>& output) {
     prompt.insert(prompt.end(), output.begin(), output.end());
@@ -235,6 +236,9 @@ class ReferenceDrafter final : public spec::Drafter {
           break;
         case Mode::Wrong:
           for (int32_t& t : d) t = 3 + (t + 1 - 3) % 500;  // never the token the model chooses
+          break;
+        case Mode::FirstRight:  // exactly one draft accepted per verify step
+          for (size_t i = 1; i < d.size(); ++i) d[i] = 3 + (d[i] + 1 - 3) % 500;
           break;
         case Mode::Random: {
           // Per context: no drafts, fewer, or right up to a point and wrong from there.
@@ -260,11 +264,14 @@ class ReferenceDrafter final : public spec::Drafter {
   std::vector<std::vector<int32_t>> known_;
 };
 
+// Speculation that never stops for low acceptance (the tests of rollbacks want every step to draft); the
+// break-even rule has its own test.
 EngineOptions speculating(int k, std::shared_ptr<const spec::Drafter> drafter, int max_num_tokens = 256,
                           int max_batch_size = 4) {
   EngineOptions o{.max_batch_size = max_batch_size, .max_num_tokens = max_num_tokens};
   o.speculative.num_speculative_tokens = k;
   o.drafter = std::move(drafter);
+  o.speculation_break_even.min_steps = INT_MAX;
   return o;
 }
 
@@ -750,7 +757,8 @@ TEST_P(Speculative, JsonSchemaConstrainedDecoding) {
   auto t = text::Tokenizer::load(testing::shared_path(testing::kKimiTokenizerDir));
   ASSERT_TRUE(t.ok()) << t.status().to_string();
   auto tok = std::make_shared<const text::Tokenizer>(std::move(t).value());
-  static const auto masker = std::make_shared<const text::constraint::TokenMasker>(*tok);
+  // Holds views of the tokenizer's bytes: built from this test's tokenizer, which outlives it.
+  const auto masker = std::make_shared<const text::constraint::TokenMasker>(*tok);
   const auto schema = nlohmann::ordered_json::parse(
       R"({"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": 999}, "maxItems": 5})");
   auto grammar = text::constraint::json_grammar(&schema);
@@ -779,12 +787,60 @@ TEST_P(Speculative, JsonSchemaConstrainedDecoding) {
     const auto got = on.run_all(std::move(rs));
     for (size_t i = 0; i < ps.size(); ++i) {
       expect_same(got[i], want[i], "request " + std::to_string(i));
-      EXPECT_TRUE(nlohmann::json::accept(got[i].text) || got[i].reason == FinishReason::Length) << got[i].text;
+      EXPECT_TRUE(nlohmann::json::accept(got[i].text) || got[i].reason == FinishReason::Length) << got[i].text << " ids " << ::testing::PrintToString(got[i].ids) << " reason " << int(got[i].reason);
     }
     const EngineStats s = on.engine().stats();
     EXPECT_GT(s.spec_num_drafts, 0u);
     if (mode == ReferenceDrafter::Mode::Oracle) {
       EXPECT_EQ(s.spec_num_accepted_tokens, s.spec_num_draft_tokens);
+    }
+  }
+}
+
+// Break-even: a sequence whose drafts are always wrong speculates for exactly min_steps verify steps (its
+// average is 0 from the first) and then decodes one token per step; one that accepts exactly one draft per
+// step stops only where the threshold is above 1; the oracle's never stop. The output is unchanged.
+TEST_P(Speculative, SpeculationStopsBelowBreakEven) {
+  const uint32_t seed = test_seed();
+  SCOPED_TRACE("RILL_TEST_SEED=" + std::to_string(seed));
+  std::mt19937 rng(seed);
+  const auto ps = prompts(rng, 3);
+  std::vector<Request> rs;
+  std::vector<Outcome> want;
+  for (size_t i = 0; i < ps.size(); ++i) {
+    rs.push_back({ps[i], i == 2 ? seeded(40, seed, 1) : greedy(40)});
+    want.push_back(reference(rs.back()));
+  }
+  struct Case {
+    ReferenceDrafter::Mode mode;
+    spec::BreakEvenRule rule;
+    uint64_t stopped;  // of the 3 sequences
+  };
+  const spec::BreakEvenRule defaults;
+  const Case cases[] = {
+      {ReferenceDrafter::Mode::Wrong, defaults, 3},
+      {ReferenceDrafter::Mode::Wrong, {.min_steps = 3, .weight = 0.5, .break_even = 0.01}, 3},
+      {ReferenceDrafter::Mode::FirstRight, defaults, 0},
+      {ReferenceDrafter::Mode::FirstRight, {.min_steps = 5, .weight = 0.25, .break_even = 1.5}, 3},
+      {ReferenceDrafter::Mode::Oracle, {.min_steps = 1, .weight = 1, .break_even = 1}, 0},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE("drafter mode " + std::to_string(int(c.mode)) + ", min_steps " +
+                 std::to_string(c.rule.min_steps) + ", break_even " + std::to_string(c.rule.break_even));
+    auto drafter = std::make_shared<ReferenceDrafter>(c.mode, seed);
+    for (size_t i = 0; i < ps.size(); ++i) drafter->learn(ps[i], want[i].ids);
+    EngineOptions o = speculating(3, drafter, 256, 4);
+    o.speculation_break_even = c.rule;
+    Harness on(current_fixture, o);
+    const auto got = on.run_all(rs);
+    for (size_t i = 0; i < rs.size(); ++i) expect_same(got[i], want[i], "request " + std::to_string(i));
+    const EngineStats s = on.engine().stats();
+    EXPECT_EQ(s.spec_num_stopped_sequences, c.stopped);
+    if (c.stopped > 0) {
+      // Each stopped exactly when the rule fired: the verify steps before are all it drafted.
+      EXPECT_EQ(s.spec_num_drafts, c.stopped * uint64_t(c.rule.min_steps));
+    } else {
+      EXPECT_GT(s.spec_num_drafts, 3u * uint64_t(c.rule.min_steps));
     }
   }
 }

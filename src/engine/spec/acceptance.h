@@ -31,4 +31,36 @@ struct Acceptance {
 // `sampled`: the k + 1 tokens drawn at the verify positions, `drafts`: the k drafts fed after the last token.
 Acceptance accept_drafts(std::span<const int32_t> drafts, std::span<const int32_t> sampled);
 
+// Break-even (speculative.md §3: speculation slower than plain decode when drafts are rarely accepted; a
+// sequence whose acceptance stays low should stop): an exponential moving average of the drafts accepted
+// per verify step (weight `weight` for the newest step, the first step's value to start). Once at least
+// `min_steps` verify steps are seen and the average is below `break_even`, speculation stops for the
+// sequence for good (its later steps are plain decode steps; its output is the same either way).
+// Why these defaults: a verify step of k + 1 tokens costs at least one decode step (more on the GPU: k + 1
+// tokens through the MoE and the chunked KDA form; TokenSpeed measured K3 speculation at 0.55x of plain
+// decode at batch 1), so fewer than ~0.5 accepted drafts per step (1.5 tokens per step) no longer pays;
+// 8 steps and weight 0.25 let a bad start recover and fire within ~8 steps of a drafter gone wrong. They are
+// a choice, not a measurement — docs/PERF.md numbers on the GPU should set them. (vLLM turns speculation
+// off by batch size, `disable_by_batch_size`; this is per sequence and by acceptance.)
+struct BreakEvenRule {
+  int min_steps = 8;
+  double weight = 0.25;
+  double break_even = 0.5;  // accepted drafts per verify step
+};
+
+class AcceptanceAverage {
+ public:
+  // Records a verify step that fed drafts and accepted `n_accepted`; false once speculation should stop.
+  bool observe(int n_accepted, const BreakEvenRule& rule) {
+    mean_ = n_steps_ == 0 ? n_accepted : (1 - rule.weight) * mean_ + rule.weight * n_accepted;
+    ++n_steps_;
+    return n_steps_ < rule.min_steps || mean_ >= rule.break_even;
+  }
+  double mean() const { return mean_; }
+
+ private:
+  double mean_ = 0;
+  int n_steps_ = 0;
+};
+
 }  // namespace rill::engine::spec
