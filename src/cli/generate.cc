@@ -45,7 +45,8 @@ int run_generate(int argc, char** argv) {
   std::string speculative_config;
   app.add_option("--speculative-config", speculative_config,
                  "speculative decoding, vLLM's JSON, e.g. {\"method\": \"ngram\", \"num_speculative_tokens\": 4, "
-                 "\"prompt_lookup_max\": 4} (greedy or seeded: the same output in fewer steps)");
+                 "\"prompt_lookup_max\": 4} or {\"method\": \"suffix\", \"num_speculative_tokens\": 4} (greedy "
+                 "or seeded: the same output in fewer steps)");
   add_device_options(app, dev);
   if (int rc = parse_args(app, argc, argv); rc >= 0) return rc;
   engine::spec::SpeculativeConfig speculative;

@@ -25,7 +25,7 @@ struct Engine::Impl {
   std::unique_ptr<Scheduler> sched;
   std::unique_ptr<StepSampling> sampling;
   std::unique_ptr<MaskPool> masks;               // constrained sequences' next-token masks, off this thread
-  std::shared_ptr<const spec::Drafter> drafter;  // speculative decoding's, or null
+  std::shared_ptr<spec::Drafter> drafter;  // speculative decoding's, or null
   EngineStats counters;  // the engine thread's running totals (steps, tokens, finished requests)
   int max_model_len = 0;
   std::atomic<uint64_t> next_id{1};

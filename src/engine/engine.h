@@ -153,7 +153,7 @@ struct EngineOptions {
   // checkpoint state slot (rill inspect and the memory plan show the memory).
   spec::SpeculativeConfig speculative;
   // Tests only: the drafter used instead of the one `speculative` names (which must still be enabled).
-  std::shared_ptr<const spec::Drafter> drafter;
+  std::shared_ptr<spec::Drafter> drafter;
   // When a sequence stops speculating (its acceptance below break-even; spec/acceptance.h).
   spec::BreakEvenRule speculation_break_even;
 };

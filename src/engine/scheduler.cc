@@ -307,6 +307,10 @@ void Scheduler::postprocess(const StepPlan& plan, const std::vector<int32_t>& sa
 // A release that fails (an id released twice, or never handed out) is a bookkeeping bug, not the request's
 // doing: the request finishes with that Internal error instead of `reason`, so the client and the log see it.
 void Scheduler::retire(std::unique_ptr<Sequence> seq, FinishReason reason, std::string detail) {
+  if (drafter_) {
+    const std::span<const int32_t> all(seq->tokens);
+    drafter_->observe_finished(all.first(size_t(seq->n_prompt)), all.subspan(size_t(seq->n_prompt)));
+  }
   if (Status st = caches_.release(&seq->cache); !st.ok()) {
     reason = FinishReason::Error;
     detail = st.message();

@@ -79,9 +79,10 @@ struct EmittedToken {
 
 class Scheduler {
  public:
-  // `drafter` (may be null: no speculation) must outlive the scheduler.
+  // `drafter` (may be null: no speculation) must outlive the scheduler; it is told every request that ends
+  // (Drafter::observe_finished).
   Scheduler(cache::CacheManager& caches, SchedulerLimits limits, std::vector<int32_t> eos_ids,
-            const spec::Drafter* drafter = nullptr)
+            spec::Drafter* drafter = nullptr)
       : caches_(caches), limits_(limits), eos_ids_(std::move(eos_ids)), drafter_(drafter) {
     spec_.acceptance_lengths.assign(size_t(std::max(limits_.num_speculative_tokens, 0) + 1), 0);
   }
@@ -137,7 +138,7 @@ class Scheduler {
   cache::CacheManager& caches_;
   SchedulerLimits limits_;
   std::vector<int32_t> eos_ids_;
-  const spec::Drafter* drafter_ = nullptr;
+  spec::Drafter* drafter_ = nullptr;
   SpecDecodeStats spec_;
   std::deque<std::unique_ptr<Sequence>> waiting_;
   std::vector<std::unique_ptr<Sequence>> running_;  // admission order (newest last)

@@ -171,7 +171,8 @@ TEST(Generate, SpeculativeConfigErrorsNameTheKey) {
       {R"({"method": "ngram", "num_speculative_tokens": 4, "typo": 1})", "unknown key \"typo\""},
       {R"({"method": "ngram", "num_speculative_tokens": 17})", "\"num_speculative_tokens\" 17 must be in [1, 16]"},
       {R"({"method": "mtp", "num_speculative_tokens": 2})", "method \"mtp\" is not built yet"},
-      {R"({"method": "suffix", "num_speculative_tokens": 2})", "method \"suffix\" is not built yet"},
+      {R"({"method": "suffix", "num_speculative_tokens": 2, "suffix_decoding_max_tree_depth": 1})",
+       "\"suffix_decoding_max_tree_depth\" 1 must be in [2, 1024]"},
       {R"({"method": "draft_model", "num_speculative_tokens": 2})", "method \"draft_model\" is not built yet"},
   };
   for (const auto& [json, want] : cases) {

@@ -266,7 +266,7 @@ class ReferenceDrafter final : public spec::Drafter {
 
 // Speculation that never stops for low acceptance (the tests of rollbacks want every step to draft); the
 // break-even rule has its own test.
-EngineOptions speculating(int k, std::shared_ptr<const spec::Drafter> drafter, int max_num_tokens = 256,
+EngineOptions speculating(int k, std::shared_ptr<spec::Drafter> drafter, int max_num_tokens = 256,
                           int max_batch_size = 4) {
   EngineOptions o{.max_batch_size = max_batch_size, .max_num_tokens = max_num_tokens};
   o.speculative.num_speculative_tokens = k;
@@ -621,7 +621,7 @@ TEST_P(Speculative, SampledFrequenciesEqualSamplingWithoutSpeculation) {
   const uint32_t seed = test_seed();
   SCOPED_TRACE("RILL_TEST_SEED=" + std::to_string(seed));
   std::mt19937 rng(seed);
-  const std::vector<int32_t> prompt = random_tokens(rng, 24);
+  const std::vector<int32_t> prompt = random_tokens(rng, 12);
   constexpr int kPositions = 4, kRequests = 240;
   // Drafts after any sampled prefix: the greedy continuation of the prompt at the context's length (the
   // oracle above drafts only along its own run).
@@ -845,6 +845,38 @@ TEST_P(Speculative, SpeculationStopsBelowBreakEven) {
   }
 }
 
+// The suffix drafter through the config: drafts from the request's own context change nothing; a request
+// that repeats an earlier one drafts from that one's output (the cache of recent outputs) and has more of
+// its drafts accepted than the first time.
+TEST_P(Speculative, SuffixDrafterThroughTheConfig) {
+  const uint32_t seed = test_seed();
+  SCOPED_TRACE("RILL_TEST_SEED=" + std::to_string(seed));
+  std::mt19937 rng(seed);
+  auto cfg = spec::parse_speculative_config(
+      R"({"method": "suffix", "num_speculative_tokens": 4, "suffix_decoding_max_spec_factor": 4})");
+  ASSERT_TRUE(cfg.ok()) << cfg.status().to_string();
+  EngineOptions o{.max_batch_size = 4, .max_num_tokens = 128};
+  o.speculative = *cfg;
+  o.speculation_break_even.min_steps = INT_MAX;
+  Harness on(current_fixture, o);
+  std::vector<Request> rs;
+  for (const auto& p : prompts(rng, 3)) rs.push_back({p, greedy(32)});
+  const auto got = on.run_all(rs);
+  for (size_t i = 0; i < rs.size(); ++i)
+    expect_same(got[i], reference(rs[i]), "request " + std::to_string(i));
+  EXPECT_GT(on.engine().stats().spec_num_drafts, 0u);
+  // The same fresh prompt twice, one after the other.
+  const Request fresh{random_tokens(rng, 30), greedy(40)};
+  const Outcome want = reference(fresh);
+  const uint64_t before = on.engine().stats().spec_num_accepted_tokens;
+  expect_same(on.run(fresh.prompt, fresh.params), want, "first");
+  const uint64_t first = on.engine().stats().spec_num_accepted_tokens - before;
+  expect_same(on.run(fresh.prompt, fresh.params), want, "again");
+  const uint64_t again = on.engine().stats().spec_num_accepted_tokens - before - first;
+  EXPECT_GT(again, first);
+  EXPECT_GE(again, 20u) << "the earlier output drafts most of the 39 tokens after the first";
+}
+
 INSTANTIATE_TEST_SUITE_P(Fixtures, Speculative,
                          ::testing::Values("kimi_linear_tiny_b", "kimi_k3_tiny_a_all_experts"));
 
@@ -859,6 +891,19 @@ TEST(SpeculativeConfig, ParsesVllmKeys) {
       R"({"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_max": 3})");
   ASSERT_TRUE(only_max.ok());
   EXPECT_EQ(only_max->prompt_lookup_min, 3);
+  auto suffix = spec::parse_speculative_config(
+      R"({"method": "suffix", "num_speculative_tokens": 5, "suffix_decoding_max_tree_depth": 32,
+          "suffix_decoding_max_cached_requests": 7, "suffix_decoding_min_token_prob": 0.25,
+          "suffix_decoding_max_spec_factor": 2})");
+  ASSERT_TRUE(suffix.ok()) << suffix.status().to_string();
+  EXPECT_EQ(suffix->method, "suffix");
+  EXPECT_EQ(suffix->suffix.max_tree_depth, 32);
+  EXPECT_EQ(suffix->suffix.max_cached_requests, 7);
+  EXPECT_EQ(suffix->suffix.min_token_prob, 0.25);
+  EXPECT_EQ(suffix->suffix.max_spec_factor, 2.0);
+  auto suffix_defaults = spec::parse_speculative_config(R"({"method": "suffix", "num_speculative_tokens": 3})");
+  ASSERT_TRUE(suffix_defaults.ok()) << suffix_defaults.status().to_string();
+  EXPECT_EQ(suffix_defaults->suffix.max_tree_depth, spec::SuffixDrafterOptions{}.max_tree_depth);
   auto neither = spec::parse_speculative_config(R"({"method": "ngram", "num_speculative_tokens": 16})");
   ASSERT_TRUE(neither.ok());
   EXPECT_EQ(neither->prompt_lookup_min, 5);
@@ -876,7 +921,19 @@ TEST(SpeculativeConfig, ErrorsNameTheKeyOrMethod) {
        "\"num_speculative_tokens\" must be an integer"},
       {R"({"method": "ngram"})", "\"num_speculative_tokens\" is required"},
       {R"({"num_speculative_tokens": 4})", "\"method\" is required"},
-      {R"({"method": "suffix", "num_speculative_tokens": 4})", "method \"suffix\" is not built yet"},
+      {R"({"method": "suffix", "num_speculative_tokens": 4, "prompt_lookup_max": 3})",
+       "\"prompt_lookup_max\" does not apply to method \"suffix\""},
+      {R"({"method": "ngram", "num_speculative_tokens": 4, "suffix_decoding_min_token_prob": 0.2})",
+       "\"suffix_decoding_min_token_prob\" does not apply to method \"ngram\""},
+      {R"({"method": "suffix", "num_speculative_tokens": 4, "suffix_decoding_max_tree_depth": 1})",
+       "\"suffix_decoding_max_tree_depth\" 1 must be in [2, 1024]"},
+      {R"({"method": "suffix", "num_speculative_tokens": 4, "suffix_decoding_max_cached_requests": -1})",
+       "\"suffix_decoding_max_cached_requests\" -1 must be at least 0"},
+      {R"({"method": "suffix", "num_speculative_tokens": 4, "suffix_decoding_min_token_prob": "0.1"})",
+       "\"suffix_decoding_min_token_prob\" must be a number"},
+      {R"({"method": "suffix", "num_speculative_tokens": 4, "suffix_decoding_max_spec_factor": 0})",
+       "\"suffix_decoding_max_spec_factor\" 0 must be positive"},
+      {R"({"method": "suffix"})", "\"num_speculative_tokens\" is required"},
       {R"({"method": "draft_model", "num_speculative_tokens": 4})",
        "method \"draft_model\" is not built yet"},
       {R"({"method": "mtp", "num_speculative_tokens": 4})", "method \"mtp\" is not built yet"},
