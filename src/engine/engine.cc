@@ -8,6 +8,7 @@
 #include "cache/cache_manager.h"
 #include "core/log.h"
 #include "engine/scheduler.h"
+#include "engine/spec/draft_model_drafter.h"
 #include "engine/step_sampling.h"
 #include "engine/stop_checker.h"
 #include "runner/executor.h"
@@ -26,6 +27,7 @@ struct Engine::Impl {
   std::unique_ptr<StepSampling> sampling;
   std::unique_ptr<MaskPool> masks;               // constrained sequences' next-token masks, off this thread
   std::shared_ptr<spec::Drafter> drafter;  // speculative decoding's, or null
+  int64_t draft_vocab = -1;                // method draft_model: the draft model's vocabulary size
   EngineStats counters;  // the engine thread's running totals (steps, tokens, finished requests)
   int max_model_len = 0;
   std::atomic<uint64_t> next_id{1};
@@ -279,6 +281,13 @@ Result<std::unique_ptr<Engine>> Engine::create(const ExecutorFactory& make_execu
   if (o.speculative.enabled()) {
     if (o.drafter) {
       impl->drafter = o.drafter;
+    } else if (o.speculative.method == "draft_model") {
+      if (!o.make_draft_engine)
+        return invalid_argument("--speculative-config: method \"draft_model\" is not built yet here (no draft "
+                                "engine; rill generate runs it)");
+      RILL_ASSIGN_OR_RETURN(std::unique_ptr<Engine> draft, o.make_draft_engine());
+      impl->draft_vocab = draft->model().config().vocab_size;
+      impl->drafter = std::make_shared<spec::DraftModelDrafter>(std::move(draft));
     } else {
       RILL_ASSIGN_OR_RETURN(std::unique_ptr<spec::Drafter> d, spec::make_drafter(o.speculative));
       impl->drafter = std::move(d);
@@ -309,6 +318,9 @@ Result<std::unique_ptr<Engine>> Engine::create(const ExecutorFactory& make_execu
   const model::ModelConfig& c = impl->exec->model().config();
   const std::vector<int32_t> eos_ids = c.eos_token_ids;
   const int64_t vocab = c.vocab_size;
+  if (impl->draft_vocab >= 0 && impl->draft_vocab != vocab)
+    return invalid_argument("--speculative-config: the draft model's vocabulary has {} tokens, the model's {}",
+                            impl->draft_vocab, vocab);
   RILL_ASSIGN_OR_RETURN(cache::CacheManager cm,
                         cache::CacheManager::create(impl->exec->memory_plan(), impl->exec->prefix_options()));
   impl->caches = std::make_unique<cache::CacheManager>(std::move(cm));

@@ -38,6 +38,8 @@ class TokenConstraint;
 
 namespace rill::engine {
 
+class Engine;
+
 // Per-request sampling and stopping (OpenAI / vLLM semantics). An aggregate: use designated initialisers.
 struct SamplingParams {
   float temperature = 1.0f;  // 0: greedy
@@ -154,6 +156,10 @@ struct EngineOptions {
   spec::SpeculativeConfig speculative;
   // Tests only: the drafter used instead of the one `speculative` names (which must still be enabled).
   std::shared_ptr<spec::Drafter> drafter;
+  // Method draft_model: makes the engine that runs the draft model greedily (the caller loads the checkpoint
+  // `speculative.draft_model` on its backend: rill generate; spec/draft_model_drafter.h). Its vocabulary
+  // must be the target's.
+  std::function<Result<std::unique_ptr<Engine>>()> make_draft_engine;
   // When a sequence stops speculating (its acceptance below break-even; spec/acceptance.h).
   spec::BreakEvenRule speculation_break_even;
 };

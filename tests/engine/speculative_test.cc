@@ -877,6 +877,47 @@ TEST_P(Speculative, SuffixDrafterThroughTheConfig) {
   EXPECT_GE(again, 20u) << "the earlier output drafts most of the 39 tokens after the first";
 }
 
+// A draft model (a second engine with its own model and caches): the target's own checkpoint as the draft
+// proposes the target's greedy continuation, so every draft is accepted; another checkpoint with the same
+// vocabulary proposes something else, and the output is unchanged either way.
+TEST_P(Speculative, DraftModelDrafter) {
+  const uint32_t seed = test_seed();
+  SCOPED_TRACE("RILL_TEST_SEED=" + std::to_string(seed));
+  std::mt19937 rng(seed);
+  std::vector<Request> rs;
+  std::vector<Outcome> want;
+  for (const auto& p : prompts(rng, 2)) {
+    rs.push_back({p, greedy(24)});
+    want.push_back(reference(rs.back()));
+  }
+  for (const std::string& draft : {current_fixture, std::string("kimi_linear_tiny_a")}) {
+    SCOPED_TRACE("draft model " + draft);
+    auto draft_backend = backend::make_cpu_backend();  // outlives the engines below
+    EngineOptions o{.max_batch_size = 4, .max_num_tokens = 128};
+    o.speculative.method = "draft_model";
+    o.speculative.num_speculative_tokens = 3;
+    o.speculative.draft_model = draft;
+    o.speculation_break_even.min_steps = INT_MAX;
+    o.make_draft_engine = [&]() -> Result<std::unique_ptr<Engine>> {
+      RILL_ASSIGN_OR_RETURN(auto m, model::load_model(testing::engine_model_dir(draft), *draft_backend));
+      EngineOptions d{.max_batch_size = 1, .max_num_tokens = 128};
+      d.enable_prefix_caching = true;
+      d.kda_snapshot_interval = d.block_size;
+      return Engine::create(std::move(m), nullptr, d);
+    };
+    Harness on(current_fixture, o);
+    const auto got = on.run_all(rs);
+    for (size_t i = 0; i < rs.size(); ++i) expect_same(got[i], want[i], "request " + std::to_string(i));
+    const EngineStats s = on.engine().stats();
+    EXPECT_GT(s.spec_num_drafts, 0u);
+    if (draft == current_fixture) {
+      EXPECT_EQ(s.spec_num_accepted_tokens, s.spec_num_draft_tokens);
+    } else {
+      EXPECT_LT(s.spec_num_accepted_tokens, s.spec_num_draft_tokens);
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Fixtures, Speculative,
                          ::testing::Values("kimi_linear_tiny_b", "kimi_k3_tiny_a_all_experts"));
 
@@ -934,8 +975,10 @@ TEST(SpeculativeConfig, ErrorsNameTheKeyOrMethod) {
       {R"({"method": "suffix", "num_speculative_tokens": 4, "suffix_decoding_max_spec_factor": 0})",
        "\"suffix_decoding_max_spec_factor\" 0 must be positive"},
       {R"({"method": "suffix"})", "\"num_speculative_tokens\" is required"},
-      {R"({"method": "draft_model", "num_speculative_tokens": 4})",
-       "method \"draft_model\" is not built yet"},
+      {R"({"method": "draft_model", "num_speculative_tokens": 4, "model": "/m"})",
+       "method \"draft_model\" is not built yet in this command"},
+      {R"({"method": "ngram", "num_speculative_tokens": 4, "model": "/m"})",
+       "\"model\" does not apply to method \"ngram\""},
       {R"({"method": "mtp", "num_speculative_tokens": 4})", "method \"mtp\" is not built yet"},
       {R"({"method": "eagle", "num_speculative_tokens": 4})", "unknown method \"eagle\""},
       {R"({"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 0})",

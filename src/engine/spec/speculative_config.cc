@@ -36,15 +36,20 @@ constexpr const char* kSuffixKeys[] = {"suffix_decoding_max_tree_depth", "suffix
 
 Status SpeculativeConfig::validate() const {
   if (!enabled()) return {};
-  if (method == "draft_model" || method == "mtp")
-    return invalid_argument("{}: method \"{}\" is not built yet (only \"ngram\" and \"suffix\" are)", kWhere,
-                            method);
-  if (method != "ngram" && method != "suffix")
-    return invalid_argument("{}: unknown method \"{}\" (\"ngram\" or \"suffix\")", kWhere, method);
+  if (method == "mtp")
+    return invalid_argument("{}: method \"{}\" is not built yet (\"ngram\", \"suffix\" and \"draft_model\" are)",
+                            kWhere, method);
+  if (method != "ngram" && method != "suffix" && method != "draft_model")
+    return invalid_argument("{}: unknown method \"{}\" (\"ngram\", \"suffix\" or \"draft_model\")", kWhere, method);
   if (num_speculative_tokens < 1 || num_speculative_tokens > kMaxSpeculativeTokens)
     return invalid_argument("{}: \"num_speculative_tokens\" {} must be in [1, {}]", kWhere,
                             num_speculative_tokens, kMaxSpeculativeTokens);
   if (method == "suffix") return SuffixDrafter::create(suffix).status();
+  if (method == "draft_model") {
+    if (draft_model.empty())
+      return invalid_argument("{}: method \"draft_model\" needs \"model\" (a checkpoint directory)", kWhere);
+    return {};
+  }
   if (prompt_lookup_min < 1)
     return invalid_argument("{}: \"prompt_lookup_min\" {} must be at least 1", kWhere, prompt_lookup_min);
   if (prompt_lookup_max < prompt_lookup_min)
@@ -53,7 +58,7 @@ Status SpeculativeConfig::validate() const {
   return {};
 }
 
-Result<SpeculativeConfig> parse_speculative_config(std::string_view json) {
+Result<SpeculativeConfig> parse_speculative_config(std::string_view json, bool draft_models) {
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(json);
@@ -65,11 +70,12 @@ Result<SpeculativeConfig> parse_speculative_config(std::string_view json) {
     return std::find(std::begin(keys), std::end(keys), key) != std::end(keys);
   };
   for (const auto& [key, value] : j.items())
-    if (key != "method" && key != "num_speculative_tokens" && !in(kNgramKeys, key) && !in(kSuffixKeys, key))
+    if (key != "method" && key != "num_speculative_tokens" && key != "model" && !in(kNgramKeys, key) &&
+        !in(kSuffixKeys, key))
       return invalid_argument(
           "{}: unknown key \"{}\" (known: method, num_speculative_tokens, prompt_lookup_min, "
           "prompt_lookup_max, suffix_decoding_max_tree_depth, suffix_decoding_max_cached_requests, "
-          "suffix_decoding_min_token_prob, suffix_decoding_max_spec_factor)",
+          "suffix_decoding_min_token_prob, suffix_decoding_max_spec_factor, model)",
           kWhere, key);
   // The method first: one that is not built is the error to see, whatever else the object says.
   if (!j.contains("method"))
@@ -78,13 +84,22 @@ Result<SpeculativeConfig> parse_speculative_config(std::string_view json) {
     return invalid_argument("{}: \"method\" must be a string (got {})", kWhere, j["method"].dump());
   SpeculativeConfig c;
   c.method = j["method"].get<std::string>();
-  if (c.method != "ngram" && c.method != "suffix") {
+  if (c.method == "draft_model" && !draft_models)
+    return invalid_argument("{}: method \"draft_model\" is not built yet in this command (rill generate runs it)",
+                            kWhere);
+  if (c.method != "ngram" && c.method != "suffix" && c.method != "draft_model") {
     c.num_speculative_tokens = 1;
     RILL_TRY(c.validate());  // an error for every method not built
   }
   for (const auto& [key, value] : j.items())
-    if ((c.method == "ngram" && in(kSuffixKeys, key)) || (c.method == "suffix" && in(kNgramKeys, key)))
+    if ((c.method != "suffix" && in(kSuffixKeys, key)) || (c.method != "ngram" && in(kNgramKeys, key)) ||
+        (c.method != "draft_model" && key == "model"))
       return invalid_argument("{}: \"{}\" does not apply to method \"{}\"", kWhere, key, c.method);
+  if (j.contains("model")) {
+    if (!j["model"].is_string())
+      return invalid_argument("{}: \"model\" must be a string (got {})", kWhere, j["model"].dump());
+    c.draft_model = j["model"].get<std::string>();
+  }
   if (!j.contains("num_speculative_tokens"))
     return invalid_argument("{}: \"num_speculative_tokens\" is required", kWhere);
   RILL_ASSIGN_OR_RETURN(c.num_speculative_tokens, int_key(j, "num_speculative_tokens"));
@@ -122,6 +137,10 @@ Result<SpeculativeConfig> parse_speculative_config(std::string_view json) {
 Result<std::unique_ptr<Drafter>> make_drafter(const SpeculativeConfig& config) {
   RILL_TRY(config.validate());
   if (!config.enabled()) return invalid_argument("{}: speculation is off", kWhere);
+  if (config.method == "draft_model")
+    return invalid_argument("{}: method \"draft_model\" needs its draft engine from the caller "
+                            "(EngineOptions::make_draft_engine)",
+                            kWhere);
   if (config.method == "suffix") {
     RILL_ASSIGN_OR_RETURN(std::unique_ptr<SuffixDrafter> s, SuffixDrafter::create(config.suffix));
     return std::unique_ptr<Drafter>(std::move(s));
