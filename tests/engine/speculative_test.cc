@@ -980,6 +980,7 @@ TEST(SpeculativeConfig, ErrorsNameTheKeyOrMethod) {
       {R"({"method": "ngram", "num_speculative_tokens": 4, "model": "/m"})",
        "\"model\" does not apply to method \"ngram\""},
       {R"({"method": "mtp", "num_speculative_tokens": 4})", "method \"mtp\" is not built yet"},
+      {R"({"method": "mtp", "num_speculative_tokens": 4})", "\"num_nextn_predict_layers\" > 0"},
       {R"({"method": "eagle", "num_speculative_tokens": 4})", "unknown method \"eagle\""},
       {R"({"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 0})",
        "\"prompt_lookup_min\" 0 must be at least 1"},

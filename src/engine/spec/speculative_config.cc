@@ -36,9 +36,14 @@ constexpr const char* kSuffixKeys[] = {"suffix_decoding_max_tree_depth", "suffix
 
 Status SpeculativeConfig::validate() const {
   if (!enabled()) return {};
+  // MTP drafts from the checkpoint's own multi-token-prediction layers (config.json num_nextn_predict_layers,
+  // ModelConfig::n_mtp_layers): no released Kimi Linear or K3 checkpoint has any, and rill loads none.
   if (method == "mtp")
-    return invalid_argument("{}: method \"{}\" is not built yet (\"ngram\", \"suffix\" and \"draft_model\" are)",
-                            kWhere, method);
+    return invalid_argument(
+        "{}: method \"mtp\" is not built yet: it needs MTP layers in the checkpoint (config.json "
+        "\"num_nextn_predict_layers\" > 0), which no released Kimi checkpoint has and rill does not load; use "
+        "\"ngram\", \"suffix\" or \"draft_model\"",
+        kWhere);
   if (method != "ngram" && method != "suffix" && method != "draft_model")
     return invalid_argument("{}: unknown method \"{}\" (\"ngram\", \"suffix\" or \"draft_model\")", kWhere, method);
   if (num_speculative_tokens < 1 || num_speculative_tokens > kMaxSpeculativeTokens)
