@@ -463,7 +463,8 @@ TEST_P(Speculative, PrefixCachingWithWarmPrefixes) {
   }
 }
 
-// Chunked prefill (small steps, several requests) and preemption (too few blocks for all of them).
+// Chunked prefill (small steps, several requests) and preemption (too few blocks for all of them), greedy
+// and seeded.
 TEST_P(Speculative, ChunkedPrefillAndPreemption) {
   const uint32_t seed = test_seed();
   SCOPED_TRACE("RILL_TEST_SEED=" + std::to_string(seed));
@@ -472,7 +473,11 @@ TEST_P(Speculative, ChunkedPrefillAndPreemption) {
   std::vector<Request> rs;
   std::vector<Outcome> want;
   for (int i = 0; i < 5; ++i) {
-    rs.push_back({random_tokens(rng, 90 + rng() % 30), greedy(40)});
+    // Greedy and seeded (with a penalty, logprobs or min_tokens): a rollback or a recomputation must also
+    // keep the draw counters and penalty counts of the positions.
+    rs.push_back({random_tokens(rng, 90 + rng() % 30), i % 2 ? seeded(40, seed + uint64_t(i), i) : greedy(40)});
+    if (i == 1) rs.back().params.presence_penalty = 0.5f;
+    if (i == 3) rs.back().params.logprobs = 1, rs.back().params.min_tokens = 10;
     want.push_back(reference(rs.back()));
     drafter->learn(rs.back().prompt, want.back().ids);
   }
