@@ -459,6 +459,9 @@ TEST_P(Speculative, PrefixCachingWithWarmPrefixes) {
       const Outcome next = on.run(turn2, greedy(20));
       expect_same(next, second, "next turn");
       EXPECT_GE(next.cached, 128);  // past the prompt: blocks the first request decoded with drafts
+      // Seeded sampling from a warm prefix, with the greedy run's drafts (right only while it agrees).
+      const Request sampled{prompt, seeded(40, seed, 2)};
+      expect_same(on.run(sampled.prompt, sampled.params), reference(sampled), "seeded");
     }
   }
 }
