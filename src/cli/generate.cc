@@ -45,12 +45,14 @@ int run_generate(int argc, char** argv) {
   std::string speculative_config;
   app.add_option("--speculative-config", speculative_config,
                  "speculative decoding, vLLM's JSON, e.g. {\"method\": \"ngram\", \"num_speculative_tokens\": 4, "
-                 "\"prompt_lookup_max\": 4} (greedy only: the same output in fewer steps)");
+                 "\"prompt_lookup_max\": 4}, {\"method\": \"suffix\", \"num_speculative_tokens\": 4} or "
+                 "{\"method\": \"draft_model\", \"model\": DIR, \"num_speculative_tokens\": 4} (a smaller checkpoint "
+                 "with the same vocabulary; greedy or seeded: the same output in fewer steps)");
   add_device_options(app, dev);
   if (int rc = parse_args(app, argc, argv); rc >= 0) return rc;
   engine::spec::SpeculativeConfig speculative;
   if (!speculative_config.empty()) {
-    auto spec = engine::spec::parse_speculative_config(speculative_config);
+    auto spec = engine::spec::parse_speculative_config(speculative_config, /*draft_models=*/true);
     if (!spec.ok()) return report_error("generate", spec.status());
     speculative = *spec;
   }
@@ -79,6 +81,22 @@ int run_generate(int argc, char** argv) {
   eo.max_model_len = context;
   eo.num_kv_blocks = (context + eo.block_size - 1) / eo.block_size;
   eo.speculative = speculative;
+  if (speculative.enabled() && speculative.method == "draft_model") {
+    // The draft model on the same device, in an engine of its own with prefix caching (each proposal then
+    // re-prefills only from its last snapshot; engine/spec/draft_model_drafter.h).
+    eo.make_draft_engine = [&]() -> Result<std::unique_ptr<engine::Engine>> {
+      auto dm = load_model_with_progress(speculative.draft_model, **be);
+      if (!dm.ok()) return Status(dm.status().code(), "draft model: " + dm.status().message());
+      engine::EngineOptions d;
+      d.max_batch_size = 1;
+      d.max_num_tokens = eo.max_num_tokens;
+      d.max_model_len = context;
+      d.num_kv_blocks = 2 * eo.num_kv_blocks;  // the cached context and the proposal's blocks
+      d.enable_prefix_caching = true;
+      d.kda_snapshot_interval = d.block_size;
+      return engine::Engine::create(std::move(dm).value(), nullptr, d);
+    };
+  }
   auto e = engine::Engine::create(std::move(m).value(), tok, eo);
   if (!e.ok()) return report_error("generate", e.status());
   p.max_tokens = max_tokens;

@@ -150,7 +150,7 @@ int run_inspect(int argc, char** argv) {
   // Speculative decoding's rollback keeps one checkpoint of each sequence's slot (engine/scheduler.h).
   std::printf(
       "speculation  +%s per sequence with --speculative-config (a checkpoint of its KDA state and conv "
-      "windows)\n",
+      "windows; method draft_model adds the draft checkpoint's weights and its own caches)\n",
       human_bytes(double(c.kda_state_bytes_per_sequence() + c.kda_conv_bytes_per_sequence(2))).c_str());
 
   // Everything else rill serve needs; each problem is collected, so one run names them all.

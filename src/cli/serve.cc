@@ -319,8 +319,11 @@ int run_serve(int argc, char** argv) {
   app.add_option(
       "--speculative-config", speculative_config,
       "speculative decoding, vLLM's JSON: {\"method\": \"ngram\", \"num_speculative_tokens\": K, "
-      "\"prompt_lookup_max\": N, \"prompt_lookup_min\": M}; greedy requests without penalties, "
-      "grammar, logprobs or min_tokens are verified K drafts at a time (same output, fewer steps)");
+      "\"prompt_lookup_max\": N, \"prompt_lookup_min\": M} or {\"method\": \"suffix\", "
+      "\"num_speculative_tokens\": K, \"suffix_decoding_max_tree_depth\": 24, "
+      "\"suffix_decoding_max_cached_requests\": 1000, \"suffix_decoding_min_token_prob\": 0.1, "
+      "\"suffix_decoding_max_spec_factor\": 1.0}; requests are verified K drafts at a time (greedy and "
+      "seeded: the same output; sampled: the same distribution; fewer steps)");
   add_device_options(app, dev);
   VllmFlags vllm;
   add_vllm_flags(app, o, vllm);

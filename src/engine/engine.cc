@@ -8,24 +8,12 @@
 #include "cache/cache_manager.h"
 #include "core/log.h"
 #include "engine/scheduler.h"
+#include "engine/spec/draft_model_drafter.h"
 #include "engine/step_sampling.h"
 #include "engine/stop_checker.h"
 #include "runner/executor.h"
 
 namespace rill::engine {
-
-namespace {
-
-// This slice verifies greedy requests only, and none whose sampling depends on more than the position's
-// logits and a fixed mask: sampling (needs the probabilistic acceptance rule), penalties (counts that change
-// with every accepted token), a constraint (a mask per grammar state), logprobs, min_tokens (a mask that
-// changes with the count). allowed_token_ids is the same mask at every position, so it may speculate.
-bool may_speculate(const SamplingParams& p, bool constrained) {
-  const bool penalties = p.presence_penalty != 0 || p.frequency_penalty != 0 || p.repetition_penalty != 1;
-  return p.temperature == 0 && !penalties && !constrained && p.logprobs < 0 && p.min_tokens == 0;
-}
-
-}  // namespace
 
 struct Engine::Impl {
   // The engine's only view of the devices: it runs each step (and owns the model, caches and sampler).
@@ -38,7 +26,8 @@ struct Engine::Impl {
   std::unique_ptr<Scheduler> sched;
   std::unique_ptr<StepSampling> sampling;
   std::unique_ptr<MaskPool> masks;               // constrained sequences' next-token masks, off this thread
-  std::shared_ptr<const spec::Drafter> drafter;  // speculative decoding's, or null
+  std::shared_ptr<spec::Drafter> drafter;  // speculative decoding's, or null
+  int64_t draft_vocab = -1;                // method draft_model: the draft model's vocabulary size
   EngineStats counters;  // the engine thread's running totals (steps, tokens, finished requests)
   int max_model_len = 0;
   std::atomic<uint64_t> next_id{1};
@@ -98,6 +87,7 @@ void Engine::Impl::publish_locked() {
   s.spec_num_drafts = sd.n_drafts;
   s.spec_num_draft_tokens = sd.n_draft_tokens;
   s.spec_num_accepted_tokens = sd.n_accepted_tokens;
+  s.spec_num_stopped_sequences = sd.n_stopped;
   if (drafter) s.spec_acceptance_lengths = sd.acceptance_lengths;
 }
 
@@ -164,11 +154,11 @@ void Engine::Impl::step() {
   for (const auto& p : plan.seqs)
     if (!p.seq->first_scheduled) p.seq->first_scheduled = step_start;
   const model::StepBatch batch = plan.to_batch();
-  // One sampling row per logits row: a verify step's k + 1 rows of a sequence are all greedy and unmasked
-  // but for allowed_token_ids, which holds at every position alike.
-  std::vector<const Sequence*> rows;
+  // One sampling row per logits row: row j of a verify step follows drafts d_1..d_j.
+  std::vector<StepSampling::Row> rows;
   for (const auto& p : plan.seqs)
-    for (int r = 0; r < p.n_logit_rows(); ++r) rows.push_back(p.seq);
+    for (int r = 0; r < p.n_logit_rows(); ++r)
+      rows.push_back({p.seq, std::span<const int32_t>(p.drafts).first(size_t(r))});
   // The cache operations of this step's admissions and of the last step's commits travel with it.
   auto out = exec->execute(batch, sampling->make(rows, bool(opts.logits_hook)), caches->take_ops());
   if (!out.ok()) {  // every request of the step fails with the step's error (logged when it finishes)
@@ -211,8 +201,12 @@ void Engine::Impl::step() {
   counters.observe_iteration_tokens(iteration_tokens);
   // The next masks of the constrained sequences that go on, computed while this thread emits and runs the
   // next step; until one is ready its sequence sits out (Scheduler::schedule).
+  // A speculating one's drafts for that step go with it, so their positions' masks are computed too.
   for (const auto& p : plan.seqs)
-    if (p.samples && p.seq->constraint && sched->find(p.seq->id)) masks->start(p.seq->constraint);
+    if (p.samples && p.seq->constraint && sched->find(p.seq->id)) {
+      p.seq->constraint->set_drafts(sched->propose_for_mask(*p.seq));
+      masks->start(p.seq->constraint);
+    }
   emit_finished(pending);
 }
 
@@ -287,6 +281,13 @@ Result<std::unique_ptr<Engine>> Engine::create(const ExecutorFactory& make_execu
   if (o.speculative.enabled()) {
     if (o.drafter) {
       impl->drafter = o.drafter;
+    } else if (o.speculative.method == "draft_model") {
+      if (!o.make_draft_engine)
+        return invalid_argument("--speculative-config: method \"draft_model\" is not built yet here (no draft "
+                                "engine; rill generate runs it)");
+      RILL_ASSIGN_OR_RETURN(std::unique_ptr<Engine> draft, o.make_draft_engine());
+      impl->draft_vocab = draft->model().config().vocab_size;
+      impl->drafter = std::make_shared<spec::DraftModelDrafter>(std::move(draft));
     } else {
       RILL_ASSIGN_OR_RETURN(std::unique_ptr<spec::Drafter> d, spec::make_drafter(o.speculative));
       impl->drafter = std::move(d);
@@ -317,13 +318,16 @@ Result<std::unique_ptr<Engine>> Engine::create(const ExecutorFactory& make_execu
   const model::ModelConfig& c = impl->exec->model().config();
   const std::vector<int32_t> eos_ids = c.eos_token_ids;
   const int64_t vocab = c.vocab_size;
+  if (impl->draft_vocab >= 0 && impl->draft_vocab != vocab)
+    return invalid_argument("--speculative-config: the draft model's vocabulary has {} tokens, the model's {}",
+                            impl->draft_vocab, vocab);
   RILL_ASSIGN_OR_RETURN(cache::CacheManager cm,
                         cache::CacheManager::create(impl->exec->memory_plan(), impl->exec->prefix_options()));
   impl->caches = std::make_unique<cache::CacheManager>(std::move(cm));
   // One sequence must always fit in the cache on its own, so recompute preemption always makes progress.
   impl->max_model_len = impl->exec->max_model_len();
   SchedulerLimits sl{o.max_batch_size, o.max_num_tokens, impl->max_model_len, o.chunked_prefill,
-                     ro.num_speculative_tokens};
+                     ro.num_speculative_tokens, o.speculation_break_even};
   impl->sched = std::make_unique<Scheduler>(*impl->caches, sl, eos_ids, impl->drafter.get());
   impl->sampling = std::make_unique<StepSampling>(eos_ids, vocab);
   impl->masks = std::make_unique<MaskPool>(
@@ -368,7 +372,11 @@ Result<std::shared_ptr<RequestStream>> Engine::submit(Request r) {
     m.masks->start(seq->constraint);  // the first token's mask, while the prompt waits and prefills
   }
   seq->max_new_tokens = std::min(r.params.max_tokens, m.max_model_len - n);
-  seq->speculates = m.drafter && may_speculate(r.params, bool(seq->constraint));
+  // Every request may speculate: a verify step's row j is sampled as the step per token at that position
+  // would be (StepSampling::Row: draw counter, penalty counts, min_tokens, grammar mask; the row's logprobs),
+  // and sampling each row then accepting while the draw equals the draft is the speculative-sampling rule
+  // for drafts without a distribution (spec/acceptance.h). A constraint that cannot fork gets no drafts.
+  seq->speculates = m.drafter != nullptr;
   seq->seed = r.params.seed ? *r.params.seed : std::random_device{}() * 0x9e3779b97f4a7c15ull;
   if (r.params.repetition_penalty != 1.0f) seq->prompt_tokens.insert(r.prompt.begin(), r.prompt.end());
   seq->stop = std::make_unique<StopChecker>(m.tokenizer.get(), r.params);

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "engine/spec/acceptance.h"
 #include "engine/spec/drafter.h"
 #include "engine/spec/speculative_config.h"
 
@@ -36,6 +37,8 @@ class TokenConstraint;
 }
 
 namespace rill::engine {
+
+class Engine;
 
 // Per-request sampling and stopping (OpenAI / vLLM semantics). An aggregate: use designated initialisers.
 struct SamplingParams {
@@ -146,13 +149,19 @@ struct EngineOptions {
   // (weights + workspace + caches; the caches get what is left of it); 0: unset (kv_cache_fraction applies).
   // Sized by runner/memory_plan.cc (RunnerOptions); ignored where memory is the host's.
   double gpu_memory_utilization = 0;
-  // Speculative decoding (vLLM's --speculative-config; off while num_speculative_tokens is 0): greedy
-  // requests without penalties, a constraint, logprobs or min_tokens get up to num_speculative_tokens drafts
-  // per step, verified in the step; their output is the output without speculation. Every sequence slot gets
-  // a checkpoint state slot (rill inspect and the memory plan show the memory).
+  // Speculative decoding (vLLM's --speculative-config; off while num_speculative_tokens is 0): requests get
+  // up to num_speculative_tokens drafts per step, verified in the step; greedy and seeded output is the
+  // output without speculation, unseeded sampling has its distribution. Every sequence slot gets a
+  // checkpoint state slot (rill inspect and the memory plan show the memory).
   spec::SpeculativeConfig speculative;
   // Tests only: the drafter used instead of the one `speculative` names (which must still be enabled).
-  std::shared_ptr<const spec::Drafter> drafter;
+  std::shared_ptr<spec::Drafter> drafter;
+  // Method draft_model: makes the engine that runs the draft model greedily (the caller loads the checkpoint
+  // `speculative.draft_model` on its backend: rill generate; spec/draft_model_drafter.h). Its vocabulary
+  // must be the target's.
+  std::function<Result<std::unique_ptr<Engine>>()> make_draft_engine;
+  // When a sequence stops speculating (its acceptance below break-even; spec/acceptance.h).
+  spec::BreakEvenRule speculation_break_even;
 };
 
 struct EngineStats {
@@ -179,6 +188,9 @@ struct EngineStats {
   // n in [1, num_speculative_tokens + 1]. Empty without speculation.
   uint64_t spec_num_drafts = 0, spec_num_draft_tokens = 0, spec_num_accepted_tokens = 0;
   std::vector<uint64_t> spec_acceptance_lengths;
+  // Sequences that stopped speculating because their acceptance stayed below break-even
+  // (spec::BreakEvenRule).
+  uint64_t spec_num_stopped_sequences = 0;
   void observe_iteration_tokens(int tokens) {
     size_t i = 0;
     while (i < kIterationTokenBuckets.size() && tokens > kIterationTokenBuckets[i]) ++i;

@@ -36,10 +36,23 @@ class ConstraintMask {
   // MaskPool::start computes it.
   void accept(int32_t token);
 
+  // Speculative decoding (engine thread, before MaskPool::start; not while a computation is under way): the
+  // drafts the next step may feed. The computation then also walks a fork of the constraint along them and
+  // keeps the longest prefix in which each draft is allowed by the mask before it, with the mask after each.
+  void set_drafts(std::vector<int32_t> drafts);
+  // While ready(): that prefix (empty when the constraint cannot fork), and the mask of the position after
+  // drafts()[0..j] — the mask of a verify step's row j + 1.
+  std::span<const int32_t> drafts() const { return drafts_; }
+  std::span<const uint32_t> draft_words(size_t j) const { return draft_words_[j]; }
+
  private:
   friend class MaskPool;
+  void compute();  // on a worker
+
   std::shared_ptr<text::constraint::TokenConstraint> constraint_;
   std::vector<uint32_t> words_;
+  std::vector<int32_t> drafts_;
+  std::vector<std::vector<uint32_t>> draft_words_;
   std::atomic<bool> ready_{false};
 };
 

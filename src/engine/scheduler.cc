@@ -105,9 +105,28 @@ std::vector<int32_t> Scheduler::plan_drafts(Sequence& s, int n_own, int budget) 
                     budget, speculation_end(s) - n_tokens});
   while (k > 0 && caches_.blocks_to_grow(s.cache, n_tokens + k) > caches_.available_blocks()) --k;
   if (k <= 0) return {};
-  std::vector<int32_t> drafts = drafter_->propose(s.tokens, k);
+  // A constrained sequence's drafts were proposed when its mask was started, and cut where its grammar
+  // rejects one; the masks of their positions are ready with its own (ConstraintMask::set_drafts).
+  std::vector<int32_t> drafts;
+  if (s.constraint) {
+    const std::span<const int32_t> ready = s.constraint->drafts();
+    drafts.assign(ready.begin(), ready.end());
+  } else {
+    drafts = drafter_->propose(s.tokens, k);
+  }
   if (int(drafts.size()) > k) drafts.resize(size_t(k));
   if (drafts.empty() || !caches_.grow(&s.cache, n_tokens + int(drafts.size())).ok()) return {};
+  return drafts;
+}
+
+std::vector<int32_t> Scheduler::propose_for_mask(const Sequence& s) const {
+  const int k_max = limits_.num_speculative_tokens;
+  if (!drafter_ || k_max <= 0 || !s.speculates || !caches_.has_checkpoints()) return {};
+  const int k = std::min({k_max, s.max_new_tokens - s.n_generated() - 1,
+                          limits_.max_model_len - int(s.tokens.size()) - 1});
+  if (k <= 0) return {};
+  std::vector<int32_t> drafts = drafter_->propose(s.tokens, k);
+  if (int(drafts.size()) > k) drafts.resize(size_t(k));
   return drafts;
 }
 
@@ -209,7 +228,7 @@ void Scheduler::postprocess(const StepPlan& plan, const std::vector<int32_t>& sa
         finish(s->id, FinishReason::Error, "internal: fewer sampled tokens than logits rows");
         continue;
       }
-      acc = spec::accept_greedy(p.drafts, std::span<const int32_t>(sampled).subspan(row, n_rows));
+      acc = spec::accept_drafts(p.drafts, std::span<const int32_t>(sampled).subspan(row, n_rows));
     }
     const size_t first_row = row;
     row += size_t(p.n_logit_rows());
@@ -238,6 +257,10 @@ void Scheduler::postprocess(const StepPlan& plan, const std::vector<int32_t>& sa
       spec_.n_draft_tokens += p.drafts.size();
       spec_.n_accepted_tokens += uint64_t(acc.n_accepted);
       spec_.acceptance_lengths[std::min(acc.emitted.size(), spec_.acceptance_lengths.size()) - 1]++;
+      if (s->speculates && !s->acceptance.observe(acc.n_accepted, limits_.break_even)) {
+        s->speculates = false;
+        spec_.n_stopped++;
+      }
     }
     s->rolled_back = false;
     // The emitted tokens one at a time, with exactly the checks a step per token would make.
@@ -284,6 +307,10 @@ void Scheduler::postprocess(const StepPlan& plan, const std::vector<int32_t>& sa
 // A release that fails (an id released twice, or never handed out) is a bookkeeping bug, not the request's
 // doing: the request finishes with that Internal error instead of `reason`, so the client and the log see it.
 void Scheduler::retire(std::unique_ptr<Sequence> seq, FinishReason reason, std::string detail) {
+  if (drafter_) {
+    const std::span<const int32_t> all(seq->tokens);
+    drafter_->observe_finished(all.first(size_t(seq->n_prompt)), all.subspan(size_t(seq->n_prompt)));
+  }
   if (Status st = caches_.release(&seq->cache); !st.ok()) {
     reason = FinishReason::Error;
     detail = st.message();

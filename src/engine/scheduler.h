@@ -11,7 +11,7 @@
 //                  tokens and applies the token-level stop conditions, one token at a time.
 // Speculative decoding (a drafter and SchedulerLimits::num_speculative_tokens > 0): a speculating sequence's
 // decode token is followed by up to k drafts, with the budget the decode tokens leave; its state slot is
-// checkpointed before the step. postprocess accepts greedily (spec/acceptance.h); when a draft is rejected
+// checkpointed before the step. postprocess accepts drafts (spec/acceptance.h); when a draft is rejected
 // the slot is restored from the checkpoint, blocks past the committed tokens are freed, and the next step
 // feeds the committed tokens again (then drafts on). Drafts never enter Sequence::tokens, the prefix index or
 // a snapshot: only committed tokens do. Every sequence that leaves (finished, cancelled, failed) gives back
@@ -28,6 +28,7 @@
 
 #include "cache/cache_manager.h"
 #include "engine/sequence.h"
+#include "engine/spec/acceptance.h"
 #include "engine/spec/drafter.h"
 #include "engine/stop_checker.h"
 #include "model/step_batch.h"
@@ -58,12 +59,14 @@ struct SchedulerLimits {
   int max_model_len = 4096;
   bool chunked_prefill = true;
   int num_speculative_tokens = 0;  // drafts per sequence and step (0: no speculation)
+  spec::BreakEvenRule break_even;  // when a sequence stops speculating
 };
 
 // Speculative decoding's counters (vLLM's spec_decode metrics): verify steps with drafts, drafts fed,
 // drafts accepted, and how many steps emitted each number of tokens (acceptance_lengths[n - 1]: n tokens).
 struct SpecDecodeStats {
   uint64_t n_drafts = 0, n_draft_tokens = 0, n_accepted_tokens = 0;
+  uint64_t n_stopped = 0;  // sequences that stopped speculating below break-even
   std::vector<uint64_t> acceptance_lengths;
 };
 
@@ -76,9 +79,10 @@ struct EmittedToken {
 
 class Scheduler {
  public:
-  // `drafter` (may be null: no speculation) must outlive the scheduler.
+  // `drafter` (may be null: no speculation) must outlive the scheduler; it is told every request that ends
+  // (Drafter::observe_finished).
   Scheduler(cache::CacheManager& caches, SchedulerLimits limits, std::vector<int32_t> eos_ids,
-            const spec::Drafter* drafter = nullptr)
+            spec::Drafter* drafter = nullptr)
       : caches_(caches), limits_(limits), eos_ids_(std::move(eos_ids)), drafter_(drafter) {
     spec_.acceptance_lengths.assign(size_t(std::max(limits_.num_speculative_tokens, 0) + 1), 0);
   }
@@ -113,6 +117,10 @@ class Scheduler {
   uint64_t prefix_queries() const { return prefix_queries_; }
   uint64_t prefix_hits() const { return prefix_hits_; }
   const SpecDecodeStats& spec_decode() const { return spec_; }
+  // Speculative decoding of a constrained sequence: the drafts its next step may feed, proposed now (its
+  // tokens are final until that step) so that its mask computation can cut them at the first the grammar
+  // rejects and compute the masks of their positions off the engine thread (ConstraintMask::set_drafts).
+  std::vector<int32_t> propose_for_mask(const Sequence& s) const;
   Sequence* find(uint64_t id);
 
  private:
@@ -130,7 +138,7 @@ class Scheduler {
   cache::CacheManager& caches_;
   SchedulerLimits limits_;
   std::vector<int32_t> eos_ids_;
-  const spec::Drafter* drafter_ = nullptr;
+  spec::Drafter* drafter_ = nullptr;
   SpecDecodeStats spec_;
   std::deque<std::unique_ptr<Sequence>> waiting_;
   std::vector<std::unique_ptr<Sequence>> running_;  // admission order (newest last)

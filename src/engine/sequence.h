@@ -15,6 +15,7 @@
 #include "cache/cache_manager.h"
 #include "engine/engine.h"
 #include "engine/mask_pool.h"
+#include "engine/spec/acceptance.h"
 
 namespace rill::engine {
 
@@ -39,9 +40,10 @@ struct Sequence {
   // token.
   std::shared_ptr<ConstraintMask> constraint;
   int32_t n_preemptions = 0;
-  // Speculative decoding: drafts are proposed for it (greedy, and none of what this slice cannot verify:
-  // sampling, penalties, a constraint, logprobs, min_tokens; engine/README.md).
+  // Speculative decoding: drafts are proposed for it (the engine has a drafter; engine/README.md), until its
+  // acceptance stays below break-even (spec::AcceptanceAverage).
   bool speculates = false;
+  spec::AcceptanceAverage acceptance;
   // Its last step rejected a draft: the slot went back to the checkpoint, and the tokens committed since are
   // fed again (with decode's priority) before it drafts on.
   bool rolled_back = false;

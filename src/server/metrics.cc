@@ -197,6 +197,8 @@ std::string Metrics::render(const engine::EngineStats* stats) const {
             s.spec_num_draft_tokens);
     counter("rill:spec_decode_num_accepted_tokens_total", "Draft tokens accepted.",
             s.spec_num_accepted_tokens);
+    counter("rill:spec_decode_num_stopped_sequences_total",
+            "Sequences that stopped speculating: acceptance below break-even.", s.spec_num_stopped_sequences);
     const char* name = "rill:spec_decode_acceptance_length";
     header(out, name, "histogram", "Tokens a verify step emitted: its accepted drafts plus one.");
     uint64_t cumulative = 0, sum = 0;

@@ -164,6 +164,19 @@ TEST(Generate, SpeculativeConfigKeepsGreedyOutput) {
   EXPECT_NE(r.out.find(join(want)), std::string::npos) << "got: " << r.out << "\nwant: " << join(want);
 }
 
+// --speculative-config draft_model: the same checkpoint as the draft gives the same greedy output.
+TEST(Generate, DraftModelKeepsGreedyOutput) {
+  const fs::path dir = testing::data_dir() / "kimi_linear_tiny_a";
+  testing::Reference ref(dir);
+  const auto prompt = ref.ints("prompt_1"), want = ref.ints("greedy_1");
+  const auto r = run_rill("generate " + dir.string() +
+                          " --device cpu --ignore-eos --max-tokens 12 --prompt-ids " + join(prompt) +
+                          " --speculative-config '{\"method\": \"draft_model\", \"num_speculative_tokens\": 3, "
+                          "\"model\": \"" + dir.string() + "\"}'");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find(join(want)), std::string::npos) << "got: " << r.out << "\nwant: " << join(want);
+}
+
 // Bad --speculative-config values: exit 2 with the key or method named, from generate and serve alike.
 TEST(Generate, SpeculativeConfigErrorsNameTheKey) {
   const std::string dir = (testing::data_dir() / "kimi_linear_tiny_a").string();
@@ -171,8 +184,10 @@ TEST(Generate, SpeculativeConfigErrorsNameTheKey) {
       {R"({"method": "ngram", "num_speculative_tokens": 4, "typo": 1})", "unknown key \"typo\""},
       {R"({"method": "ngram", "num_speculative_tokens": 17})", "\"num_speculative_tokens\" 17 must be in [1, 16]"},
       {R"({"method": "mtp", "num_speculative_tokens": 2})", "method \"mtp\" is not built yet"},
-      {R"({"method": "suffix", "num_speculative_tokens": 2})", "method \"suffix\" is not built yet"},
-      {R"({"method": "draft_model", "num_speculative_tokens": 2})", "method \"draft_model\" is not built yet"},
+      {R"({"method": "suffix", "num_speculative_tokens": 2, "suffix_decoding_max_tree_depth": 1})",
+       "\"suffix_decoding_max_tree_depth\" 1 must be in [2, 1024]"},
+      // generate: no "model"; serve: not built there.
+      {R"({"method": "draft_model", "num_speculative_tokens": 2})", "method \"draft_model\""},
   };
   for (const auto& [json, want] : cases) {
     for (const std::string& cmd : {"generate " + dir + " --device cpu --prompt-ids 1,2,3", "serve " + dir + " --device cpu --port 0"}) {

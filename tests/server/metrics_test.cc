@@ -213,10 +213,12 @@ TEST(Metrics, SpecDecodeFromEngineStats) {
   s.spec_num_draft_tokens = 18;
   s.spec_num_accepted_tokens = 7;
   s.spec_acceptance_lengths = {2, 1, 2, 1};  // k = 3: steps that emitted 1, 2, 3 and 4 tokens
+  s.spec_num_stopped_sequences = 3;
   const std::string text = Metrics("tiny").render(&s);
   EXPECT_EQ(sample(text, "rill:spec_decode_num_drafts_total{" + l + "}"), 6);
   EXPECT_EQ(sample(text, "rill:spec_decode_num_draft_tokens_total{" + l + "}"), 18);
   EXPECT_EQ(sample(text, "rill:spec_decode_num_accepted_tokens_total{" + l + "}"), 7);
+  EXPECT_EQ(sample(text, "rill:spec_decode_num_stopped_sequences_total{" + l + "}"), 3);
   EXPECT_EQ(sample(text, "rill:spec_decode_acceptance_length_bucket{" + l + ",le=\"1\"}"), 2);
   EXPECT_EQ(sample(text, "rill:spec_decode_acceptance_length_bucket{" + l + ",le=\"3\"}"), 5);
   EXPECT_EQ(sample(text, "rill:spec_decode_acceptance_length_bucket{" + l + ",le=\"+Inf\"}"), 6);

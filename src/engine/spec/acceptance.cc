@@ -2,7 +2,7 @@
 
 namespace rill::engine::spec {
 
-Acceptance accept_greedy(std::span<const int32_t> drafts, std::span<const int32_t> sampled) {
+Acceptance accept_drafts(std::span<const int32_t> drafts, std::span<const int32_t> sampled) {
   Acceptance a;
   size_t i = 0;
   while (i < drafts.size() && i + 1 < sampled.size() && drafts[i] == sampled[i]) ++i;

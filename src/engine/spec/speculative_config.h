@@ -1,6 +1,8 @@
-// SpeculativeConfig: vLLM's --speculative-config JSON ({"method": "ngram", "num_speculative_tokens": K,
-// "prompt_lookup_max": N, "prompt_lookup_min": M}) and the drafter it names. Only `ngram` is built; the other
-// methods of vLLM and issue #21 (`suffix`, `draft_model`, `mtp`) are refused by name.
+// SpeculativeConfig: vLLM's --speculative-config JSON and the drafter it names. Built: `ngram` ({"method":
+// "ngram", "num_speculative_tokens": K, "prompt_lookup_max": N, "prompt_lookup_min": M}), `suffix` (suffix
+// decoding: "suffix_decoding_max_tree_depth", "suffix_decoding_max_cached_requests",
+// "suffix_decoding_min_token_prob", "suffix_decoding_max_spec_factor") and `draft_model` ("model": DIR;
+// where the caller loads it); `mtp` is refused by name.
 #pragma once
 
 #include <memory>
@@ -9,13 +11,16 @@
 
 #include "core/status.h"
 #include "engine/spec/drafter.h"
+#include "engine/spec/suffix_drafter.h"
 
 namespace rill::engine::spec {
 
 struct SpeculativeConfig {
   std::string method = "ngram";
   int num_speculative_tokens = 0;  // 0: speculation off; else in [1, kMaxSpeculativeTokens]
-  int prompt_lookup_min = 5, prompt_lookup_max = 5;
+  int prompt_lookup_min = 5, prompt_lookup_max = 5;  // ngram
+  SuffixDrafterOptions suffix;                       // suffix
+  std::string draft_model;                           // draft_model: the checkpoint directory (vLLM's "model")
   bool enabled() const { return num_speculative_tokens > 0; }
   // The ranges (errors name the key); a disabled config is valid.
   Status validate() const;
@@ -23,12 +28,15 @@ struct SpeculativeConfig {
 
 inline constexpr int kMaxSpeculativeTokens = 16;
 
-// Parses the flag's JSON: unknown keys, wrong types and bad values give an error naming the key (or the
-// method). `method` and `num_speculative_tokens` are required; the lookup bounds follow vLLM (both 5 when
-// neither is given, the given one's value for the other when one is).
-Result<SpeculativeConfig> parse_speculative_config(std::string_view json);
+// Parses the flag's JSON: unknown keys, keys of another method, wrong types and bad values give an error
+// naming the key (or the method). `method` and `num_speculative_tokens` are required; the lookup bounds
+// follow vLLM (both 5 when neither is given, the given one's value for the other when one is); the suffix
+// keys default to SuffixDrafterOptions'.
+// `draft_models`: the caller can load a draft model (rill generate); elsewhere method "draft_model" is
+// refused as not built yet there.
+Result<SpeculativeConfig> parse_speculative_config(std::string_view json, bool draft_models = false);
 
-// The drafter the config names.
+// The drafter the config names (not draft_model: its engine is made by the caller, Engine::create).
 Result<std::unique_ptr<Drafter>> make_drafter(const SpeculativeConfig& config);
 
 }  // namespace rill::engine::spec

@@ -56,4 +56,8 @@ void GrammarConstraint::accept(int32_t token) {
   }
 }
 
+std::unique_ptr<TokenConstraint> GrammarConstraint::fork() const {
+  return std::make_unique<GrammarConstraint>(*this);
+}
+
 }  // namespace rill::text::constraint

@@ -21,6 +21,8 @@ class GrammarConstraint : public TokenConstraint {
 
   void allowed_tokens(std::span<uint32_t> mask) override;
   void accept(int32_t token) override;
+  // A copy with the matcher's state and the masks cached so far (up to 64 of ceil(vocab / 32) words).
+  std::unique_ptr<TokenConstraint> fork() const override;
 
   const Matcher& matcher() const { return matcher_; }
   // A token was accepted that the grammar did not allow (a bug or a hand-fed token): constraints are off.

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 
 namespace rill::text::constraint {
@@ -15,6 +16,10 @@ class TokenConstraint {
   virtual void allowed_tokens(std::span<uint32_t> mask) = 0;
   // The token sampled (one allowed_tokens allowed).
   virtual void accept(int32_t token) = 0;
+  // An independent copy in the current state (speculative decoding walks it along draft tokens to compute
+  // the masks of a verify step's later positions); null when this constraint cannot be copied (its requests
+  // then get no drafts). Called on one thread while no other uses this constraint.
+  virtual std::unique_ptr<TokenConstraint> fork() const { return nullptr; }
 };
 
 }  // namespace rill::text::constraint
