@@ -1,5 +1,6 @@
 // Kimi Delta Attention on the CPU (spec §3.3): short conv + SiLU with the per-slot conv window, gates,
-// beta; then the gated delta rule, chunked (C = 64) for multi-token input and recurrent for one token.
+// beta; then the gated delta rule, recurrent for up to 16 tokens (verify steps, short chunks) and chunked
+// (C = 64) beyond.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -90,6 +91,13 @@ void normalise_qk(const KdaAttentionArgs& a, int t0, int n, int64_t h, float* q,
     for (int64_t c = 0; c < d; ++c) q[i * d + c] = qs[c] * qn * scale, k[i * d + c] = ks[c] * kn;
   }
 }
+
+// Sequences of up to this many new tokens run the recurrent step token by token: a speculative verify step
+// (k + 1 tokens) then computes exactly what k + 1 one-token steps compute, bit for bit, so greedy and seeded
+// output with speculation equals output without it. The chunked form (in double) sums in another order: its
+// ~1e-5 differences in the logits flipped seeded samples between near-tied tokens (the sampler's
+// inverse CDF over tokens sorted by probability swaps two tokens a rounding apart).
+constexpr int kRecurrentMaxTokens = 16;
 
 // One token: S = diag(exp g) S; e = v - S^T k; S += beta k e^T; o = S^T q.  S is [d_k][d_v].
 void recurrent_step(float* S, const float* q, const float* k, const float* v, const float* g, float beta, int64_t d,
@@ -206,8 +214,9 @@ Status CpuBackend::kda_attention_impl(const KdaAttentionArgs& a) {
         std::memcpy(&g[i * d], a.g.ptr<float>() + t * a.g.stride(0) + h * a.g.stride(1), size_t(d) * 4);
         beta[i] = a.beta.ptr<float>()[t * a.beta.stride(0) + h];
       }
-      if (n == 1) {
-        recurrent_step(S, q.data(), k.data(), v.data(), g.data(), beta[0], d, o.data());
+      if (n <= kRecurrentMaxTokens) {
+        for (int i = 0; i < n; ++i)
+          recurrent_step(S, &q[i * d], &k[i * d], &v[i * d], &g[i * d], beta[i], d, &o[i * d]);
       } else {
         // Snapshots asked for inside the step (prefix caching) are chunk boundaries: copy S out as it passes.
         const BatchLayoutHost* host = l.host;
