@@ -16,8 +16,6 @@ bool mpi_launched() {
 
 #if RILL_HAVE_MPI
 
-namespace {
-
 Status mpi_status(const char* call, int err) {
   if (err == MPI_SUCCESS) return {};
   char text[MPI_MAX_ERROR_STRING];
@@ -25,6 +23,8 @@ Status mpi_status(const char* call, int err) {
   MPI_Error_string(err, text, &len);
   return unavailable("{} failed: {}", call, std::string(text, len));
 }
+
+namespace {
 
 int env_int(const char* name, int fallback) {
   const char* v = std::getenv(name);

@@ -33,5 +33,7 @@ Result<MpiWorld> mpi_init();
 void mpi_finalize();
 // Root's bytes (any length) to every process of MPI_COMM_WORLD.
 Status mpi_broadcast_bytes(std::vector<uint8_t>& bytes, int root);
+// An MPI call's return code as a Status naming the call (MPI builds only: `err` is the call's int result).
+Status mpi_status(const char* call, int err);
 
 }  // namespace rill::dist

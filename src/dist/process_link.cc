@@ -5,6 +5,8 @@
 
 #if RILL_HAVE_MPI
 #include <mpi.h>
+
+#include "dist/mpi_bootstrap.h"
 #endif
 
 namespace rill::dist {
@@ -39,14 +41,6 @@ void ProcessLink::release_workers() {
 #if RILL_HAVE_MPI
 
 namespace {
-
-Status mpi_status(const char* call, int err) {
-  if (err == MPI_SUCCESS) return {};
-  char text[MPI_MAX_ERROR_STRING];
-  int len = 0;
-  MPI_Error_string(err, text, &len);
-  return unavailable("{} failed: {}", call, std::string(text, len));
-}
 
 class MpiProcessLink final : public ProcessLink {
  public:

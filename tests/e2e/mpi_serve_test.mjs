@@ -14,6 +14,7 @@ import os from "os";
 import path from "path";
 
 import { MODEL_DIR, RILL, assert, assertEq, run, sleep, startServer } from "./lib/harness.mjs";
+import { answers } from "./lib/greedy_answers.mjs";
 
 const MPIRUN = process.env.RILL_MPIEXEC;
 if (!MPIRUN) {
@@ -27,25 +28,6 @@ const mpiLaunch = (env = {}, np = 2) => (argv) =>
   [MPIRUN, ["--oversubscribe", "--bind-to", "none", "-np", String(np), RILL, ...argv], { env: { ...MPI_ENV, ...env } }];
 const COMMON = ["--served-model-name", "m", "--num-kv-blocks", "64"];
 
-async function answers(client) {
-  const out = [];
-  for (const prompt of ["The quick brown fox", "Once upon a time, in a land far away,"]) {
-    const r = await client.completions.create({ model: "m", prompt, max_tokens: 24, temperature: 0 });
-    out.push(["completion", r.choices[0].text, r.choices[0].finish_reason, r.usage.completion_tokens]);
-    let streamed = "";
-    for await (const chunk of await client.completions.create({ model: "m", prompt, max_tokens: 24, temperature: 0, stream: true }))
-      streamed += chunk.choices[0]?.text ?? "";
-    out.push(["completion stream", streamed]);
-  }
-  const messages = [{ role: "user", content: "Tell me about rivers." }];
-  const chat = await client.chat.completions.create({ model: "m", messages, max_tokens: 24, temperature: 0 });
-  out.push(["chat", chat.choices[0].message.content, chat.choices[0].finish_reason]);
-  let streamed = "";
-  for await (const chunk of await client.chat.completions.create({ model: "m", messages, max_tokens: 24, temperature: 0, stream: true }))
-    streamed += chunk.choices[0]?.delta?.content ?? "";
-  out.push(["chat stream", streamed]);
-  return out;
-}
 
 // mpirun without waiting for /health: the job's exit and everything its processes logged.
 function mpiJob(args, env = {}, np = 2) {

@@ -7,19 +7,13 @@
 
 #include <fmt/format.h>
 
+#include "dist/mpi_bootstrap.h"
+
 namespace rill::backend {
 
 namespace {
 
-Status mpi_status(const char* call, int err) {
-  if (err == MPI_SUCCESS) return {};
-  char text[MPI_MAX_ERROR_STRING];
-  int len = 0;
-  MPI_Error_string(err, text, &len);
-  return unavailable("{} failed: {}", call, std::string(text, len));
-}
-
-#define RILL_MPI_TRY(call) RILL_TRY(mpi_status(#call, (call)))
+#define RILL_MPI_TRY(call) RILL_TRY(dist::mpi_status(#call, (call)))
 
 Result<int> int_count(const char* op, size_t n) {
   if (n > size_t(INT32_MAX)) return invalid_argument("{}: {} bytes, MPI counts stop at 2^31-1", op, n);
