@@ -154,4 +154,15 @@ int parse_args(CLI::App& app, int argc, char** argv) {
   return -1;
 }
 
+Status check_draft_model(const std::filesystem::path& target_dir, const std::filesystem::path& draft_dir) {
+  auto draft = model::ModelConfig::load(draft_dir);
+  if (!draft.ok()) return draft.status().with_context("--speculative-config \"model\" " + draft_dir.string());
+  auto target = model::ModelConfig::load(target_dir);
+  if (!target.ok()) return target.status();
+  if (draft->vocab_size != target->vocab_size)
+    return invalid_argument("--speculative-config \"model\" {}: the draft model's vocabulary has {} tokens, {}'s {}",
+                            draft_dir.string(), draft->vocab_size, target_dir.string(), target->vocab_size);
+  return Status::ok_status();
+}
+
 }  // namespace rill::cli

@@ -39,6 +39,10 @@ Result<std::unique_ptr<backend::Backend>> open_backend(const DeviceOptions& o);
 Result<std::unique_ptr<model::Model>> load_model_with_progress(const std::filesystem::path& dir,
                                                                backend::Backend& be);
 
+// --speculative-config method draft_model: the draft checkpoint's config.json loads and its vocabulary is
+// the target's, checked before any weights load (errors name the key and both sizes).
+Status check_draft_model(const std::filesystem::path& target_dir, const std::filesystem::path& draft_dir);
+
 // vLLM's short parallel flags: "-tp" -> "--tensor-parallel-size" (also -pp, -dp, -ep; "-tp=2" keeps its value).
 std::string expand_parallel_short_flag(std::string arg);
 // Every argument through expand_parallel_short_flag (argv[0] kept), for commands taking those flags.

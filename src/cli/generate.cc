@@ -6,6 +6,7 @@
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "engine/engine.h"
+#include "engine/spec/draft_model_drafter.h"
 #include "text/tokenizer/tokenizer.h"
 
 namespace rill::cli {
@@ -55,6 +56,9 @@ int run_generate(int argc, char** argv) {
     auto spec = engine::spec::parse_speculative_config(speculative_config, /*draft_models=*/true);
     if (!spec.ok()) return report_error("generate", spec.status());
     speculative = *spec;
+    if (spec->method == "draft_model") {
+      if (Status st = check_draft_model(dir, spec->draft_model); !st.ok()) return report_error("generate", st);
+    }
   }
   if (prompt_ids.empty() && prompt_text.empty())
     return report_error("generate", invalid_argument("give --prompt TEXT or --prompt-ids 1,2,3"));
@@ -84,17 +88,10 @@ int run_generate(int argc, char** argv) {
   if (speculative.enabled() && speculative.method == "draft_model") {
     // The draft model on the same device, in an engine of its own with prefix caching (each proposal then
     // re-prefills only from its last snapshot; engine/spec/draft_model_drafter.h).
-    eo.make_draft_engine = [&]() -> Result<std::unique_ptr<engine::Engine>> {
+    eo.make_draft_engine = [&](const engine::EngineOptions& target) -> Result<std::unique_ptr<engine::Engine>> {
       auto dm = load_model_with_progress(speculative.draft_model, **be);
       if (!dm.ok()) return Status(dm.status().code(), "draft model: " + dm.status().message());
-      engine::EngineOptions d;
-      d.max_batch_size = 1;
-      d.max_num_tokens = eo.max_num_tokens;
-      d.max_model_len = context;
-      d.num_kv_blocks = 2 * eo.num_kv_blocks;  // the cached context and the proposal's blocks
-      d.enable_prefix_caching = true;
-      d.kda_snapshot_interval = d.block_size;
-      return engine::Engine::create(std::move(dm).value(), nullptr, d);
+      return engine::Engine::create(std::move(dm).value(), nullptr, engine::spec::draft_engine_options(target));
     };
   }
   auto e = engine::Engine::create(std::move(m).value(), tok, eo);

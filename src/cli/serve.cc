@@ -20,6 +20,7 @@
 #include "core/log.h"
 #include "dist/mpi_bootstrap.h"
 #include "dist/process_link.h"
+#include "engine/spec/draft_model_drafter.h"
 #include "runner/parallel_executor.h"
 #include "server/server.h"
 
@@ -124,6 +125,20 @@ Result<server::LoadedModel> parallel_model(const std::string& dir, const model::
     return runner::make_parallel_executor(load, p, ro);
   };
   return out;
+}
+
+// --speculative-config method draft_model: the draft checkpoint on `be` (the target's device; with -tp N the
+// leader's first, unsplit), in an engine of its own sized by spec::draft_engine_options.
+std::function<Result<std::unique_ptr<engine::Engine>>(const engine::EngineOptions&)> draft_engine_loader(
+    const std::string& dir, backend::Backend& be, bool dummy_weights) {
+  return [dir, &be, dummy_weights](const engine::EngineOptions& target) -> Result<std::unique_ptr<engine::Engine>> {
+    model::LoadOptions lo;
+    lo.dummy_weights = dummy_weights;
+    RILL_LOG_INFO("rill serve: loading the draft model {}", dir);
+    auto m = model::load_model(dir, be, lo);
+    if (!m.ok()) return m.status().with_context("draft model " + dir);
+    return engine::Engine::create(std::move(m).value(), nullptr, engine::spec::draft_engine_options(target));
+  };
 }
 
 // A process of an mpirun job other than the first: no server; its ranks run the leader's steps.
@@ -322,8 +337,10 @@ int run_serve(int argc, char** argv) {
       "\"prompt_lookup_max\": N, \"prompt_lookup_min\": M} or {\"method\": \"suffix\", "
       "\"num_speculative_tokens\": K, \"suffix_decoding_max_tree_depth\": 24, "
       "\"suffix_decoding_max_cached_requests\": 1000, \"suffix_decoding_min_token_prob\": 0.1, "
-      "\"suffix_decoding_max_spec_factor\": 1.0}; requests are verified K drafts at a time (greedy and "
-      "seeded: the same output; sampled: the same distribution; fewer steps)");
+      "\"suffix_decoding_max_spec_factor\": 1.0} or {\"method\": \"draft_model\", \"model\": DIR, "
+      "\"num_speculative_tokens\": K} (a smaller checkpoint with the same vocabulary, on the first device); "
+      "requests are verified K drafts at a time (greedy and seeded: the same output; sampled: the same "
+      "distribution; fewer steps)");
   add_device_options(app, dev);
   VllmFlags vllm;
   add_vllm_flags(app, o, vllm);
@@ -340,9 +357,12 @@ int run_serve(int argc, char** argv) {
                                   vllm.gpu_memory_utilization, o.engine.kv_cache_fraction));
   if (Status st = apply_vllm_flags(vllm, dev, o); !st.ok()) return report_error("serve", st);
   if (!speculative_config.empty()) {
-    auto spec = engine::spec::parse_speculative_config(speculative_config);
+    auto spec = engine::spec::parse_speculative_config(speculative_config, /*draft_models=*/true);
     if (!spec.ok()) return report_error("serve", spec.status());
     o.engine.speculative = *spec;
+    if (spec->method == "draft_model") {
+      if (Status st = check_draft_model(o.model_dir, spec->draft_model); !st.ok()) return report_error("serve", st);
+    }
   }
   o.startup_flags = given_flags(app);
   auto ms = [](double seconds) { return std::chrono::milliseconds(int64_t(seconds * 1000)); };
@@ -368,10 +388,16 @@ int run_serve(int argc, char** argv) {
     model::LoadOptions lo;
     lo.progress = progress;
     lo.dummy_weights = load_format == "dummy";
-    if (vllm.tensor_parallel_size * vllm.pipeline_parallel_size > 1)
-      return parallel_model(o.model_dir, lo, *backend, vllm, *job);
-    RILL_ASSIGN_OR_RETURN(auto model, model::load_model(o.model_dir, *backend, lo));
-    return server::LoadedModel{std::move(backend), std::move(model)};
+    server::LoadedModel out;
+    if (vllm.tensor_parallel_size * vllm.pipeline_parallel_size > 1) {
+      RILL_ASSIGN_OR_RETURN(out, parallel_model(o.model_dir, lo, *backend, vllm, *job));
+    } else {
+      RILL_ASSIGN_OR_RETURN(out.model, model::load_model(o.model_dir, *backend, lo));
+    }
+    if (o.engine.speculative.enabled() && o.engine.speculative.method == "draft_model")
+      out.make_draft_engine = draft_engine_loader(o.engine.speculative.draft_model, *backend, lo.dummy_weights);
+    out.backend = std::move(backend);  // -tp N: the leader's first device, where the draft model runs
+    return out;
   };
   const int rc = server::run_server(o, loader);
   if (job->link != nullptr) {

@@ -283,9 +283,9 @@ Result<std::unique_ptr<Engine>> Engine::create(const ExecutorFactory& make_execu
       impl->drafter = o.drafter;
     } else if (o.speculative.method == "draft_model") {
       if (!o.make_draft_engine)
-        return invalid_argument("--speculative-config: method \"draft_model\" is not built yet here (no draft "
-                                "engine; rill generate runs it)");
-      RILL_ASSIGN_OR_RETURN(std::unique_ptr<Engine> draft, o.make_draft_engine());
+        return invalid_argument("--speculative-config: method \"draft_model\" needs the caller to load the draft "
+                                "model (EngineOptions::make_draft_engine)");
+      RILL_ASSIGN_OR_RETURN(std::unique_ptr<Engine> draft, o.make_draft_engine(o));
       impl->draft_vocab = draft->model().config().vocab_size;
       impl->drafter = std::make_shared<spec::DraftModelDrafter>(std::move(draft));
     } else {

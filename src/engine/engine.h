@@ -156,10 +156,10 @@ struct EngineOptions {
   spec::SpeculativeConfig speculative;
   // Tests only: the drafter used instead of the one `speculative` names (which must still be enabled).
   std::shared_ptr<spec::Drafter> drafter;
-  // Method draft_model: makes the engine that runs the draft model greedily (the caller loads the checkpoint
-  // `speculative.draft_model` on its backend: rill generate; spec/draft_model_drafter.h). Its vocabulary
-  // must be the target's.
-  std::function<Result<std::unique_ptr<Engine>>()> make_draft_engine;
+  // Method draft_model: makes the engine that runs the draft model greedily, given these options (the caller
+  // loads the checkpoint `speculative.draft_model` on its backend — rill generate, rill serve — and sizes it
+  // with spec::draft_engine_options; spec/draft_model_drafter.h). Its vocabulary must be the target's.
+  std::function<Result<std::unique_ptr<Engine>>(const EngineOptions& target)> make_draft_engine;
   // When a sequence stops speculating (its acceptance below break-even; spec/acceptance.h).
   spec::BreakEvenRule speculation_break_even;
 };

@@ -93,30 +93,61 @@ int Scheduler::speculation_end(const Sequence& s) const {
   return (s.n_computed / caches_.block_size() + 1) * caches_.block_size();
 }
 
-// Up to k drafts, fewer where they could not all be emitted (max_tokens, the context), do not fit the step's
-// budget or the blocks free now (drafts never preempt anyone). None while a re-feed longer than one verify
-// window is pending: the checkpoint is taken before the step, so a rejection sends the sequence back to its
-// start, and re-fed tokens would otherwise pile up over consecutive rejections.
-std::vector<int32_t> Scheduler::plan_drafts(Sequence& s, int n_own, int budget) {
+// Up to k drafts, fewer where they could not all be emitted (max_tokens, the context) or do not fit the
+// step's budget. None while a re-feed longer than one verify window is pending: the checkpoint is taken
+// before the step, so a rejection sends the sequence back to its start, and re-fed tokens would otherwise
+// pile up over consecutive rejections.
+int Scheduler::draft_limit(const Sequence& s, int n_own, int budget) const {
   const int k_max = limits_.num_speculative_tokens;
-  if (!drafter_ || k_max <= 0 || !s.speculates || !caches_.has_checkpoints() || n_own > k_max + 1) return {};
+  if (!drafter_ || k_max <= 0 || !s.speculates || !caches_.has_checkpoints() || n_own > k_max + 1) return 0;
   const int n_tokens = int(s.tokens.size());
-  int k = std::min({k_max, s.max_new_tokens - s.n_generated() - 1, limits_.max_model_len - n_tokens - 1,
-                    budget, speculation_end(s) - n_tokens});
-  while (k > 0 && caches_.blocks_to_grow(s.cache, n_tokens + k) > caches_.available_blocks()) --k;
-  if (k <= 0) return {};
-  // A constrained sequence's drafts were proposed when its mask was started, and cut where its grammar
-  // rejects one; the masks of their positions are ready with its own (ConstraintMask::set_drafts).
-  std::vector<int32_t> drafts;
-  if (s.constraint) {
-    const std::span<const int32_t> ready = s.constraint->drafts();
-    drafts.assign(ready.begin(), ready.end());
-  } else {
-    drafts = drafter_->propose(s.tokens, k);
+  return std::max(0, std::min({k_max, s.max_new_tokens - s.n_generated() - 1,
+                               limits_.max_model_len - n_tokens - 1, budget, speculation_end(s) - n_tokens}));
+}
+
+// The budget is reserved for each sequence's full k before the drafter answers (a proposal may come back
+// shorter), so that one batch asks for every sequence's drafts at once. A constrained sequence's drafts were
+// proposed when its mask was started, and cut where its grammar rejects one; the masks of their positions
+// are ready with its own (ConstraintMask::set_drafts). Drafts never preempt anyone: a proposal is trimmed to
+// the blocks free now (a shorter proposal is a prefix of a longer one: Drafter::propose).
+int Scheduler::plan_drafts(std::vector<ScheduledSeq>& seqs, int budget) {
+  std::vector<std::pair<ScheduledSeq*, int>> asking;  // (sequence, its k)
+  std::vector<spec::DraftQuery> queries;
+  int reserved = 0;
+  for (ScheduledSeq& p : seqs) {
+    if (budget - reserved <= 0) break;
+    if (!p.samples) continue;
+    const int k = draft_limit(*p.seq, p.n_new, budget - reserved);
+    if (k <= 0) continue;
+    asking.emplace_back(&p, k);
+    if (!p.seq->constraint) queries.push_back({p.seq->tokens, k});
+    reserved += k;
   }
-  if (int(drafts.size()) > k) drafts.resize(size_t(k));
-  if (drafts.empty() || !caches_.grow(&s.cache, n_tokens + int(drafts.size())).ok()) return {};
-  return drafts;
+  if (asking.empty()) return budget;
+  std::vector<std::vector<int32_t>> proposals;
+  if (!queries.empty()) proposals = drafter_->propose_batch(queries);
+  size_t next_proposal = 0;
+  for (auto& [p, k] : asking) {
+    Sequence& s = *p->seq;
+    std::vector<int32_t> drafts;
+    if (s.constraint) {
+      const std::span<const int32_t> ready = s.constraint->drafts();
+      drafts.assign(ready.begin(), ready.end());
+    } else if (next_proposal < proposals.size()) {
+      drafts = std::move(proposals[next_proposal++]);
+    }
+    const int n_tokens = int(s.tokens.size());
+    if (int(drafts.size()) > k) drafts.resize(size_t(k));
+    while (!drafts.empty() &&
+           caches_.blocks_to_grow(s.cache, n_tokens + int(drafts.size())) > caches_.available_blocks())
+      drafts.pop_back();
+    if (drafts.empty() || !caches_.grow(&s.cache, n_tokens + int(drafts.size())).ok()) continue;
+    if (!caches_.save_checkpoint(&s.cache, s.n_computed).ok()) continue;
+    p->drafts = std::move(drafts);
+    p->n_new += int(p->drafts.size());
+    budget -= int(p->drafts.size());
+  }
+  return budget;
 }
 
 std::vector<int32_t> Scheduler::propose_for_mask(const Sequence& s) const {
@@ -160,18 +191,7 @@ StepPlan Scheduler::schedule() {
   }
   // 1b. Drafts for the speculating ones, in the budget the decode tokens leave; the slot's state before them
   // goes to its checkpoint.
-  for (ScheduledSeq& p : plan.seqs) {
-    if (budget <= 0) break;
-    if (!p.samples) continue;
-    p.drafts = plan_drafts(*p.seq, p.n_new, budget);
-    if (p.drafts.empty()) continue;
-    if (!caches_.save_checkpoint(&p.seq->cache, p.seq->n_computed).ok()) {
-      p.drafts.clear();
-      continue;
-    }
-    p.n_new += int(p.drafts.size());
-    budget -= int(p.drafts.size());
-  }
+  budget = plan_drafts(plan.seqs, budget);
   // 2. Prefill chunks of running sequences (chunked prefill in progress, or recomputation).
   for (size_t i = 0; i < running_.size() && int(plan.seqs.size()) < limits_.max_batch_size && budget > 0;
        ++i) {

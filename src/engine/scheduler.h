@@ -130,8 +130,11 @@ class Scheduler {
   std::vector<model::KdaSnapshotRequest> plan_snapshots(const Sequence& s, int from, int n,
                                                         int* staging_used) const;
   int speculation_end(const Sequence& s) const;
-  // The drafts `s` may bring after its `n_own` tokens in this step, within `budget` tokens.
-  std::vector<int32_t> plan_drafts(Sequence& s, int n_own, int budget);
+  // How many drafts `s` may bring after its `n_own` tokens in this step, within `budget` tokens (0: none).
+  int draft_limit(const Sequence& s, int n_own, int budget) const;
+  // Drafts for the step's sampling sequences, asked of the drafter in one batch; each sequence's are trimmed
+  // to the blocks it can get and its slot is checkpointed. Returns the budget left.
+  int plan_drafts(std::vector<ScheduledSeq>& seqs, int budget);
   // Frees `seq`'s caches and moves it to the finished list.
   void retire(std::unique_ptr<Sequence> seq, FinishReason reason, std::string detail);
 

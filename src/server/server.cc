@@ -115,9 +115,11 @@ void load_checked(const ServerOptions& options, const ModelLoader& loader, Servi
   const auto load_start = Clock::now();
   auto loaded = loader(logged_progress(ctx));
   if (!loaded.ok()) return fail(loaded.status());
+  engine::EngineOptions engine_options = options.engine;
+  engine_options.make_draft_engine = loaded->make_draft_engine;
   auto engine = loaded->make_executor
-                    ? engine::Engine::create(loaded->make_executor, shared_tokenizer, options.engine)
-                    : engine::Engine::create(std::move(loaded->model), shared_tokenizer, options.engine);
+                    ? engine::Engine::create(loaded->make_executor, shared_tokenizer, engine_options)
+                    : engine::Engine::create(std::move(loaded->model), shared_tokenizer, engine_options);
   if (!engine.ok()) return fail(engine.status());
   const double load_s = std::chrono::duration<double>(Clock::now() - load_start).count();  // -tp: in create
   const model::Model& lead = (*engine)->model();  // rank 0's shard when the model is split

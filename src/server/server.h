@@ -47,6 +47,9 @@ struct LoadedModel {
   // Instead of the two above: the engine's executor over several ranks (rill serve -tp N), which loads
   // every rank's shard itself.
   engine::Engine::ExecutorFactory make_executor;
+  // --speculative-config method draft_model: loads the draft model and makes its engine
+  // (engine::EngineOptions::make_draft_engine); on `backend`, which then outlives it.
+  std::function<Result<std::unique_ptr<engine::Engine>>(const engine::EngineOptions& target)> make_draft_engine;
 };
 // Opens the backend and loads the weights, reporting (bytes done, bytes total).
 using ModelLoader = std::function<Result<LoadedModel>(const model::LoadProgress& progress)>;

@@ -177,6 +177,26 @@ TEST(Generate, DraftModelKeepsGreedyOutput) {
   EXPECT_NE(r.out.find(join(want)), std::string::npos) << "got: " << r.out << "\nwant: " << join(want);
 }
 
+// A draft checkpoint that is missing, or whose vocabulary is not the target's: exit 2 before any weights load,
+// naming the path (and both sizes), from generate and serve alike.
+TEST(Generate, BadDraftModelIsRefusedNamingIt) {
+  const std::string dir = (testing::data_dir() / "kimi_linear_tiny_a").string();
+  const std::string other_vocab = (testing::data_dir() / "kimi_k3_tiny_c").string();  // 1024 tokens, not 512
+  const std::pair<std::string, std::string> cases[] = {
+      {"/nonexistent/draft", "--speculative-config \"model\" /nonexistent/draft"},
+      {other_vocab, "the draft model's vocabulary has 1024 tokens"},
+  };
+  for (const auto& [draft, want] : cases) {
+    const std::string json = R"({"method": "draft_model", "num_speculative_tokens": 2, "model": ")" + draft + "\"}";
+    for (const std::string& cmd : {"generate " + dir + " --device cpu --prompt-ids 1,2,3",
+                                   "serve " + dir + " --device cpu --port 0"}) {
+      const auto r = run_rill(cmd + " --speculative-config '" + json + "'");
+      EXPECT_EQ(r.code, 2) << cmd << ": " << r.out;
+      EXPECT_NE(r.out.find(want), std::string::npos) << cmd << ": " << r.out;
+    }
+  }
+}
+
 // Bad --speculative-config values: exit 2 with the key or method named, from generate and serve alike.
 TEST(Generate, SpeculativeConfigErrorsNameTheKey) {
   const std::string dir = (testing::data_dir() / "kimi_linear_tiny_a").string();
@@ -186,7 +206,7 @@ TEST(Generate, SpeculativeConfigErrorsNameTheKey) {
       {R"({"method": "mtp", "num_speculative_tokens": 2})", "method \"mtp\" is not built yet"},
       {R"({"method": "suffix", "num_speculative_tokens": 2, "suffix_decoding_max_tree_depth": 1})",
        "\"suffix_decoding_max_tree_depth\" 1 must be in [2, 1024]"},
-      // generate: no "model"; serve: not built there.
+      // No "model" (the draft checkpoint).
       {R"({"method": "draft_model", "num_speculative_tokens": 2})", "method \"draft_model\""},
   };
   for (const auto& [json, want] : cases) {

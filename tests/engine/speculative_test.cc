@@ -25,6 +25,7 @@
 #include "engine/engine.h"
 #include "engine/engine_fixtures.h"
 #include "engine/spec/acceptance.h"
+#include "engine/spec/draft_model_drafter.h"
 #include "model/model.h"
 #include "shared_data.h"
 #include "test_seed.h"
@@ -257,6 +258,12 @@ class ReferenceDrafter final : public spec::Drafter {
     }
     return {};
   }
+  // The scheduler asks for a step's drafts in one batch; the largest batch it asked is kept.
+  std::vector<std::vector<int32_t>> propose_batch(std::span<const spec::DraftQuery> queries) const override {
+    largest_batch = std::max(largest_batch, queries.size());
+    return Drafter::propose_batch(queries);
+  }
+  mutable size_t largest_batch = 0;  // the engine thread's only
 
  private:
   Mode mode_;
@@ -306,6 +313,7 @@ TEST_P(Speculative, OracleDraftsAreAllAcceptedAndChangeNothing) {
   const EngineStats s = on.engine().stats();
   EXPECT_GT(s.spec_num_drafts, 0u);
   EXPECT_EQ(s.spec_num_accepted_tokens, s.spec_num_draft_tokens);
+  EXPECT_EQ(oracle->largest_batch, ps.size()) << "the three sequences' drafts were asked for together";
   // Every verify step emits all its drafts and the bonus token; most carry k = 4 (fewer only near
   // max_tokens).
   ASSERT_EQ(s.spec_acceptance_lengths.size(), 5u);
@@ -906,12 +914,9 @@ TEST_P(Speculative, DraftModelDrafter) {
     o.speculative.num_speculative_tokens = 3;
     o.speculative.draft_model = draft;
     o.speculation_break_even.min_steps = INT_MAX;
-    o.make_draft_engine = [&]() -> Result<std::unique_ptr<Engine>> {
+    o.make_draft_engine = [&](const EngineOptions& target) -> Result<std::unique_ptr<Engine>> {
       RILL_ASSIGN_OR_RETURN(auto m, model::load_model(testing::engine_model_dir(draft), *draft_backend));
-      EngineOptions d{.max_batch_size = 1, .max_num_tokens = 128};
-      d.enable_prefix_caching = true;
-      d.kda_snapshot_interval = d.block_size;
-      return Engine::create(std::move(m), nullptr, d);
+      return Engine::create(std::move(m), nullptr, spec::draft_engine_options(target));
     };
     Harness on(current_fixture, o);
     const auto got = on.run_all(rs);
@@ -924,6 +929,46 @@ TEST_P(Speculative, DraftModelDrafter) {
       EXPECT_LT(s.spec_num_accepted_tokens, s.spec_num_draft_tokens);
     }
   }
+}
+
+// A step's proposals go to the draft engine together: it answers them with the tokens it gives each alone
+// (greedy), in fewer steps than one request after another would take (its decode steps serve all of them).
+TEST_P(Speculative, DraftModelAnswersAStepsProposalsInOneBatch) {
+  const uint32_t seed = test_seed();
+  SCOPED_TRACE("RILL_TEST_SEED=" + std::to_string(seed));
+  std::mt19937 rng(seed);
+  auto draft_backend = backend::make_cpu_backend();
+  auto make = [&]() {
+    auto m = model::load_model(testing::engine_model_dir(current_fixture), *draft_backend);
+    EXPECT_TRUE(m.ok()) << m.status().to_string();
+    EngineOptions target{.max_batch_size = 4, .max_num_tokens = 256};
+    auto e = Engine::create(std::move(m).value(), nullptr, spec::draft_engine_options(target));
+    EXPECT_TRUE(e.ok()) << e.status().to_string();
+    return spec::DraftModelDrafter(std::move(e).value());
+  };
+  const auto contexts = prompts(rng, 3);
+  const int k = 5;
+  std::vector<spec::DraftQuery> queries;
+  for (const auto& c : contexts) queries.push_back({c, k});
+
+  spec::DraftModelDrafter one_by_one = make();
+  std::vector<std::vector<int32_t>> alone;
+  for (const auto& q : queries) alone.push_back(one_by_one.propose(q.context, q.max_tokens));
+  spec::DraftModelDrafter batched = make();
+  const auto together = batched.propose_batch(queries);
+
+  ASSERT_EQ(together.size(), alone.size());
+  for (size_t i = 0; i < alone.size(); ++i) {
+    EXPECT_EQ(together[i], alone[i]) << "query " << i;
+    EXPECT_EQ(int(alone[i].size()), k) << "query " << i;
+  }
+  // Alone: each query takes at least its prefill step and k - 1 decode steps. Together: the decode steps
+  // serve all three (the 32-71-token prompts fit one 256-token step, a prefill chunk cut at a KDA snapshot
+  // position at most adds one).
+  const uint64_t steps_alone = one_by_one.engine().stats().steps;
+  const uint64_t steps_together = batched.engine().stats().steps;
+  EXPECT_GE(steps_alone, uint64_t(contexts.size() * k));
+  EXPECT_LE(steps_together, uint64_t(k + 1));
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, Speculative,

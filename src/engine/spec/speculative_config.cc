@@ -90,8 +90,8 @@ Result<SpeculativeConfig> parse_speculative_config(std::string_view json, bool d
   SpeculativeConfig c;
   c.method = j["method"].get<std::string>();
   if (c.method == "draft_model" && !draft_models)
-    return invalid_argument("{}: method \"draft_model\" is not built yet in this command (rill generate runs it)",
-                            kWhere);
+    return invalid_argument(
+        "{}: method \"draft_model\" is not built yet in this command (rill generate and rill serve run it)", kWhere);
   if (c.method != "ngram" && c.method != "suffix" && c.method != "draft_model") {
     c.num_speculative_tokens = 1;
     RILL_TRY(c.validate());  // an error for every method not built

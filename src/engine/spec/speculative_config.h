@@ -32,7 +32,7 @@ inline constexpr int kMaxSpeculativeTokens = 16;
 // naming the key (or the method). `method` and `num_speculative_tokens` are required; the lookup bounds
 // follow vLLM (both 5 when neither is given, the given one's value for the other when one is); the suffix
 // keys default to SuffixDrafterOptions'.
-// `draft_models`: the caller can load a draft model (rill generate); elsewhere method "draft_model" is
+// `draft_models`: the caller can load a draft model (rill generate, rill serve); elsewhere "draft_model" is
 // refused as not built yet there.
 Result<SpeculativeConfig> parse_speculative_config(std::string_view json, bool draft_models = false);
 
