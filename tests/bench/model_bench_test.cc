@@ -3,6 +3,7 @@
 // at each, sampled) run beside a plain decode step of their batch (issue #21's verify-cost table).
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <map>
 #include <string>
 
@@ -45,6 +46,14 @@ TEST(ModelBench, VerifyRowsBesideTheDecodeStepOfTheirBatch) {
       const bench::BenchRow& r = *by_name[name];
       EXPECT_GT(r.ms, 0.0) << name;
       EXPECT_NE(r.note.find("x the eager decode step"), std::string::npos) << r.note;  // no graphs on the CPU
+      // The oracle bound is (k + 1) decode steps' time over the verify step's, from the numbers beside it.
+      double ratio = 0, base_ms = 0, bound = 0;
+      ASSERT_EQ(std::sscanf(r.note.c_str(), "%lfx the eager decode step (%lf ms); oracle bound %lfx", &ratio,
+                            &base_ms, &bound),
+                3)
+          << r.note;
+      // (printed to 2 decimals, from a base printed to 3)
+      EXPECT_NEAR(bound, (k + 1) * base_ms / r.ms, 0.006 + (k + 1) * 0.0006 / r.ms) << r.note;
       // More drafts read at least as many distinct experts; state and KV are counted once per sequence.
       EXPECT_GE(r.bytes, previous_bytes) << name;
       previous_bytes = r.bytes;
