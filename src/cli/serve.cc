@@ -396,7 +396,9 @@ int run_serve(int argc, char** argv) {
     }
     if (o.engine.speculative.enabled() && o.engine.speculative.method == "draft_model")
       out.make_draft_engine = draft_engine_loader(o.engine.speculative.draft_model, *backend, lo.dummy_weights);
-    out.backend = std::move(backend);  // -tp N: the leader's first device, where the draft model runs
+    // The backend outlives what runs on it: the model, or with -tp N (each rank opens its own) the draft
+    // model, on the leader's first device. Otherwise this probe goes, not to hold memory on a rank's GPU.
+    if (out.model || out.make_draft_engine) out.backend = std::move(backend);
     return out;
   };
   const int rc = server::run_server(o, loader);
