@@ -11,6 +11,7 @@
 #include <random>
 
 #include "engine/engine.h"
+#include "engine/logged_engine.h"
 #include "model/fixture.h"
 #include "model/model.h"
 #include "test_seed.h"
@@ -28,34 +29,19 @@ struct Outcome {
   int cached = -1;
 };
 
+// The tiny Kimi Linear on the GPU; run() answers a prompt's first sampled row.
 class GpuEngine {
  public:
-  explicit GpuEngine(EngineOptions o) : log_(std::make_shared<Log>()) {
-    auto be = backend::make_backend("cuda");
-    if (!be.ok()) return;
-    be_ = std::move(be).value();
-    auto m = model::load_model(testing::data_dir() / "kimi_linear_tiny_b", *be_);
-    EXPECT_TRUE(m.ok()) << m.status().to_string();
-    std::shared_ptr<Log> log = log_;
-    o.logits_hook = [log](uint64_t id, int32_t, std::span<const float> row) {
-      std::lock_guard lock(log->mu);
-      log->rows.try_emplace(id, row.begin(), row.end());
-    };
-    auto e = Engine::create(std::move(m).value(), nullptr, o);
-    EXPECT_TRUE(e.ok()) << e.status().to_string();
-    engine_ = std::move(e).value();
-  }
-  ~GpuEngine() {
-    if (engine_) engine_->shutdown(false);
-  }
-  bool ok() const { return engine_ != nullptr; }
+  explicit GpuEngine(EngineOptions o)
+      : e_(testing::cuda_backend_or_null(), testing::data_dir() / "kimi_linear_tiny_b", std::move(o)) {}
+  bool ok() const { return e_.ok(); }
 
   Outcome run(const std::vector<int32_t>& prompt) {
     SamplingParams p;
     p.temperature = 0;
     p.max_tokens = 1;
     p.ignore_eos = true;
-    auto s = engine_->submit({prompt, p});
+    auto s = e_.engine().submit({prompt, p});
     EXPECT_TRUE(s.ok()) << s.status().to_string();
     Outcome r;
     StreamEvent ev;
@@ -63,8 +49,8 @@ class GpuEngine {
       if (ev.finish) {
         EXPECT_EQ(*ev.finish, FinishReason::Length);
         r.cached = ev.cached_tokens;
-        std::lock_guard lock(log_->mu);
-        r.logits = log_->rows[(*s)->id()];
+        const auto rows = e_.logits((*s)->id());
+        if (!rows.empty()) r.logits = rows.front();
         return r;
       }
     ADD_FAILURE() << "request timed out";
@@ -72,13 +58,7 @@ class GpuEngine {
   }
 
  private:
-  struct Log {
-    std::mutex mu;
-    std::map<uint64_t, std::vector<float>> rows;
-  };
-  std::unique_ptr<backend::Backend> be_;  // outlives the engine (declared first)
-  std::shared_ptr<Log> log_;
-  std::unique_ptr<Engine> engine_;
+  testing::LoggedEngine e_;
 };
 
 double rel_l2(const std::vector<float>& got, const std::vector<float>& want) {
@@ -89,12 +69,6 @@ double rel_l2(const std::vector<float>& got, const std::vector<float>& want) {
     den += double(want[i]) * want[i];
   }
   return std::isfinite(num) ? std::sqrt(num / std::max(den, 1e-30)) : INFINITY;
-}
-
-std::vector<int32_t> random_tokens(std::mt19937& rng, size_t n) {
-  std::vector<int32_t> t(n);
-  for (auto& x : t) x = int32_t(3 + rng() % 500);  // no EOS / special ids
-  return t;
 }
 
 TEST(PrefixCacheGpu, SnapshotsTakenInsideOneStepResumeExactly) {
@@ -110,14 +84,14 @@ TEST(PrefixCacheGpu, SnapshotsTakenInsideOneStepResumeExactly) {
   SCOPED_TRACE("RILL_TEST_SEED=" + std::to_string(seed));
   std::mt19937 rng(seed);
   // 300 tokens in one 512-token step: snapshots after 64, 128, 192 and 256 are written inside the step.
-  const auto first = random_tokens(rng, 300);
+  const auto first = testing::random_tokens(rng, 300);
   const Outcome r0 = on.run(first);
   EXPECT_EQ(r0.cached, 0);
   EXPECT_LE(rel_l2(r0.logits, off.run(first).logits), kRelL2) << "the first prompt";
   for (const auto& [shared, want_cached] :
        std::vector<std::pair<int, int>>{{130, 128}, {200, 192}, {299, 256}}) {
     auto p = std::vector<int32_t>(first.begin(), first.begin() + shared);
-    const auto tail = random_tokens(rng, 50);
+    const auto tail = testing::random_tokens(rng, 50);
     p.insert(p.end(), tail.begin(), tail.end());
     p[size_t(shared)] = first[size_t(shared)] == 3 ? 4 : 3;  // differs right after the shared part
     const Outcome r = on.run(p);

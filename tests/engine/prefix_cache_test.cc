@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "engine/engine.h"
+#include "engine/logged_engine.h"
 #include "engine/engine_fixtures.h"
 #include "model/fixture.h"
 #include "model/model.h"
@@ -25,6 +26,8 @@
 
 namespace rill::engine {
 namespace {
+
+using rill::testing::random_tokens;
 
 // Caching on changes where prefill chunks end (at snapshot positions) and lets a request read KV that another
 // request computed in other chunks, so on the fp32 CPU backend logits agree up to rounding, not bit for bit.
@@ -151,12 +154,6 @@ void expect_same(const Outcome& on, const Outcome& off, const std::string& what)
 }
 
 using rill::testing::test_seed;  // $RILL_TEST_SEED replays a run (each test's trace prints its seed)
-
-std::vector<int32_t> random_tokens(std::mt19937& rng, size_t n) {
-  std::vector<int32_t> t(n);
-  for (auto& x : t) x = int32_t(3 + rng() % 500);  // no EOS / special ids
-  return t;
-}
 
 std::vector<int32_t> concat(std::vector<int32_t> a, const std::vector<int32_t>& b) {
   a.insert(a.end(), b.begin(), b.end());

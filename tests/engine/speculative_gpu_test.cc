@@ -15,11 +15,10 @@
 #include <climits>
 #include <cmath>
 #include <cstdio>
-#include <map>
-#include <mutex>
 #include <random>
 
 #include "engine/engine.h"
+#include "engine/logged_engine.h"
 #include "model/fixture.h"
 #include "model/model.h"
 #include "test_seed.h"
@@ -34,28 +33,13 @@ struct GreedyRun {
   std::vector<std::vector<float>> logits;  // one row per emitted token
 };
 
+// The tiny Kimi Linear on the GPU; run_all() answers prompts submitted together.
 class GpuEngine {
  public:
-  explicit GpuEngine(EngineOptions o) : log_(std::make_shared<Log>()) {
-    auto be = backend::make_backend("cuda");
-    if (!be.ok()) return;
-    be_ = std::move(be).value();
-    auto m = model::load_model(testing::data_dir() / "kimi_linear_tiny_b", *be_);
-    EXPECT_TRUE(m.ok()) << m.status().to_string();
-    std::shared_ptr<Log> log = log_;
-    o.logits_hook = [log](uint64_t id, int32_t, std::span<const float> row) {
-      std::lock_guard lock(log->mu);
-      log->rows[id].emplace_back(row.begin(), row.end());
-    };
-    auto e = Engine::create(std::move(m).value(), nullptr, o);
-    EXPECT_TRUE(e.ok()) << e.status().to_string();
-    engine_ = std::move(e).value();
-  }
-  ~GpuEngine() {
-    if (engine_) engine_->shutdown(false);
-  }
-  bool ok() const { return engine_ != nullptr; }
-  const Engine& engine() const { return *engine_; }
+  explicit GpuEngine(EngineOptions o)
+      : e_(testing::cuda_backend_or_null(), testing::data_dir() / "kimi_linear_tiny_b", std::move(o)) {}
+  bool ok() const { return e_.ok(); }
+  const Engine& engine() { return e_.engine(); }
 
   // All prompts submitted at once (they share steps), greedy, `max_tokens` each.
   std::vector<GreedyRun> run_all(const std::vector<std::vector<int32_t>>& prompts, int max_tokens) {
@@ -65,7 +49,7 @@ class GpuEngine {
       sp.temperature = 0;
       sp.max_tokens = max_tokens;
       sp.ignore_eos = true;
-      auto s = engine_->submit({p, sp});
+      auto s = e_.engine().submit({p, sp});
       EXPECT_TRUE(s.ok()) << s.status().to_string();
       streams.push_back(*s);
     }
@@ -77,20 +61,13 @@ class GpuEngine {
         if (ev.finish) break;
       }
       EXPECT_EQ(int(out[i].ids.size()), max_tokens) << "request " << i;
-      std::lock_guard lock(log_->mu);
-      out[i].logits = log_->rows[streams[i]->id()];
+      out[i].logits = e_.logits(streams[i]->id());
     }
     return out;
   }
 
  private:
-  struct Log {
-    std::mutex mu;
-    std::map<uint64_t, std::vector<std::vector<float>>> rows;
-  };
-  std::unique_ptr<backend::Backend> be_;  // outlives the engine (declared first)
-  std::shared_ptr<Log> log_;
-  std::unique_ptr<Engine> engine_;
+  testing::LoggedEngine e_;
 };
 
 // Knows the reference continuation of each prompt; proposes it, corrupted as the mode says.
@@ -128,12 +105,6 @@ class ReferenceDrafter final : public spec::Drafter {
   std::vector<std::vector<int32_t>> known_;
 };
 
-std::vector<int32_t> random_tokens(std::mt19937& rng, size_t n) {
-  std::vector<int32_t> t(n);
-  for (auto& x : t) x = int32_t(3 + rng() % 500);  // no EOS / special ids
-  return t;
-}
-
 // The same tokens, or a different one only at a near tie of the reference (then the rest is not compared).
 void expect_same(const GreedyRun& got, const GreedyRun& want, const std::string& what) {
   ASSERT_EQ(got.ids.size(), want.ids.size()) << what;
@@ -169,7 +140,7 @@ TEST(SpeculativeGpu, GreedyOutputEqualsOutputWithoutSpeculation) {
   std::mt19937 rng(seed);
   std::vector<std::vector<int32_t>> prompts;
   for (int i = 0; i < 3; ++i) {
-    auto p = random_tokens(rng, 20 + rng() % 60);
+    auto p = testing::random_tokens(rng, 20 + rng() % 60);
     p.insert(p.end(), p.begin(), p.begin() + 12);  // a repeat, for the n-gram drafter
     prompts.push_back(std::move(p));
   }

@@ -1,6 +1,5 @@
 // Kimi Delta Attention on the CPU (spec §3.3): short conv + SiLU with the per-slot conv window, gates,
-// beta; then the gated delta rule, recurrent for up to 16 tokens (verify steps, short chunks) and chunked
-// (C = 64) beyond.
+// beta; then the gated delta rule, recurrent, token by token in fp32.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -11,8 +10,6 @@
 
 namespace rill::backend {
 namespace {
-
-constexpr int kChunk = 64;
 
 float softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
 
@@ -92,17 +89,20 @@ void normalise_qk(const KdaAttentionArgs& a, int t0, int n, int64_t h, float* q,
   }
 }
 
-// Sequences of up to this many new tokens run the recurrent step token by token: a speculative verify step
-// (k + 1 tokens) then computes exactly what k + 1 one-token steps compute, bit for bit, so greedy and seeded
-// output with speculation equals output without it. The chunked form (in double) sums in another order: its
-// ~1e-5 differences in the logits flipped seeded samples between near-tied tokens (the sampler's
-// inverse CDF over tokens sorted by probability swaps two tokens a rounding apart).
-constexpr int kRecurrentMaxTokens = 16;
-
-// One token: S = diag(exp g) S; e = v - S^T k; S += beta k e^T; o = S^T q.  S is [d_k][d_v].
+// The recurrent form, token by token, for every step: the state after a token is then the same bits however
+// the tokens were split into steps (one-token decode steps, a speculative verify step of k + 1, prefill
+// chunks of any size, a prefix-cache resume), so greedy and seeded output do not depend on batching,
+// chunking or speculation. The chunked form (spec §3.3) sums in another order wherever a step cuts its
+// chunks: in double, with S rounded to fp32 at chunk ends, its ~1e-6 differences were still enough to flip
+// seeded samples between near-tied tokens (the sampler's inverse CDF over tokens sorted by probability swaps
+// two tokens a rounding apart): Speculative.SeededSamplingEqualsSamplingWithoutSpeculation/1 at seed
+// 1741313225 failed one run in four, as the steps its prompts were prefilled in varied with timing. It is the
+// GPU's form; the CPU is the oracle, and the recurrence has no triangular solve to lose digits in.
+//
+// One token: S = diag(exp g) S; e = v - S^T k; S += beta k e^T; o = S^T q.  S is [d_k][d_v]; `e` is scratch
+// of d floats.
 void recurrent_step(float* S, const float* q, const float* k, const float* v, const float* g, float beta, int64_t d,
-                    float* o) {
-  std::vector<float> e(static_cast<size_t>(d), 0.0f);
+                    float* o, float* e) {
   for (int64_t c = 0; c < d; ++c) {
     const float decay = std::exp(g[c]);
     for (int64_t j = 0; j < d; ++j) S[c * d + j] *= decay;
@@ -115,74 +115,6 @@ void recurrent_step(float* S, const float* q, const float* k, const float* v, co
   for (int64_t j = 0; j < d; ++j) o[j] = 0.0f;
   for (int64_t c = 0; c < d; ++c)
     for (int64_t j = 0; j < d; ++j) o[j] += S[c * d + j] * q[c];
-}
-
-// One chunk of C tokens (spec §3.3, chunked form), all exponentials of pairwise differences Γ_i - Γ_j <= 0.
-// Computed in double, S read and written back in fp32: the forward substitution through (I + L) loses digits
-// when a chunk's keys are near-collinear, and the reference must not depend on where a step cuts its chunks
-// (chunked vs one-shot prefill of a K3 model differed by 2.6e-4 in fp32 at one test seed).
-void chunk_step(float* S, const float* q, const float* k, const float* v, const float* g, const float* beta, int C,
-                int64_t d, float* o) {
-  const size_t Cd = size_t(C) * size_t(d), CC = size_t(C) * size_t(C);
-  std::vector<double> G(Cd), L(CC, 0.0), A(CC, 0.0), W(Cd), U(Cd), Vn(Cd), tmp(static_cast<size_t>(d));
-  std::vector<double> Sd(S, S + d * d), oi(static_cast<size_t>(d));
-  for (int i = 0; i < C; ++i)
-    for (int64_t c = 0; c < d; ++c) G[i * d + c] = double(g[i * d + c]) + (i ? G[(i - 1) * d + c] : 0.0);
-  for (int i = 0; i < C; ++i) {
-    for (int j = 0; j <= i; ++j) {
-      double lk = 0, aq = 0;
-      for (int64_t c = 0; c < d; ++c) {
-        const double decay = std::exp(G[i * d + c] - G[j * d + c]);
-        lk += double(k[i * d + c]) * k[j * d + c] * decay;
-        aq += double(q[i * d + c]) * k[j * d + c] * decay;
-      }
-      if (j < i) L[i * C + j] = beta[i] * lk;
-      A[i * C + j] = aq;
-    }
-  }
-  // (I + L) [W | U] = diag(beta) [exp(Γ) ⊙ k | v], by forward substitution.
-  for (int i = 0; i < C; ++i) {
-    for (int64_t c = 0; c < d; ++c) {
-      W[i * d + c] = beta[i] * std::exp(G[i * d + c]) * k[i * d + c];
-      U[i * d + c] = double(beta[i]) * v[i * d + c];
-    }
-    for (int j = 0; j < i; ++j) {
-      const double lij = L[i * C + j];
-      for (int64_t c = 0; c < d; ++c) W[i * d + c] -= lij * W[j * d + c], U[i * d + c] -= lij * U[j * d + c];
-    }
-  }
-  // V_new = U - W S;  O = (q ⊙ exp Γ) S + A V_new.
-  for (int i = 0; i < C; ++i) {
-    for (int64_t jv = 0; jv < d; ++jv) Vn[i * d + jv] = U[i * d + jv];
-    for (int64_t c = 0; c < d; ++c) {
-      const double wic = W[i * d + c];
-      for (int64_t jv = 0; jv < d; ++jv) Vn[i * d + jv] -= wic * Sd[c * d + jv];
-    }
-  }
-  for (int i = 0; i < C; ++i) {
-    std::fill(oi.begin(), oi.end(), 0.0);
-    for (int64_t c = 0; c < d; ++c) {
-      const double qc = q[i * d + c] * std::exp(G[i * d + c]);
-      for (int64_t jv = 0; jv < d; ++jv) oi[jv] += qc * Sd[c * d + jv];
-    }
-    for (int j = 0; j <= i; ++j) {
-      const double aij = A[i * C + j];
-      for (int64_t jv = 0; jv < d; ++jv) oi[jv] += aij * Vn[j * d + jv];
-    }
-    for (int64_t jv = 0; jv < d; ++jv) o[i * d + jv] = float(oi[jv]);
-  }
-  // S = diag(exp Γ_C) S + sum_j (exp(Γ_C - Γ_j) ⊙ k_j) ⊗ V_new[j].
-  const double* Gl = &G[size_t((C - 1) * d)];
-  for (int64_t c = 0; c < d; ++c) {
-    const double decay = std::exp(Gl[c]);
-    for (int64_t jv = 0; jv < d; ++jv) Sd[c * d + jv] *= decay;
-  }
-  for (int j = 0; j < C; ++j) {
-    for (int64_t c = 0; c < d; ++c) tmp[c] = std::exp(Gl[c] - G[j * d + c]) * k[j * d + c];
-    for (int64_t c = 0; c < d; ++c)
-      for (int64_t jv = 0; jv < d; ++jv) Sd[c * d + jv] += tmp[c] * Vn[j * d + jv];
-  }
-  for (int64_t i = 0; i < d * d; ++i) S[i] = float(Sd[i]);
 }
 
 }  // namespace
@@ -214,23 +146,18 @@ Status CpuBackend::kda_attention_impl(const KdaAttentionArgs& a) {
         std::memcpy(&g[i * d], a.g.ptr<float>() + t * a.g.stride(0) + h * a.g.stride(1), size_t(d) * 4);
         beta[i] = a.beta.ptr<float>()[t * a.beta.stride(0) + h];
       }
-      if (n <= kRecurrentMaxTokens) {
-        for (int i = 0; i < n; ++i)
-          recurrent_step(S, &q[i * d], &k[i * d], &v[i * d], &g[i * d], beta[i], d, &o[i * d]);
-      } else {
-        // Snapshots asked for inside the step (prefix caching) are chunk boundaries: copy S out as it passes.
-        const BatchLayoutHost* host = l.host;
-        const bool snaps = host && !host->kda_snap_start.empty();
-        int j = snaps ? host->kda_snap_start[size_t(s)] : 0;
-        const int j_end = snaps ? host->kda_snap_start[size_t(s) + 1] : 0;
-        for (int c0 = 0; c0 < n; c0 += kChunk) {
-          const int C = std::min(kChunk, n - c0);
-          chunk_step(S, &q[c0 * d], &k[c0 * d], &v[c0 * d], &g[c0 * d], &beta[c0], C, d, &o[c0 * d]);
-          for (; j < j_end && host->kda_snap_pos[size_t(j)] - l.seq_start_pos[s] == c0 + C; ++j) {
-            float* dst = a.state.ptr<float>() + host->kda_snap_slot[size_t(j)] * a.state.stride(0) +
-                         h * a.state.stride(1);
-            std::copy(S, S + d * d, dst);
-          }
+      // Snapshots asked for inside the step (prefix caching): copy S out as the recurrence passes them.
+      const BatchLayoutHost* host = l.host;
+      const bool snaps = host && !host->kda_snap_start.empty();
+      int j = snaps ? host->kda_snap_start[size_t(s)] : 0;
+      const int j_end = snaps ? host->kda_snap_start[size_t(s) + 1] : 0;
+      std::vector<float> scratch(static_cast<size_t>(d));
+      for (int i = 0; i < n; ++i) {
+        recurrent_step(S, &q[i * d], &k[i * d], &v[i * d], &g[i * d], beta[i], d, &o[i * d], scratch.data());
+        for (; j < j_end && host->kda_snap_pos[size_t(j)] - l.seq_start_pos[s] == i + 1; ++j) {
+          float* dst =
+              a.state.ptr<float>() + host->kda_snap_slot[size_t(j)] * a.state.stride(0) + h * a.state.stride(1);
+          std::copy(S, S + d * d, dst);
         }
       }
       for (int i = 0; i < n; ++i)
