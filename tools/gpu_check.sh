@@ -121,6 +121,13 @@ if want bench; then
       > "$LOGS/rill_bench.log" 2>&1
     note "rill bench: rc=$?"
     tail -40 "$LOGS/rill_bench.log"
+    # Speculative decoding on the trained demo model, summarise-and-quote prompts (docs/PERF.md): off, ngram
+    # k = 2 / 4, suffix k = 4 at concurrency 1 and 4; the table in $OUT/spec_workload.md. The prompts are the
+    # committed bench/data/quote_prompts.jsonl (no Node here).
+    timeout ${SPEC_TIMEOUT:-300} tools/spec_workload/run.sh $BUILD --device cuda --out $LOGS/spec_workload \
+      > "$OUT/spec_workload.md" 2> "$LOGS/spec_workload.log"
+    note "spec workload (ngram/suffix on the demo model): rc=$?"
+    cat "$OUT/spec_workload.md"
   fi
 fi
 
