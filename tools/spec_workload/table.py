@@ -2,20 +2,30 @@
 """The markdown table of run.sh from `rill bench serve` result JSON files (standard library only, so it runs
 on the GPU machine too).
 
-usage: table.py --where TEXT --commit SHA --prompts FILE NAME|CONCURRENCY|RESULT.json ...
+usage: table.py --where TEXT --commit SHA --prompts FILE NAME|CONCURRENCY|PASS|RESULT.json ...
 
-Per run: acceptance rate and mean acceptance length (the spec_decode_* keys bench serve took from the server's
-/metrics), the share of output tokens that were accepted drafts, output tokens/s, mean TPOT, and the speed-up over the "off" run at the same concurrency (output
-tokens/s ratio). Also checked here, from the outputs themselves: whether each run's texts equal the "off" run's
-(greedy speculation must not change them), and how often the model's answer starts by quoting the sentence it
-was given the first words of (the prompts' "quote" field): how far this model's outputs are the prompt's text.
+Per configuration and concurrency: acceptance rate and mean acceptance length (the spec_decode_* keys bench
+serve took from the server's /metrics), the share of output tokens that were accepted drafts, output tokens/s
+and mean TPOT (medians over the passes), and the speed-up over "off": output tokens/s of each pass divided by
+the "off" run of the same pass and concurrency (runs of one pass are minutes apart, so the pairing cancels
+slow changes in the machine's other load), median and range over the passes. Also checked here, from the
+outputs themselves: whether each run's texts equal the "off" run's (greedy speculation must not change them),
+and how many of the model's answers go on quoting the sentence they were given the first words of (the
+prompts' "quote" field).
 """
 import argparse
 import json
+import statistics
 
 
 def first_words(text, n):
     return text.split()[:n]
+
+
+def spread(values, fmt):
+    if len(values) == 1:
+        return fmt.format(values[0])
+    return f"{fmt.format(statistics.median(values))} ({fmt.format(min(values))}–{fmt.format(max(values))})"
 
 
 def main():
@@ -27,40 +37,50 @@ def main():
     a = ap.parse_args()
     with open(a.prompts) as f:
         quotes = [json.loads(line)["quote"] for line in f if line.strip()]
-    runs = []
+    runs = {}  # (name, concurrency) -> {pass: result}
     for r in a.runs:
-        name, conc, path = r.split("|", 2)
+        name, conc, pass_, path = r.split("|", 3)
         with open(path) as f:
-            runs.append((name, int(conc), json.load(f)))
-    off = {c: j for name, c, j in runs if name == "off"}
+            runs.setdefault((name, int(conc)), {})[int(pass_)] = json.load(f)
+    first = next(iter(next(iter(runs.values())).values()))
+    n_passes = max(len(p) for p in runs.values())
 
-    print(f"{a.where}; commit {a.commit}; {runs[0][2]['num_prompts']} prompts of {a.prompts}, greedy, "
-          f"{max(runs[0][2]['output_lens'])} output tokens each")
+    print(f"{a.where}; commit {a.commit}; {first['num_prompts']} prompts of {a.prompts} (mean "
+          f"{statistics.mean(first['input_lens']):.0f} prompt tokens), greedy, {max(first['output_lens'])} output "
+          f"tokens each; " + (f"medians of {n_passes} interleaved passes (range in brackets)" if n_passes > 1
+                              else "one pass"))
     print()
     print("| speculation | concurrency | acceptance rate | mean acceptance length | output tokens from drafts "
           "| output tok/s | mean TPOT (ms) | speed-up vs off | outputs = off |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---|")
-    for name, c, j in runs:
-        rate = j.get("spec_decode_acceptance_rate")
-        length = j.get("spec_decode_acceptance_length")
-        base = off.get(c)
-        speedup = f"{j['output_throughput'] / base['output_throughput']:.2f}x" if base else "-"
-        same = "-" if not base or name == "off" else (
-            "yes" if j["generated_texts"] == base["generated_texts"] else
-            f"NO ({sum(x != y for x, y in zip(j['generated_texts'], base['generated_texts']))} differ)")
-        # How much of the output the drafts supplied: what bounds the step savings, whatever the acceptance rate.
+    for (name, c), passes in runs.items():
+        off = runs.get(("off", c), {})
+        j = passes[min(passes)]
+        # Greedy: every pass gives the same texts, so the same drafts; the acceptance of the first pass stands
+        # for all (checked: the draft counts of the passes must agree).
+        drafts = {p.get("spec_decode_num_drafts") for p in passes.values()}
+        rate, length = j.get("spec_decode_acceptance_rate"), j.get("spec_decode_acceptance_length")
         covered = "-" if "spec_decode_accepted_tokens" not in j else \
             f"{100 * j['spec_decode_accepted_tokens'] / j['total_output_tokens']:.1f}%"
+        if len(drafts) > 1:
+            covered += f" (passes differ: drafts {sorted(drafts)})"
+        ratios = [p["output_throughput"] / off[k]["output_throughput"] for k, p in passes.items() if k in off]
+        same = "-"
+        if name != "off" and off:
+            differ = sum(p["generated_texts"] != off[k]["generated_texts"] for k, p in passes.items() if k in off)
+            same = "yes" if differ == 0 else f"NO ({differ} passes differ)"
         print(f"| {name} | {c} | {'-' if rate is None else f'{rate:.1f}%'} | "
-              f"{'-' if length is None else f'{length:.2f}'} | {covered} | {j['output_throughput']:.1f} | "
-              f"{j['mean_tpot_ms']:.2f} | {speedup} | {same} |")
-    if off:
-        j = next(iter(off.values()))
-        texts = j["generated_texts"]
-        n = len(texts)
+              f"{'-' if length is None else f'{length:.2f}'} | {covered} | "
+              f"{spread([p['output_throughput'] for p in passes.values()], '{:.1f}')} | "
+              f"{spread([p['mean_tpot_ms'] for p in passes.values()], '{:.2f}')} | "
+              f"{spread(ratios, '{:.2f}x') if ratios else '-'} | {same} |")
+    off_runs = [p for (name, _), passes in runs.items() if name == "off" for p in passes.values()]
+    if off_runs:
+        texts = off_runs[0]["generated_texts"]
         starts = sum(first_words(t, 3) == first_words(quotes[i % len(quotes)], 3) for i, t in enumerate(texts))
         print()
-        print(f"Answers that go on quoting (their first 3 words are the quoted sentence's next 3): {starts} of {n}.")
+        print(f"Answers that go on quoting (their first 3 words are the quoted sentence's next 3): {starts} of "
+              f"{len(texts)}.")
 
 
 if __name__ == "__main__":
