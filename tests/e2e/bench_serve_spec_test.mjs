@@ -1,10 +1,10 @@
-// `rill bench serve` against `rill serve --speculative-config` (ngram, suffix) on the tiny model: the Speculative
-// Decoding numbers it reports (table and result JSON) equal what this test reads itself from /metrics around
-// each run — drafts, draft tokens and accepted tokens as counter deltas, acceptance rate and mean acceptance
-// length from them (vLLM's definitions), per-position acceptance from the acceptance-length histogram's
-// deltas. Two runs per server, so a report of the running totals instead of the run's share would fail the
-// second; a suffix-decoding server too, whose second run accepts drafts at every position. Against a server
-// without speculation the section and the keys are absent.
+// `rill bench serve` against `rill serve --speculative-config` (ngram, suffix) on the tiny model: the
+// Speculative Decoding numbers it reports (table and result JSON) equal what this test reads itself from
+// /metrics around each run — drafts, draft tokens and accepted tokens as counter deltas, acceptance rate and
+// mean acceptance length from them (vLLM's definitions), per-position acceptance from the acceptance-length
+// histogram's deltas. Two runs per server, so a report of the running totals instead of the run's share would
+// fail the second; a suffix-decoding server too, whose second run accepts drafts at every position. Against a
+// server without speculation the section and the keys are absent.
 import { spawn } from "child_process";
 import fs from "fs";
 import os from "os";

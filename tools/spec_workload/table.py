@@ -5,10 +5,12 @@ on the GPU machine too).
 usage: table.py --where TEXT --commit SHA --prompts FILE NAME|CONCURRENCY|PASS|RESULT.json ...
 
 Per configuration and concurrency: acceptance rate and mean acceptance length (the spec_decode_* keys bench
-serve took from the server's /metrics), the share of output tokens that were accepted drafts, output tokens/s
-and mean TPOT (medians over the passes), and the speed-up over "off": output tokens/s of each pass divided by
-the "off" run of the same pass and concurrency (runs of one pass are minutes apart, so the pairing cancels
-slow changes in the machine's other load), median and range over the passes. Also checked here, from the
+serve took from the server's /metrics), the share of output tokens that were accepted drafts, the step-count
+bound (decode tokens / decode steps: the speed-up were a verify step as cheap as a one-token step), output tokens/s
+and mean TPOT (medians over the passes), and the speed-up over "off" in output tokens/s (prefill included) and
+in mean TPOT (decode only): each pass against the "off" run of the same pass and concurrency (runs of one pass
+are minutes apart, so the pairing cancels slow changes in the machine's other load), median and range over the
+passes. Also checked here, from the
 outputs themselves: whether each run's texts equal the "off" run's (greedy speculation must not change them),
 and how many of the model's answers go on quoting the sentence they were given the first words of (the
 prompts' "quote" field).
@@ -51,8 +53,10 @@ def main():
                               else "one pass"))
     print()
     print("| speculation | concurrency | acceptance rate | mean acceptance length | output tokens from drafts "
-          "| output tok/s | mean TPOT (ms) | speed-up vs off | outputs = off |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---|")
+          "| step-count bound | output tok/s | mean TPOT (ms) | speed-up vs off: tok/s | speed-up vs off: TPOT "
+          "| outputs = off |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    notes = []
     for (name, c), passes in runs.items():
         off = runs.get(("off", c), {})
         j = passes[min(passes)]
@@ -62,18 +66,31 @@ def main():
         rate, length = j.get("spec_decode_acceptance_rate"), j.get("spec_decode_acceptance_length")
         covered = "-" if "spec_decode_accepted_tokens" not in j else \
             f"{100 * j['spec_decode_accepted_tokens'] / j['total_output_tokens']:.1f}%"
-        if len(drafts) > 1:
-            covered += f" (passes differ: drafts {sorted(drafts)})"
+        if len(drafts) > 1:  # suffix decoding at concurrency > 1: what is cached depends on finishing order
+            covered += "*"
+            notes.append(f"*{name}, concurrency {c}: the passes drafted {sorted(drafts)} times (the first pass's "
+                         "figures are shown).")
+        # Each sequence's decode step emits 1 + its accepted drafts, so the decode tokens (all but each
+        # request's first, which its prefill samples) took decode_tokens - accepted steps: the speed-up if a
+        # verify step cost what a one-token step costs (the memory-bound limit), not a measurement.
+        decode_tokens = j["total_output_tokens"] - j["completed"]
+        bound = "-" if "spec_decode_accepted_tokens" not in j else \
+            f"{decode_tokens / (decode_tokens - j['spec_decode_accepted_tokens']):.2f}x"
         ratios = [p["output_throughput"] / off[k]["output_throughput"] for k, p in passes.items() if k in off]
+        tpot_ratios = [off[k]["mean_tpot_ms"] / p["mean_tpot_ms"] for k, p in passes.items() if k in off]
         same = "-"
         if name != "off" and off:
             differ = sum(p["generated_texts"] != off[k]["generated_texts"] for k, p in passes.items() if k in off)
             same = "yes" if differ == 0 else f"NO ({differ} passes differ)"
         print(f"| {name} | {c} | {'-' if rate is None else f'{rate:.1f}%'} | "
-              f"{'-' if length is None else f'{length:.2f}'} | {covered} | "
+              f"{'-' if length is None else f'{length:.2f}'} | {covered} | {bound} | "
               f"{spread([p['output_throughput'] for p in passes.values()], '{:.1f}')} | "
               f"{spread([p['mean_tpot_ms'] for p in passes.values()], '{:.2f}')} | "
-              f"{spread(ratios, '{:.2f}x') if ratios else '-'} | {same} |")
+              f"{spread(ratios, '{:.2f}x') if ratios else '-'} | "
+              f"{spread(tpot_ratios, '{:.2f}x') if tpot_ratios else '-'} | {same} |")
+    for note in notes:
+        print()
+        print(note)
     off_runs = [p for (name, _), passes in runs.items() if name == "off" for p in passes.values()]
     if off_runs:
         texts = off_runs[0]["generated_texts"]
