@@ -127,6 +127,13 @@ if want bench; then
       --preset kimi-linear-48b --skip-ops --markdown "$LOGS/bench_kda_optin.md" > "$LOGS/rill_bench_kda_optin.log" 2>&1
     note "rill bench with RILL_KDA_FUSED_DECODE=1 RILL_KDA_RECURRENT_VERIFY=1: rc=$?"
     grep -E "decode|verify" "$LOGS/rill_bench_kda_optin.log" | head -30
+    # Speculative decoding on the trained demo model, summarise-and-quote prompts (docs/PERF.md): off, ngram
+    # k = 2 / 4, suffix k = 4 at concurrency 1 and 4; the table in $OUT/spec_workload.md. The prompts are the
+    # committed bench/data/quote_prompts.jsonl (no Node here).
+    timeout ${SPEC_TIMEOUT:-300} tools/spec_workload/run.sh $BUILD --device cuda --out $LOGS/spec_workload \
+      > "$OUT/spec_workload.md" 2> "$LOGS/spec_workload.log"
+    note "spec workload (ngram/suffix on the demo model): rc=$?"
+    cat "$OUT/spec_workload.md"
   fi
 fi
 

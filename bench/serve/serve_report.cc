@@ -103,6 +103,17 @@ std::string format_report(const ServeMetrics& m, const RunConfig& config) {
       row(fmt::format("P{} {} (ms):", percentile_label(config.percentiles[i]), metric.name),
           num(s.percentiles[i]));
   }
+  if (const auto& sd = m.spec_decode) {  // vLLM's section, rates in percent
+    out += fmt::format("{:-^50}\n", "Speculative Decoding");
+    row("Acceptance rate (%):", sd->acceptance_rate ? num(*sd->acceptance_rate) : "n/a");
+    row("Acceptance length:", sd->acceptance_length ? num(*sd->acceptance_length) : "n/a");
+    row("Drafts:", std::to_string(sd->drafts));
+    row("Draft tokens:", std::to_string(sd->draft_tokens));
+    row("Accepted tokens:", std::to_string(sd->accepted_tokens));
+    if (!sd->per_position.empty()) out += "Per-position acceptance (%):\n";
+    for (size_t i = 0; i < sd->per_position.size(); ++i)
+      row(fmt::format("  Position {}:", i), num(100 * sd->per_position[i]));
+  }
   out += std::string(50, '=') + "\n";
   return out;
 }
@@ -160,6 +171,14 @@ Json result_json(const ServeMetrics& m, const RunConfig& config, const LoadResul
     j[fmt::format("std_{}_ms", metric.key)] = s.std;
     for (size_t i = 0; i < config.percentiles.size(); ++i)
       j[fmt::format("p{}_{}_ms", percentile_label(config.percentiles[i]), metric.key)] = s.percentiles[i];
+  }
+  if (const auto& sd = m.spec_decode) {  // vLLM's keys; null where the run had no drafts to divide by
+    j["spec_decode_acceptance_rate"] = sd->acceptance_rate ? Json(*sd->acceptance_rate) : Json(nullptr);
+    j["spec_decode_acceptance_length"] = sd->acceptance_length ? Json(*sd->acceptance_length) : Json(nullptr);
+    j["spec_decode_num_drafts"] = sd->drafts;
+    j["spec_decode_draft_tokens"] = sd->draft_tokens;
+    j["spec_decode_accepted_tokens"] = sd->accepted_tokens;
+    j["spec_decode_per_position_acceptance_rates"] = sd->per_position;
   }
   return j;
 }

@@ -1,5 +1,6 @@
 // vLLM's serving metrics from the records of one `rill bench serve` run: the printed table
-// (`vllm bench serve`'s layout and names) and the result JSON (vLLM's keys, plus a few of rill's).
+// (`vllm bench serve`'s layout and names, its Speculative Decoding section included) and the result JSON
+// (vLLM's keys, plus a few of rill's).
 #pragma once
 
 #include <map>
@@ -11,6 +12,7 @@
 #include "bench/serve/latency_plot.h"
 #include "bench/serve/latency_stats.h"
 #include "bench/serve/load_generator.h"
+#include "bench/serve/spec_decode_stats.h"
 
 namespace rill::bench::serve {
 
@@ -33,6 +35,9 @@ struct ServeMetrics {
   double request_goodput = -1;  // -1: no --goodput
   LatencySummary ttft_ms, tpot_ms, itl_ms, e2el_ms;
   int max_in_flight = 0;
+  // The server's speculative decoding over the run (its /metrics before and after); none when it exports no
+  // spec_decode counters. Set by the caller, which scrapes the server.
+  std::optional<SpecDecodeStats> spec_decode;
 };
 
 ServeMetrics compute_metrics(const LoadResult& load, const RunConfig& config);

@@ -1,6 +1,8 @@
 // rill bench serve: the serving benchmark, with `vllm bench serve`'s flags, table and result keys, against a
 // running OpenAI-compatible server (rill serve or any other). Streamed requests arrive as a Poisson process
-// (--request-rate, --burstiness) under --max-concurrency; tokens are the server's usage counts.
+// (--request-rate, --burstiness) under --max-concurrency; tokens are the server's usage counts. Speculative
+// decoding (acceptance rate and length) comes from the server's /metrics counters, read before and after each
+// run.
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -13,7 +15,9 @@
 #include "bench/serve/dataset.h"
 #include "bench/serve/latency_plot.h"
 #include "bench/serve/load_generator.h"
+#include "bench/serve/prometheus_text.h"
 #include "bench/serve/serve_report.h"
+#include "bench/serve/spec_decode_stats.h"
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "text/tokenizer/tokenizer.h"
@@ -182,6 +186,21 @@ int draw_plot(const ServeFlags& f, const Json& results, const std::vector<double
   return 0;
 }
 
+// The server's spec_decode counters now: nullopt when it has none or no readable /metrics (not every
+// OpenAI-compatible server serves one; vLLM's bench then leaves the section out too).
+std::optional<bs::SpecDecodeCounters> scrape_spec_decode(const bs::ServerUrl& url,
+                                                         const std::string& api_key) {
+  auto reply = bs::http_get(url, "/metrics", api_key, 30);
+  if (!reply.ok() || reply->status != 200) return std::nullopt;
+  auto samples = bs::parse_prometheus_text(reply->body);
+  if (!samples.ok()) {
+    std::fprintf(stderr, "rill bench serve: speculative decoding not reported: %s\n",
+                 samples.status().message().c_str());
+    return std::nullopt;
+  }
+  return bs::read_spec_decode_counters(*samples);
+}
+
 std::string rate_text(double r) {
   return std::isinf(r) ? "inf" : fmt::format("{}", r);
 }
@@ -325,9 +344,12 @@ int run_bench_serve(int argc, char** argv) {
     std::fprintf(stderr, "rill bench serve: %d requests to %s%s at request rate %s%s ...\n", f.num_prompts,
                  url->str().c_str(), f.endpoint.c_str(), rate_text(rate).c_str(),
                  f.max_concurrency ? fmt::format(", max concurrency {}", f.max_concurrency).c_str() : "");
+    const auto spec_before = scrape_spec_decode(*url, api_key);
     auto load = bs::run_load(plan);
     if (!load.ok()) return report_error("bench serve", load.status());
-    const bs::ServeMetrics m = bs::compute_metrics(*load, config);
+    bs::ServeMetrics m = bs::compute_metrics(*load, config);
+    if (const auto spec_after = scrape_spec_decode(*url, api_key))
+      m.spec_decode = bs::spec_decode_delta(spec_before, *spec_after);
     std::printf("%s", bs::format_report(m, config).c_str());
     std::fflush(stdout);
     if (m.failed) {

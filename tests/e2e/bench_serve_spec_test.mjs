@@ -1,0 +1,110 @@
+// `rill bench serve` against `rill serve --speculative-config` (ngram, suffix) on the tiny model: the
+// Speculative Decoding numbers it reports (table and result JSON) equal what this test reads itself from
+// /metrics around each run — drafts, draft tokens and accepted tokens as counter deltas, acceptance rate and
+// mean acceptance length from them (vLLM's definitions), per-position acceptance from the acceptance-length
+// histogram's deltas. Two runs per server, so a report of the running totals instead of the run's share would
+// fail the second; a suffix-decoding server too, whose second run accepts drafts at every position. Against a
+// server without speculation the section and the keys are absent.
+import { spawn } from "child_process";
+import fs from "fs";
+import os from "os";
+import path from "path";
+
+import { RILL, assert, assertEq, makeRng, run, startServer } from "./lib/harness.mjs";
+
+function bench(args) {
+  return new Promise((resolve) => {
+    const p = spawn(RILL, ["bench", "serve", ...args], { stdio: ["ignore", "pipe", "pipe"] });
+    let out = "", err = "";
+    p.stdout.on("data", (d) => (out += d));
+    p.stderr.on("data", (d) => (err += d));
+    p.on("close", (code) => resolve({ code, out, err }));
+  });
+}
+
+const K = 4;  // num_speculative_tokens
+const SPEC = "rill:spec_decode_";
+
+// The run's share of the counters, and per-position acceptance from the histogram: draft i was accepted by the
+// verify steps that emitted at least i + 2 tokens, i.e. count - bucket(le = i + 1).
+function expectedStats(before, after) {
+  const d = (key) => after[SPEC + key] - (before[SPEC + key] ?? 0);
+  const drafts = d("num_drafts_total"), draftTokens = d("num_draft_tokens_total"), accepted = d("num_accepted_tokens_total");
+  const perPosition = [];
+  for (let i = 0; i < K; ++i)
+    perPosition.push((d("acceptance_length_count") - d(`acceptance_length_bucket{le="${i + 1}"}`)) / drafts);
+  return { drafts, draftTokens, accepted, rate: (100 * accepted) / draftTokens, length: 1 + accepted / drafts, perPosition };
+}
+
+function near(a, b, what) {
+  assert(Math.abs(a - b) <= 1e-9 * Math.max(1, Math.abs(b)), `${what}: ${a} vs ${b} read from /metrics`);
+}
+
+await run("e2e_bench_serve_spec", async (track) => {
+  const rng = makeRng("e2e_bench_serve_spec");
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), "rill_bench_spec_"));
+  // Prompts that repeat themselves, so prompt lookup finds matches from the first step; the random model's
+  // greedy continuations repeat too, which gives drafts that are accepted and drafts that are not.
+  const words = ["red", "green", "blue", "seven", "river", "stone", "night", "paper"];
+  const lines = [];
+  for (let i = 0; i < 6; ++i) {
+    const cycle = Array.from({ length: rng.int(2, 5) }, () => words[rng.int(0, words.length - 1)]).join(" ");
+    lines.push(JSON.stringify({ prompt: Array(rng.int(3, 6)).fill(cycle).join(" "), output_len: rng.int(16, 32) }));
+  }
+  const prompts = path.join(dir, "prompts.jsonl");
+  fs.writeFileSync(prompts, lines.join("\n") + "\n");
+  const args = ["--dataset-name", "file", "--dataset-path", prompts, "--num-prompts", "6", "--max-concurrency", "2",
+    "--ignore-eos"];
+
+  // One bench run against `server`; its Speculative Decoding numbers must be the /metrics deltas around it.
+  const checkedRun = async (server, what) => {
+    const resultFile = path.join(dir, "result.json");
+    const before = await server.metrics();
+    const r = await bench(["--url", server.url, ...args, "--result-file", resultFile]);
+    const after = await server.metrics();
+    assertEq(r.code, 0, `${what}: bench serve exit code\n` + r.out + r.err);
+    const j = JSON.parse(fs.readFileSync(resultFile, "utf8"));
+    assertEq([j.completed, j.failed], [6, 0], `${what}: every request completed`);
+    const e = expectedStats(before, after);
+    assert(e.drafts > 0 && e.draftTokens >= e.drafts, `${what}: the server drafted (${JSON.stringify(e)})`);
+    assertEq([j.spec_decode_num_drafts, j.spec_decode_draft_tokens, j.spec_decode_accepted_tokens],
+      [e.drafts, e.draftTokens, e.accepted], `${what}: drafts, draft tokens, accepted = the /metrics deltas`);
+    near(j.spec_decode_acceptance_rate, e.rate, `${what}: acceptance rate (%)`);
+    near(j.spec_decode_acceptance_length, e.length, `${what}: acceptance length`);
+    assertEq(j.spec_decode_per_position_acceptance_rates.length, K, `${what}: one rate per draft position`);
+    j.spec_decode_per_position_acceptance_rates.forEach((v, i) => near(v, e.perPosition[i], `${what}: position ${i}`));
+    for (const line of ["-------------Speculative Decoding---------------",
+      `Acceptance rate (%):                     ${e.rate.toFixed(2)}`,
+      `Acceptance length:                       ${e.length.toFixed(2)}`,
+      `Drafts:                                  ${e.drafts}`, `Draft tokens:                            ${e.draftTokens}`,
+      `Accepted tokens:                         ${e.accepted}`, "Per-position acceptance (%):",
+      `  Position 0:                            ${(100 * e.perPosition[0]).toFixed(2)}`,
+      `  Position ${K - 1}:                            ${(100 * e.perPosition[K - 1]).toFixed(2)}`])
+      assert(r.out.includes(line), `${what}: the table has '${line}':\n${r.out}`);
+    return e;
+  };
+
+  // ngram (prompt lookup), twice on one server.
+  const ngram = track(await startServer(["--max-batch-size", "4", "--speculative-config",
+    JSON.stringify({ method: "ngram", num_speculative_tokens: K, prompt_lookup_max: 4, prompt_lookup_min: 1 })]));
+  await checkedRun(ngram, "ngram, first run");
+  await checkedRun(ngram, "ngram, second run");
+  // The random model's outputs rarely repeat, so ngram drafts are mostly rejected. Suffix decoding drafts a
+  // repeated prompt's earlier (greedy, hence identical) output, so the second run accepts drafts at every
+  // position: the per-position figures are then not all zero.
+  const suffix = track(await startServer(["--max-batch-size", "4", "--speculative-config",
+    JSON.stringify({ method: "suffix", num_speculative_tokens: K })]));
+  await checkedRun(suffix, "suffix, first run");
+  const repeated = await checkedRun(suffix, "suffix, the same prompts again");
+  assert(repeated.perPosition[K - 1] > 0, `suffix: drafts accepted up to position ${K - 1}: ${JSON.stringify(repeated)}`);
+
+  // Without speculation the server exports no spec_decode counters: no section, no keys.
+  const plain = track(await startServer(["--max-batch-size", "4"]));
+  const plainFile = path.join(dir, "plain.json");
+  const r = await bench(["--url", plain.url, ...args, "--result-file", plainFile]);
+  assertEq(r.code, 0, "bench serve exit code (no speculation)\n" + r.out + r.err);
+  assert(!r.out.includes("Speculative Decoding"), "no section without speculation:\n" + r.out);
+  const j = JSON.parse(fs.readFileSync(plainFile, "utf8"));
+  assert(!Object.keys(j).some((k) => k.startsWith("spec_decode_")), "no spec_decode_ keys without speculation");
+  fs.rmSync(dir, { recursive: true });
+});
