@@ -48,7 +48,7 @@ fi
 # problem cannot hide kernel results.
 GPU_TARGETS=${GPU_TARGETS:-"backend_tests model_gpu_tests engine_gpu_tests runner_gpu_tests model_tests dist_cuda_tests"}
 all_targets=$(ninja -C $BUILD -t targets all 2>/dev/null)  # (not piped into grep -q: pipefail + SIGPIPE)
-want bench && for t in kda_bench mla_bench kernel_lab grouped_gemm_bench; do
+want bench && for t in kda_bench kda_rollback_bench mla_bench kernel_lab grouped_gemm_bench; do
   [[ $'\n'"$all_targets" == *$'\n'"$t: "* ]] && GPU_TARGETS+=" $t"
 done
 if want test || want sanitize || want bench || want cmd; then
