@@ -5,10 +5,11 @@
 // is present (the CPU twin, with every other situation: speculative_test.cc).
 //
 // Why a near tie may differ: a verify step runs k + 1 rows through GEMMs where a decode step runs one row
-// through a GEMV, so the GPU logits of the two differ by accumulation order (~1e-3 relative in bf16). The
-// test allows a different token only where the run without speculation had the two within kNearTie of the
-// row's largest |logit| (a wrong KDA state or a stale conv window moves logits by order 1), prints it, and
-// stops comparing that request there; anything else is a failure.
+// through a GEMV, so the GPU logits of the two differ by accumulation order (bf16 activations; the prefix-cache
+// test measured well under 1e-3 relative L2 between such runs). So every emitted row's logits must be within
+// kRelL2 of the run without speculation (a wrong KDA state or a stale conv window moves them by order 1), and
+// a different token is allowed only where that run had the two within kNearTie of the row's largest |logit|;
+// it is printed, and the request is not compared past it.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -26,7 +27,7 @@
 namespace rill::engine {
 namespace {
 
-constexpr double kNearTie = 5e-3;
+constexpr double kRelL2 = 1e-2, kNearTie = 2e-2;
 
 struct GreedyRun {
   std::vector<int32_t> ids;
@@ -105,13 +106,25 @@ class ReferenceDrafter final : public spec::Drafter {
   std::vector<std::vector<int32_t>> known_;
 };
 
-// The same tokens, or a different one only at a near tie of the reference (then the rest is not compared).
+double rel_l2(const std::vector<float>& got, const std::vector<float>& want) {
+  if (got.size() != want.size() || want.empty()) return INFINITY;
+  double num = 0, den = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    num += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
+    den += double(want[i]) * want[i];
+  }
+  return std::isfinite(num) ? std::sqrt(num / std::max(den, 1e-30)) : INFINITY;
+}
+
+// The same tokens with logits within kRelL2, or a different token only at a near tie of the reference (then
+// the rest is not compared).
 void expect_same(const GreedyRun& got, const GreedyRun& want, const std::string& what) {
   ASSERT_EQ(got.ids.size(), want.ids.size()) << what;
+  ASSERT_EQ(got.logits.size(), want.logits.size()) << what;
   for (size_t i = 0; i < want.ids.size(); ++i) {
-    if (got.ids[i] == want.ids[i]) continue;
-    ASSERT_LT(i, want.logits.size()) << what;
     const std::vector<float>& row = want.logits[i];
+    EXPECT_LE(rel_l2(got.logits[i], row), kRelL2) << what << ": the logits of token " << i;
+    if (got.ids[i] == want.ids[i]) continue;
     float largest = 0;
     for (float v : row) largest = std::max(largest, std::fabs(v));
     const double gap = double(row[size_t(want.ids[i])]) - double(row[size_t(got.ids[i])]);
