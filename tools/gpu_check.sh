@@ -4,7 +4,7 @@
 # goes under $OUT; the last lines printed are a summary table.
 #
 #   here:  tools/fetch_gpu_deps.sh
-#   run:   tools/gpu_check.sh [all|test|sanitize|reference|bench|prefix|k3bench|serve|profile|cmd]...
+#   run:   tools/gpu_check.sh [all|test|sanitize|reference|bench|spec|prefix|k3bench|serve|profile|cmd]...
 #          (device tool, carry: [".deps"]; `all` is everything but profile and cmd)
 #   GPU_TARGETS=... narrows the build; `cmd` runs $CMD in the build directory after it (a diagnostic run).
 set -uo pipefail
@@ -57,7 +57,7 @@ if want test || want sanitize || want bench || want cmd; then
   fi
   note "build ok ($GPU_TARGETS)"
 fi
-if want bench || want serve || want profile || want prefix || want k3bench || want reference; then
+if want bench || want spec || want serve || want profile || want prefix || want k3bench || want reference; then
   timeout 300 ninja -C $BUILD -j16 rill > "$LOGS/build_rill.log" 2>&1 && note "rill built" || note "rill build FAILED"
 fi
 
@@ -127,14 +127,17 @@ if want bench; then
       --preset kimi-linear-48b --skip-ops --markdown "$LOGS/bench_kda_optin.md" > "$LOGS/rill_bench_kda_optin.log" 2>&1
     note "rill bench with RILL_KDA_FUSED_DECODE=1 RILL_KDA_RECURRENT_VERIFY=1: rc=$?"
     grep -E "decode|verify" "$LOGS/rill_bench_kda_optin.log" | head -30
-    # Speculative decoding on the trained demo model, summarise-and-quote prompts (docs/PERF.md): off, ngram
-    # k = 2 / 4, suffix k = 4 at concurrency 1 and 4; the table in $OUT/spec_workload.md. The prompts are the
-    # committed bench/data/quote_prompts.jsonl (no Node here).
-    timeout ${SPEC_TIMEOUT:-300} tools/spec_workload/run.sh $BUILD --device cuda --out $LOGS/spec_workload \
-      > "$OUT/spec_workload.md" 2> "$LOGS/spec_workload.log"
-    note "spec workload (ngram/suffix on the demo model): rc=$?"
-    cat "$OUT/spec_workload.md"
   fi
+fi
+
+# --- speculative decoding on the trained demo model, summarise-and-quote prompts (docs/PERF.md): off, ngram ----
+# k = 2 / 4, suffix k = 4 at concurrency 1 and 4; the table in $OUT/spec_workload.md. The prompts are the
+# committed bench/data/quote_prompts.jsonl (no Node here). Its own section: `bench` alone nearly fills a call.
+if want spec && [[ -x $BUILD/rill ]]; then
+  timeout ${SPEC_TIMEOUT:-300} tools/spec_workload/run.sh $BUILD --device cuda --out $LOGS/spec_workload \
+    > "$OUT/spec_workload.md" 2> "$LOGS/spec_workload.log"
+  note "spec workload (ngram/suffix on the demo model): rc=$?"
+  cat "$OUT/spec_workload.md"
 fi
 
 # --- prefix reuse: TTFT of an 8K prompt with 7K cached vs cold (dummy 48B) ----------------------------------
