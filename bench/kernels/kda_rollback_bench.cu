@@ -46,10 +46,10 @@
 namespace {
 
 using namespace rill::bench::kda_rollback;
-using rill::cuda::kda::fma4;
 using rill::cuda::kda::kHeadDim;
 using rill::cuda::kda::kStepThreads;
 using rill::cuda::kda::step_gates;
+using rill::cuda::kda::step_update;
 using rill::cuda::kda::StepGates;
 using bf16 = __nv_bfloat16;
 
@@ -98,41 +98,6 @@ struct ReplayRecords {  // (2): the state is only read
   static constexpr bool kStoreFinal = false, kCheckpoint = false, kPerToken = false, kRecords = true;
 };
 
-// rill's step_update (recurrent_math.cuh) with the correction e also handed out: the records need it and
-// step_update keeps it inside. Same arithmetic in the same order, so the in-place policy computes what rill's
-// kernel computes.
-template <int kR, int kNrg, int kNcg>
-__device__ __forceinline__ void update(float4 (&st)[kR], const StepGates& sg, float4 (&red_a)[kNrg][kNcg],
-                                       float4 (&red_b)[kNrg][kNcg], int rg, int cg, int row0, float4 v,
-                                       float4& o, float4& e) {
-  float4 pa = make_float4(0.0f, 0.0f, 0.0f, 0.0f), pb = pa;
-#pragma unroll
-  for (int r = 0; r < kR; ++r) {
-    pa = fma4(sg.ka[row0 + r], st[r], pa);
-    pb = fma4(sg.qa[row0 + r], st[r], pb);
-  }
-  red_a[rg][cg] = pa;
-  red_b[rg][cg] = pb;
-  __syncthreads();
-  float4 A = make_float4(0.0f, 0.0f, 0.0f, 0.0f), B = A;
-#pragma unroll
-  for (int i = 0; i < kNrg; ++i) {
-    const float4 x = red_a[i][cg], y = red_b[i][cg];
-    A.x += x.x, A.y += x.y, A.z += x.z, A.w += x.w;
-    B.x += y.x, B.y += y.y, B.z += y.z, B.w += y.w;
-  }
-  const float beta = sg.beta, bqk = sg.beta * sg.qk;
-  e = make_float4(v.x - A.x, v.y - A.y, v.z - A.z, v.w - A.w);
-#pragma unroll
-  for (int r = 0; r < kR; ++r) {
-    const float a = sg.alpha[row0 + r], bk = beta * sg.kh[row0 + r];
-    const float4 x = st[r];
-    st[r] = make_float4(fmaf(a, x.x, bk * e.x), fmaf(a, x.y, bk * e.y), fmaf(a, x.z, bk * e.z),
-                        fmaf(a, x.w, bk * e.w));
-  }
-  o = make_float4(fmaf(bqk, e.x, B.x), fmaf(bqk, e.y, B.y), fmaf(bqk, e.z, B.z), fmaf(bqk, e.w, B.w));
-}
-
 template <int kR>
 __device__ __forceinline__ void store_rows(float* head, int row0, int col, const float4 (&st)[kR]) {
 #pragma unroll
@@ -174,14 +139,14 @@ __global__ void __launch_bounds__(kStepThreads, VB >= 64 ? 3 : 4) verify_kernel(
     if constexpr (Policy::kRecords) {
       if (vb == 0 && tid < kHeadDim) {  // the gates are the same for every column block: one CTA writes them
         rec[tid] =
-            sg.beta * sg.kh[tid];  // formed as update() forms beta k̂, so the fold repeats its roundings
+            sg.beta * sg.kh[tid];  // formed as step_update() forms beta k̂, so the fold repeats its roundings
         rec[kHeadDim + tid] = sg.alpha[tid];
       }
     }
     float v[4];
     rill::cuda::load_bf16<4>(p.v + x + col, v);
     float4 o, e;
-    update<kR, kNrg, kNcg>(st, sg, red_a, red_b, rg, cg, row0, make_float4(v[0], v[1], v[2], v[3]), o, e);
+    o = step_update<kR, kNrg, kNcg>(st, sg, red_a, red_b, rg, cg, row0, make_float4(v[0], v[1], v[2], v[3]), &e);
     if (rg == 0) {
       *reinterpret_cast<float4*>(p.out + x + col) = o;
       if constexpr (Policy::kRecords) *reinterpret_cast<float4*>(rec + 2 * kHeadDim + col) = e;

@@ -5,22 +5,11 @@
 // histogram's deltas. Two runs per server, so a report of the running totals instead of the run's share would
 // fail the second; a suffix-decoding server too, whose second run accepts drafts at every position. Against a
 // server without speculation the section and the keys are absent.
-import { spawn } from "child_process";
 import fs from "fs";
 import os from "os";
 import path from "path";
 
-import { RILL, assert, assertEq, makeRng, run, startServer } from "./lib/harness.mjs";
-
-function bench(args) {
-  return new Promise((resolve) => {
-    const p = spawn(RILL, ["bench", "serve", ...args], { stdio: ["ignore", "pipe", "pipe"] });
-    let out = "", err = "";
-    p.stdout.on("data", (d) => (out += d));
-    p.stderr.on("data", (d) => (err += d));
-    p.on("close", (code) => resolve({ code, out, err }));
-  });
-}
+import { RILL, assert, benchServe as bench, assertEq, makeRng, run, startServer } from "./lib/harness.mjs";
 
 const K = 4;  // num_speculative_tokens
 const SPEC = "rill:spec_decode_";

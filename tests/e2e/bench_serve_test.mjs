@@ -5,22 +5,12 @@
 // recomputed here from the per-request values with numpy's percentile rule. A second run drives the chat
 // route from a prompt file at two request rates and draws the plot (a PNG when gnuplot is installed, else the
 // notice). Bad flags and an unreachable server exit with a message naming the flag.
-import { spawn, spawnSync } from "child_process";
+import { spawnSync } from "child_process";
 import fs from "fs";
 import os from "os";
 import path from "path";
 
-import { RILL, assert, assertEq, makeRng, run, startServer } from "./lib/harness.mjs";
-
-function bench(args) {
-  return new Promise((resolve) => {
-    const p = spawn(RILL, ["bench", "serve", ...args], { stdio: ["ignore", "pipe", "pipe"] });
-    let out = "", err = "";
-    p.stdout.on("data", (d) => (out += d));
-    p.stderr.on("data", (d) => (err += d));
-    p.on("close", (code) => resolve({ code, out, err }));  // "close": after stdout and stderr are drained
-  });
-}
+import { RILL, assert, benchServe as bench, assertEq, makeRng, run, startServer } from "./lib/harness.mjs";
 
 // numpy.percentile's default (linear between closest ranks).
 function percentile(values, p) {

@@ -3,6 +3,8 @@
 // feed it.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -61,6 +63,17 @@ class LoggedEngine {
 inline std::unique_ptr<backend::Backend> cuda_backend_or_null() {
   auto be = backend::make_backend("cuda");
   return be.ok() ? std::move(be).value() : nullptr;
+}
+
+// ||got - want|| / ||want|| of two logit rows (infinity where the sizes differ or a value is not finite).
+inline double rel_l2(const std::vector<float>& got, const std::vector<float>& want) {
+  if (got.size() != want.size() || want.empty()) return INFINITY;
+  double num = 0, den = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    num += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
+    den += double(want[i]) * want[i];
+  }
+  return std::isfinite(num) ? std::sqrt(num / std::max(den, 1e-30)) : INFINITY;
 }
 
 // `n` ordinary token ids of the tiny fixtures (no EOS or special ids).

@@ -19,6 +19,8 @@
 namespace rill::engine {
 namespace {
 
+using rill::testing::rel_l2;
+
 // Both runs compute with the same 64-token chunk boundaries (snapshots sit on them), so they differ only by
 // the GEMM shapes cuBLASLt picks per step: measured well under 1e-3. A state restored from the wrong position
 // or a snapshot not written moves the logits by order 1.
@@ -60,16 +62,6 @@ class GpuEngine {
  private:
   testing::LoggedEngine e_;
 };
-
-double rel_l2(const std::vector<float>& got, const std::vector<float>& want) {
-  if (got.size() != want.size() || want.empty()) return INFINITY;
-  double num = 0, den = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    num += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
-    den += double(want[i]) * want[i];
-  }
-  return std::isfinite(num) ? std::sqrt(num / std::max(den, 1e-30)) : INFINITY;
-}
 
 TEST(PrefixCacheGpu, SnapshotsTakenInsideOneStepResumeExactly) {
   EngineOptions on_opts{.max_batch_size = 4, .max_num_tokens = 512};

@@ -27,6 +27,8 @@
 namespace rill::engine {
 namespace {
 
+using rill::testing::rel_l2;
+
 constexpr double kRelL2 = 1e-2, kNearTie = 2e-2;
 
 struct GreedyRun {
@@ -105,16 +107,6 @@ class ReferenceDrafter final : public spec::Drafter {
   uint32_t seed_;
   std::vector<std::vector<int32_t>> known_;
 };
-
-double rel_l2(const std::vector<float>& got, const std::vector<float>& want) {
-  if (got.size() != want.size() || want.empty()) return INFINITY;
-  double num = 0, den = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    num += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
-    den += double(want[i]) * want[i];
-  }
-  return std::isfinite(num) ? std::sqrt(num / std::max(den, 1e-30)) : INFINITY;
-}
 
 // The same tokens with logits within kRelL2, or a different token only at a near tie of the reference (then
 // the rest is not compared).

@@ -123,6 +123,17 @@ export async function startServer(args = [], { model = MODEL_DIR, healthTimeoutM
   return server;
 }
 
+// Runs `rill bench serve ARGS`; resolves with its exit code and what it printed, once both streams are drained.
+export function benchServe(args) {
+  return new Promise((resolve) => {
+    const p = spawn(RILL, ["bench", "serve", ...args], { stdio: ["ignore", "pipe", "pipe"] });
+    let out = "", err = "";
+    p.stdout.on("data", (d) => (out += d));
+    p.stderr.on("data", (d) => (err += d));
+    p.on("close", (code) => resolve({ code, out, err }));  // "close": after stdout and stderr are drained
+  });
+}
+
 // Runs `main(server...)`; prints the failure (and the server log) and sets the exit code.
 export async function run(name, main) {
   const t0 = Date.now();

@@ -54,11 +54,12 @@ __device__ __forceinline__ void step_gates(const float (&q)[4], const float (&k)
 // Every thread of the CTA, once step_gates is visible to all: the update of the thread's rows [row0, row0 +
 // kR) and columns of row group rg / column group cg (st updated in place), with v its 4 columns of the
 // token's value. One __syncthreads inside (the column sums). Returns o for those 4 columns (in every row
-// group).
+// group). `e_out`, when given, receives the delta-rule correction e = v - (alpha S)^T k_hat of those columns
+// (what a speculative verify's replay records keep; bench/kernels/kda_rollback_bench.cu).
 template <int kR, int kNrg, int kNcg>
 __device__ __forceinline__ float4 step_update(float4 (&st)[kR], const StepGates& sg,
                                               float4 (&red_a)[kNrg][kNcg], float4 (&red_b)[kNrg][kNcg],
-                                              int rg, int cg, int row0, float4 v) {
+                                              int rg, int cg, int row0, float4 v, float4* e_out = nullptr) {
   float4 pa = make_float4(0.0f, 0.0f, 0.0f, 0.0f), pb = pa;
 #pragma unroll
   for (int r = 0; r < kR; ++r) {
@@ -77,6 +78,7 @@ __device__ __forceinline__ float4 step_update(float4 (&st)[kR], const StepGates&
   }
   const float beta = sg.beta, bqk = sg.beta * sg.qk;
   const float4 e = make_float4(v.x - A.x, v.y - A.y, v.z - A.z, v.w - A.w);
+  if (e_out != nullptr) *e_out = e;
 #pragma unroll
   for (int r = 0; r < kR; ++r) {
     const float a = sg.alpha[row0 + r], bk = beta * sg.kh[row0 + r];
