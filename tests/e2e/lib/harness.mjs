@@ -139,6 +139,21 @@ export async function run(name, main) {
   const t0 = Date.now();
   const servers = [];
   const track = (s) => (servers.push(s), s);
+  const printLogs = () => {
+    for (const s of servers) {
+      console.error(`--- server log (port ${s.port}) ---\n${s.log.slice(-6000)}`);
+      s.proc.kill("SIGKILL");
+    }
+  };
+  // A test that hangs ends itself 15 s before ctest's TIMEOUT (RILL_E2E_TIMEOUT_S), with its servers' logs:
+  // killed by ctest it would print nothing.
+  const limit = Number(process.env.RILL_E2E_TIMEOUT_S ?? 0);
+  const watchdog = limit > 30 ? setTimeout(() => {
+    console.error(`${name}: FAILED: still running after ${limit - 15} s (ctest's limit is ${limit} s)`);
+    printLogs();
+    process.exit(1);
+  }, (limit - 15) * 1000) : null;
+  watchdog?.unref();
   try {
     await main(track);
     for (const s of servers) {
@@ -148,11 +163,10 @@ export async function run(name, main) {
     console.log(`${name}: ok (${((Date.now() - t0) / 1000).toFixed(1)} s)`);
   } catch (e) {
     console.error(`${name}: FAILED: ${e.stack ?? e}`);
-    for (const s of servers) {
-      console.error(`--- server log (port ${s.port}) ---\n${s.log.slice(-6000)}`);
-      s.proc.kill("SIGKILL");
-    }
+    printLogs();
     process.exitCode = 1;
+  } finally {
+    if (watchdog) clearTimeout(watchdog);
   }
 }
 
