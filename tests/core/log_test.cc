@@ -28,11 +28,16 @@ TEST(Log, FiltersByLevelAndStampsEachLine) {
   const LogLevel saved = log_level();
   set_log_level(LogLevel::Warn);
   testing::internal::CaptureStderr();
-  const std::time_t before = std::time(nullptr);
+  // spdlog stamps lines from std::chrono::system_clock; std::time() reads glibc's coarse clock, which may
+  // still show the previous second when the precise clock has passed it, so both bounds use system_clock.
+  const auto seconds_now = [] {
+    return std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+  };
+  const std::time_t before = seconds_now();
   RILL_LOG_INFO("hidden {}", 1);
   RILL_LOG_WARN("shown {}", 2);
   RILL_LOG_ERROR("also {}", 3);
-  const std::time_t after = std::time(nullptr);
+  const std::time_t after = seconds_now();
   const std::string out = testing::internal::GetCapturedStderr();
   set_log_level(saved);
 
