@@ -79,36 +79,63 @@ Result<ModelCaches> ModelCaches::allocate(backend::Backend& be, const ModelConfi
 Status Model::reserve_workspace(const StepLimits& limits) {
   if (limits.max_tokens < 1 || limits.max_seqs < 1 || limits.max_logit_rows < 1 || limits.max_context < 1)
     return invalid_argument("step limits must be positive");
-  // Worst case: one long prefill chunk at the end of the longest context plus single-token sequences, with
-  // every logits row in use. Measure it with a dry run over a measuring arena.
-  const int n_seqs = std::min(limits.max_seqs, limits.max_tokens);
-  StepBatch worst;
+  // The workspace is the largest high water of dry runs over the step shapes the limits admit that ask the
+  // most of it (a backend picks its path per sequence by the tokens it brings, and a path's scratch grows with
+  // the sequences taking it and their contexts):
+  //  - one long prefill chunk at the end of the longest context plus single-token sequences;
+  //  - as many sequences as fit, each bringing n tokens at the end of the longest context, for n = 1..16 and
+  //    every power of two up to max_tokens (decode, verify steps, short chunks after long cached prefixes,
+  //    batched prefill).
+  // Every row asks for logits while max_logit_rows lasts.
   const int block = 64;
-  int rows_left = limits.max_logit_rows;
-  for (int s = 0; s < n_seqs; ++s) {
+  auto sequence = [&](int n_new, int n_logits) {
     SequenceStep q;
-    q.n_new = s == 0 ? limits.max_tokens - (n_seqs - 1) : 1;
-    q.start_pos = std::max(0, limits.max_context - q.n_new);
+    q.n_new = n_new;
+    q.start_pos = std::max(0, limits.max_context - n_new);
     q.state_slot = 0;
-    q.block_table.assign(static_cast<size_t>((q.start_pos + q.n_new + block - 1) / block), 0);
-    const int want = s == 0 ? std::min(q.n_new, rows_left - (n_seqs - 1)) : 1;
-    q.logits = want >= q.n_new ? LogitsNeeded::All : LogitsNeeded::Last;
-    rows_left -= q.logits == LogitsNeeded::All ? q.n_new : 1;
-    worst.seqs.push_back(std::move(q));
+    q.block_table.assign(static_cast<size_t>((q.start_pos + n_new + block - 1) / block), 0);
+    q.logits = n_logits >= n_new ? LogitsNeeded::All : n_logits <= 1 ? LogitsNeeded::Last : LogitsNeeded::LastN;
+    q.n_logits = q.logits == LogitsNeeded::LastN ? n_logits : 0;
+    return q;
+  };
+  std::vector<StepBatch> shapes;
+  {
+    const int n_seqs = std::min(limits.max_seqs, limits.max_tokens);
+    StepBatch b;
+    const int n_long = limits.max_tokens - (n_seqs - 1);
+    b.seqs.push_back(sequence(n_long, std::min(n_long, limits.max_logit_rows - (n_seqs - 1))));
+    for (int s = 1; s < n_seqs; ++s) b.seqs.push_back(sequence(1, 1));
+    shapes.push_back(std::move(b));
   }
-  worst.token_ids.assign(static_cast<size_t>(limits.max_tokens), 0);
-  Arena measure(nullptr, 0, be_->device());
-  ModelCaches none;
-  none.layers.resize(static_cast<size_t>(config_.n_layers));
-  none.block_size = block;
-  be_->set_dry_run(true);
-  TensorView logits;
-  Status st = upload_inputs(worst, none, measure, nullptr);
-  if (st.ok()) st = launch(none, measure, &logits);
-  be_->set_dry_run(false);
-  prepared_ = false;
-  RILL_TRY(st);
-  const size_t bytes = measure.high_water() + (1 << 20);
+  std::vector<int> sizes;
+  for (int n = 1; n <= std::min(16, limits.max_tokens); ++n) sizes.push_back(n);
+  for (int n = 32; n <= limits.max_tokens; n *= 2) sizes.push_back(n);
+  for (int n : sizes) {
+    const int n_seqs = std::min(limits.max_seqs, limits.max_tokens / n);
+    const int rows = std::max(1, std::min(n, limits.max_logit_rows / n_seqs));
+    StepBatch b;
+    for (int s = 0; s < n_seqs; ++s) b.seqs.push_back(sequence(n, rows));
+    shapes.push_back(std::move(b));
+  }
+  size_t high_water = 0;
+  for (StepBatch& worst : shapes) {
+    size_t n_tokens = 0;
+    for (const SequenceStep& q : worst.seqs) n_tokens += size_t(q.n_new);
+    worst.token_ids.assign(n_tokens, 0);
+    Arena measure(nullptr, 0, be_->device());
+    ModelCaches none;
+    none.layers.resize(static_cast<size_t>(config_.n_layers));
+    none.block_size = block;
+    be_->set_dry_run(true);
+    TensorView logits;
+    Status st = upload_inputs(worst, none, measure, nullptr);
+    if (st.ok()) st = launch(none, measure, &logits);
+    be_->set_dry_run(false);
+    prepared_ = false;
+    RILL_TRY(st);
+    high_water = std::max(high_water, measure.high_water());
+  }
+  const size_t bytes = high_water + (1 << 20);
   RILL_TRY(be_->check_available(bytes, fmt::format("the step workspace ({} tokens, {} sequences, context {})",
                                                    limits.max_tokens, limits.max_seqs, limits.max_context)));
   RILL_ASSIGN_OR_RETURN(workspace_, be_->allocate(bytes));

@@ -259,6 +259,17 @@ TEST(MlaCuda, MixedDecodeAndPrefillBatch) {
   check_attention(h, seqs, 1, 64);
 }
 
+// Several prefill sequences with cached prefixes: the context expansion runs in groups of sequences (one
+// group under the default cap; ctest backend_tests_mla_expand_groups sets RILL_MLA_EXPAND_ROWS=64, so every
+// group holds as few sequences as fit the longest one's rows).
+TEST(MlaCuda, PrefillSequencesExpandedInGroups) {
+  OpHarness h("cuda");
+  RILL_REQUIRE_BACKEND(h);
+  const std::vector<Seq> seqs = {{0, 20}, {50, 30}, {5, 12}, {3, 1}, {200, 40}, {64, 9}, {0, 70}};
+  check_attention(h, seqs, 2, 16);
+  check_attention(h, seqs, 32, 64, /*strided_q=*/true);
+}
+
 TEST(MlaCuda, K3HeadCount) {
   OpHarness h("cuda");
   RILL_REQUIRE_BACKEND(h);

@@ -13,6 +13,10 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <unistd.h>
+
+#include <fstream>
 
 #include "engine/engine.h"
 #include "model/model.h"
@@ -75,6 +79,43 @@ inline double rel_l2(const std::vector<float>& got, const std::vector<float>& wa
   }
   return std::isfinite(num) ? std::sqrt(num / std::max(den, 1e-30)) : INFINITY;
 }
+
+// A copy of the checkpoint `src` (in a fresh temporary folder, removed with the object) whose MoE layers route
+// every token to every expert: top-k over all experts, no expert groups. Top-k selection is discontinuous, so
+// on the tiny random models bf16 rounding that differs between two GPU runs (a GEMM against a GEMV, another
+// chunking) flips near-tied experts, and the logits of that position move by order 1 (the model tests replay
+// the routing for this reason: tests/model/logit_compare.h). With every expert chosen the model is a
+// continuous function of its inputs, so engine runs that batch or split the same tokens differently on the GPU
+// differ by bf16 rounding alone, and a wrong state still moves them by order 1. The weights are the same files.
+class ContinuousRoutingCopy {
+ public:
+  explicit ContinuousRoutingCopy(const std::filesystem::path& src) {
+    namespace fs = std::filesystem;
+    std::string tmpl = (fs::temp_directory_path() / "rill-all-experts-XXXXXX").string();
+    if (!mkdtemp(tmpl.data())) {
+      ADD_FAILURE() << "mkdtemp failed for " << tmpl;
+      return;
+    }
+    dir_ = tmpl;
+    for (const auto& e : fs::directory_iterator(src))
+      if (e.path().filename() != "config.json") fs::create_symlink(fs::absolute(e.path()), dir_ / e.path().filename());
+    nlohmann::json c = nlohmann::json::parse(std::ifstream(src / "config.json"));
+    c["num_experts_per_token"] = c.at("num_experts");
+    c["use_grouped_topk"] = false;
+    c["topk_group"] = c.value("num_expert_group", 1);
+    std::ofstream(dir_ / "config.json") << c.dump(2);
+  }
+  ~ContinuousRoutingCopy() {
+    std::error_code ec;
+    if (!dir_.empty()) std::filesystem::remove_all(dir_, ec);
+  }
+  ContinuousRoutingCopy(const ContinuousRoutingCopy&) = delete;
+  ContinuousRoutingCopy& operator=(const ContinuousRoutingCopy&) = delete;
+  const std::filesystem::path& dir() const { return dir_; }
+
+ private:
+  std::filesystem::path dir_;
+};
 
 // `n` ordinary token ids of the tiny fixtures (no EOS or special ids).
 inline std::vector<int32_t> random_tokens(std::mt19937& rng, size_t n) {

@@ -4,12 +4,14 @@
 // for sequences verified together in one step, with prefix caching and chunked prefill. Skipped where no GPU
 // is present (the CPU twin, with every other situation: speculative_test.cc).
 //
-// Why a near tie may differ: a verify step runs k + 1 rows through GEMMs where a decode step runs one row
-// through a GEMV, so the GPU logits of the two differ by accumulation order (bf16 activations; the prefix-cache
-// test measured well under 1e-3 relative L2 between such runs). So every emitted row's logits must be within
-// kRelL2 of the run without speculation (a wrong KDA state or a stale conv window moves them by order 1), and
-// a different token is allowed only where that run had the two within kNearTie of the row's largest |logit|;
-// it is printed, and the request is not compared past it.
+// Why the logits may differ a little: a verify step runs k + 1 rows through GEMMs where a decode step runs one
+// row through a GEMV, and prefill chunks differ, so the GPU logits of the two runs differ by bf16 rounding in
+// other orders. The model is the tiny Kimi Linear with every expert routed (testing::ContinuousRoutingCopy:
+// on the random tiny models that rounding flips near-tied experts, moving a position's logits by order 1 —
+// seen on the H200, rel L2 up to 0.79 with no bug). So every emitted row's logits must be within kRelL2 of the
+// run without speculation (design.md §5's worst-position bound for bf16; a wrong KDA state or a stale conv
+// window moves them by order 1), and a different token is allowed only where that run had the two within
+// kNearTie of the row's largest |logit|; it is printed, and the request is not compared past it.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -29,18 +31,17 @@ namespace {
 
 using rill::testing::rel_l2;
 
-constexpr double kRelL2 = 1e-2, kNearTie = 2e-2;
+constexpr double kRelL2 = 5e-2, kNearTie = 5e-2;
 
 struct GreedyRun {
   std::vector<int32_t> ids;
   std::vector<std::vector<float>> logits;  // one row per emitted token
 };
 
-// The tiny Kimi Linear on the GPU; run_all() answers prompts submitted together.
+// The tiny Kimi Linear with every expert routed, on the GPU; run_all() answers prompts submitted together.
 class GpuEngine {
  public:
-  explicit GpuEngine(EngineOptions o)
-      : e_(testing::cuda_backend_or_null(), testing::data_dir() / "kimi_linear_tiny_b", std::move(o)) {}
+  explicit GpuEngine(EngineOptions o) : e_(testing::cuda_backend_or_null(), model().dir(), std::move(o)) {}
   bool ok() const { return e_.ok(); }
   const Engine& engine() { return e_.engine(); }
 
@@ -70,6 +71,10 @@ class GpuEngine {
   }
 
  private:
+  static const testing::ContinuousRoutingCopy& model() {
+    static const testing::ContinuousRoutingCopy copy(testing::data_dir() / "kimi_linear_tiny_b");
+    return copy;
+  }
   testing::LoggedEngine e_;
 };
 
@@ -128,10 +133,10 @@ void expect_same(const GreedyRun& got, const GreedyRun& want, const std::string&
   }
 }
 
-EngineOptions speculating(int k, std::shared_ptr<spec::Drafter> drafter) {
+EngineOptions speculating(size_t k, std::shared_ptr<spec::Drafter> drafter) {
   EngineOptions o{.max_batch_size = 4, .max_num_tokens = 256};
   o.speculative.method = "ngram";
-  o.speculative.num_speculative_tokens = k;
+  o.speculative.num_speculative_tokens = int(k);
   o.drafter = std::move(drafter);
   o.speculation_break_even.min_steps = INT_MAX;  // every step drafts
   return o;
@@ -150,6 +155,7 @@ TEST(SpeculativeGpu, GreedyOutputEqualsOutputWithoutSpeculation) {
     prompts.push_back(std::move(p));
   }
   const int max_tokens = 40;
+  constexpr size_t kDrafts = 4;
   const std::vector<GreedyRun> want = plain.run_all(prompts, max_tokens);
 
   for (const auto mode : {ReferenceDrafter::Mode::Oracle, ReferenceDrafter::Mode::Wrong,
@@ -160,7 +166,7 @@ TEST(SpeculativeGpu, GreedyOutputEqualsOutputWithoutSpeculation) {
     auto drafter = std::make_shared<ReferenceDrafter>(mode, seed);
     for (size_t i = 0; i < prompts.size(); ++i) drafter->learn(prompts[i], want[i].ids);
     for (const bool caching : {false, true}) {
-      EngineOptions o = speculating(4, drafter);
+      EngineOptions o = speculating(kDrafts, drafter);
       o.enable_prefix_caching = caching;
       o.kda_snapshot_interval = 64;
       if (caching) o.max_num_tokens = 48;  // chunked prefill, and verify steps ending at block boundaries
@@ -174,7 +180,11 @@ TEST(SpeculativeGpu, GreedyOutputEqualsOutputWithoutSpeculation) {
       if (mode == ReferenceDrafter::Mode::Wrong) {
         EXPECT_EQ(s.spec_num_accepted_tokens, 0u) << what;
       } else if (mode == ReferenceDrafter::Mode::Oracle) {
-        EXPECT_GE(double(s.spec_num_accepted_tokens), 0.9 * double(s.spec_num_draft_tokens)) << what;
+        // The oracle's draft is rejected only where this run took the other token at a near tie (checked
+        // above); the request then leaves the reference and gets no more drafts: at most one rejected draft
+        // of k tokens per request.
+        EXPECT_GE(s.spec_num_accepted_tokens + prompts.size() * kDrafts, s.spec_num_draft_tokens) << what;
+        EXPECT_GT(s.spec_num_accepted_tokens, 0u) << what;
       }
       std::printf("[ spec     ] %s: %llu drafts, %llu of %llu draft tokens accepted, %llu steps\n", what.c_str(),
                   (unsigned long long)s.spec_num_drafts, (unsigned long long)s.spec_num_accepted_tokens,

@@ -193,9 +193,10 @@ Status launch_mla_attention(const backend::MlaAttentionArgs& a, const CudaContex
     RILL_TRY(launch_head_gemm(up, /*b_is_kn=*/false, H, cx.stream));
   }
 
-  if (plan.pf_tiles > 0) {
-    bf16* ctx = reinterpret_cast<bf16*>(base + plan.off_ctx);
-    bf16* kvx = reinterpret_cast<bf16*>(base + plan.off_kvx);
+  // Prefill sequences, one expansion group after another through the same ctx / kvx scratch (stream order).
+  bf16* ctx = reinterpret_cast<bf16*>(base + plan.off_ctx);
+  bf16* kvx = reinterpret_cast<bf16*>(base + plan.off_kvx);
+  for (const ExpandGroup& g : plan.groups) {
     const GatherParams gp{.cache = cache,
                           .cache_block = a.cache.stride(0),
                           .cache_row = a.cache.stride(1),
@@ -206,13 +207,13 @@ Status launch_mla_attention(const backend::MlaAttentionArgs& a, const CudaContex
                           .block_size = l.block_size,
                           .max_blocks_per_seq = l.max_blocks_per_seq,
                           .n_seqs = n,
-                          .n_rows = plan.pf_rows};
+                          .row_begin = g.row_begin,
+                          .row_end = g.row_end};
     RILL_TRY(launch_gather(gp, cx.stream));
-    // kvx = c kv_b^T: [pf_rows, 512] (rows 576 apart) x [H*256, 512]^T -> [pf_rows, H*256].
-    const TensorView x =
-        TensorView::make(ctx, DType::BF16, {plan.pf_rows, kLatK}, Device::Cuda).narrow(1, 0, kLora);
-    const TensorView y =
-        TensorView::make(kvx, DType::BF16, {plan.pf_rows, int64_t(H) * kKvbRows}, Device::Cuda);
+    // kvx = c kv_b^T: [rows, 512] (rows 576 apart) x [H*256, 512]^T -> [rows, H*256].
+    const int64_t rows = g.row_end - g.row_begin;
+    const TensorView x = TensorView::make(ctx, DType::BF16, {rows, kLatK}, Device::Cuda).narrow(1, 0, kLora);
+    const TensorView y = TensorView::make(kvx, DType::BF16, {rows, int64_t(H) * kKvbRows}, Device::Cuda);
     RILL_TRY(cx.gemm->run(backend::GemmArgs{x, a.kv_b, y}, cx.stream));
     const PrefillParams pp{.q = q,
                            .q_row = a.q.stride(0),
@@ -227,7 +228,9 @@ Status launch_mla_attention(const backend::MlaAttentionArgs& a, const CudaContex
                            .pf_row_start = arr.pf_row_start,
                            .n_seqs = n,
                            .n_heads = H,
-                           .n_tiles = plan.pf_tiles,
+                           .tile_begin = g.tile_begin,
+                           .tile_end = g.tile_end,
+                           .row_begin = g.row_begin,
                            .scale_log2 = scale_log2};
     RILL_TRY(launch_prefill(pp, cx));
   }

@@ -4,6 +4,7 @@
 // kernels read their work from device memory and the launchers upload nothing.
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
 
 #include "backend/cuda/mla/phases.h"
@@ -63,6 +64,15 @@ int plan_sm_count() {
   return sms;
 }
 
+int expand_rows_cap() {
+  static const int cap = [] {
+    const char* v = std::getenv("RILL_MLA_EXPAND_ROWS");
+    const long n = v ? std::strtol(v, nullptr, 10) : 0;
+    return n > 0 && n <= (1 << 30) ? int(n) : kExpandRows;
+  }();
+  return cap;
+}
+
 Status make_plan(const backend::MlaAttentionArgs& a, int sm_count, Plan* out) {
   const backend::BatchLayoutHost& h = *a.layout->host;
   Plan p;
@@ -76,12 +86,15 @@ Status make_plan(const backend::MlaAttentionArgs& a, int sm_count, Plan* out) {
     p.fixed_splits = int(std::clamp<int64_t>(sm_count / std::max<int64_t>(row_tiles, 1), 1, kMaxFixedSplits));
   }
   p.tiles_per_split = p.fixed_splits > 0 ? kMinTilesPerSplit : pick_tiles_per_split(h, a.n_heads, sm_count);
-  int64_t dec_tokens = 0, dec_work = 0, dec_slots = 0, pf_tiles = 0, pf_rows = 0;
+  int64_t dec_tokens = 0, dec_work = 0, dec_slots = 0, pf_tiles = 0, pf_rows = 0, longest = 0;
+  std::vector<SeqWork> works(size_t(p.n_seqs));
   for (int s = 0; s < p.n_seqs; ++s) {
     if (h.n_new(s) < 1 || h.seq_start_pos[s] < 0)
       return invalid_argument("mla_attention (CUDA): sequence {} has start {} and {} new tokens", s,
                               h.seq_start_pos[s], h.n_new(s));
     const SeqWork w = seq_work(h.seq_start_pos[s], h.n_new(s), a.n_heads, p.tiles_per_split, p.fixed_splits);
+    works[size_t(s)] = w;
+    longest = std::max<int64_t>(longest, w.pf_rows);
     dec_tokens += w.dec_tokens;
     dec_work += w.dec_work;
     dec_slots += w.dec_slots;
@@ -99,6 +112,22 @@ Status make_plan(const backend::MlaAttentionArgs& a, int sm_count, Plan* out) {
   p.dec_slots = int(dec_slots);
   p.pf_tiles = int(pf_tiles);
   p.pf_rows = int(pf_rows);
+  // Expansion groups: consecutive prefill sequences while their context rows fit the cap. The scratch holds
+  // min(pf_rows, cap) rows, a function of the counts that is monotone in them, so the workspace's dry runs
+  // (Model::reserve_workspace) bound every step they admit.
+  const int64_t cap = std::max<int64_t>(longest, expand_rows_cap());
+  p.group_rows = int(std::min<int64_t>(pf_rows, cap));
+  int64_t tile = 0, row = 0;
+  for (int s = 0; s < p.n_seqs; ++s) {
+    const SeqWork& w = works[size_t(s)];
+    if (w.pf_rows == 0) continue;
+    if (p.groups.empty() || row + w.pf_rows - p.groups.back().row_begin > cap)
+      p.groups.push_back({int(tile), int(tile), int(row), int(row)});
+    tile += w.pf_tiles;
+    row += w.pf_rows;
+    p.groups.back().tile_end = int(tile);
+    p.groups.back().row_end = int(row);
+  }
 
   const size_t H = size_t(a.n_heads), n = size_t(p.n_seqs);
   size_t off = 0;
@@ -112,8 +141,8 @@ Status make_plan(const backend::MlaAttentionArgs& a, int sm_count, Plan* out) {
   p.off_part_o = take(size_t(p.dec_slots) * kLora * 4);
   p.off_part_ml = take(size_t(p.dec_slots) * 2 * 4);
   p.off_lat = take(size_t(p.dec_tokens) * H * kLora * 2);
-  p.off_ctx = take(size_t(p.pf_rows) * kLatK * 2);
-  p.off_kvx = take(size_t(p.pf_rows) * H * kKvbRows * 2);
+  p.off_ctx = take(size_t(p.group_rows) * kLatK * 2);
+  p.off_kvx = take(size_t(p.group_rows) * H * kKvbRows * 2);
   p.bytes = off;
   *out = p;
   return {};

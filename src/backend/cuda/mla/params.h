@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #if defined(__CUDACC__)
 #define RILL_MLA_HD __host__ __device__
@@ -26,6 +27,10 @@ constexpr int kKvbRows = kNope + kV;  // 256 kv_b rows per head: W_UK (128) then
 
 // Path choice: sequences with at most this many new tokens take the absorbed split-KV decode path.
 constexpr int kDecodeMaxNew = 8;
+
+// Prefill expansion groups hold up to this many context rows (287 MiB of ctx + kvx at 32 heads) unless one
+// sequence alone has more; RILL_MLA_EXPAND_ROWS overrides it (tests force many groups with a small value).
+constexpr int kExpandRows = 16384;
 
 // Decode split-KV kernel: 32 (token, head) rows x 64-key cache tiles, 8 warps, 2 smem stages.
 constexpr int kDecRows = 32, kDecKeys = 64, kDecThreads = 256;
@@ -90,12 +95,21 @@ struct PlanArrays {
 };
 
 // Host plan of one attention call: counts that size grids and the scratch carve-up (byte offsets).
+// Prefill sequences are expanded in groups of consecutive sequences, so the expanded context (ctx + kvx,
+// 17.5 KiB a row at 32 heads) is bounded by the step's longest sequence or kExpandRows, whichever is larger,
+// not by the sum of every prefill sequence's context (many chunks after long cached prefixes in one step).
+struct ExpandGroup {
+  int tile_begin, tile_end, row_begin, row_end;
+};
+
 struct Plan {
   int n_seqs = 0, n_heads = 0;
   int tiles_per_split = kMinTilesPerSplit;  // decode split target; the device plan recomputes splits from it
   int fixed_splits = 0;  // > 0: every decode sequence gets this many splits (BatchLayout::count_only_plan)
   int dec_tokens = 0, dec_work = 0, dec_slots = 0;
   int pf_tiles = 0, pf_rows = 0;
+  std::vector<ExpandGroup> groups;  // the prefill sequences' expansion groups, in sequence order
+  int group_rows = 0;               // ctx / kvx rows in the scratch: min(pf_rows, max(longest, kExpandRows))
   size_t off_ints = 0, off_q_lat = 0, off_part_o = 0, off_part_ml = 0, off_lat = 0, off_ctx = 0, off_kvx = 0;
   size_t bytes = 0;
 };
@@ -162,27 +176,30 @@ struct CombineParams {
   int n_heads, n_rows;             // n_rows = dec_tokens * H
 };
 
+// Gather and prefill run once per expansion group (Plan::groups): the context rows [row_begin, row_end) of the
+// step's plan land at ctx / kvx rows [0, row_end - row_begin).
 struct GatherParams {
   const bf16* cache;  // act [n_blocks, block_size, 576]
   int64_t cache_block, cache_row;
   const int32_t* block_tables;  // [n_seqs, max_blocks_per_seq]
   const int32_t* pf_row_start;  // [n_seqs + 1]
-  bf16* ctx;                    // bf16 [pf_rows, 576] contiguous
-  int n_blocks, block_size, max_blocks_per_seq, n_seqs, n_rows;
+  bf16* ctx;                    // bf16 [group rows, 576] contiguous
+  int n_blocks, block_size, max_blocks_per_seq, n_seqs, row_begin, row_end;
 };
 
 struct PrefillParams {
   const bf16* q;  // act [T, H, 192], strides q_row / q_head
   int64_t q_row, q_head;
-  const bf16* kvx;  // bf16 [pf_rows, H * 256]: per head k_nope (128) | v (128)
-  const bf16* ctx;  // bf16 [pf_rows, 576]: gathered latents, k_pe at +512
+  const bf16* kvx;  // bf16 [group rows, H * 256]: per head k_nope (128) | v (128)
+  const bf16* ctx;  // bf16 [group rows, 576]: gathered latents, k_pe at +512
   bf16* out;        // act [T, H * 128], row stride out_row
   int64_t out_row;
   const int32_t* seq_token_start;  // [n_seqs + 1]
   const int32_t* seq_start_pos;    // [n_seqs]
   const int32_t* pf_tile_start;    // [n_seqs + 1]
   const int32_t* pf_row_start;     // [n_seqs + 1]
-  int n_seqs, n_heads, n_tiles;
+  int n_seqs, n_heads;
+  int tile_begin, tile_end, row_begin;  // the group's query tiles and its first context row (ctx / kvx row 0)
   float scale_log2;
 };
 

@@ -15,6 +15,8 @@ namespace rill::cuda::mla {
 Status make_plan(const backend::MlaAttentionArgs& a, int sm_count, Plan* out);
 // SM count of the current device (both the dry run and the launcher plan with it, so their sizes agree).
 int plan_sm_count();
+// kExpandRows, or RILL_MLA_EXPAND_ROWS where set (read once: the dry run and every launch agree).
+int expand_rows_cap();
 // Raises a kernel's dynamic shared-memory limit once per device.
 Status opt_in_smem(const void* kernel, size_t bytes, const CudaContext& cx,
                    std::atomic<uint64_t>* done_devices);

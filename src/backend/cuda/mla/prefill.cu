@@ -18,13 +18,13 @@ constexpr int kGatherWarps = 8;
 // One warp per context row: 72 16-byte chunks from its cache block (zeros for a missing block).
 __global__ void __launch_bounds__(kGatherWarps * 32) gather_kernel(const GatherParams p) {
   const int lane = threadIdx.x & 31;
-  const int row = blockIdx.x * kGatherWarps + (threadIdx.x >> 5);
-  if (row >= p.n_rows) return;
+  const int row = p.row_begin + int(blockIdx.x) * kGatherWarps + (threadIdx.x >> 5);
+  if (row >= p.row_end) return;
   const int s = find_seq(p.pf_row_start, p.n_seqs, row);
   const int pos = row - p.pf_row_start[s];
   const int bi = pos / p.block_size;
   const int block = bi < p.max_blocks_per_seq ? p.block_tables[int64_t(s) * p.max_blocks_per_seq + bi] : -1;
-  uint4* dst = reinterpret_cast<uint4*>(p.ctx + int64_t(row) * kLatK);
+  uint4* dst = reinterpret_cast<uint4*>(p.ctx + int64_t(row - p.row_begin) * kLatK);
   if (block < 0 || block >= p.n_blocks) {
     for (int c = lane; c < kLatK / 8; c += 32) dst[c] = make_uint4(0, 0, 0, 0);
     return;
@@ -41,7 +41,7 @@ __global__ void __launch_bounds__(kPfThreads, 2) prefill_kernel(const PrefillPar
   bf16* sv = sk + 2 * kPfK * kPfLdK;         // [2][kPfK][kPfLdV]
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t4 = lane & 3;
-  const int w = p.n_tiles - 1 - int(blockIdx.x);  // later (longer) tiles first
+  const int w = p.tile_end - 1 - int(blockIdx.x);  // later (longer) tiles first
   const int h = blockIdx.y, H = p.n_heads;
   const int s = find_seq(p.pf_tile_start, p.n_seqs, w);
   const int q_first = (w - p.pf_tile_start[s]) * kPfQ;
@@ -50,7 +50,7 @@ __global__ void __launch_bounds__(kPfThreads, 2) prefill_kernel(const PrefillPar
   const int q_pos0 = start + q_first;  // absolute position of query row 0
   const int kv_end = q_pos0 + n_q;     // keys [0, kv_end) are visible to some row of the tile
   const int n_kv = (kv_end + kPfK - 1) / kPfK;
-  const int64_t kv_row0 = p.pf_row_start[s];
+  const int64_t kv_row0 = p.pf_row_start[s] - p.row_begin;
   const int64_t kvx_ld = int64_t(H) * kKvbRows;
 
   // Q tile: 64 rows x 24 chunks (12 per thread); rows past n_q are zero.
@@ -198,17 +198,19 @@ std::atomic<uint64_t> g_smem_set{0};
 }  // namespace
 
 Status launch_gather(const GatherParams& p, cudaStream_t stream) {
-  if (p.n_rows == 0) return {};
-  gather_kernel<<<(p.n_rows + kGatherWarps - 1) / kGatherWarps, kGatherWarps * 32, 0, stream>>>(p);
+  const int n_rows = p.row_end - p.row_begin;
+  if (n_rows <= 0) return {};
+  gather_kernel<<<(n_rows + kGatherWarps - 1) / kGatherWarps, kGatherWarps * 32, 0, stream>>>(p);
   RILL_CUDA_CHECK_LAUNCH("mla_prefill_gather");
   return {};
 }
 
 Status launch_prefill(const PrefillParams& p, const CudaContext& cx) {
-  if (p.n_tiles == 0) return {};
+  const int n_tiles = p.tile_end - p.tile_begin;
+  if (n_tiles <= 0) return {};
   if (p.n_heads > 65535) return invalid_argument("mla_attention (CUDA): {} heads exceed the grid", p.n_heads);
   RILL_TRY(opt_in_smem(reinterpret_cast<const void*>(&prefill_kernel), kPfSmemBytes, cx, &g_smem_set));
-  const dim3 grid(p.n_tiles, p.n_heads);
+  const dim3 grid(n_tiles, p.n_heads);
   prefill_kernel<<<grid, kPfThreads, kPfSmemBytes, cx.stream>>>(p);
   RILL_CUDA_CHECK_LAUNCH("mla_prefill");
   return {};
