@@ -6,7 +6,8 @@
 //   (0)  checkpoint + re-feed, rill today: slot -> checkpoint copy (one cudaMemcpyAsync per sequence, as
 //        runner::apply_cache_ops issues them), verify in place, checkpoint -> slot on a rejection; the next
 //        step feeds the a + 1 committed tokens again (row 0r: their marginal cost in that step's verify);
-//   (0k) the same with one copy kernel per phase; (0f) the checkpoint written by the verify kernel itself;
+//   (0b) the same copies as one cudaMemcpyBatchAsync per phase; (0k) one copy kernel per phase;
+//   (0f) the checkpoint written by the verify kernel itself;
 //   (1)  per-token states: the verify writes the state after each token (k buffers, the last in place), a
 //        select copy of state a into the slot;
 //   (2)  replay records: a read-only verify writes (beta k̂, alpha, e) per token and head, a fold applies a
@@ -415,15 +416,31 @@ void memcpy_states(const std::vector<StateCopy>& copies, int64_t seq_floats, cud
     CK(cudaMemcpyAsync(c.dst, c.src, size_t(seq_floats) * sizeof(float), cudaMemcpyDeviceToDevice, st));
 }
 
+// The same copies as one cudaMemcpyBatchAsync (CUDA 12.8+): the toolkit's route to one launch per phase.
+void batch_memcpy_states(const std::vector<StateCopy>& copies, int64_t seq_floats, cudaStream_t st) {
+  if (copies.empty()) return;
+  std::vector<void*> dst;
+  std::vector<const void*> src;
+  const std::vector<size_t> sizes(copies.size(), size_t(seq_floats) * sizeof(float));
+  for (const StateCopy& c : copies) dst.push_back(c.dst), src.push_back(c.src);
+  cudaMemcpyAttributes attr{};
+  attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+  size_t attr_index = 0;
+  CK(cudaMemcpyBatchAsync(dst.data(), src.data(), sizes.data(), copies.size(), &attr, &attr_index, 1, st));
+}
+
 // The strategies as the lab times them; CheckpointMemcpy is what rill does today.
-enum class Variant { CheckpointMemcpy, CheckpointKernel, CheckpointFused, PerToken, Records };
-constexpr std::array<Variant, 5> kVariants = {Variant::CheckpointMemcpy, Variant::CheckpointKernel,
-                                              Variant::CheckpointFused, Variant::PerToken, Variant::Records};
+enum class Variant { CheckpointMemcpy, CheckpointBatch, CheckpointKernel, CheckpointFused, PerToken, Records };
+constexpr std::array<Variant, 6> kVariants = {Variant::CheckpointMemcpy, Variant::CheckpointBatch,
+                                              Variant::CheckpointKernel, Variant::CheckpointFused,
+                                              Variant::PerToken,         Variant::Records};
 
 const char* variant_name(Variant v) {
   switch (v) {
     case Variant::CheckpointMemcpy:
       return "0  checkpoint, memcpy/seq (today)";
+    case Variant::CheckpointBatch:
+      return "0b checkpoint, one memcpy batch";
     case Variant::CheckpointKernel:
       return "0k checkpoint, copy kernel";
     case Variant::CheckpointFused:
@@ -440,6 +457,8 @@ const char* short_name(Variant v) {
   switch (v) {
     case Variant::CheckpointMemcpy:
       return "0 today";
+    case Variant::CheckpointBatch:
+      return "0b";
     case Variant::CheckpointKernel:
       return "0k";
     case Variant::CheckpointFused:
@@ -455,6 +474,7 @@ const char* short_name(Variant v) {
 Strategy strategy_of(Variant v) {
   switch (v) {
     case Variant::CheckpointMemcpy:
+    case Variant::CheckpointBatch:
     case Variant::CheckpointKernel:
       return Strategy::Checkpoint;
     case Variant::CheckpointFused:
@@ -485,6 +505,11 @@ Phases make_phases(Variant v, const Buffers& b, const Case& c, cudaStream_t st) 
       ph.run[0] = [&c, sf, st] { memcpy_states(c.save, sf, st); };
       ph.run[1] = [p, &c, st] { launch_verify<InPlace>(p, c.n_seqs, c.vb, st); };
       if (!c.restore.empty()) ph.run[2] = [&c, sf, st] { memcpy_states(c.restore, sf, st); };
+      break;
+    case Variant::CheckpointBatch:
+      ph.run[0] = [&c, sf, st] { batch_memcpy_states(c.save, sf, st); };
+      ph.run[1] = [p, &c, st] { launch_verify<InPlace>(p, c.n_seqs, c.vb, st); };
+      if (!c.restore.empty()) ph.run[2] = [&c, sf, st] { batch_memcpy_states(c.restore, sf, st); };
       break;
     case Variant::CheckpointKernel:
       ph.run[0] = [&b, &c, sf, st] { launch_copies(b.save, c.n_seqs, sf, st); };
@@ -613,7 +638,7 @@ bool validate(Buffers& b, int k, int vb, uint32_t seed, cudaStream_t st, double*
                        ? Err{INFINITY, 1}
                        : Err{},
                    k, vb);
-    if (v == Variant::CheckpointFused || v == Variant::CheckpointKernel || v == Variant::CheckpointMemcpy)
+    if (strategy_of(v) == Strategy::Checkpoint || v == Variant::CheckpointFused)
       ok &= report((name + ": checkpoint = state before the step").c_str(),
                    std::memcmp(fetch(b.checkpoint, B * sf).data(), in.state0.data(), in.state0.size() * 4)
                        ? Err{INFINITY, 1}
