@@ -67,6 +67,11 @@ Status reserve_scratch(Arena* scratch, size_t bytes) {
 
 }  // namespace
 
+Status Backend::copy_device_to_device_batch(const std::vector<DeviceCopy>& copies) {
+  for (const DeviceCopy& c : copies) RILL_TRY(copy_device_to_device(c.dst, c.src, c.bytes));
+  return {};
+}
+
 Status Backend::copy_to_device_batch(const std::vector<CopyJob>& jobs,
                                      const std::function<void(size_t)>& progress) {
   for (const CopyJob& j : jobs) {

@@ -285,6 +285,13 @@ struct LogprobsArgs {
   TensorView out_top_logprobs;  // F32 [R, top_n]
 };
 
+// One device-to-device copy of a batch (runner::apply_cache_ops: KDA state slots, every layer at once).
+struct DeviceCopy {
+  void* dst = nullptr;
+  const void* src = nullptr;
+  size_t bytes = 0;
+};
+
 // One host-to-device copy of a bulk upload (weight loading).
 struct CopyJob {
   void* dst = nullptr;        // device
@@ -360,6 +367,10 @@ class Backend {
   virtual Status copy_to_device(void* dst, const void* host_src, size_t bytes) = 0;  // blocking
   virtual Status copy_to_host(void* host_dst, const void* src, size_t bytes) = 0;    // blocking
   virtual Status copy_device_to_device(void* dst, const void* src, size_t bytes) = 0;
+  // Copies that do not overlap one another, in stream order after the work before them. The CUDA backend
+  // issues them as one cudaMemcpyBatchAsync (a verify step at batch 64 copies 64 sequences x 20 layers x 2
+  // tensors: thousands of cudaMemcpyAsync calls otherwise); the default copies one by one.
+  virtual Status copy_device_to_device_batch(const std::vector<DeviceCopy>& copies);
   // Bulk upload (weights): the CUDA backend streams several groups at once through pinned staging buffers;
   // `progress(bytes)` is called as copies complete (from any thread). Blocking.
   virtual Status copy_to_device_batch(const std::vector<CopyJob>& jobs,

@@ -1,24 +1,43 @@
 #include "runner/model_runner.h"
 
 #include <algorithm>
+#include <set>
 
 #include "runner/memory_plan.h"
 
 namespace rill::runner {
 
-Status apply_cache_ops(backend::Backend& be, const model::ModelCaches& caches, const cache::CacheOps& ops) {
-  for (const cache::KdaSlotCopy& c : ops.kda_slot_copies) {
+std::vector<std::vector<cache::KdaSlotCopy>> copy_waves(const std::vector<cache::KdaSlotCopy>& copies) {
+  std::vector<std::vector<cache::KdaSlotCopy>> waves;
+  std::set<int32_t> read, written;  // by the last wave
+  for (const cache::KdaSlotCopy& c : copies) {
     if (c.from == c.to) continue;
+    if (waves.empty() || written.count(c.from) || written.count(c.to) || read.count(c.to)) {
+      waves.emplace_back();
+      read.clear(), written.clear();
+    }
+    waves.back().push_back(c);
+    read.insert(c.from);
+    written.insert(c.to);
+  }
+  return waves;
+}
+
+Status apply_cache_ops(backend::Backend& be, const model::ModelCaches& caches, const cache::CacheOps& ops) {
+  for (const cache::KdaSlotCopy& c : ops.kda_slot_copies)
     if (c.from < 0 || c.to < 0 || c.from >= caches.n_slots || c.to >= caches.n_slots)
       return internal_error("KDA slot copy {} -> {} outside [0, {})", c.from, c.to, caches.n_slots);
-    for (const model::LayerCache& L : caches.layers)
-      for (const TensorView* t : {&L.kda_state, &L.kda_conv}) {
-        if (t->empty()) continue;
-        const size_t per_slot = t->nbytes() / size_t(t->size(0));  // contiguous [n_slots, ...]
-        char* base = static_cast<char*>(t->data);
-        RILL_TRY(be.copy_device_to_device(base + size_t(c.to) * per_slot, base + size_t(c.from) * per_slot,
-                                          per_slot));
-      }
+  for (const auto& wave : copy_waves(ops.kda_slot_copies)) {
+    std::vector<backend::DeviceCopy> batch;
+    for (const cache::KdaSlotCopy& c : wave)
+      for (const model::LayerCache& L : caches.layers)
+        for (const TensorView* t : {&L.kda_state, &L.kda_conv}) {
+          if (t->empty()) continue;
+          const size_t per_slot = t->nbytes() / size_t(t->size(0));  // contiguous [n_slots, ...]
+          char* base = static_cast<char*>(t->data);
+          batch.push_back({base + size_t(c.to) * per_slot, base + size_t(c.from) * per_slot, per_slot});
+        }
+    RILL_TRY(be.copy_device_to_device_batch(batch));
   }
   return {};
 }

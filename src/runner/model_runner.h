@@ -38,8 +38,15 @@ struct RunnerOptions {
   int num_speculative_tokens = 0;
 };
 
-// Applies a step's cache operations to `caches` (KDA slot copies, in order, on the backend's stream).
+// Applies a step's cache operations to `caches` (KDA slot copies, on the backend's stream, with the effect of
+// running them in order): every layer's copies of a wave go out as one Backend::copy_device_to_device_batch.
 Status apply_cache_ops(backend::Backend& be, const model::ModelCaches& caches, const cache::CacheOps& ops);
+
+// The copies split into consecutive waves that may each run in any order (a batch's copies are unordered):
+// a copy that reads a slot an earlier copy of the wave writes, or writes a slot one of them reads or writes (a
+// snapshot taken and restored into a new sequence in one step; a freed slot's snapshot, then the slot reused),
+// starts the next wave. Copies from a slot to itself are dropped.
+std::vector<std::vector<cache::KdaSlotCopy>> copy_waves(const std::vector<cache::KdaSlotCopy>& copies);
 
 class ModelRunner {
  public:

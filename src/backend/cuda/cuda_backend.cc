@@ -136,6 +136,20 @@ Status CudaBackend::copy_device_to_device(void* dst, const void* src, size_t byt
   return {};
 }
 
+Status CudaBackend::copy_device_to_device_batch(const std::vector<backend::DeviceCopy>& copies) {
+  if (copies.empty()) return {};
+  std::vector<void*> dst(copies.size());
+  std::vector<const void*> src(copies.size());
+  std::vector<size_t> bytes(copies.size());
+  for (size_t i = 0; i < copies.size(); ++i) dst[i] = copies[i].dst, src[i] = copies[i].src, bytes[i] = copies[i].bytes;
+  cudaMemcpyAttributes attr{};
+  attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;  // the sources are written by earlier stream work
+  size_t attr_index = 0;
+  RILL_CUDA_CHECK(cudaMemcpyBatchAsync(dst.data(), src.data(), bytes.data(), copies.size(), &attr, &attr_index, 1,
+                                       ctx_.stream));
+  return {};
+}
+
 // Weight upload: a few worker threads, each with its own stream and two pinned buffers, take whole groups
 // (shard files) so several shards stream at once: a worker copies a chunk of the mmap'd file into one pinned
 // buffer (faulting the pages in) while its previous chunk travels to the GPU from the other.

@@ -32,6 +32,7 @@ class CudaBackend final : public backend::Backend {
   Status copy_to_device(void* dst, const void* host_src, size_t bytes) override;
   Status copy_to_host(void* host_dst, const void* src, size_t bytes) override;
   Status copy_device_to_device(void* dst, const void* src, size_t bytes) override;
+  Status copy_device_to_device_batch(const std::vector<backend::DeviceCopy>& copies) override;
   Status copy_to_device_batch(const std::vector<backend::CopyJob>& jobs,
                               const std::function<void(size_t)>& progress) override;
   Status fill_zero(TensorView t) override;
