@@ -14,9 +14,9 @@ constexpr int kPrepThreads = 128, kPrepVec = 8, kPrepTile = 16;
 
 // recurrent_step.cu: 256 threads own [128 x VB] of one head's state, 4 columns (a float4) each.
 constexpr int kStepThreads = 256;
-// With RILL_KDA_RECURRENT_VERIFY=1 (kda.cc), sequences of up to this many new tokens (speculative decoding's
-// verify steps, short prompts) also take the recurrent kernel, one token after another with the state in
-// registers, instead of the chunked path.
+// Sequences of up to this many new tokens (speculative decoding's verify steps, short prompts) also take the
+// recurrent kernel, one token after another with the state in registers, instead of the chunked path (unless
+// RILL_KDA_RECURRENT_VERIFY=0, kda.cc).
 constexpr int kRecurrentMaxTokens = 16;
 
 // chunk_plan.cu: one CTA lists the prefill sequences and their chunks.

@@ -9,10 +9,8 @@
 // 32 CTAs for Kimi-Linear (each streams 64 KiB of state in and out plus 64 KiB of f_b/g_b rows), against the
 // ~3.7 us of ramp and tail each of the four launches it replaces costs in a graphed step (PERF.md).
 //
-// NOT YET RUN ON A GPU: written in a session without one, so the model uses it only with
-// RILL_KDA_FUSED_DECODE=1 (kda.cc). Before making it the default: backend_tests
-// --gtest_filter='KdaCuda.Fused*' and the model / runner GPU tests with the variable set, then `rill bench`
-// decode rows with it on and off.
+// The model's decode path since it passed the op, model and runner GPU tests on the H200 and measured faster
+// there (docs/PERF.md); RILL_KDA_FUSED_DECODE=0 (kda.cc) runs the separate ops instead.
 //
 // Numerics are the separate ops' rounding points: graw, gate, q, k, v and o rounded to bf16 where those ops
 // store bf16, everything else fp32; only graw's and gate's sums run in another order than the GEMV's.

@@ -10,7 +10,7 @@ namespace rill::cuda {
 Status launch_kda_prepare(const backend::KdaPrepareArgs& a, const CudaContext& cx);
 size_t kda_attention_scratch_bytes(const backend::KdaAttentionArgs& a);
 Status launch_kda_attention(const backend::KdaAttentionArgs& a, const CudaContext& cx);
-// The fused decode step: whether the model should use it (RILL_KDA_FUSED_DECODE=1), whether `a` fits the
+// The fused decode step: whether the model should use it (unless RILL_KDA_FUSED_DECODE=0), whether `a` fits the
 // kernel (formats and sizes), and its launcher.
 bool kda_decode_enabled();
 bool kda_decode_fusable(const backend::KdaDecodeArgs& a);

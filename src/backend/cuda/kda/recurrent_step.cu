@@ -1,4 +1,4 @@
-// Fused recurrent step (decode, n_new == 1; with RILL_KDA_RECURRENT_VERIFY=1 up to kRecurrentMaxTokens tokens
+// Fused recurrent step (decode, n_new == 1; and up to kRecurrentMaxTokens tokens
 // one after another, the state kept in registers), spec §3.3 step 6 (recurrent_math.cuh), one CTA per
 // (sequence, head, block of VB state columns). 256 threads: thread (row group, column group) keeps R rows x 4
 // columns (float4s, a warp covers whole 128-byte row segments) in registers. Warp 0 L2-normalises q and k and
