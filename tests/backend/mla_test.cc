@@ -230,7 +230,9 @@ TEST(MlaCuda, DecodeMultiTokenCausal) {
   OpHarness h("cuda");
   RILL_REQUIRE_BACKEND(h);
   check_attention(h, {{300, 4}}, 32, 64);         // speculative-decode shape: 4 rows of 32 heads
-  check_attention(h, {{0, 8}, {130, 8}}, 2, 16);  // largest decode n_new, causal inside the step
+  check_attention(h, {{0, 8}, {130, 8}}, 2, 16);  // causal inside the step
+  check_attention(h, {{300, 9}}, 32, 64);          // a verify step of k = 8
+  check_attention(h, {{0, 16}, {130, 16}, {4000, 12}}, 2, 16);  // largest decode n_new (kDecodeMaxNew)
   check_attention(h, {{1000, 3}, {5, 2}, {63, 1}}, 32, 64);
 }
 

@@ -26,7 +26,9 @@ constexpr int kQk = kNope + kRope;    // 192: naive q/k head dim
 constexpr int kKvbRows = kNope + kV;  // 256 kv_b rows per head: W_UK (128) then W_UV (128)
 
 // Path choice: sequences with at most this many new tokens take the absorbed split-KV decode path.
-constexpr int kDecodeMaxNew = 8;
+// 16, not 8: at 8, a verify step of k = 8 drafts (9 tokens) at batch 64 and 4K context expanded every
+// sequence's context through the prefill path and took 3.5x the k = 4 step on the H200 (docs/PERF.md).
+constexpr int kDecodeMaxNew = 16;
 
 // Prefill expansion groups hold up to this many context rows (287 MiB of ctx + kvx at 32 heads) unless one
 // sequence alone has more; RILL_MLA_EXPAND_ROWS overrides it (tests force many groups with a small value).
