@@ -14,12 +14,13 @@ struct Ceilings {
 };
 
 struct BenchRow {
-  std::string section;  // "ceiling", "prefill", "decode", "op", "layer"
+  std::string section;  // "ceiling", "prefill", "decode", "op", "layer", "composed"
   std::string name;
   double ms = 0;
   double bytes = 0;  // bytes that must move (each input read once, each output written once)
   double flops = 0;
   std::string note;
+  double tokens = 0;  // tokens a prefill step takes in or a decode step emits (for tokens/s; 0: not a step)
   // The fraction of the binding ceiling: max(bytes / copy, flops / gemm) time over the measured time.
   double fraction(const Ceilings& c) const;
   const char* bound(const Ceilings& c) const;  // "memory" or "compute"

@@ -178,6 +178,7 @@ Result<std::vector<BenchRow>> bench_model(model::Model& m, const BenchOptions& o
     r.bytes = p.dense_bytes + p.lm_head_bytes + p.one_expert_bytes * c.moe.n_experts *
                                                     double(std::count(c.ffn_kinds.begin(), c.ffn_kinds.end(), model::FfnKind::Moe));
     r.note = fmt::format("{:.0f} tokens/s", double(n_seq) * len / (*ms * 1e-3));
+    r.tokens = double(n_seq) * len;
     rows.push_back(r);
   }
 
@@ -216,6 +217,7 @@ Result<std::vector<BenchRow>> bench_model(model::Model& m, const BenchOptions& o
     r.flops = 2.0 * batch * (p.dense + p.lm_head + c.moe.n_experts_per_token * p.one_expert *
                                                        double(std::count(c.ffn_kinds.begin(), c.ffn_kinds.end(), model::FfnKind::Moe)));
     r.note = fmt::format("{:.0f} tokens/s", batch / (*ms * 1e-3));
+    r.tokens = batch;
     rows.push_back(r);
     // The same step replayed from a CUDA graph (what serving runs; the first run captures it).
     if (graphs && graphs->bucket(m, b) > 0) {
@@ -271,7 +273,10 @@ Result<std::vector<BenchRow>> bench_layer_kinds(backend::Backend& be, const mode
     model::ModelConfig s = c;
     s.n_layers = int(kinds.size());
     s.layer_kinds = std::move(kinds);
+    // Layer 0 keeps the model's own FFN (Kimi Linear's dense MLP), so the composed rows below add up to the
+    // model; the marginal layer rows are the same either way.
     s.ffn_kinds.assign(s.layer_kinds.size(), c.ffn_kinds.back());
+    s.ffn_kinds.front() = c.ffn_kinds.front();
     return s;
   };
   auto bench_slice = [&](const model::ModelConfig& s) -> Result<std::vector<BenchRow>> {
@@ -284,18 +289,44 @@ Result<std::vector<BenchRow>> bench_layer_kinds(backend::Backend& be, const mode
   const model::LayerKind first = c.layer_kinds.front();
   RILL_ASSIGN_OR_RETURN(const std::vector<BenchRow> base, bench_slice(slice({first})));
   std::vector<BenchRow> rows;
+  // The whole model composed from the slices: the first-layer slice (embedding, layer 0, lm_head, sampling)
+  // plus one marginal layer of its kind for every later layer. What a GPU too small for the model's weights
+  // can measure; the interaction between layers (caches, L2) is not in it, so these rows say "composed".
+  std::vector<BenchRow> composed = base;
+  std::vector<bool> composable(base.size(), true);
+  std::string recipe = fmt::format("composed: {} slice", label(first));
   for (model::LayerKind kind : {model::LayerKind::Kda, model::LayerKind::Mla}) {
     if (c.n_layers_of(kind) == 0) continue;
+    const int later = c.n_layers_of(kind) - (kind == first ? 1 : 0);
+    recipe += fmt::format(" + {} x {} layer", later, label(kind));
     RILL_ASSIGN_OR_RETURN(const std::vector<BenchRow> two, bench_slice(slice({first, kind})));
-    for (size_t i = 0; i < two.size() && i < base.size(); ++i) {
+    for (size_t i = 0; i < base.size(); ++i) {
+      if (i >= two.size() || two[i].ms <= 0 || base[i].ms <= 0 || two[i].name != base[i].name) {
+        composable[i] = false;
+        if (i >= two.size()) continue;
+      }
       const std::string name = fmt::format("{} layer: {} {}", label(kind), two[i].section, two[i].name);
       if (two[i].ms <= 0 || base[i].ms <= 0) {
         rows.push_back(not_run("layer", name, two[i].ms <= 0 ? two[i].note : base[i].note));
         continue;
       }
-      rows.push_back({"layer", name, two[i].ms - base[i].ms, two[i].bytes - base[i].bytes, two[i].flops - base[i].flops,
-                      fmt::format("({} + {} slice) - ({} slice)", label(first), label(kind), label(first))});
+      const BenchRow marginal{"layer", name, two[i].ms - base[i].ms, two[i].bytes - base[i].bytes,
+                              two[i].flops - base[i].flops,
+                              fmt::format("({} + {} slice) - ({} slice)", label(first), label(kind), label(first))};
+      rows.push_back(marginal);
+      composed[i].ms += later * marginal.ms;
+      composed[i].bytes += later * marginal.bytes;
+      composed[i].flops += later * marginal.flops;
     }
+  }
+  for (size_t i = 0; i < composed.size(); ++i) {
+    const BenchRow& b = composed[i];
+    if (!composable[i] || (b.section != "prefill" && b.section != "decode")) continue;
+    BenchRow r = b;
+    r.section = "composed";
+    r.name = fmt::format("{} {}", b.section, b.name);
+    r.note = b.tokens > 0 ? fmt::format("{:.0f} tokens/s; {}", b.tokens / (b.ms * 1e-3), recipe) : recipe;
+    rows.push_back(r);
   }
   return rows;
 }

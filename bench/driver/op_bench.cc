@@ -190,40 +190,51 @@ Result<std::vector<BenchRow>> bench_ops(backend::Backend& be, const model::Model
     }
     const bool situ = c.activation == model::GluActivation::Situ;
     const double bytes_per_weight = mxfp4 ? 0.5 + 1.0 / 32 : 2.0;  // MXFP4: FP4 codes + one E8M0 scale per 32
-    for (int64_t T : {int64_t(o.prefill_long), int64_t(1), int64_t(32)}) {
-      const std::string name = mxfp4 ? fmt::format("moe route+experts, {} tokens, {} of {} MXFP4 experts", T, K, E)
-                                     : fmt::format("moe route+experts, {} tokens, {} of {} experts", T, K, E);
-      auto row = [&]() -> Result<BenchRow> {
-        RILL_ASSIGN_OR_RETURN(TensorView x, pool.random(act, {T, H}, -1, 1));
-        TensorView xe = x;
-        if (Hx != H) {
-          RILL_ASSIGN_OR_RETURN(xe, pool.random(act, {T, Hx}, -1, 1));
-        }
-        RILL_ASSIGN_OR_RETURN(TensorView ids, pool.zeros(DType::I32, {T, K}));
-        RILL_ASSIGN_OR_RETURN(TensorView wts, pool.zeros(DType::F32, {T, K}));
-        RILL_ASSIGN_OR_RETURN(TensorView out, pool.zeros(act, {T, Hx}));
-        backend::MoeRouteArgs route{x, router, bias, int(K), c.moe.n_groups, c.moe.topk_group, c.moe.renormalize, false,
-                                    c.moe.routed_scaling_factor, ids, wts};
-        backend::MoeExpertsArgs exa{xe, ids, wts, &ex, situ ? backend::Activation::Situ : backend::Activation::Silu,
-                                    situ ? c.situ_beta : 0.0f, situ ? c.situ_linear_beta : 0.0f, out, nullptr};
-        RILL_ASSIGN_OR_RETURN(exa.scratch, pool.scratch_for([&](Arena* s) { auto b = exa; b.scratch = s; return be.moe_experts(b); }));
-        RILL_ASSIGN_OR_RETURN(double ms, time_op(be, reps, [&]() -> Status {
-          exa.scratch->reset();
-          RILL_TRY(be.moe_route(route));
-          return be.moe_experts(exa);
-        }));
-        const double unique = double(E) * (1.0 - std::pow(1.0 - double(K) / double(E), double(T)));
-        // The CUDA backend groups a step by expert above 64 (token, expert) pairs (moe/params.h); the Kimi
-        // Linear rows keep their original labels.
-        const bool grouped = mxfp4 ? T * K > 64 : T >= 1024;
-        const char* path = grouped ? "grouped GEMM" : "gathered GEMV";
-        return BenchRow{"op", name, ms,
-                        unique * 3.0 * double(Hx) * double(I) * bytes_per_weight + double(T) * Hx * 2 * 2,
-                        double(T) * K * 3.0 * 2.0 * double(Hx) * double(I), path};
-      }();
-      if (!row.ok() && row.status().code() != StatusCode::Unimplemented) return row.status();
-      rows.push_back(row.ok() ? *row : not_run("op", name, row.status().message()));
+    // Prefill-sized, mid-sized and decode-sized steps. On CUDA the bf16 grouped steps run twice: cuBLAS's
+    // grouped GEMM above its pair threshold (the default path) and rill's mma.sync grouped kernels, in one run.
+    // (cuBLAS at every grouped size here, to show where its per-layer count readback pays.)
+    const bool ab = !mxfp4 && be.set_option("moe_grouped_gemm", "rill").ok() &&
+                    be.set_option("moe_grouped_gemm", "cublas").ok() &&
+                    be.set_option("moe_cublas_min_pairs", "0").ok();
+    for (int64_t T : {int64_t(o.prefill_long), int64_t(2048), int64_t(512), int64_t(256), int64_t(1), int64_t(32)}) {
+      const bool grouped = T * K > 64;  // moe/params.h kDecodeMaxPairs
+      for (const bool rill_grouped : {false, true}) {
+        if (rill_grouped && !(ab && grouped)) continue;
+        std::string name = mxfp4 ? fmt::format("moe route+experts, {} tokens, {} of {} MXFP4 experts", T, K, E)
+                                 : fmt::format("moe route+experts, {} tokens, {} of {} experts", T, K, E);
+        const char* path = !grouped ? "gathered GEMV" : ab && !rill_grouped ? "cuBLAS grouped GEMM" : "grouped GEMM (mma.sync)";
+        if (ab && rill_grouped) name += ", rill's grouped GEMM";
+        if (rill_grouped) RILL_TRY(be.set_option("moe_grouped_gemm", "rill"));
+        auto row = [&]() -> Result<BenchRow> {
+          RILL_ASSIGN_OR_RETURN(TensorView x, pool.random(act, {T, H}, -1, 1));
+          TensorView xe = x;
+          if (Hx != H) {
+            RILL_ASSIGN_OR_RETURN(xe, pool.random(act, {T, Hx}, -1, 1));
+          }
+          RILL_ASSIGN_OR_RETURN(TensorView ids, pool.zeros(DType::I32, {T, K}));
+          RILL_ASSIGN_OR_RETURN(TensorView wts, pool.zeros(DType::F32, {T, K}));
+          RILL_ASSIGN_OR_RETURN(TensorView out, pool.zeros(act, {T, Hx}));
+          backend::MoeRouteArgs route{x, router, bias, int(K), c.moe.n_groups, c.moe.topk_group, c.moe.renormalize, false,
+                                      c.moe.routed_scaling_factor, ids, wts};
+          backend::MoeExpertsArgs exa{xe, ids, wts, &ex, situ ? backend::Activation::Situ : backend::Activation::Silu,
+                                      situ ? c.situ_beta : 0.0f, situ ? c.situ_linear_beta : 0.0f, out, nullptr};
+          RILL_ASSIGN_OR_RETURN(exa.scratch, pool.scratch_for([&](Arena* s) { auto b = exa; b.scratch = s; return be.moe_experts(b); }));
+          RILL_ASSIGN_OR_RETURN(double ms, time_op(be, reps, [&]() -> Status {
+            exa.scratch->reset();
+            RILL_TRY(be.moe_route(route));
+            return be.moe_experts(exa);
+          }));
+          const double unique = double(E) * (1.0 - std::pow(1.0 - double(K) / double(E), double(T)));
+          return BenchRow{"op", name, ms,
+                          unique * 3.0 * double(Hx) * double(I) * bytes_per_weight + double(T) * Hx * 2 * 2,
+                          double(T) * K * 3.0 * 2.0 * double(Hx) * double(I), path};
+        }();
+        if (rill_grouped) RILL_TRY(be.set_option("moe_grouped_gemm", "cublas"));
+        if (!row.ok() && row.status().code() != StatusCode::Unimplemented) return row.status();
+        rows.push_back(row.ok() ? *row : not_run("op", name, row.status().message()));
+      }
     }
+    if (ab) RILL_TRY(be.set_option("moe_cublas_min_pairs", "default"));
   }
 
   if (c.attn_res_block_size > 0) {  // K3 Block AttnRes depth mix, at the deepest layer's candidate count.

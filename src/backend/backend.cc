@@ -620,4 +620,8 @@ std::string Backend::device_description() const {
   return fmt::format("{} ({} hardware threads)", name(), std::thread::hardware_concurrency());
 }
 
+Status Backend::set_option(const std::string& key, const std::string& value) {
+  return invalid_argument("backend {} has no option {} (value {})", name(), key, value);
+}
+
 }  // namespace rill::backend

@@ -407,6 +407,10 @@ class Backend {
   // instead (one step per snapshot).
   virtual bool kda_snapshots_in_step() const { return false; }
 
+  // A kernel-path choice of this backend by name (e.g. CUDA's "moe_grouped_gemm" = "cublas" | "rill"), so one
+  // process can run and compare both paths; an unknown key or value is an InvalidArgument naming it.
+  virtual Status set_option(const std::string& key, const std::string& value);
+
   // Dry run: ops return at once without touching memory, but still take the scratch they would use from
   // their arena, so a forward pass over a measuring Arena yields the workspace size (plan, then run).
   void set_dry_run(bool on) { dry_run_ = on; }

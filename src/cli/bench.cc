@@ -106,6 +106,11 @@ int run_bench(int argc, char** argv) {
   app.add_flag("--layer-types,!--no-layer-types", layer_types,
                "also time one layer of each type (KDA, MLA): steps of a 2-layer model minus those of a 1-layer one, "
                "dummy weights at the model's width (default with kimi-k3-slice)");
+  bool composed = false;
+  app.add_flag("--composed", composed,
+               "do not load the whole model: time its slices (the per-layer rows of --layer-types) and compose a "
+               "whole-model estimate from them (section 'composed'), for a GPU that cannot hold the weights (the "
+               "48B bf16 shape on an 80 GB H100)");
   app.add_flag("--print-config", print_config, "print the --preset's config.json and exit (to serve it with dummy weights)");
   bool prefix_reuse = false;
   bench::PrefixBenchOptions po;
@@ -139,6 +144,7 @@ int run_bench(int argc, char** argv) {
     return report_error("bench", invalid_argument("--load-format dummy needs --preset NAME or a MODEL_DIR with a config.json"));
   if (load_format != "dummy" && dir.empty())
     return report_error("bench", invalid_argument("give a MODEL_DIR, or --load-format dummy --preset NAME"));
+  if (composed) layer_types = true;
   if (layer_types && load_format != "dummy" && !skip_model)
     return report_error("bench", invalid_argument("--layer-types builds smaller models: it needs --load-format dummy"));
 
@@ -167,7 +173,7 @@ int run_bench(int argc, char** argv) {
     if (!ops.ok()) return report_error("bench", ops.status());
     rows.insert(rows.end(), ops->begin(), ops->end());
   }
-  if (!skip_model) {
+  if (!skip_model && !composed) {
     std::fprintf(stderr, "loading the model (%s) ...\n", load_format == "dummy" ? "dummy weights" : dir.c_str());
     auto m = load_format == "dummy" ? model::load_dummy_model(*cfg, **be, 1234) : load_model_with_progress(dir, **be);
     if (!m.ok()) return report_error("bench", m.status());

@@ -6,6 +6,9 @@
 namespace rill::cuda {
 
 class GemmRunner;
+namespace moe {
+class CublasGroupedGemm;
+}
 
 struct CudaContext {
   cudaStream_t stream = nullptr;
@@ -16,6 +19,11 @@ struct CudaContext {
   // Router logits of a decode step ([kGemvMaxRows, moe::kMaxExperts] F32), allocated with the backend: the
   // small-batch router computes them with the split GEMV and selects experts in a second kernel.
   float* route_logits = nullptr;
+  // The bf16 experts of steps with at least moe_cublas_min_pairs (token, expert) pairs go through cuBLAS's
+  // grouped GEMM (moe/cublas_grouped.h; it reads the slot counts back, so never while a graph is captured);
+  // nullptr: rill's mma.sync grouped kernels for every grouped step.
+  moe::CublasGroupedGemm* moe_grouped_gemm = nullptr;
+  long long moe_cublas_min_pairs = 0;
 };
 
 }  // namespace rill::cuda

@@ -17,6 +17,7 @@
 #include "backend/cuda/make_cuda_backend.h"
 #include "backend/cuda/mla/mla.h"
 #include "backend/cuda/mla/params.h"
+#include "backend/cuda/moe/cublas_grouped.h"
 #include "backend/cuda/moe/moe.h"
 #include "backend/cuda/moe/params.h"
 #include "backend/cuda/norm.h"
@@ -57,7 +58,32 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::create(int device) {
   b->ctx_.gemm = b->gemm_.get();
   RILL_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&b->ctx_.route_logits),
                              size_t(kGemvMaxRows) * moe::kMaxExperts * sizeof(float)));
+  RILL_ASSIGN_OR_RETURN(b->moe_grouped_, moe::CublasGroupedGemm::create(moe::kMaxExperts));
+  b->ctx_.moe_grouped_gemm = b->moe_grouped_.get();
+  b->ctx_.moe_cublas_min_pairs = moe::kCublasMinPairs;
   return b;
+}
+
+Status CudaBackend::set_option(const std::string& key, const std::string& value) {
+  if (key == "moe_grouped_gemm") {
+    if (value != "cublas" && value != "rill")
+      return invalid_argument("backend option moe_grouped_gemm: '{}' is not cublas or rill", value);
+    ctx_.moe_grouped_gemm = value == "cublas" ? moe_grouped_.get() : nullptr;
+    return {};
+  }
+  if (key == "moe_cublas_min_pairs") {
+    if (value == "default") {
+      ctx_.moe_cublas_min_pairs = moe::kCublasMinPairs;
+      return {};
+    }
+    char* end = nullptr;
+    const long long v = std::strtoll(value.c_str(), &end, 10);
+    if (value.empty() || *end != '\0' || v < 0)
+      return invalid_argument("backend option moe_cublas_min_pairs: '{}' is not a count of pairs", value);
+    ctx_.moe_cublas_min_pairs = v;
+    return {};
+  }
+  return Backend::set_option(key, value);
 }
 
 backend::KernelShapeLimits CudaBackend::shape_limits() const {
@@ -82,6 +108,7 @@ Status CudaBackend::bind_thread() {
 CudaBackend::~CudaBackend() {
   if (ctx_.stream) cudaStreamSynchronize(ctx_.stream);
   gemm_.reset();
+  moe_grouped_.reset();
   for (auto& ev : pinned_free_)
     if (ev) cudaEventDestroy(ev);
   if (pinned_) cudaFreeHost(pinned_);

@@ -8,6 +8,10 @@
 #include "backend/backend.h"
 #include "backend/cuda/context.h"
 
+namespace rill::cuda::moe {
+class CublasGroupedGemm;
+}
+
 namespace rill::cuda {
 
 class CudaBackend final : public backend::Backend {
@@ -26,6 +30,10 @@ class CudaBackend final : public backend::Backend {
   bool kda_snapshots_in_step() const override { return true; }  // the chunk recurrence writes them
   bool kda_fuses_decode(const backend::KdaDecodeArgs& a) const override;
   const CudaContext& context() const { return ctx_; }
+  // "moe_grouped_gemm": "cublas" (default: the expert GEMMs of grouped steps with at least
+  // moe::kCublasMinPairs pairs through cuBLAS's grouped GEMM) or "rill" (every grouped step through rill's
+  // mma.sync grouped kernels); "moe_cublas_min_pairs": that threshold (a count, or "default").
+  Status set_option(const std::string& key, const std::string& value) override;
 
   Result<backend::DeviceAllocation> allocate(size_t bytes) override;
   std::optional<std::pair<size_t, size_t>> device_memory() const override;
@@ -88,6 +96,7 @@ class CudaBackend final : public backend::Backend {
 
   CudaContext ctx_;
   std::unique_ptr<GemmRunner> gemm_;
+  std::unique_ptr<moe::CublasGroupedGemm> moe_grouped_;
   void* pinned_ = nullptr;                    // staging ring, kPinnedBytes
   size_t pinned_half_ = 0, pinned_head_ = 0;  // current half, and the next free byte in it
   cudaEvent_t pinned_free_[2] = {nullptr, nullptr};

@@ -33,6 +33,7 @@
 #include "backend/cuda/common/mma.cuh"
 #include "backend/cuda/common/pdl.cuh"
 #include "backend/cuda/moe/device.cuh"
+#include "backend/cuda/moe/grouped_cublas_path.h"
 #include "backend/cuda/moe/moe.h"
 #include "backend/cuda/moe/params.h"
 
@@ -455,8 +456,10 @@ struct ExpertsPlan {
   bool shared = false;  // the shared expert runs in the bf16 decode GEMVs (as pair T * k + t, slot k)
   int64_t T = 0, k = 0, pairs = 0, E = 0, I = 0, Hx = 0, Is = 0;
   int max_tiles = 0;
-  // Scratch pieces (bytes, each 256-aligned), in carving order.
-  size_t offsets = 0, pair_slot = 0, slot_token = 0, h = 0, y = 0, total = 0;
+  // Scratch pieces (bytes, each 256-aligned), in carving order. The grouped bf16 path sizes h for gate | up
+  // ([pairs, 2I], what the cuBLAS path writes; the mma.sync kernels use its first half) and keeps room for the
+  // cuBLAS path's pointer arrays, so the scratch does not depend on which of the two runs.
+  size_t offsets = 0, pair_slot = 0, slot_token = 0, pointers = 0, h = 0, y = 0, total = 0;
 };
 
 bool div8(int64_t v) {
@@ -510,8 +513,12 @@ ExpertsPlan plan_experts(const backend::MoeExpertsArgs& a) {
     s.offsets = align256(size_t(s.E + 1) * 4);
     s.pair_slot = s.slot_token = align256(size_t(s.pairs) * 4);
     s.y = align256(size_t(s.pairs) * size_t(s.Hx) * 2);
+    if (!s.mxfp4) {
+      s.h = align256(size_t(s.pairs) * size_t(2 * s.I) * 2);
+      s.pointers = align256(size_t(6 * s.E) * sizeof(void*));
+    }
   }
-  s.total = 2 * s.offsets + s.pair_slot + s.slot_token + s.h + s.y;
+  s.total = 2 * s.offsets + s.pair_slot + s.slot_token + s.pointers + s.h + s.y;
   return s;
 }
 
@@ -638,6 +645,15 @@ Status run_decode_mxfp4(const backend::MoeExpertsArgs& a, const ExpertsPlan& s, 
   return {};
 }
 
+Status launch_combine(const backend::MoeExpertsArgs& a, const ExpertsPlan& s, const bf16* y,
+                      const int32_t* pair_slot, const CudaContext& cx) {
+  moe_combine_kernel<8><<<unsigned(s.T), 256, 0, cx.stream>>>(
+      y, s.Hx, pair_slot, a.weights.ptr<const float>(), a.weights.stride(0), int(s.k),
+      static_cast<bf16*>(a.out.data), a.out.stride(0), int(s.Hx));
+  RILL_CUDA_CHECK_LAUNCH("moe_combine");
+  return {};
+}
+
 Status run_grouped(const backend::MoeExpertsArgs& a, const ExpertsPlan& s, char* scratch,
                    const CudaContext& cx) {
   const backend::ExpertWeights& ex = *a.experts;
@@ -674,10 +690,24 @@ Status run_grouped(const backend::MoeExpertsArgs& a, const ExpertsPlan& s, char*
   pl.tile_offsets = reinterpret_cast<int32_t*>(take(s.offsets));
   pl.pair_slot = reinterpret_cast<int32_t*>(take(s.pair_slot));
   pl.slot_token = reinterpret_cast<int32_t*>(take(s.slot_token));
+  void** pointers = reinterpret_cast<void**>(take(s.pointers));
   bf16* h = reinterpret_cast<bf16*>(take(s.h));
   bf16* y = reinterpret_cast<bf16*>(take(s.y));
   moe_plan_kernel<<<1, kPlanThreads, 0, cx.stream>>>(pl);
   RILL_CUDA_CHECK_LAUNCH("moe_plan");
+
+  bool cublas = !s.mxfp4 && cx.moe_grouped_gemm != nullptr && s.pairs >= cx.moe_cublas_min_pairs;
+  if (cublas) {  // it reads the slot counts back to the host: not inside a graph capture
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    RILL_CUDA_CHECK(cudaStreamIsCapturing(cx.stream, &capture));
+    cublas = capture == cudaStreamCaptureStatusNone;
+  }
+  if (cublas) {
+    const moe::CublasExpertsArgs c{&a, int(s.E), int(s.I), int(s.Hx), s.pairs, pl.expert_offsets,
+                                   pl.slot_token, y, h, pointers};
+    RILL_TRY(moe::run_expert_gemms_cublas(c, cx));
+    return launch_combine(a, s, y, pl.pair_slot, cx);
+  }
 
   GroupedGemmParams g{};
   g.a = static_cast<const bf16*>(a.x.data);
@@ -708,11 +738,7 @@ Status run_grouped(const backend::MoeExpertsArgs& a, const ExpertsPlan& s, char*
   RILL_TRY(s.mxfp4 ? moe::launch_grouped_down_mxfp4(g, s.max_tiles, cx.stream)
                    : moe::launch_grouped_down(g, s.max_tiles, cx.stream));
 
-  moe_combine_kernel<8><<<unsigned(s.T), 256, 0, cx.stream>>>(
-      y, s.Hx, pl.pair_slot, a.weights.ptr<const float>(), a.weights.stride(0), int(s.k),
-      static_cast<bf16*>(a.out.data), a.out.stride(0), int(s.Hx));
-  RILL_CUDA_CHECK_LAUNCH("moe_combine");
-  return {};
+  return launch_combine(a, s, y, pl.pair_slot, cx);
 }
 
 // MXFP4 experts (spec §2.4): U8 packed [E, 2I, Hx/2] and [E, Hx, I/2], U8 E8M0 scales [E, 2I, Hx/32] and
