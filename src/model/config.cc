@@ -635,8 +635,8 @@ Result<ModelConfig> ModelConfig::from_json(const nlohmann::ordered_json& json, s
                                                                     "float-quantized"))
         parse_fp8_quantization(*q, "quantization_config", c, r);
       else
-        r.error(fmt::format("quantization_config.quant_method \"{}\" is not supported for kimi_linear (BF16, or FP8: "
-                            "\"fp8\" with weight_block_size [128, 128], or compressed-tensors float-quantized)",
+        r.error(fmt::format("quantization_config is not supported for kimi_linear with quant_method \"{}\" (BF16, or "
+                            "FP8: \"fp8\" with weight_block_size [128, 128], or compressed-tensors float-quantized)",
                             method));
     }
   }

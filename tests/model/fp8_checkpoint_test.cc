@@ -214,7 +214,7 @@ TEST(Fp8Quantization, UnsupportedVariantsAreRefusedNamingTheField) {
   c["config_groups"]["group_0"]["weights"]["strategy"] = "block";
   c["config_groups"]["group_0"]["weights"]["block_structure"] = {64, 128};
   expect_refused(c, "config_groups.group_0.weights.block_structure");
-  expect_refused({{"quant_method", "awq"}}, "quantization_config.quant_method");
+  expect_refused({{"quant_method", "awq"}}, "quantization_config is not supported for kimi_linear with quant_method");
 }
 
 TEST(Fp8Quantization, UnknownFlagValueIsRefused) {
