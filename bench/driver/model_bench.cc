@@ -21,7 +21,8 @@ double median(std::vector<double> v) {
 }
 
 // Parameter groups of the model's weight table: what a token touches (parameters, for FLOPs) and what a step
-// must read (bytes: 2 per dense parameter, as stored on the GPU; MXFP4 experts their packed codes and scales).
+// must read (bytes: 2 per dense parameter, as stored on the GPU; MXFP4 experts their packed codes and scales;
+// FP8 matrices 1 per parameter and their scales).
 struct ParamCounts {
   double dense = 0;       // every matmul parameter outside routed experts, embedding and lm_head
   double one_expert = 0;  // parameters of one routed expert
@@ -36,8 +37,12 @@ ParamCounts count_params(const model::Model& m) {
     const double n = double(s.shape.numel());
     // A packed MXFP4 tensor holds two weights per byte; its E8M0 scales are bytes without weights.
     const bool packed = s.role == model::WeightRole::Packed;
+    if (s.role == model::WeightRole::Fp8Scale) continue;  // an FP8 checkpoint's scales: counted with their matrix
     const double params = !packed ? n : s.name.ends_with(".weight_packed") ? 2 * n : 0;
-    const double bytes = packed ? n : 2 * n;
+    // FP8 matrices (issue #35): one byte per weight plus their F32 block scales.
+    const double bytes = packed                                  ? n
+                         : s.role == model::WeightRole::Matrix ? double(m.weight_table().loaded_bytes_of(s, 2))
+                                                               : 2 * n;
     if (s.name.find("embed_tokens") != std::string::npos) continue;
     if (s.name.find("lm_head") != std::string::npos) {
       p.lm_head += params;

@@ -169,6 +169,22 @@ Status Backend::add_rms_norm(const AddRmsNormArgs& a) {
   return add_rms_norm_impl(a);
 }
 
+// An FP8 weight's codes and scales agree with its blocks (a mis-declared weight would read scales out of bounds).
+static Status check_fp8_weight(const LinearWeight& w, const char* op) {
+  if (w.format != WeightFormat::Fp8) return {};
+  const int64_t out = w.weight.size(0), in = w.weight.size(1);
+  if (w.weight.dtype != DType::F8E4M3 || w.scales.dtype != DType::F32 || w.block.rows <= 0 || w.block.cols <= 0 ||
+      w.scales.rank() != 2 || w.scales.size(0) != w.block.scale_rows(out) ||
+      w.scales.size(1) != w.block.scale_cols(in))
+    return invalid_argument("{}: an FP8 weight must be F8_E4M3 [out, in] with F32 scales [{}, {}] for blocks of {} x {}; "
+                            "got {} {} and {} {}",
+                            op, w.block.rows > 0 ? w.block.scale_rows(out) : 0,
+                            w.block.cols > 0 ? w.block.scale_cols(in) : 0, w.block.rows, w.block.cols,
+                            dtype_name(w.weight.dtype), w.weight.shape.to_string(), dtype_name(w.scales.dtype),
+                            w.scales.shape.to_string());
+  return {};
+}
+
 Status Backend::gemm(const GemmArgs& a) {
   if (dry_run_) return {};
   Check c("gemm");
@@ -177,6 +193,7 @@ Status Backend::gemm(const GemmArgs& a) {
       .tensor(a.out, "out", 2)
       .dtype(a.x, "x", act_dtype());
   RILL_TRY(c.done());
+  RILL_TRY(check_fp8_weight(*a.w, "gemm"));
   c.dim(a.x, "x", 1, a.w->in_features())
       .dim(a.out, "out", 0, a.x.size(0))
       .dim(a.out, "out", 1, a.w->out_features())
@@ -198,6 +215,7 @@ Status Backend::gemm_group(const GemmGroupArgs& a) {
         .tensor(p.out, "out", 2)
         .dtype(p.x, "x", act_dtype());
     RILL_TRY(c.done());
+    RILL_TRY(check_fp8_weight(*p.w, "gemm_group"));
     c.dim(p.x, "x", 1, p.w->in_features())
         .dim(p.out, "out", 0, p.x.size(0))
         .dim(p.out, "out", 1, p.w->out_features())

@@ -18,14 +18,27 @@
 
 namespace rill::backend {
 
-enum class WeightFormat : uint8_t { Dense, Mxfp4 };
+enum class WeightFormat : uint8_t { Dense, Mxfp4, Fp8 };
 enum class Activation : uint8_t { Silu, Situ };
+
+// FP8 weights (WeightFormat::Fp8): E4M3 codes times one F32 scale per block of `rows` x `cols` weights, value =
+// code * scale (DeepSeek-V3's `weight_scale_inv`: 128 x 128; per-channel scales: 1 x the whole row). Weight-only:
+// activations stay in the activation dtype.
+struct Fp8Blocks {
+  int32_t rows = 0, cols = 0;
+  static constexpr int32_t kWholeRow = 1 << 30;  // cols of per-channel scales: one block spans any row
+  int64_t scale_rows(int64_t out) const { return (out + rows - 1) / rows; }
+  int64_t scale_cols(int64_t in) const { return cols >= in ? 1 : (in + cols - 1) / cols; }
+  bool operator==(const Fp8Blocks& o) const { return rows == o.rows && cols == o.cols; }  // .cu files are C++17
+};
 
 // A linear layer's weight, y = x W^T.
 struct LinearWeight {
-  TensorView weight;  // Dense: [out, in] BF16/F16/F32. Mxfp4: U8 [out, in/2], low nibble = even column
-  TensorView scales;  // Mxfp4 only: U8 E8M0 [out, in/32]
+  TensorView weight;  // Dense: [out, in] BF16/F16/F32. Mxfp4: U8 [out, in/2], low nibble = even column.
+                      // Fp8: F8E4M3 [out, in]
+  TensorView scales;  // Mxfp4: U8 E8M0 [out, in/32]. Fp8: F32 [block.scale_rows(out), block.scale_cols(in)]
   WeightFormat format = WeightFormat::Dense;
+  Fp8Blocks block;  // Fp8 only
   int64_t out_features() const { return weight.size(0); }
   int64_t in_features() const { return format == WeightFormat::Mxfp4 ? weight.size(1) * 2 : weight.size(1); }
 };
@@ -34,8 +47,10 @@ struct LinearWeight {
 struct ExpertWeights {
   TensorView gate_up;                      // [E, 2I, Hx]: rows [0, I) = gate (w1), rows [I, 2I) = up (w3)
   TensorView down;                         // [E, Hx, I] (w2)
-  TensorView gate_up_scales, down_scales;  // Mxfp4 only: [E, 2I, Hx/32], [E, Hx, I/32]
+  TensorView gate_up_scales, down_scales;  // Mxfp4: [E, 2I, Hx/32], [E, Hx, I/32]. Fp8: F32 [E, 2I/block.rows,
+                                           // block.scale_cols(Hx)], [E, block.scale_rows(Hx), block.scale_cols(I)]
   WeightFormat format = WeightFormat::Dense;
+  Fp8Blocks block;  // Fp8 only; block.rows divides I, so gate and up never share a block
   int n_experts() const { return int(gate_up.size(0)); }
   int intermediate() const { return int(gate_up.size(1) / 2); }
   int width() const { return int(down.size(1)); }  // Hx: hidden (or K3 latent) width

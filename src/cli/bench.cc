@@ -32,7 +32,7 @@ int run_prefix_reuse(backend::Backend& be, const model::ModelConfig& cfg, const 
   po.cached_tokens = prefix_cached >= 0 ? prefix_cached : o.prefill_long / 8 * 7;
   po.repeats = o.repeats;
   std::fprintf(stderr, "loading the model (%s) ...\n", load_format == "dummy" ? "dummy weights" : dir.c_str());
-  auto m = load_format == "dummy" ? model::load_dummy_model(cfg, be, 1234) : load_model_with_progress(dir, be);
+  auto m = load_format == "dummy" ? model::load_dummy_model(cfg, be, 1234) : load_model_with_progress(dir, be, cfg.fp8.source == model::Fp8Source::QuantizeAtLoad ? "fp8" : "");
   if (!m.ok()) return report_error("bench", m.status());
   auto r = bench::bench_prefix_reuse(std::move(m).value(), po);
   if (!r.ok()) return report_error("bench", r.status());
@@ -159,6 +159,8 @@ int run_bench(int argc, char** argv) {
     cfg = model::ModelConfig::load(dir);
   }
   if (!cfg.ok()) return report_error("bench", cfg.status());
+  // The dummy path builds from the config directly; a checkpoint's load applies the flag itself.
+  if (Status q = model::apply_quantization(*cfg, dev.quantization); !q.ok()) return report_error("bench", q);
 
   if (prefix_reuse)
     return run_prefix_reuse(**be, *cfg, dir, preset.empty() ? dir : preset, load_format, po, o, prefix_cached, markdown);
@@ -175,7 +177,7 @@ int run_bench(int argc, char** argv) {
   }
   if (!skip_model && !composed) {
     std::fprintf(stderr, "loading the model (%s) ...\n", load_format == "dummy" ? "dummy weights" : dir.c_str());
-    auto m = load_format == "dummy" ? model::load_dummy_model(*cfg, **be, 1234) : load_model_with_progress(dir, **be);
+    auto m = load_format == "dummy" ? model::load_dummy_model(*cfg, **be, 1234) : load_model_with_progress(dir, **be, dev.quantization);
     if (!m.ok()) return report_error("bench", m.status());
     auto steps = bench::bench_model(**m, o);
     if (!steps.ok()) return report_error("bench", steps.status());

@@ -319,7 +319,7 @@ Result<std::unique_ptr<Replier>> open_local(const std::string& dir, const Device
   RILL_ASSIGN_OR_RETURN(auto tokenizer, text::Tokenizer::load(dir));
   auto shared_tokenizer = std::make_shared<const text::Tokenizer>(std::move(tokenizer));
   RILL_ASSIGN_OR_RETURN(auto be, open_backend(dev));
-  RILL_ASSIGN_OR_RETURN(auto m, load_model_with_progress(dir, *be));
+  RILL_ASSIGN_OR_RETURN(auto m, load_model_with_progress(dir, *be, dev.quantization));
   const bool k3 = m->config().family == model::ModelFamily::KimiK3;
   RILL_ASSIGN_OR_RETURN(auto engine, engine::Engine::create(std::move(m), shared_tokenizer, eo));
   auto chat = server::ChatPrompt::load(dir, k3, shared_tokenizer);

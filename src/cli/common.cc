@@ -20,6 +20,11 @@ void add_device_options(CLI::App& app, DeviceOptions& o) {
         return "expected auto, cpu, cuda or cuda:N, got \"" + v + "\"";
       })
       ->capture_default_str();
+  app.add_option("--quantization", o.quantization,
+                 "fp8: quantize the checkpoint's bf16 matrices to FP8 E4M3 with 128 x 128 block scales at load "
+                 "(vLLM's flag; half the weight bytes; the embedding, lm_head, router and KDA gate projections stay "
+                 "bf16). FP8 checkpoints load as FP8 without it. none: as stored")
+      ->check(CLI::IsMember({"none", "fp8"}));
   app.add_option_function<std::string>(
          "--log-level", [](const std::string& v) { set_log_level(*parse_log_level(v)); },
          "debug | info | warning | error: the least severe log lines written to stderr (default: "
@@ -57,8 +62,10 @@ Result<std::unique_ptr<backend::Backend>> open_backend(const DeviceOptions& o) {
 }
 
 Result<std::unique_ptr<model::Model>> load_model_with_progress(const std::filesystem::path& dir,
-                                                               backend::Backend& be) {
+                                                               backend::Backend& be,
+                                                               const std::string& quantization) {
   model::LoadOptions opts;
+  opts.quantization = quantization;
   const bool tty = isatty(fileno(stderr));
   const auto start = std::chrono::steady_clock::now();
   int last_pct = -1;

@@ -28,8 +28,9 @@ inline constexpr int kMaxRepeatsFlag = 1000;        // timed repetitions
 
 struct DeviceOptions {
   std::string device = "auto";  // auto | cpu | cuda | cuda:N
+  std::string quantization;     // --quantization: "" | none | fp8 (model::apply_quantization)
 };
-// --device, and --log-level (every command that loads a model logs through core/log.h).
+// --device, --quantization, and --log-level (every command that loads a model logs through core/log.h).
 void add_device_options(CLI::App& app, DeviceOptions& o);
 
 // "auto" picks cuda when this build has it and a GPU answers, else cpu (saying so at warning level).
@@ -37,7 +38,8 @@ Result<std::unique_ptr<backend::Backend>> open_backend(const DeviceOptions& o);
 
 // Loads MODEL_DIR on the backend, drawing a progress bar on stderr when it is a terminal.
 Result<std::unique_ptr<model::Model>> load_model_with_progress(const std::filesystem::path& dir,
-                                                               backend::Backend& be);
+                                                               backend::Backend& be,
+                                                               const std::string& quantization = "");
 
 // --speculative-config method draft_model: the draft checkpoint's config.json loads and its vocabulary is
 // the target's, checked before any weights load (errors name the key and both sizes).

@@ -76,7 +76,7 @@ int run_generate(int argc, char** argv) {
   }
   auto be = open_backend(dev);
   if (!be.ok()) return report_error("generate", be.status());
-  auto m = load_model_with_progress(dir, **be);
+  auto m = load_model_with_progress(dir, **be, dev.quantization);
   if (!m.ok()) return report_error("generate", m.status());
   const int context = int(ids.size()) + max_tokens + 1;
   engine::EngineOptions eo;

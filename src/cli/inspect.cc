@@ -93,6 +93,9 @@ int run_inspect(int argc, char** argv) {
   app.add_option("--gpu-memory-utilization", utilization, "the share rill may use")->check(CLI::Range(0.01, 1.0));
   app.add_option("--max-model-len", max_len, "the context one sequence must fit")->check(CLI::Range(1, 1 << 30));
   app.add_option("--max-num-seqs", seqs, "sequences whose KDA state is held")->check(CLI::Range(1, 1 << 20));
+  std::string quantization;
+  app.add_option("--quantization", quantization, "fp8: plan with the matrices quantized to FP8 at load (as serve does)")
+      ->check(CLI::IsMember({"none", "fp8"}));
   std::vector<std::string> args = expand_parallel_short_flags(argc, argv);
   std::vector<char*> ptrs;
   for (std::string& a : args) ptrs.push_back(a.data());
@@ -111,6 +114,7 @@ int run_inspect(int argc, char** argv) {
     cfg = model::ModelConfig::load(dir);
   }
   if (!cfg.ok()) return report_error("inspect", cfg.status());
+  if (Status q = model::apply_quantization(*cfg, quantization); !q.ok()) return report_error("inspect", q);
   const model::ModelConfig& c = *cfg;
   auto cpu = backend::make_cpu_backend();
   auto m = model::build_model(c, *cpu);
@@ -141,6 +145,26 @@ int run_inspect(int argc, char** argv) {
   std::printf("parameters   %s (%.1f B), %zu tensors, %s in bf16%s\n", with_commas(params).c_str(),
               double(params) / 1e9, table.specs().size(), human_bytes(double(table.stored_bytes())).c_str(),
               c.mxfp4_experts ? " with MXFP4 routed experts" : "");
+  if (c.fp8.source != model::Fp8Source::None) {
+    // What the GPU holds: FP8 codes (1 B) + F32 scales per block for the FP8 matrices, bf16 for the matrices kept
+    // dense, F32 vectors; against every matrix in bf16.
+    const int64_t fp8 = table.loaded_bytes(2), bf16 = [&] {
+      int64_t n = 0;
+      for (const auto& s : table.specs())
+        if (s.role != model::WeightRole::Fp8Scale)
+          n += s.role == model::WeightRole::Matrix ? 2 * s.shape.numel() : table.loaded_bytes_of(s, 2);
+      return n;
+    }();
+    int64_t fp8_params = 0;
+    for (const auto& s : table.specs())
+      if (s.role == model::WeightRole::Matrix &&
+          (s.stack >= 0 ? table.stacks()[size_t(s.stack)].fp8_target : s.fp8.target))
+        fp8_params += s.shape.numel();
+    std::printf("fp8          %s on the GPU (%s of %s parameters in FP8 E4M3 + F32 block scales, the rest bf16/F32); "
+                "%s with bf16 matrices\n",
+                human_bytes(double(fp8)).c_str(), with_commas(fp8_params).c_str(), with_commas(params).c_str(),
+                human_bytes(double(bf16)).c_str());
+  }
   std::printf("per token    %s B of MLA latent KV (bf16, %d layers x %d)\n",
               with_commas(c.kv_bytes_per_token(2)).c_str(), c.n_layers_of(model::LayerKind::Mla),
               c.mla.cache_width());

@@ -27,7 +27,7 @@ int run_logits(int argc, char** argv) {
   if (!ids.ok()) return report_error("logits", ids.status());
   auto be = open_backend(dev);
   if (!be.ok()) return report_error("logits", be.status());
-  auto m = load_model_with_progress(dir, **be);
+  auto m = load_model_with_progress(dir, **be, dev.quantization);
   if (!m.ok()) return report_error("logits", m.status());
   model::Model& model = **m;
   const int n = int(ids->size());

@@ -136,7 +136,7 @@ int run_perplexity(int argc, char** argv) {
 
   auto be = open_backend(dev);
   if (!be.ok()) return report_error("perplexity", be.status());
-  auto m = load_model_with_progress(dir, **be);
+  auto m = load_model_with_progress(dir, **be, dev.quantization);
   if (!m.ok()) return report_error("perplexity", m.status());
   model::Model& model = **m;
   model::StepLimits limits;

@@ -160,6 +160,7 @@ int run_worker_process(const std::string& dir, const DeviceOptions& dev, const s
     probe->reset();
     model::LoadOptions lo;
     lo.dummy_weights = load_format == "dummy";
+    lo.quantization = dev.quantization;
     RILL_LOG_INFO("rill serve: process {} of {} (pid {}): world ranks from {} run the leader's steps",
                   job.world.rank, job.world.size, int(getpid()),
                   job.world.rank * (p->sizes.world / job.world.size));
@@ -388,6 +389,7 @@ int run_serve(int argc, char** argv) {
     model::LoadOptions lo;
     lo.progress = progress;
     lo.dummy_weights = load_format == "dummy";
+    lo.quantization = dev.quantization;
     server::LoadedModel out;
     if (vllm.tensor_parallel_size * vllm.pipeline_parallel_size > 1) {
       RILL_ASSIGN_OR_RETURN(out, parallel_model(o.model_dir, lo, *backend, vllm, *job));

@@ -1,5 +1,6 @@
 #include "core/dtype.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace rill {
@@ -80,6 +81,27 @@ float f8e4m3_to_f32(uint8_t b) {
   if (exp == 0xf && man == 7) return NAN;
   float v = exp == 0 ? std::ldexp(float(man), -9) : std::ldexp(float(man | 8), int(exp) - 10);
   return sign ? -v : v;
+}
+
+uint8_t f32_to_f8e4m3(float f) {
+  if (std::isnan(f)) return 0x7f;
+  const uint8_t sign = std::signbit(f) ? 0x80 : 0;
+  const float a = std::fabs(f);
+  if (a >= kF8E4M3Max) return sign | 0x7e;  // saturate (also +-inf)
+  // Below 2^-6 the code is subnormal: units of 2^-9. Above, 3 mantissa bits at the value's exponent. Scaling by
+  // a power of two is exact, so nearbyint (ties to even in the default rounding mode) rounds once.
+  int e;
+  std::frexp(a, &e);  // a = m * 2^e, m in [0.5, 1)
+  const int exp = std::max(e - 1, -6);  // unbiased exponent of the code (subnormals share -6)
+  const float units = std::nearbyint(std::ldexp(a, 3 - exp));  // value in units of 2^(exp-3)
+  // units in [8, 16] for normals (16 carries into the next exponent), [0, 8] for subnormals.
+  int biased = exp + 7, man = int(units);
+  if (man >= 16) {
+    man = 8;
+    ++biased;
+  }
+  if (man < 8) return sign | uint8_t(man);  // subnormal (or zero, or rounded up to the smallest normal below)
+  return sign | uint8_t(biased << 3) | uint8_t(man & 7);
 }
 
 float load_as_f32(const void* data, DType t, size_t i) {

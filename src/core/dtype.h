@@ -36,6 +36,11 @@ inline float round_to_bf16(float f) { return bf16_to_f32(f32_to_bf16(f)); }
 float f16_to_f32(uint16_t bits);
 uint16_t f32_to_f16(float f);
 float f8e4m3_to_f32(uint8_t bits);  // OCP E4M3 (finite-only, NaN = S.1111.111), as safetensors F8_E4M3
+// The nearest E4M3 value, ties to even (torch's `to(float8_e4m3fn)` and cvt.rn.satfinite); magnitudes past the
+// largest finite 448 saturate to +-448 (E4M3 has no infinity), NaN -> 0x7f. Quantised weights divide by their
+// block's amax/448 first, so saturation only absorbs rounding at the top.
+uint8_t f32_to_f8e4m3(float f);
+inline constexpr float kF8E4M3Max = 448.0f;
 
 // Reads element i of a contiguous array of float type `t` as f32 (for small tensors and tests, not hot loops).
 float load_as_f32(const void* data, DType t, size_t i);

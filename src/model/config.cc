@@ -420,6 +420,82 @@ void validate(ModelConfig& c, FieldReader& r) {
     if (id < 0) r.error(fmt::format("eos_token_id {} is negative", id));
 }
 
+// An FP8 checkpoint's `quantization_config` (issue #35): DeepSeek-V3's `quant_method: fp8` with 128 x 128
+// `weight_block_size` scales (`weight_scale_inv`), or compressed-tensors `float-quantized` with channel or
+// 128 x 128 block `weight_scale`. Only weight-only use is supported: dynamic activation quantization is accepted
+// (activations stay bf16, which is at least as accurate), static activation scales are refused, as are E5M2,
+// other block sizes and per-tensor scales, each naming its field.
+void parse_fp8_quantization(const Json& q, const std::string& path, ModelConfig& c, FieldReader& r) {
+  Fp8Config f;
+  f.source = Fp8Source::Checkpoint;
+  auto err = [&](std::string m) { r.error(path + "." + std::move(m)); };
+  auto strings = [&](const char* key) {
+    auto it = q.find(key);
+    if (it == q.end() || it->is_null()) return;
+    if (!it->is_array()) return err(fmt::format("{} must be a list of module names", key));
+    for (const auto& v : *it)
+      if (v.is_string()) f.ignore.push_back(v.get<std::string>());
+      else err(fmt::format("{} must be a list of module names, got {}", key, v.dump()));
+  };
+  const std::string method = q.value("quant_method", std::string());
+  if (method == "fp8") {
+    if (q.contains("fmt") && q["fmt"] != "e4m3")
+      err(fmt::format("fmt {} is not supported (FP8 weights must be \"e4m3\")", q["fmt"].dump()));
+    if (q.contains("activation_scheme") && q["activation_scheme"] != "dynamic")
+      err(fmt::format("activation_scheme {} is not supported (only \"dynamic\": rill keeps activations bf16 and "
+                      "has no use for static input scales)", q["activation_scheme"].dump()));
+    auto b = q.find("weight_block_size");
+    if (b == q.end() || b->is_null())
+      err("weight_block_size is missing: per-tensor FP8 scales are not supported (blocks of [128, 128] are)");
+    else if (*b != Json::array({128, 128}))
+      err(fmt::format("weight_block_size {} is not supported (only [128, 128])", b->dump()));
+    strings("modules_to_not_convert");
+    strings("ignored_layers");
+  } else {  // compressed-tensors float-quantized
+    f.scale_suffix = "weight_scale";
+    const std::string fmt_top = q.value("format", std::string("float-quantized"));
+    if (fmt_top != "float-quantized")
+      err(fmt::format("format \"{}\" is not supported (FP8 checkpoints are \"float-quantized\")", fmt_top));
+    if (q.value("quantization_status", std::string("compressed")) != "compressed")
+      err("quantization_status must be \"compressed\"");
+    strings("ignore");
+    auto groups = q.find("config_groups");
+    if (groups == q.end() || !groups->is_object() || groups->empty())
+      return err("config_groups must be an object with one group of FP8 weights");
+    if (groups->size() != 1) err("config_groups: only one group of FP8 weights is supported");
+    const auto first = groups->begin();
+    const Json& g = first.value();
+    const std::string gp = "config_groups." + first.key();
+    if (!g.is_object()) return err(gp + " must be an object");
+    if (g.contains("format") && g["format"] != "float-quantized")
+      err(fmt::format("{}.format {} is not supported (expected \"float-quantized\")", gp, g["format"].dump()));
+    if (g.contains("output_activations") && !g["output_activations"].is_null())
+      err(gp + ".output_activations must be null");
+    if (auto a = g.find("input_activations"); a != g.end() && !a->is_null() && a->value("dynamic", false) != true)
+      err(gp + ".input_activations: static activation scales are not supported (only dynamic or null: rill "
+               "keeps activations bf16)");
+    auto w = g.find("weights");
+    if (w == g.end() || !w->is_object()) return err(gp + ".weights must be an object");
+    if (w->value("num_bits", 8) != 8 || w->value("type", std::string("float")) != "float")
+      err(fmt::format("{}.weights: num_bits {} type {} is not FP8 E4M3 (expected 8, \"float\")", gp,
+                      w->value("num_bits", Json(8)).dump(), w->value("type", Json("float")).dump()));
+    if (w->value("symmetric", true) != true) err(gp + ".weights.symmetric must be true (FP8 has no zero point)");
+    if (w->value("dynamic", false) != false) err(gp + ".weights.dynamic must be false");
+    const std::string strategy = w->value("strategy", std::string());
+    if (strategy == "channel") {
+      f.block_rows = 1;
+      f.block_cols = 1 << 30;  // backend::Fp8Blocks::kWholeRow
+    } else if (strategy == "block") {
+      if (w->value("block_structure", Json()) != Json::array({128, 128}))
+        err(fmt::format("{}.weights.block_structure {} is not supported (only [128, 128])", gp,
+                        w->value("block_structure", Json()).dump()));
+    } else {
+      err(fmt::format("{}.weights.strategy \"{}\" is not supported (\"channel\" or \"block\")", gp, strategy));
+    }
+  }
+  c.fp8 = f;
+}
+
 // K3's `quantization_config` (spec §1.4): compressed-tensors `mxfp4-pack-quantized`, FP4 weights in groups of
 // 32 along the input dimension with E8M0 scales, weight-only. Anything else is refused here rather than
 // misread at load time.
@@ -553,8 +629,16 @@ Result<ModelConfig> ModelConfig::from_json(const nlohmann::ordered_json& json, s
     // The plain-residual Kimi Linear composition would silently ignore AttnRes weights.
     if (c.attn_res_block_size > 0)
       r.error("attn_res_block_size (Block AttnRes) is only supported with model_type \"kimi_k3\"");
-    if (json.contains("quantization_config") && !json["quantization_config"].is_null())
-      r.error("quantization_config is not supported for kimi_linear (the released checkpoints are BF16)");
+    if (auto q = json.find("quantization_config"); q != json.end() && !q->is_null()) {
+      const std::string method = q->is_object() ? q->value("quant_method", std::string()) : std::string();
+      if (method == "fp8" || (method == "compressed-tensors" && q->value("format", std::string("float-quantized")) ==
+                                                                    "float-quantized"))
+        parse_fp8_quantization(*q, "quantization_config", c, r);
+      else
+        r.error(fmt::format("quantization_config is not supported for kimi_linear with quant_method \"{}\" (BF16, or "
+                            "FP8: \"fp8\" with weight_block_size [128, 128], or compressed-tensors float-quantized)",
+                            method));
+    }
   }
   validate(c, r);
   if (!r.errors().empty()) {
@@ -563,6 +647,18 @@ Result<ModelConfig> ModelConfig::from_json(const nlohmann::ordered_json& json, s
     return invalid_argument("{}", msg);
   }
   return c;
+}
+
+Status apply_quantization(ModelConfig& c, const std::string& q) {
+  if (q.empty() || q == "none") return {};
+  if (q != "fp8")
+    return invalid_argument("--quantization \"{}\" is not supported (fp8: FP8 E4M3 weights with 128 x 128 block "
+                            "scales, quantized at load)",
+                            q);
+  if (c.fp8.source == Fp8Source::Checkpoint) return {};  // already FP8: loaded as stored
+  c.fp8 = Fp8Config{};
+  c.fp8.source = Fp8Source::QuantizeAtLoad;
+  return {};
 }
 
 Result<ModelConfig> ModelConfig::load(const std::filesystem::path& model_dir) {

@@ -63,6 +63,25 @@ struct MoeConfig {
   bool grouped() const { return n_groups > 1 && topk_group < n_groups; }
 };
 
+// FP8 (E4M3) weights, issue #35: read from an FP8 checkpoint (its quantization_config) or quantized from a bf16
+// one at load (`--quantization fp8`). Weight-only: activations stay in the activation dtype.
+enum class Fp8Source : uint8_t { None, Checkpoint, QuantizeAtLoad };
+struct Fp8Config {
+  Fp8Source source = Fp8Source::None;
+  // The checkpoint's scale blocks (DeepSeek weight_block_size [128, 128], or per channel: 1 x the whole row,
+  // backend::Fp8Blocks::kWholeRow); quantizing at load uses 128 x 128.
+  int32_t block_rows = 128, block_cols = 128;
+  std::string scale_suffix = "weight_scale_inv";  // checkpoint: DeepSeek's; compressed-tensors': "weight_scale"
+  // Checkpoint modules stored unquantized (modules_to_not_convert / ignored_layers / compressed-tensors ignore):
+  // a module name, or "re:" + a regular expression matched against the whole module name.
+  std::vector<std::string> ignore;
+};
+
+struct ModelConfig;
+// --quantization (vLLM's flag): "" or "none" leave the checkpoint as stored; "fp8" quantizes its bf16 matrices
+// to FP8 E4M3 with 128 x 128 block scales at load (an FP8 checkpoint stays as it is). Anything else is refused.
+Status apply_quantization(ModelConfig& config, const std::string& quantization);
+
 struct ModelConfig {
   ModelFamily family = ModelFamily::KimiLinear;
   int vocab_size = 0;
@@ -81,6 +100,7 @@ struct ModelConfig {
   // K3: the routed experts are stored as compressed-tensors `mxfp4-pack-quantized` (weight_packed U8 [out,
   // in/2] + weight_scale E8M0 [out, in/32]), weight-only; everything else stays dense (spec §1.4, §2.4).
   bool mxfp4_experts = false;
+  Fp8Config fp8;
   // num_nextn_predict_layers: MTP draft layers stored after the decoder (layers n_layers..); loaded by nobody
   // yet, so K3 checkpoints that carry them are accepted and the layers skipped (spec §5).
   int n_mtp_layers = 0;

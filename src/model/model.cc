@@ -272,6 +272,14 @@ Result<std::unique_ptr<Model>> build_model(const ModelConfig& config, backend::B
     case ModelFamily::KimiLinear: m = std::make_unique<KimiLinearModel>(config, be, shard); break;
     case ModelFamily::KimiK3: m = std::make_unique<KimiK3Model>(config, be, shard); break;
   }
+  if (config.fp8.source != Fp8Source::None) {
+    // Block scales would have to be cut with the blocks: not done yet, so FP8 runs unsplit within a layer.
+    if (shard.tp_size > 1 || shard.moe_tp_size > 1)
+      return invalid_argument("FP8 weights (quantization_config or --quantization fp8) need --tensor-parallel-size 1 "
+                              "and no expert-tensor parallelism for now ({})",
+                              shard.describe());
+    m->table_.set_fp8_plan(Fp8Plan(config.fp8));
+  }
   m->declare_weights();
   return m;
 }
@@ -296,6 +304,7 @@ Result<std::unique_ptr<Model>> load_dummy_model(const ModelConfig& config, backe
 Result<std::unique_ptr<Model>> load_model(const std::filesystem::path& dir, backend::Backend& be,
                                           const LoadOptions& options) {
   RILL_ASSIGN_OR_RETURN(ModelConfig config, ModelConfig::load(dir));
+  RILL_TRY(apply_quantization(config, options.quantization));
   if (options.dummy_weights) return load_dummy_model(config, be, options.dummy_seed, options.shard);
   RILL_TRY(check_runnable(options.shard));
   RILL_ASSIGN_OR_RETURN(std::unique_ptr<Model> m, build_model(config, be, options.shard));

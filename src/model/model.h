@@ -42,6 +42,7 @@ struct LoadOptions {
   uint64_t dummy_seed = 0;
   LoadProgress progress;
   ModelShard shard;  // the part of the model this rank loads (default: all of it)
+  std::string quantization;  // --quantization: "" (as stored) or "fp8" (apply_quantization)
 };
 
 class Model {

@@ -17,15 +17,6 @@ int layer_of(const std::string& name) {
   return v;
 }
 
-int64_t device_bytes(const WeightSpec& s) {
-  const int64_t n = s.shape.numel();
-  switch (s.role) {
-    case WeightRole::Matrix: return 2 * n;  // bf16 on CUDA
-    case WeightRole::Vector: return 4 * n;  // f32
-    case WeightRole::Packed: return n;
-  }
-  return 0;
-}
 
 }  // namespace
 
@@ -67,7 +58,8 @@ Result<ParallelPlan> plan_parallel(const ModelConfig& c, const dist::ParallelSiz
     } else if (w.name.find("embed_tokens") == std::string::npos) {
       stage = sizes.pp - 1;  // the final norm, the output AttnRes and lm_head
     }
-    plan.stages[size_t(stage)].weight_bytes += device_bytes(w);
+    // bf16 matrices on CUDA; FP8 ones 1 byte per weight plus their F32 block scales.
+    plan.stages[size_t(stage)].weight_bytes += m->weight_table().loaded_bytes_of(w, 2);
   }
   return plan;
 }

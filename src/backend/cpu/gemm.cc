@@ -1,9 +1,9 @@
-// y = x W^T in fp32 from the weight's stored dtype (dense) or exact MXFP4 dequantisation.
+// y = x W^T in fp32 from the weight's stored dtype (dense) or its exact MXFP4 / FP8 dequantisation.
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/cpu_util.h"
-#include "backend/cpu/mxfp4.h"
+#include "backend/cpu/weight_rows.h"
 
 namespace rill::backend {
 
@@ -20,8 +20,7 @@ Status CpuBackend::gemm_impl(const GemmArgs& a) {
       const int64_t n0 = blk * kRowsPerBlock, n1 = std::min(N, n0 + kRowsPerBlock);
       for (int64_t n = n0; n < n1; ++n) {
         float* dst = w.data() + (n - n0) * K;
-        if (a.w->format == WeightFormat::Mxfp4) cpu::dequant_mxfp4_row(*a.w, n, dst);
-        else cpu::widen_row(cpu::weight_row(a.w->weight, n), a.w->weight.dtype, K, dst);
+        cpu::linear_row(*a.w, n, dst);
       }
       for (int64_t m = 0; m < M; ++m) {
         const float* x = cpu::row_f32(a.x, m);

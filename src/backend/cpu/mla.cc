@@ -6,6 +6,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/cpu_util.h"
+#include "backend/cpu/weight_rows.h"
 
 namespace rill::backend {
 namespace {
@@ -45,7 +46,7 @@ Status CpuBackend::mla_attention_impl(const MlaAttentionArgs& a) {
   // Widen kv_b once: rows [h*(nope+v), +nope) = W_UK_h, the next v rows = W_UV_h, each row R wide.
   std::vector<float> kvb(static_cast<size_t>(nh) * (nope + vd) * R);
   for (int64_t r = 0; r < int64_t(nh) * (nope + vd); ++r)
-    cpu::widen_row(cpu::weight_row(a.kv_b->weight, r), a.kv_b->weight.dtype, R, &kvb[size_t(r * R)]);
+    cpu::linear_row(*a.kv_b, r, &kvb[size_t(r * R)]);
   cpu::pool().parallel_for(int64_t(l.n_tokens) * nh, 1, [&](int64_t b, int64_t e) {
     std::vector<float> q_lat(static_cast<size_t>(R)), scores, lat(static_cast<size_t>(R));
     for (int64_t job = b; job < e; ++job) {

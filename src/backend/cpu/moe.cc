@@ -6,7 +6,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/cpu_util.h"
-#include "backend/cpu/mxfp4.h"
+#include "backend/cpu/weight_rows.h"
 
 namespace rill::backend {
 namespace {
@@ -67,15 +67,12 @@ void route_token(const MoeRouteArgs& a, const float* x, const std::vector<float>
   }
 }
 
-// Row r of one expert matrix (stacked [E, rows, cols]) widened into dst.
-void expert_row(const TensorView& stacked, const TensorView& scales, WeightFormat fmt, int e, int64_t r, float* dst) {
-  const TensorView m = stacked.narrow(0, e, 1).reshape({stacked.size(1), stacked.size(2)});
-  if (fmt == WeightFormat::Mxfp4) {
-    LinearWeight w{m, scales.narrow(0, e, 1).reshape({scales.size(1), scales.size(2)}), WeightFormat::Mxfp4};
-    cpu::dequant_mxfp4_row(w, r, dst);
-  } else {
-    cpu::widen_row(cpu::weight_row(m, r), m.dtype, m.size(1), dst);
-  }
+// Row r of one expert matrix (stacked [E, rows, cols], scales [E, ...]) widened into dst.
+void expert_row(const TensorView& stacked, const TensorView& scales, const ExpertWeights& ex, int e, int64_t r,
+                float* dst) {
+  LinearWeight w{stacked.narrow(0, e, 1).reshape({stacked.size(1), stacked.size(2)}), {}, ex.format, ex.block};
+  if (ex.format != WeightFormat::Dense) w.scales = scales.narrow(0, e, 1).reshape({scales.size(1), scales.size(2)});
+  cpu::linear_row(w, r, dst);
 }
 
 }  // namespace
@@ -103,16 +100,16 @@ Status CpuBackend::moe_experts_impl(const MoeExpertsArgs& a) {
         if (ex_id < 0 || ex_id >= ex.n_experts()) continue;  // held by another rank
         const float w = a.weights.ptr<float>()[t * a.weights.stride(0) + j];
         for (int64_t i = 0; i < I; ++i) {
-          expert_row(ex.gate_up, ex.gate_up_scales, ex.format, ex_id, i, wrow.data());
+          expert_row(ex.gate_up, ex.gate_up_scales, ex, ex_id, i, wrow.data());
           const float gt = cpu::dot(x, wrow.data(), Hx);
-          expert_row(ex.gate_up, ex.gate_up_scales, ex.format, ex_id, I + i, wrow.data());
+          expert_row(ex.gate_up, ex.gate_up_scales, ex, ex_id, I + i, wrow.data());
           const float up = cpu::dot(x, wrow.data(), Hx);
           h[i] = a.activation == Activation::Silu
                      ? cpu::silu(gt) * up
                      : (a.beta * std::tanh(gt / a.beta) * cpu::sigmoid(gt)) * (a.linear_beta * std::tanh(up / a.linear_beta));
         }
         for (int64_t o = 0; o < Hx; ++o) {
-          expert_row(ex.down, ex.down_scales, ex.format, ex_id, o, wrow.data());
+          expert_row(ex.down, ex.down_scales, ex, ex_id, o, wrow.data());
           acc[o] += w * cpu::dot(h.data(), wrow.data(), I);
         }
       }

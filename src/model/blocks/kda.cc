@@ -8,7 +8,7 @@ void declare_kda_weights(WeightTable& t, const std::string& p, const ModelConfig
   const int tp = sh.tp_size, r = sh.tp_rank;
   const int H = c.hidden_size, Hk = c.kda.n_heads, d = c.kda.head_dim, P = c.kda.projection_size(),
             K = c.kda.conv_kernel, Hg = Hk * tp, Pg = P * tp;
-  const int qkv = t.stack({3 * P, H}, WeightRole::Matrix, &w.qkv_proj.weight);
+  const int qkv = t.matrix_stack({3 * P, H}, &w.qkv_proj, P);
   const int conv = t.stack({3 * P, K}, WeightRole::Vector, &w.conv_weight);
   const char* names[3] = {"q", "k", "v"};
   for (int i = 0; i < 3; ++i) {

@@ -6,7 +6,7 @@ void declare_mlp_weights(WeightTable& t, const std::string& prefix, int hidden, 
                          int parts, MlpWeights& w) {
   const int I = intermediate / parts;  // column-parallel gate/up, row-parallel down
   w.intermediate = I;
-  const int s = t.stack({2 * I, hidden}, WeightRole::Matrix, &w.gate_up.weight);
+  const int s = t.matrix_stack({2 * I, hidden}, &w.gate_up, I);
   t.stack_part(s, prefix + "gate_proj.weight", {intermediate, hidden}, 0).split(0, rank, parts);
   t.stack_part(s, prefix + "up_proj.weight", {intermediate, hidden}, int64_t(I) * hidden).split(0, rank, parts);
   t.matrix(prefix + "down_proj.weight", {hidden, intermediate}, &w.down).split(1, rank, parts);

@@ -1,5 +1,7 @@
 #include "model/blocks/moe.h"
 
+#include <numeric>
+
 namespace rill::model {
 
 namespace {
@@ -19,8 +21,10 @@ ExpertSlice expert_slice(const MoeConfig& m, const ModelShard& sh) {
 void declare_dense_experts(WeightTable& t, const std::string& p, const ExpertSlice& x, int I, int Hx,
                            backend::ExpertWeights& w) {
   const int Il = I / x.parts;
-  const int gu = t.stack({x.count, 2 * Il, Hx}, WeightRole::Matrix, &w.gate_up);
-  const int dn = t.stack({x.count, Hx, Il}, WeightRole::Matrix, &w.down);
+  // Under an FP8 plan both stacks share one block shape, so their blocks' rows divide both part heights.
+  const int64_t row_unit = std::gcd(int64_t(Il), int64_t(Hx));
+  const int gu = t.matrix_stack({x.count, 2 * Il, Hx}, &w.gate_up, &w.gate_up_scales, &w.format, &w.block, row_unit);
+  const int dn = t.matrix_stack({x.count, Hx, Il}, &w.down, &w.down_scales, &w.format, &w.block, row_unit);
   for (int le = 0; le < x.count; ++le) {
     const std::string ex = p + "experts." + std::to_string(x.begin + le) + ".";
     t.stack_part(gu, ex + "w1.weight", {I, Hx}, (int64_t(le) * 2 * Il) * Hx).split(0, x.rank, x.parts);

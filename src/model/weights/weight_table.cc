@@ -5,7 +5,62 @@ namespace rill::model {
 WeightSpec& WeightTable::matrix(std::string name, Shape shape, backend::LinearWeight* dst) {
   dst->format = backend::WeightFormat::Dense;
   specs_.push_back({std::move(name), shape, {}, WeightRole::Matrix, &dst->weight, -1, 0});
-  return specs_.back();
+  const size_t i = specs_.size() - 1;
+  specs_[i].fp8.linear = dst;
+  declare_fp8(i);
+  return specs_[i];
+}
+
+void WeightTable::declare_fp8(size_t i) {
+  if (!fp8_plan_) return;
+  const Fp8Plan& plan = *fp8_plan_;
+  const std::string name = specs_[i].name;
+  const Shape shape = specs_[i].shape;
+  Fp8Load f = specs_[i].fp8;
+  f.stored = plan.stored(name);
+  f.stored_block = plan.stored_blocks();
+  const bool target = plan.target(name);
+  const int st = specs_[i].stack;
+  if (st < 0) {
+    f.target = target;
+    f.target_block = f.stored ? f.stored_block : plan.quant_blocks(0);
+  } else {
+    WeightStack& k = stacks_[size_t(st)];
+    // A stored stack stays FP8 only if the checkpoint's blocks never span two parts; otherwise (and if any part
+    // is not a target) the stack is loaded dense, its stored parts dequantized.
+    const bool fits = !f.stored || k.row_unit % f.stored_block.rows == 0;
+    k.fp8_target = (k.fp8_seen ? k.fp8_target : true) && target && fits && k.format != nullptr;
+    if (!k.fp8_seen) k.fp8_block = f.stored ? f.stored_block : plan.quant_blocks(k.row_unit);
+    k.fp8_seen = true;
+  }
+  if (f.stored) {
+    specs_.push_back({plan.scale_name(name),
+                      {f.stored_block.scale_rows(shape[0]), f.stored_block.scale_cols(shape[1])},
+                      {},
+                      WeightRole::Fp8Scale,
+                      nullptr,
+                      -1,
+                      0});
+    f.scale_spec = int(specs_.size()) - 1;
+  }
+  specs_[i].fp8 = f;
+}
+
+int WeightTable::matrix_stack(Shape shape, backend::LinearWeight* dst, int64_t row_unit) {
+  dst->format = backend::WeightFormat::Dense;
+  return matrix_stack(shape, &dst->weight, &dst->scales, &dst->format, &dst->block, row_unit);
+}
+
+int WeightTable::matrix_stack(Shape shape, TensorView* dst, TensorView* scales, backend::WeightFormat* format,
+                              backend::Fp8Blocks* block, int64_t row_unit) {
+  *format = backend::WeightFormat::Dense;
+  WeightStack k{shape, WeightRole::Matrix, dst};
+  k.scales = scales;
+  k.format = format;
+  k.block = block;
+  k.row_unit = row_unit;
+  stacks_.push_back(k);
+  return int(stacks_.size()) - 1;
 }
 
 WeightSpec& WeightTable::vector(std::string name, Shape shape, TensorView* dst,
@@ -39,7 +94,9 @@ WeightSpec& WeightTable::stack_part(int stack, std::string name, Shape part_shap
                                     std::vector<Shape> alt_shapes) {
   specs_.push_back({std::move(name), part_shape, std::move(alt_shapes), stacks_[stack].role, nullptr, stack,
                     elem_offset});
-  return specs_.back();
+  const size_t i = specs_.size() - 1;
+  if (stacks_[stack].role == WeightRole::Matrix) declare_fp8(i);
+  return specs_[i];
 }
 
 bool WeightTable::ignored(const std::string& name) const {
@@ -76,6 +133,7 @@ bool is_scale(const WeightSpec& s) {
 int64_t WeightTable::n_params() const {
   int64_t n = 0;
   for (const auto& s : specs_) {
+    if (s.role == WeightRole::Fp8Scale) continue;  // scales are not parameters
     if (s.role != WeightRole::Packed)
       n += s.shape.numel();
     else if (!is_scale(s))
@@ -86,7 +144,31 @@ int64_t WeightTable::n_params() const {
 
 int64_t WeightTable::stored_bytes() const {
   int64_t n = 0;
-  for (const auto& s : specs_) n += s.shape.numel() * (s.role == WeightRole::Packed ? 1 : 2);
+  for (const auto& s : specs_) {
+    const int64_t bytes = s.role == WeightRole::Packed ? 1 : s.role == WeightRole::Fp8Scale ? 4 : s.fp8.stored ? 1 : 2;
+    n += s.shape.numel() * bytes;
+  }
+  return n;
+}
+
+int64_t WeightTable::loaded_bytes_of(const WeightSpec& s, int matrix_bytes) const {
+  switch (s.role) {
+    case WeightRole::Packed: return s.shape.numel();
+    case WeightRole::Vector: return 4 * s.shape.numel();
+    case WeightRole::Fp8Scale: return 0;  // counted with the matrix it scales
+    case WeightRole::Matrix: {
+      const bool fp8 = s.stack >= 0 ? stacks_[size_t(s.stack)].fp8_target : s.fp8.target;
+      if (!fp8) return matrix_bytes * s.shape.numel();
+      const backend::Fp8Blocks b = s.stack >= 0 ? stacks_[size_t(s.stack)].fp8_block : s.fp8.target_block;
+      return s.shape.numel() + 4 * b.scale_rows(s.shape[0]) * b.scale_cols(s.shape[1]);
+    }
+  }
+  return 0;
+}
+
+int64_t WeightTable::loaded_bytes(int matrix_bytes) const {
+  int64_t n = 0;
+  for (const auto& s : specs_) n += loaded_bytes_of(s, matrix_bytes);
   return n;
 }
 

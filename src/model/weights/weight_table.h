@@ -4,12 +4,14 @@
 // mis-shaped tensor at once.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <unordered_set>
 #include <vector>
 
 #include "backend/backend.h"
 #include "core/tensor.h"
+#include "model/weights/fp8_plan.h"
 
 namespace rill::model {
 
@@ -18,6 +20,16 @@ enum class WeightRole {
   Matrix,  // a GEMM operand: kept in the backend's matrix dtype (as stored on the CPU, bf16 on CUDA)
   Vector,  // norms, biases, gates, conv taps: converted to F32
   Packed,  // quantised payload (MXFP4 bytes, E8M0 scales): copied bit for bit
+  Fp8Scale,  // an FP8 matrix's scale tensor: checked here, loaded (as F32) by its matrix's spec
+};
+
+// How an FP8 plan (Fp8Plan) stores and loads one matrix.
+struct Fp8Load {
+  bool stored = false;  // the checkpoint holds F8_E4M3 codes scaled by specs[scale_spec] in blocks stored_block
+  bool target = false;  // loaded as FP8 codes + F32 scales in blocks target_block (in a stack: the stack's)
+  backend::Fp8Blocks stored_block, target_block;
+  int scale_spec = -1;
+  backend::LinearWeight* linear = nullptr;  // outside a stack: receives format, block and scales
 };
 
 // The part of a stored tensor that this rank loads (tensor / expert parallelism, issue #17): along dimension
@@ -40,6 +52,7 @@ struct WeightSpec {
   // must be exactly zero (K3's A_log [128] holding num_heads values, spec §2.5.1).
   bool zero_padded = false;
   WeightSlice slice;
+  Fp8Load fp8;  // matrices under an Fp8Plan
 
   // The shape stored in the checkpoint: `shape` with the sliced dimension at its full extent.
   Shape stored_shape() const;
@@ -53,6 +66,15 @@ struct WeightStack {
   Shape shape;
   WeightRole role = WeightRole::Matrix;
   TensorView* dest = nullptr;
+  // Matrix stacks: where an FP8 stack's scales, format and blocks go, and the rows every part is a multiple of
+  // (FP8 blocks never span two parts).
+  TensorView* scales = nullptr;
+  backend::WeightFormat* format = nullptr;
+  backend::Fp8Blocks* block = nullptr;
+  int64_t row_unit = 0;
+  bool fp8_target = false;  // every part is an FP8 target (decided as parts are declared)
+  bool fp8_seen = false;
+  backend::Fp8Blocks fp8_block;
 };
 
 class WeightTable {
@@ -65,6 +87,15 @@ class WeightTable {
 
   // A stack of `shape`; parts are added with stack_part in element order.
   int stack(Shape shape, WeightRole role, TensorView* dst);
+  // A stack of matrices that may be FP8 (whole parts of `row_unit` rows each): a fused LinearWeight, or
+  // stacked experts (their codes, scales, format and blocks).
+  int matrix_stack(Shape shape, backend::LinearWeight* dst, int64_t row_unit);
+  int matrix_stack(Shape shape, TensorView* dst, TensorView* scales, backend::WeightFormat* format,
+                   backend::Fp8Blocks* block, int64_t row_unit);
+
+  // FP8 weights (issue #35): set before the blocks declare; every matrix declared after asks the plan.
+  void set_fp8_plan(Fp8Plan plan) { fp8_plan_.emplace(std::move(plan)); }
+  const std::optional<Fp8Plan>& fp8_plan() const { return fp8_plan_; }
   WeightSpec& stack_part(int stack, std::string name, Shape part_shape, int64_t elem_offset,
                          std::vector<Shape> alt_shapes = {});
 
@@ -86,6 +117,10 @@ class WeightTable {
   bool ignored(const std::string& name) const;
   int64_t n_params() const;      // parameters of every declared tensor (an MXFP4 byte holds two)
   int64_t stored_bytes() const;  // bf16 for dense tensors, packed bytes and scales as they are
+  // Bytes once loaded with `matrix_bytes` per dense matrix element (2: bf16 on CUDA): FP8 targets 1 per element
+  // plus 4 per scale, vectors 4 (F32), packed as stored. `rill inspect` and the start-up plan show it.
+  int64_t loaded_bytes(int matrix_bytes) const;
+  int64_t loaded_bytes_of(const WeightSpec& s, int matrix_bytes) const;
 
  private:
   std::vector<WeightSpec> specs_;
@@ -93,6 +128,8 @@ class WeightTable {
   std::vector<std::string> ignored_;
   std::unordered_set<std::string> elsewhere_;
   std::vector<std::pair<std::string, std::string>> prefix_aliases_;
+  std::optional<Fp8Plan> fp8_plan_;
+  void declare_fp8(size_t spec);  // applies the plan to specs_[spec] (a matrix or a matrix stack's part)
 };
 
 }  // namespace rill::model

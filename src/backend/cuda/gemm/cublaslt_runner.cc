@@ -100,6 +100,7 @@ class CublasLtRunner final : public GemmRunner {
           "gemm [{} x {}] x [{} x {}]^T: MXFP4 weights need the weight-only kernel, which the "
           "CUDA backend does not have yet",
           M, K, N, K);
+    if (lw.format == backend::WeightFormat::Fp8) return run_fp8(a, stream);
     if (lw.weight.dtype != DType::BF16)
       return invalid_argument("gemm [{} x {}] x [{} x {}]^T: CUDA weights must be BF16, got {}", M, K, N, K,
                               dtype_name(lw.weight.dtype));
@@ -148,6 +149,22 @@ class CublasLtRunner final : public GemmRunner {
   }
 
  private:
+  // FP8 weights: the GEMV's FP8 policy, over row groups of kGemvMaxRows when M is larger. Correct at any M, but it
+  // reads the weight once per group: prefill-sized M wants cuBLASLt's block-scaled FP8 matmul (issue #35, not done).
+  Status run_fp8(const backend::GemmArgs& a, cudaStream_t stream) {
+    const int64_t M = a.x.size(0), K = a.x.size(1), N = a.w->out_features();
+    for (int64_t m0 = 0; m0 < M; m0 += kGemvMaxRows) {
+      const int64_t rows = std::min<int64_t>(kGemvMaxRows, M - m0);
+      const backend::GemmArgs part{a.x.narrow(0, m0, rows), a.w, a.out.narrow(0, m0, rows)};
+      if (!gemv_eligible(part))
+        return invalid_argument("gemm [{} x {}] x [{} x {}]^T: this FP8 weight or its operands do not fit the FP8 "
+                                "GEMV (K % 8, 8-byte aligned rows, block columns a multiple of 8)",
+                                M, K, N, K);
+      RILL_TRY(launch_gemv(part, stream));
+    }
+    return {};
+  }
+
   static std::string shape_name(const PlanKey& k, const char* out_name) {
     return fmt::format("gemm [{} x {}] x [{} x {}]^T -> {} (row strides x {}, w {}, out {})", k.m, k.k, k.n,
                        k.k, out_name, k.ldx, k.ldw, k.ldo);

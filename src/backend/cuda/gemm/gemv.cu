@@ -7,11 +7,17 @@
 // cover HBM latency: one warp per row left the short-N projections (N = 32..2304) on a few SMs with one or
 // two loads in flight per lane.
 //
+// Weight formats are load policies of the one kernel body (style.md §7.10): Bf16Weights reads 8 bf16 weights
+// as one 16-byte chunk; Fp8Weights reads 8 E4M3 codes as one 8-byte chunk (half the bytes of a decode step's
+// weight stream) and multiplies them by their block's F32 scale (exact: codes widen to fp32 without rounding).
+//
 // Launched with PDL (common/launch.h): before waiting for the kernel that produces x, each warp asks L2 for
 // its slice of W (prefetch.global.L2, one request per 128-byte line), so the weight stream of this projection
 // overlaps the tail of the norm or GEMV before it instead of starting after it.
 #include <cuda_bf16.h>
+#include <cuda_fp8.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "backend/cuda/common/check.h"
@@ -28,8 +34,11 @@ constexpr int kUnroll = 4;
 struct GemvPart {
   const __nv_bfloat16* x;  // [M, K], row stride ldx
   int64_t ldx;
-  const __nv_bfloat16* w;  // [N, K], row stride ldw
+  const void* w;  // [N, K] bf16 or F8E4M3 (the kernel's policy), row stride ldw elements
   int64_t ldw;
+  const float* scales;  // FP8 only: F32 [ceil(N / block_rows), ceil(K / block_cols)], row stride lds
+  int64_t lds;
+  int block_rows, block_cols;  // FP8 only; block_cols a multiple of 8 (a chunk never spans two blocks)
   void* out;  // [M, N] bf16 or f32, row stride ldo
   int64_t ldo;
   int N, K;
@@ -53,8 +62,40 @@ __device__ __forceinline__ void unpack(const uint4& u, float f[8]) {
   }
 }
 
-// Warp `part` of a row covers 16-byte chunks [part * span, (part + 1) * span) of it.
-template <int M>
+struct Bf16Weights {
+  using Chunk = uint4;  // 8 bf16
+  static constexpr int kChunkBytes = 16;
+  static constexpr int kElemBytes = 2;
+  struct Row {
+    __device__ Row(const GemvPart&, int) {}
+    __device__ void widen(const Chunk& u, int, float f[8]) const { unpack(u, f); }
+  };
+};
+
+struct Fp8Weights {
+  using Chunk = uint2;  // 8 E4M3 codes
+  static constexpr int kChunkBytes = 8;
+  static constexpr int kElemBytes = 1;
+  struct Row {  // the scales of output row n
+    const float* scales;
+    int block_cols;
+    __device__ Row(const GemvPart& p, int n)
+        : scales(p.scales + int64_t(n / p.block_rows) * p.lds), block_cols(p.block_cols) {}
+    __device__ void widen(const Chunk& u, int chunk, float f[8]) const {
+      const float s = __ldg(scales + (chunk * 8) / block_cols);
+      const __nv_fp8x2_storage_t* q = reinterpret_cast<const __nv_fp8x2_storage_t*>(&u);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float2 t = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(q[i], __NV_E4M3)));
+        f[2 * i] = t.x * s;
+        f[2 * i + 1] = t.y * s;
+      }
+    }
+  };
+};
+
+// Warp `part` of a row covers chunks (8 weights each) [part * span, (part + 1) * span) of it.
+template <int M, class W>
 __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvGroup g) {
   __shared__ float partial[kWarps][M];
   int pi = 0;
@@ -68,29 +109,32 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvGroup g) {
   const int c_begin = part * span, c_end = min(chunks, c_begin + span);
   // W is never written during a step, so it may be read before the wait; x and out may not.
   if (n < p.N) {
-    const char* wrow = reinterpret_cast<const char*>(p.w + int64_t(n) * p.ldw);
-    for (int c = c_begin + lane * 8; c < c_end; c += 32 * 8)
-      asm volatile("prefetch.global.L2 [%0];" ::"l"(wrow + int64_t(c) * 16));
+    const char* wrow = static_cast<const char*>(p.w) + int64_t(n) * p.ldw * W::kElemBytes;
+    constexpr int kChunksPerLine = 128 / W::kChunkBytes;
+    for (int c = c_begin + lane * kChunksPerLine; c < c_end; c += 32 * kChunksPerLine)
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(wrow + int64_t(c) * W::kChunkBytes));
   }
   pdl_prologue();
   float acc[M];
 #pragma unroll
   for (int m = 0; m < M; ++m) acc[m] = 0.0f;
   if (n < p.N) {
-    const uint4* wrow = reinterpret_cast<const uint4*>(p.w + int64_t(n) * p.ldw);
+    using Chunk = typename W::Chunk;
+    const Chunk* wrow = reinterpret_cast<const Chunk*>(static_cast<const char*>(p.w) + int64_t(n) * p.ldw * W::kElemBytes);
+    const typename W::Row row(p, n);
     for (int c0 = c_begin + lane; c0 < c_end; c0 += 32 * kUnroll) {
-      uint4 wv[kUnroll];
+      Chunk wv[kUnroll];
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
         const int c = c0 + u * 32;
-        wv[u] = c < c_end ? __ldcs(wrow + c) : make_uint4(0, 0, 0, 0);  // streamed: read once
+        wv[u] = c < c_end ? __ldcs(wrow + c) : Chunk{};  // streamed: read once
       }
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
         const int c = c0 + u * 32;
         if (c >= c_end) break;
         float wf[8];
-        unpack(wv[u], wf);
+        row.widen(wv[u], c, wf);
 #pragma unroll
         for (int m = 0; m < M; ++m) {
           float xf[8];
@@ -134,12 +178,21 @@ bool aligned16(const void* p) {
   return (reinterpret_cast<uintptr_t>(p) & 15) == 0;
 }
 
+bool fp8(const backend::GemmArgs& a) { return a.w->format == backend::WeightFormat::Fp8; }
+
 GemvPart make_part(const backend::GemmArgs& a) {
-  GemvPart p;
+  GemvPart p{};
   p.x = static_cast<const __nv_bfloat16*>(a.x.data);
   p.ldx = a.x.stride(0);
-  p.w = static_cast<const __nv_bfloat16*>(a.w->weight.data);
+  p.w = a.w->weight.data;
   p.ldw = a.w->weight.stride(0);
+  if (fp8(a)) {
+    p.scales = static_cast<const float*>(a.w->scales.data);
+    p.lds = a.w->scales.stride(0);
+    p.block_rows = a.w->block.rows;
+    // Per-channel scales (block.cols = kWholeRow = 2^30): every chunk's column index divides to block 0.
+    p.block_cols = int(std::min<int64_t>(a.w->block.cols, int64_t(1) << 30));
+  }
   p.out = a.out.data;
   p.ldo = a.out.stride(0);
   p.N = int(a.w->out_features());
@@ -167,17 +220,21 @@ int gemv_split(int64_t N, int64_t K) {
 bool gemv_eligible(const backend::GemmArgs& a) {
   const backend::LinearWeight& w = *a.w;
   const int64_t M = a.x.size(0), K = a.x.size(1);
-  return M >= 1 && M <= kGemvMaxRows && w.format == backend::WeightFormat::Dense &&
-         w.weight.dtype == DType::BF16 && a.x.dtype == DType::BF16 &&
+  const bool weight_ok =
+      (w.format == backend::WeightFormat::Dense && w.weight.dtype == DType::BF16 && aligned16(w.weight.data)) ||
+      (w.format == backend::WeightFormat::Fp8 && w.weight.dtype == DType::F8E4M3 && w.scales.dtype == DType::F32 &&
+       (w.block.cols % 8 == 0 || w.block.cols >= K) && (reinterpret_cast<uintptr_t>(w.weight.data) & 7) == 0 &&
+       (w.scales.size(1) <= 1 || w.scales.stride(1) == 1));
+  return M >= 1 && M <= kGemvMaxRows && weight_ok && a.x.dtype == DType::BF16 &&
          (a.out.dtype == DType::BF16 || a.out.dtype == DType::F32) && K % 8 == 0 &&
          (w.weight.size(1) <= 1 || w.weight.stride(1) == 1) && w.weight.stride(0) % 8 == 0 &&
-         (M == 1 || a.x.stride(0) % 8 == 0) && aligned16(w.weight.data) && aligned16(a.x.data);
+         (M == 1 || a.x.stride(0) % 8 == 0) && aligned16(a.x.data);
 }
 
 bool gemv_group_eligible(const backend::GemmGroupArgs& a) {
   if (a.parts.empty() || int(a.parts.size()) > backend::kMaxGemmGroup) return false;
-  for (const backend::GemmArgs& p : a.parts)
-    if (!gemv_eligible(p) || p.x.size(0) != a.parts[0].x.size(0)) return false;
+  for (const backend::GemmArgs& p : a.parts)  // one launch runs one weight policy
+    if (!gemv_eligible(p) || p.x.size(0) != a.parts[0].x.size(0) || fp8(p) != fp8(a.parts[0])) return false;
   return true;
 }
 
@@ -193,16 +250,16 @@ Status launch_gemv_group(const backend::GemmGroupArgs& a, cudaStream_t stream) {
   }
   if (blocks == 0) return {};
   const LaunchShape shape{dim3(unsigned(blocks)), dim3(kWarps * 32)};
-  switch (a.parts[0].x.size(0)) {
-    case 1:
-      return launch("gemv_kernel", shape, stream, gemv_kernel<1>, g);
-    case 2:
-      return launch("gemv_kernel", shape, stream, gemv_kernel<2>, g);
-    case 3:
-      return launch("gemv_kernel", shape, stream, gemv_kernel<3>, g);
-    default:
-      return launch("gemv_kernel", shape, stream, gemv_kernel<4>, g);
-  }
+  auto run = [&](auto policy) -> Status {  // C++17 (nvcc here): the policy type from an argument
+    using W = decltype(policy);
+    switch (a.parts[0].x.size(0)) {
+      case 1: return launch("gemv_kernel", shape, stream, gemv_kernel<1, W>, g);
+      case 2: return launch("gemv_kernel", shape, stream, gemv_kernel<2, W>, g);
+      case 3: return launch("gemv_kernel", shape, stream, gemv_kernel<3, W>, g);
+      default: return launch("gemv_kernel", shape, stream, gemv_kernel<4, W>, g);
+    }
+  };
+  return fp8(a.parts[0]) ? run(Fp8Weights{}) : run(Bf16Weights{});
 }
 
 Status launch_gemv(const backend::GemmArgs& a, cudaStream_t stream) {

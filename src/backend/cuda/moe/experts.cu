@@ -22,6 +22,7 @@
 //    memory).
 // Expert ids outside [0, E) contribute nothing (they cannot be reported from the device).
 #include <cub/block/block_scan.cuh>
+#include <cuda_fp8.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -65,8 +66,66 @@ bool aligned16(const void* p) {
 
 // ---------------------------------------------------------------------------------------------- decode path
 
+// How the bf16-path decode GEMVs read an expert row: kVec weights from column c, widened to fp32 (style.md
+// §7.10: one kernel body, a load policy per weight format). Bf16Rows reads bf16. Fp8Rows reads E4M3 codes (half
+// the bytes; issue #35) times the F32 scale of their block, exact in fp32 like the CPU's dequantisation; a
+// kVec chunk never spans two blocks (block columns are a multiple of 8, checked on the host).
+struct Bf16Rows {
+  static constexpr bool kFp8 = false;
+  struct Row {
+    const bf16* w;
+    template <int kVec>
+    __device__ __forceinline__ void load(int c, float (&wv)[kVec]) const {
+      moe::load_bf16<kVec>(w + c, wv);
+    }
+  };
+  __device__ static Row gate_up(const DecodeParams& p, int e, int row) {
+    return {p.gate_up + int64_t(e) * p.gu_expert_stride + int64_t(row) * p.gu_ld};
+  }
+  __device__ static Row down(const DecodeParams& p, int e, int row) {
+    return {p.down + int64_t(e) * p.dn_expert_stride + int64_t(row) * p.dn_ld};
+  }
+};
+
+struct Fp8Rows {
+  static constexpr bool kFp8 = true;
+  struct Row {
+    const uint8_t* w;
+    const float* scales;  // the row's block row of scales
+    int block_cols;
+    template <int kVec>
+    __device__ __forceinline__ void load(int c, float (&wv)[kVec]) const {
+      const float s = __ldg(scales + c / block_cols);
+      if constexpr (kVec == 8) {
+        const uint2 u = __ldg(reinterpret_cast<const uint2*>(w + c));
+        const __nv_fp8x2_storage_t* q = reinterpret_cast<const __nv_fp8x2_storage_t*>(&u);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const float2 t = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(q[i], __NV_E4M3)));
+          wv[2 * i] = t.x * s;
+          wv[2 * i + 1] = t.y * s;
+        }
+      } else {
+#pragma unroll
+        for (int v = 0; v < kVec; ++v)
+          wv[v] = __half2float(__half(__nv_cvt_fp8_to_halfraw(w[c + v], __NV_E4M3))) * s;
+      }
+    }
+  };
+  __device__ static Row gate_up(const DecodeParams& p, int e, int row) {
+    return {p.gu_fp8 + int64_t(e) * p.gu_expert_stride + int64_t(row) * p.gu_ld,
+            p.gu_fp8_scales + int64_t(e) * p.gu8s_expert_stride + int64_t(row / p.fp8_block_rows) * p.gu8s_ld,
+            p.fp8_block_cols};
+  }
+  __device__ static Row down(const DecodeParams& p, int e, int row) {
+    return {p.dn_fp8 + int64_t(e) * p.dn_expert_stride + int64_t(row) * p.dn_ld,
+            p.dn_fp8_scales + int64_t(e) * p.dn8s_expert_stride + int64_t(row / p.fp8_block_rows) * p.dn8s_ld,
+            p.fp8_block_cols};
+  }
+};
+
 // grid (I / 32, min(pairs, 65535)); blocks loop over pairs when there are more.
-template <int kVec>
+template <int kVec, class W>
 __global__ void __launch_bounds__(kGemvThreads) moe_gate_up_gemv_kernel(const DecodeParams p) {
   pdl_prologue();
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -88,13 +147,20 @@ __global__ void __launch_bounds__(kGemvThreads) moe_gate_up_gemv_kernel(const De
     __syncthreads();
     const int I = shared ? p.Is : p.I;  // grid.x covers the wider of I and Is
     if (i0 >= I) continue;
-    const bf16* w_e;
-    int64_t ld;
     bf16* h;
+    typename W::Row rows[2 * kGateUpRowsPerWarp];  // gate rows i0.., then up rows I + i0..
     if (shared) {
-      w_e = p.sh_gate_up;
-      ld = p.sh_gu_ld;
-      h = p.h + int64_t(n_routed) * p.I + int64_t(t) * p.Is;
+      if constexpr (!W::kFp8) {  // a shared expert rides along with bf16 experts only (plan_experts)
+        h = p.h + int64_t(n_routed) * p.I + int64_t(t) * p.Is;
+#pragma unroll
+        for (int q = 0; q < kGateUpRowsPerWarp; ++q) {
+          const int i = min(i0 + q, I - 1);  // rows past I compute a duplicate that is never stored
+          rows[q] = {p.sh_gate_up + int64_t(i) * p.sh_gu_ld};
+          rows[kGateUpRowsPerWarp + q] = {p.sh_gate_up + int64_t(I + i) * p.sh_gu_ld};
+        }
+      } else {
+        continue;
+      }
     } else {
       const int e = p.ids[int64_t(t) * p.ld_ids + j];
       h = p.h + int64_t(pair) * p.I;
@@ -102,15 +168,12 @@ __global__ void __launch_bounds__(kGemvThreads) moe_gate_up_gemv_kernel(const De
         if (lane < kGateUpRowsPerWarp && i0 + lane < p.I) h[i0 + lane] = __float2bfloat16_rn(0.0f);
         continue;
       }
-      w_e = p.gate_up + int64_t(e) * p.gu_expert_stride;
-      ld = p.gu_ld;
-    }
-    const bf16* rows[2 * kGateUpRowsPerWarp];  // gate rows i0.., then up rows I + i0..
 #pragma unroll
-    for (int q = 0; q < kGateUpRowsPerWarp; ++q) {
-      const int i = min(i0 + q, I - 1);  // rows past I compute a duplicate that is never stored
-      rows[q] = w_e + int64_t(i) * ld;
-      rows[kGateUpRowsPerWarp + q] = w_e + int64_t(I + i) * ld;
+      for (int q = 0; q < kGateUpRowsPerWarp; ++q) {
+        const int i = min(i0 + q, I - 1);  // rows past I compute a duplicate that is never stored
+        rows[q] = W::gate_up(p, e, i);
+        rows[kGateUpRowsPerWarp + q] = W::gate_up(p, e, I + i);
+      }
     }
     float acc[2 * kGateUpRowsPerWarp];
 #pragma unroll
@@ -119,7 +182,7 @@ __global__ void __launch_bounds__(kGemvThreads) moe_gate_up_gemv_kernel(const De
     for (int c = lane * kVec; c < p.Hx; c += 32 * kVec) {
       float xv[kVec], wv[2 * kGateUpRowsPerWarp][kVec];
 #pragma unroll
-      for (int r = 0; r < 2 * kGateUpRowsPerWarp; ++r) moe::load_bf16<kVec>(rows[r] + c, wv[r]);
+      for (int r = 0; r < 2 * kGateUpRowsPerWarp; ++r) rows[r].template load<kVec>(c, wv[r]);
       moe::load_bf16<kVec>(xs + c, xv);
 #pragma unroll
       for (int r = 0; r < 2 * kGateUpRowsPerWarp; ++r)
@@ -141,7 +204,7 @@ __global__ void __launch_bounds__(kGemvThreads) moe_gate_up_gemv_kernel(const De
 // kDownRows output rows for the token's experts j = w, w + 8, ... (all of a warp's loads for one expert are
 // in flight together), each expert's row rounded to bf16 into shared memory; then one thread per row adds
 // the k experts in order j = 0, 1, ... with their weights in fp32 (the reference's order).
-template <int kVec>
+template <int kVec, class W>
 __global__ void __launch_bounds__(kDownMaxThreads) moe_down_gemv_kernel(const DecodeParams p) {
   pdl_prologue();
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -154,26 +217,26 @@ __global__ void __launch_bounds__(kDownMaxThreads) moe_down_gemv_kernel(const De
     __syncthreads();  // the previous token's readers of part are done
     for (int j = warp; j < slots; j += int(blockDim.x) / 32) {
       const bool shared = j == p.k;
-      const bf16* w_e;
       const bf16* hv_row;  // the pair's activations (read through L1)
-      int64_t ld;
       int I;
+      typename W::Row rows[kDownRows];
       if (shared) {
-        w_e = p.sh_down;
-        ld = p.sh_dn_ld;
-        I = p.Is;
-        hv_row = p.h + int64_t(p.T) * n + int64_t(t) * p.Is;
+        if constexpr (!W::kFp8) {  // bf16 experts only (plan_experts)
+          I = p.Is;
+          hv_row = p.h + int64_t(p.T) * n + int64_t(t) * p.Is;
+#pragma unroll
+          for (int r = 0; r < kDownRows; ++r) rows[r] = {p.sh_down + int64_t(min(o0 + r, p.Hx - 1)) * p.sh_dn_ld};
+        } else {
+          continue;
+        }
       } else {
         const int e = p.ids[int64_t(t) * p.ld_ids + j];
         if (e < 0 || e >= p.E) continue;
-        w_e = p.down + int64_t(e) * p.dn_expert_stride;
-        ld = p.dn_ld;
         I = p.I;
         hv_row = p.h + int64_t(t) * n + int64_t(j) * p.I;
-      }
-      const bf16* rows[kDownRows];
 #pragma unroll
-      for (int r = 0; r < kDownRows; ++r) rows[r] = w_e + int64_t(min(o0 + r, p.Hx - 1)) * ld;
+        for (int r = 0; r < kDownRows; ++r) rows[r] = W::down(p, e, min(o0 + r, p.Hx - 1));
+      }
       float s[kDownRows];
 #pragma unroll
       for (int r = 0; r < kDownRows; ++r) s[r] = 0.0f;
@@ -181,7 +244,7 @@ __global__ void __launch_bounds__(kDownMaxThreads) moe_down_gemv_kernel(const De
       for (int c = lane * kVec; c < I; c += 32 * kVec) {
         float hv[kVec], wv[kDownRows][kVec];
 #pragma unroll
-        for (int r = 0; r < kDownRows; ++r) moe::load_bf16<kVec>(rows[r] + c, wv[r]);
+        for (int r = 0; r < kDownRows; ++r) rows[r].template load<kVec>(c, wv[r]);
         moe::load_bf16<kVec>(hv_row + c, hv);
 #pragma unroll
         for (int r = 0; r < kDownRows; ++r)
@@ -453,6 +516,7 @@ __global__ void moe_combine_kernel(const bf16* y, int64_t ldy, const int32_t* pa
 struct ExpertsPlan {
   bool grouped = false;
   bool mxfp4 = false;   // MXFP4 experts: the MXFP4 twins of the decode or grouped kernels
+  bool fp8 = false;     // FP8 experts: the bf16 decode GEMVs with the Fp8Rows load policy
   bool shared = false;  // the shared expert runs in the bf16 decode GEMVs (as pair T * k + t, slot k)
   int64_t T = 0, k = 0, pairs = 0, E = 0, I = 0, Hx = 0, Is = 0;
   int max_tiles = 0;
@@ -497,15 +561,18 @@ ExpertsPlan plan_experts(const backend::MoeExpertsArgs& a) {
                          div8(ex.gate_up.stride(0)) && div8(ex.gate_up.stride(1)) &&
                          div8(ex.down.stride(0)) && div8(ex.down.stride(1)) && s.E <= moe::kMaxExperts;
   s.mxfp4 = ex.format == backend::WeightFormat::Mxfp4;
+  s.fp8 = ex.format == backend::WeightFormat::Fp8;
   // Sparse MXFP4 steps (K3 decode batches: 896 experts, 16 per token) stay on the GEMVs while pairs <= E/4:
   // the grouped GEMM runs nearly empty 64-slot tiles there, and the GEMVs' re-reading of experts chosen twice
   // costs little (pairs / (E (1 - exp(-pairs/E))) <= 1.13x the bytes). Measured on kimi-k3-slice
   // (2026-12-01, before the integer FP4 decode made both paths faster): batch 8 (128 pairs) 17.9 -> 14.7 ms a
   // step on the GEMVs; batch 32 (512 pairs) 42.1 -> 49.7 ms, so it stays grouped. Not re-measured since.
   const bool sparse_mxfp4 = ex.format == backend::WeightFormat::Mxfp4 && 4 * s.pairs <= s.E;
-  s.grouped = s.pairs > moe::kDecodeMaxPairs && shapes_ok && !sparse_mxfp4;
-  s.shared =
-      fusable_shared_expert(a) && !s.grouped && !s.mxfp4 && s.k > 0 && s.E > 0 && s.T <= kSharedFuseMaxTokens;
+  // FP8 experts have no grouped GEMM yet (issue #35): every step takes the decode GEMVs, which loop over any
+  // number of pairs (correct; prefill-sized steps re-read each expert once per pair).
+  s.grouped = s.pairs > moe::kDecodeMaxPairs && shapes_ok && !sparse_mxfp4 && !s.fp8;
+  s.shared = fusable_shared_expert(a) && !s.grouped && !s.mxfp4 && !s.fp8 && s.k > 0 && s.E > 0 &&
+             s.T <= kSharedFuseMaxTokens;
   s.Is = s.shared ? a.shared_down->in_features() : 0;
   s.h = align256((size_t(s.pairs) * size_t(s.I) + size_t(s.T) * size_t(s.Is)) * 2);
   if (s.grouped) {
@@ -566,9 +633,46 @@ DecodeParams decode_params(const backend::MoeExpertsArgs& a, const ExpertsPlan& 
   return p;
 }
 
+template <class W>
+Status launch_decode(const DecodeParams& p, const ExpertsPlan& s, bool vec, const CudaContext& cx) {
+  const size_t x_smem = size_t(s.Hx) * 2, h_smem = size_t(s.k + (s.shared ? 1 : 0)) * kDownRows * 4;
+  const int64_t rows_per_block = kGemvWarps * kGateUpRowsPerWarp;
+  const dim3 grid1(unsigned((std::max(s.I, s.Is) + rows_per_block - 1) / rows_per_block),
+                   unsigned(std::min<int64_t>(s.pairs + (s.shared ? s.T : 0), 65535)));
+  const dim3 grid2(unsigned((s.Hx + kDownRows - 1) / kDownRows), unsigned(std::min<int64_t>(s.T, 65535)));
+  const unsigned down_threads =
+      unsigned(32 * std::clamp<int64_t>(s.k + (s.shared ? 1 : 0), kGemvWarps, kDownMaxThreads / 32));
+  auto run = [&](auto gate_up, auto down) -> Status {
+    RILL_TRY(set_smem(reinterpret_cast<const void*>(gate_up), x_smem, cx, "moe_experts"));
+    RILL_TRY(set_smem(reinterpret_cast<const void*>(down), h_smem, cx, "moe_experts"));
+    RILL_TRY(launch("moe_gate_up_gemv", {grid1, dim3(kGemvThreads), x_smem}, cx.stream, gate_up, p));
+    return launch("moe_down_gemv", {grid2, dim3(down_threads), h_smem}, cx.stream, down, p);
+  };
+  return vec ? run(moe_gate_up_gemv_kernel<8, W>, moe_down_gemv_kernel<8, W>)
+             : run(moe_gate_up_gemv_kernel<1, W>, moe_down_gemv_kernel<1, W>);
+}
+
 Status run_decode(const backend::MoeExpertsArgs& a, const ExpertsPlan& s, bf16* h, const CudaContext& cx) {
   const backend::ExpertWeights& ex = *a.experts;
   DecodeParams p = decode_params(a, s, h);
+  if (s.fp8) {
+    p.gu_fp8 = static_cast<const uint8_t*>(ex.gate_up.data);
+    p.dn_fp8 = static_cast<const uint8_t*>(ex.down.data);
+    p.gu_fp8_scales = static_cast<const float*>(ex.gate_up_scales.data);
+    p.gu8s_expert_stride = ex.gate_up_scales.stride(0);
+    p.gu8s_ld = ex.gate_up_scales.stride(1);
+    p.dn_fp8_scales = static_cast<const float*>(ex.down_scales.data);
+    p.dn8s_expert_stride = ex.down_scales.stride(0);
+    p.dn8s_ld = ex.down_scales.stride(1);
+    p.fp8_block_rows = ex.block.rows;
+    p.fp8_block_cols = int(std::min<int64_t>(ex.block.cols, backend::Fp8Blocks::kWholeRow));
+    // 8-byte code loads: rows and experts 8 codes apart, 8-byte aligned bases.
+    const bool vec = div8(s.Hx) && div8(s.I) && div8(p.ldx) && div8(p.gu_expert_stride) && div8(p.gu_ld) &&
+                     div8(p.dn_expert_stride) && div8(p.dn_ld) && aligned16(p.x) && aligned16(h) &&
+                     (reinterpret_cast<uintptr_t>(p.gu_fp8) & 7) == 0 &&
+                     (reinterpret_cast<uintptr_t>(p.dn_fp8) & 7) == 0;
+    return launch_decode<Fp8Rows>(p, s, vec, cx);
+  }
   p.gate_up = static_cast<const bf16*>(ex.gate_up.data);
   p.down = static_cast<const bf16*>(ex.down.data);
   const bool vec =
@@ -577,29 +681,7 @@ Status run_decode(const backend::MoeExpertsArgs& a, const ExpertsPlan& s, bf16* 
       aligned16(p.down) && aligned16(h) &&
       (!s.shared || (div8(s.Is) && div8(p.sh_gu_ld) && div8(p.sh_dn_ld) && aligned16(p.sh_gate_up) &&
                      aligned16(p.sh_down) && aligned16(h + s.pairs * s.I)));
-  const size_t x_smem = size_t(s.Hx) * 2, h_smem = size_t(s.k + (s.shared ? 1 : 0)) * kDownRows * 4;
-  const int64_t rows_per_block = kGemvWarps * kGateUpRowsPerWarp;
-  const dim3 grid1(unsigned((std::max(s.I, s.Is) + rows_per_block - 1) / rows_per_block),
-                   unsigned(std::min<int64_t>(s.pairs + (s.shared ? s.T : 0), 65535)));
-  const dim3 grid2(unsigned((s.Hx + kDownRows - 1) / kDownRows), unsigned(std::min<int64_t>(s.T, 65535)));
-  const unsigned down_threads =
-      unsigned(32 * std::clamp<int64_t>(s.k + (s.shared ? 1 : 0), kGemvWarps, kDownMaxThreads / 32));
-  if (vec) {
-    RILL_TRY(set_smem(reinterpret_cast<const void*>(moe_gate_up_gemv_kernel<8>), x_smem, cx, "moe_experts"));
-    RILL_TRY(set_smem(reinterpret_cast<const void*>(moe_down_gemv_kernel<8>), h_smem, cx, "moe_experts"));
-    RILL_TRY(launch("moe_gate_up_gemv", {grid1, dim3(kGemvThreads), x_smem}, cx.stream,
-                    moe_gate_up_gemv_kernel<8>, p));
-    RILL_TRY(
-        launch("moe_down_gemv", {grid2, dim3(down_threads), h_smem}, cx.stream, moe_down_gemv_kernel<8>, p));
-  } else {
-    RILL_TRY(set_smem(reinterpret_cast<const void*>(moe_gate_up_gemv_kernel<1>), x_smem, cx, "moe_experts"));
-    RILL_TRY(set_smem(reinterpret_cast<const void*>(moe_down_gemv_kernel<1>), h_smem, cx, "moe_experts"));
-    RILL_TRY(launch("moe_gate_up_gemv", {grid1, dim3(kGemvThreads), x_smem}, cx.stream,
-                    moe_gate_up_gemv_kernel<1>, p));
-    RILL_TRY(
-        launch("moe_down_gemv", {grid2, dim3(down_threads), h_smem}, cx.stream, moe_down_gemv_kernel<1>, p));
-  }
-  return {};
+  return launch_decode<Bf16Rows>(p, s, vec, cx);
 }
 
 // Both MXFP4 paths read packed rows in 16-byte pieces.
@@ -765,6 +847,29 @@ Status check_mxfp4_experts(const backend::ExpertWeights& ex) {
   return {};
 }
 
+// FP8 experts: E4M3 codes [E, 2I, Hx] / [E, Hx, I] with F32 block scales whose blocks never span gate and up and
+// whose columns are whole 8-code chunks (the decode GEMVs' loads).
+Status check_fp8_experts(const backend::ExpertWeights& ex) {
+  const backend::Fp8Blocks b = ex.block;
+  const int64_t I = ex.down.size(2), Hx = ex.down.size(1);
+  const bool ok = ex.gate_up.dtype == DType::F8E4M3 && ex.down.dtype == DType::F8E4M3 &&
+                  ex.gate_up_scales.dtype == DType::F32 && ex.down_scales.dtype == DType::F32 && b.rows > 0 &&
+                  I % b.rows == 0 && (b.cols % 8 == 0 || (b.cols >= Hx && b.cols >= I)) &&
+                  ex.gate_up.rank() == 3 && ex.gate_up.size(1) == 2 * I && ex.gate_up.size(2) == Hx &&
+                  ex.gate_up_scales.rank() == 3 && ex.gate_up_scales.size(1) == b.scale_rows(2 * I) &&
+                  ex.gate_up_scales.size(2) == b.scale_cols(Hx) && ex.down_scales.rank() == 3 &&
+                  ex.down_scales.size(1) == b.scale_rows(Hx) && ex.down_scales.size(2) == b.scale_cols(I) &&
+                  ex.gate_up.stride(2) == 1 && ex.down.stride(2) == 1 && ex.gate_up_scales.stride(2) == 1 &&
+                  ex.down_scales.stride(2) == 1;
+  if (!ok)
+    return invalid_argument("moe_experts: FP8 experts gate_up {} (scales {}) and down {} (scales {}) in blocks of "
+                            "{} x {} do not match (or block rows do not divide I, or block columns are not a "
+                            "multiple of 8)",
+                            ex.gate_up.describe(), ex.gate_up_scales.describe(), ex.down.describe(),
+                            ex.down_scales.describe(), b.rows, b.cols);
+  return {};
+}
+
 Status check_experts(const backend::MoeExpertsArgs& a) {
   const backend::ExpertWeights& ex = *a.experts;
   if (a.x.dtype != DType::BF16 || a.out.dtype != DType::BF16)
@@ -773,6 +878,7 @@ Status check_experts(const backend::MoeExpertsArgs& a) {
   if (a.weights.dtype != DType::F32)
     return invalid_argument("moe_experts: weights must be F32, got {}", a.weights.describe());
   if (ex.format == backend::WeightFormat::Mxfp4) return check_mxfp4_experts(ex);
+  if (ex.format == backend::WeightFormat::Fp8) return check_fp8_experts(ex);
   if (ex.gate_up.dtype != DType::BF16 || ex.down.dtype != DType::BF16)
     return invalid_argument("moe_experts: CUDA expert weights must be BF16 (gate_up {}, down {})",
                             ex.gate_up.describe(), ex.down.describe());

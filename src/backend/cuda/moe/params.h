@@ -84,6 +84,15 @@ struct DecodeParams {
   const uint8_t* dn_packed;  // [E, Hx, I/2]
   const uint8_t* dn_scales;  // [E, Hx, I/32]
   int64_t dns_expert_stride, dns_ld;
+  // FP8 experts (WeightFormat::Fp8; gate_up / down unused): E4M3 codes at gate_up / down's element strides above,
+  // and F32 scales per block of fp8_block_rows x fp8_block_cols (columns a multiple of 8).
+  const uint8_t* gu_fp8;       // [E, 2I, Hx]
+  const float* gu_fp8_scales;  // [E, 2I / rows, ceil(Hx / cols)]
+  int64_t gu8s_expert_stride, gu8s_ld;
+  const uint8_t* dn_fp8;       // [E, Hx, I]
+  const float* dn_fp8_scales;  // [E, ceil(Hx / rows), ceil(I / cols)]
+  int64_t dn8s_expert_stride, dn8s_ld;
+  int fp8_block_rows, fp8_block_cols;
   // Shared expert (bf16 decode path only; null when there is none): a dense GLU expert of width Is on the
   // same x, weight 1, added after the routed sum is rounded. It runs as pair T * k + t of gate_up and as slot
   // k of down; its activations follow the routed pairs' in h.

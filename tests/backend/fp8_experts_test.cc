@@ -1,0 +1,122 @@
+// Cross-backend tests of moe_experts on FP8 experts (issue #35: src/backend/cuda/moe/experts.cu's Fp8Rows policy
+// of the decode GEMVs, which also serve prefill-sized steps until FP8 has a grouped GEMM) against the CPU, which
+// dequantizes exactly: identical E4M3 codes and F32 block scales on both backends (fill_random is bit-identical
+// across backends), 128 x 128 blocks, per-channel scales and 64-row blocks (64-wide experts), Kimi-Linear-48B's
+// expert shape, decode and prefill-sized T.
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <vector>
+
+#include "backend/op_harness.h"
+
+namespace rill::testing {
+namespace {
+
+constexpr double kExpertsTol = 1e-2;  // CUDA rounds gate/up, the activation and each expert's output to bf16
+
+struct Fp8Experts {
+  BackendTensor c[4], d[4];  // gate_up, gate_up_scales, down, down_scales
+  backend::ExpertWeights cpu, dev;
+};
+
+std::unique_ptr<Fp8Experts> make_fp8_experts(OpHarness& h, int64_t E, int64_t Hx, int64_t I, backend::Fp8Blocks b) {
+  auto ex = std::make_unique<Fp8Experts>();
+  const Shape shapes[4] = {{E, 2 * I, Hx},
+                           {E, b.scale_rows(2 * I), b.scale_cols(Hx)},
+                           {E, Hx, I},
+                           {E, b.scale_rows(Hx), b.scale_cols(I)}};
+  auto fill = [&](backend::Backend& be, BackendTensor& t, int i, uint64_t seed) {
+    const bool scales = i % 2 == 1;
+    auto m = be.allocate(size_t(shapes[i].numel()) * (scales ? 4 : 1));
+    ASSERT_TRUE(m.ok());
+    t.alloc = std::move(m).value();
+    // Codes over the non-negative finite E4M3 values (no NaN byte); signs and size from the scales, as the
+    // dummy weights: |w| ~ 1 / sqrt(fan-in).
+    const TensorView u8 = TensorView::make(t.alloc.data(), DType::U8, shapes[i], be.device());
+    const float c = 1.0f / (100.0f * std::sqrt(float(i < 2 ? Hx : I)));
+    const TensorView f = TensorView::make(t.alloc.data(), DType::F32, shapes[i], be.device());
+    ASSERT_TRUE((scales ? be.fill_random(f, seed, -c, c) : be.fill_random(u8, seed, 0.0f, 126.0f)).ok());
+    t.view = scales ? f : TensorView::make(t.alloc.data(), DType::F8E4M3, shapes[i], be.device());
+  };
+  for (int i = 0; i < 4; ++i) {
+    fill(h.cpu(), ex->c[i], i, h.seed() + 21 + uint64_t(i));
+    fill(h.dev(), ex->d[i], i, h.seed() + 21 + uint64_t(i));
+  }
+  auto set = [&](backend::ExpertWeights& w, BackendTensor (&t)[4]) {
+    w.gate_up = t[0].view;
+    w.gate_up_scales = t[1].view;
+    w.down = t[2].view;
+    w.down_scales = t[3].view;
+    w.format = backend::WeightFormat::Fp8;
+    w.block = b;
+  };
+  set(ex->cpu, ex->c);
+  set(ex->dev, ex->d);
+  return ex;
+}
+
+void run_fp8_experts(OpHarness& h, const Fp8Experts& ex, int64_t T, int k,
+                     backend::Activation act = backend::Activation::Silu) {
+  const int64_t E = ex.cpu.n_experts(), Hx = ex.cpu.width();
+  SCOPED_TRACE(::testing::Message() << "T " << T << " Hx " << Hx << " I " << ex.cpu.intermediate() << " E " << E
+                                    << " k " << k << " blocks " << ex.cpu.block.rows << " x " << ex.cpu.block.cols);
+  std::vector<float> ids, w;
+  std::vector<int> perm(static_cast<size_t>(E));
+  std::iota(perm.begin(), perm.end(), 0);
+  std::uniform_real_distribution<float> wd(0.05f, 0.6f);
+  for (int64_t t = 0; t < T; ++t) {
+    std::shuffle(perm.begin(), perm.end(), h.rng());
+    for (int j = 0; j < k; ++j) {
+      ids.push_back(float(perm[size_t(j)]));
+      w.push_back(wd(h.rng()));
+    }
+  }
+  auto [xc, xd] = h.put_both(h.randn(T * Hx), DType::F32, DType::BF16, {T, Hx});
+  BackendTensor ic = h.put(h.cpu(), ids, DType::I32, {T, k}), id = h.put(h.dev(), ids, DType::I32, {T, k});
+  BackendTensor gc = h.put(h.cpu(), w, DType::F32, {T, k}), gd = h.put(h.dev(), w, DType::F32, {T, k});
+  BackendTensor yc = h.empty(h.cpu(), DType::F32, {T, Hx}), yd = h.empty(h.dev(), DType::BF16, {T, Hx});
+  const float beta = act == backend::Activation::Situ ? 4.0f : 0.0f;
+  const float lbeta = act == backend::Activation::Situ ? 25.0f : 0.0f;
+  ASSERT_TRUE(h.cpu().moe_experts({xc.view, ic.view, gc.view, &ex.cpu, act, beta, lbeta, yc.view, nullptr}).ok());
+  backend::MoeExpertsArgs a{xd.view, id.view, gd.view, &ex.dev, act, beta, lbeta, yd.view, nullptr};
+  Arena measure(nullptr, 0, Device::Cuda);  // scratch from a planning dry run, as the model reserves it
+  a.scratch = &measure;
+  h.dev().set_dry_run(true);
+  ASSERT_TRUE(h.dev().moe_experts(a).ok());
+  h.dev().set_dry_run(false);
+  auto mem = h.dev().allocate(measure.high_water() + 256);
+  ASSERT_TRUE(mem.ok());
+  backend::DeviceAllocation scratch_mem = std::move(mem).value();
+  Arena arena(scratch_mem.data(), scratch_mem.size(), Device::Cuda);
+  a.scratch = &arena;
+  const Status st = h.dev().moe_experts(a);
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  EXPECT_LE(rel_l2(h.get(h.dev(), yd.view), h.get(h.cpu(), yc.view)), kExpertsTol);
+}
+
+class Fp8ExpertsTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(Fp8ExpertsTest, DecodeAndPrefillSizedSteps) {
+  OpHarness h(GetParam());
+  RILL_REQUIRE_BACKEND(h);
+  auto a = make_fp8_experts(h, 8, 256, 128, {128, 128});
+  for (int64_t T : {1, 2, 3, 4, 40}) run_fp8_experts(h, *a, T, 2);
+  run_fp8_experts(h, *a, 3, 2, backend::Activation::Situ);
+  auto b = make_fp8_experts(h, 6, 136, 64, {64, 128});  // the demo's 64-wide experts; Hx with a partial block
+  for (int64_t T : {1, 4, 100}) run_fp8_experts(h, *b, T, 3);
+  auto c = make_fp8_experts(h, 8, 96, 40, {1, backend::Fp8Blocks::kWholeRow});  // per channel
+  for (int64_t T : {1, 7}) run_fp8_experts(h, *c, T, 2);
+}
+
+TEST_P(Fp8ExpertsTest, KimiLinear48bShape) {
+  OpHarness h(GetParam());
+  RILL_REQUIRE_BACKEND(h);
+  auto ex = make_fp8_experts(h, 16, 2304, 1024, {128, 128});  // 16 of the 256 experts: the same rows
+  for (int64_t T : {1, 4}) run_fp8_experts(h, *ex, T, 8);
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, Fp8ExpertsTest, ::testing::ValuesIn(tested_backends()));
+
+}  // namespace
+}  // namespace rill::testing
