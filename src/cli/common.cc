@@ -120,36 +120,43 @@ size_t edit_distance(const std::string& a, const std::string& b) {
 
 }  // namespace
 
-std::string closest_flag(const CLI::App& app, const std::string& flag) {
+std::string closest_flag(const CLI::App& app, const std::string& flag, const std::vector<std::string>& also) {
   const std::string name = flag.substr(0, flag.find('='));
   std::string best;
   size_t best_d = std::max<size_t>(3, name.size() / 3) + 1;  // farther than a third of the name: no hint
-  for (const CLI::Option* opt : app.get_options()) {
-    for (const std::string& l : opt->get_lnames()) {
-      const size_t d = edit_distance(name, "--" + l);
-      if (d < best_d) best_d = d, best = "--" + l;
-    }
-  }
+  auto consider = [&](const std::string& candidate) {
+    const size_t d = edit_distance(name, candidate);
+    if (d < best_d) best_d = d, best = candidate;
+  };
+  for (const CLI::Option* opt : app.get_options())
+    for (const std::string& l : opt->get_lnames()) consider("--" + l);
+  for (const std::string& a : also) consider(a);
   return best;
 }
 
-int parse_args(CLI::App& app, int argc, char** argv) {
+int parse_args(CLI::App& app, int argc, char** argv, const std::vector<std::string>& also_known) {
+  // Every usage error exits 2 (the documented code for bad input, as argparse does), not CLI11's own codes
+  // (105 for a bad value, 106 for a missing one, 109 for an unknown flag); --help and --version exit 0.
   try {
     app.parse(argc, argv);
   } catch (const CLI::ExtrasError& e) {
     bool named = false;
     for (const std::string& extra : app.remaining()) {
       if (!extra.starts_with("-")) continue;
-      const std::string hint = closest_flag(app, extra);
+      const std::string hint = closest_flag(app, extra, also_known);
       std::fprintf(stderr, "%s: unknown flag %s%s\n", app.get_name().c_str(), extra.c_str(),
                    hint.empty() ? "" : (" (did you mean " + hint + "?)").c_str());
       named = true;
     }
-    if (!named) return app.exit(e);
+    if (!named) {
+      app.exit(e);
+      return 2;
+    }
     std::fprintf(stderr, "Run with --help for the flags.\n");
-    return e.get_exit_code();
+    return 2;
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    const int rc = app.exit(e);
+    return rc == 0 ? 0 : 2;
   }
   return -1;
 }
