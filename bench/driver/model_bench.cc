@@ -140,6 +140,8 @@ Result<std::vector<BenchRow>> bench_model(model::Model& m, const BenchOptions& o
   // `name` labels the timed (not the warm-up) runs for profilers: ncu --nvtx --nvtx-include "<name>/".
   auto time_step = [&](const model::StepBatch& b, bool sample, const std::string& name,
                        bool graphed = false) -> Result<double> {
+    // Progress: on the CPU one step can take seconds, so each measurement says what it is about to run.
+    std::fprintf(stderr, "  %s (%d runs) ...\n", name.c_str(), o.repeats + 1);
     std::vector<double> ms;
     std::vector<backend::SamplingRow> srows(size_t(b.n_logit_rows()));
     std::vector<int32_t> ids;

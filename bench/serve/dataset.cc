@@ -99,4 +99,32 @@ Result<std::vector<BenchPrompt>> file_dataset(const std::filesystem::path& path,
   return out;
 }
 
+Result<std::vector<BenchPrompt>> sharegpt_dataset(const std::filesystem::path& path, int n,
+                                                  const std::function<int(const std::string&)>& count_tokens,
+                                                  int fixed_output_len) {
+  std::ifstream f(path);
+  if (!f) return not_found("--dataset-path {}: cannot open it", path.string());
+  const Json all = Json::parse(f, nullptr, false);
+  if (!all.is_array())
+    return invalid_argument("--dataset-path {}: a ShareGPT file is a JSON array of {{\"conversations\": [...]}}",
+                            path.string());
+  std::vector<BenchPrompt> out;
+  for (size_t i = 0; i < all.size() && int(out.size()) < n; ++i) {
+    const Json& e = all[i];
+    if (!e.is_object() || !e.contains("conversations")) continue;
+    const Json& turns = e["conversations"];
+    if (!turns.is_array() || turns.size() < 2 || !turns[0].is_object() || !turns[1].is_object()) continue;
+    const Json prompt = turns[0].value("value", Json()), reply = turns[1].value("value", Json());
+    if (!prompt.is_string() || !reply.is_string()) continue;
+    const int prompt_len = count_tokens(prompt.get<std::string>());
+    const int output_len = fixed_output_len > 0 ? fixed_output_len : count_tokens(reply.get<std::string>());
+    if (fixed_output_len <= 0 && (prompt_len < 4 || output_len < 4 || prompt_len > 1024 ||
+                                  prompt_len + output_len > 2048))
+      continue;
+    out.push_back(BenchPrompt{prompt, std::max(1, output_len)});
+  }
+  if (out.empty()) return invalid_argument("--dataset-path {}: no usable ShareGPT conversation", path.string());
+  return out;
+}
+
 }  // namespace rill::bench::serve

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -33,5 +34,15 @@ Result<std::vector<BenchPrompt>> random_dataset(const RandomDatasetOptions& o, i
 // length gets `default_output_len`.
 Result<std::vector<BenchPrompt>> file_dataset(const std::filesystem::path& path, int n,
                                               int default_output_len);
+
+// vLLM's ShareGPT dataset (ShareGPT_V3_unfiltered_cleaned_split.json): a JSON array of {"conversations":
+// [{"from": "human", "value": ...}, {"from": "gpt", "value": ...}, ...]}; each entry with two turns gives the
+// first as the prompt and the second's token count (`count_tokens`) as max_tokens, or `fixed_output_len` when
+// > 0 (--sharegpt-output-len). As vLLM's sample_sharegpt_requests: entries whose prompt or reply has fewer
+// than 4 tokens, a prompt over 1024 or both over 2048 are skipped (unless the output length is fixed); the
+// entries are taken in order, `n` of them (fewer when the file has fewer).
+Result<std::vector<BenchPrompt>> sharegpt_dataset(const std::filesystem::path& path, int n,
+                                                  const std::function<int(const std::string&)>& count_tokens,
+                                                  int fixed_output_len);
 
 }  // namespace rill::bench::serve

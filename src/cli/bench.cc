@@ -12,6 +12,7 @@
 #include "bench/driver/prefix_bench.h"
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "cli/parallel_flags.h"
 #include "model/presets.h"
 
 namespace rill::cli {
@@ -56,6 +57,28 @@ void apply_preset_defaults(const std::string& preset, const CLI::App& app, bench
   if (!app.count("--prefill-batch")) o.prefill_batch = 0;
   if (!app.count("--verify-drafts")) o.verify_drafts = {};
   if (!app.count("--layer-types")) layer_types = true;
+}
+
+// The CPU reference backend is ~1000x slower than a GPU: the GPU-sized defaults (a 4K context, batches up to
+// 256, an 8K prompt) would run for many minutes without a word. Flags given on the command line are kept.
+void apply_cpu_defaults(const CLI::App& app, bench::BenchOptions& o) {
+  std::vector<std::string> changed;
+  auto set = [&](const char* flag, auto& field, auto value, const std::string& shown) {
+    if (app.count(flag)) return;
+    field = value;
+    changed.push_back(std::string(flag) + " " + shown);
+  };
+  set("--decode-context", o.decode_context, 256, "256");
+  set("--decode-batches", o.decode_batches, std::vector<int>{1, 4}, "1 4");
+  set("--prefill-tokens", o.prefill_long, 256, "256");
+  set("--prefill-batch", o.prefill_batch, 0, "0");
+  set("--verify-drafts", o.verify_drafts, std::vector<int>{2}, "2");
+  set("--verify-batches", o.verify_batches, std::vector<int>{1}, "1");
+  set("--repeats", o.repeats, 2, "2");
+  if (changed.empty()) return;
+  std::string list;
+  for (const std::string& c : changed) list += (list.empty() ? "" : ", ") + c;
+  std::fprintf(stderr, "on the CPU: CPU-sized defaults (%s); give the flags for other sizes\n", list.c_str());
 }
 
 }  // namespace
@@ -132,7 +155,15 @@ int run_bench(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(0, kMaxMiBFlag));
   add_device_options(app, dev);
-  if (int rc = parse_args(app, argc, argv); rc >= 0) return rc;
+  ParallelFlags parallel;
+  add_parallel_flags(app, parallel);
+  std::vector<std::string> args = expand_parallel_short_flags(argc, argv);
+  std::vector<char*> ptrs;
+  for (std::string& a : args) ptrs.push_back(a.data());
+  if (int rc = parse_args(app, int(ptrs.size()), ptrs.data()); rc >= 0) return rc;
+  if (Status st = check_parallel_flags(parallel, dev); !st.ok()) return report_error("bench", st);
+  if (Status st = refuse_ranks(parallel, "bench", "measure a sharded server with `rill bench serve` against `rill serve -tp N`"); !st.ok())
+    return report_error("bench", st);
   apply_preset_defaults(preset, app, o, layer_types);
   if (print_config) {
     auto json = model::preset_config(preset);
@@ -150,6 +181,7 @@ int run_bench(int argc, char** argv) {
 
   auto be = open_backend(dev);
   if (!be.ok()) return report_error("bench", be.status());
+  if ((*be)->device() == Device::Cpu) apply_cpu_defaults(app, o);
   Result<model::ModelConfig> cfg = invalid_argument("no config");
   if (!preset.empty()) {
     auto json = model::preset_config(preset);

@@ -6,9 +6,13 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
+#include <filesystem>
 #include <fstream>
 #include <set>
 
+#include <fmt/chrono.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "bench/serve/arrivals.h"
@@ -41,6 +45,11 @@ struct ServeFlags {
   uint64_t seed = 0;
   bool ignore_eos = false;
   std::string result_file, plot, plot_from;
+  // vLLM's spellings: --backend picks the endpoint; --save-result [--result-dir D] [--result-filename F] is
+  // --result-file; --percentile-metrics names the metrics whose percentiles are reported.
+  std::string backend, result_dir, result_filename, percentile_metrics = "ttft,tpot,itl";
+  bool save_result = false;
+  int sharegpt_output_len = 0;
 };
 
 Result<std::vector<double>> parse_rates(const std::vector<std::string>& items) {
@@ -131,6 +140,12 @@ Result<std::vector<bs::BenchPrompt>> load_prompts(const ServeFlags& f, const std
   if (f.dataset_name == "random") {
     RILL_TRY(need_tokenizer());
     RILL_ASSIGN_OR_RETURN(prompts, bs::random_dataset(f.random, f.num_prompts, tokenizer->n_ranks(), f.seed));
+  } else if (f.dataset_name == "sharegpt") {
+    if (f.dataset_path.empty())
+      return invalid_argument("--dataset-name sharegpt needs --dataset-path FILE (vLLM's ShareGPT JSON)");
+    RILL_TRY(need_tokenizer());  // output lengths are the replies' token counts, as vLLM's
+    auto count = [&](const std::string& text) { return int(tokenizer->encode(text, false).size()); };
+    RILL_ASSIGN_OR_RETURN(prompts, bs::sharegpt_dataset(f.dataset_path, f.num_prompts, count, f.sharegpt_output_len));
   } else {
     if (f.dataset_path.empty())
       return invalid_argument("--dataset-name {} needs --dataset-path FILE", f.dataset_name);
@@ -226,8 +241,10 @@ int run_bench_serve(int argc, char** argv) {
       ->check(CLI::IsMember({"/v1/completions", "/v1/chat/completions"}))
       ->capture_default_str();
   app.add_option("--dataset-name", f.dataset_name,
-                 "random (token ids, exact input lengths) or file (--dataset-path; 'custom' is vLLM's name)")
-      ->check(CLI::IsMember({"random", "file", "custom"}))
+                 "random (token ids, exact input lengths), sharegpt (vLLM's ShareGPT JSON in --dataset-path: "
+                 "first turn the prompt, the reply's token count max_tokens) or file (--dataset-path, one "
+                 "prompt a line; 'custom' is vLLM's name)")
+      ->check(CLI::IsMember({"random", "sharegpt", "file", "custom"}))
       ->capture_default_str();
   app.add_option(
       "--dataset-path", f.dataset_path,
@@ -280,7 +297,44 @@ int run_bench_serve(int argc, char** argv) {
   app.add_option(
       "--plot-from", f.plot_from,
       "with --plot: draw it from a saved --result-file instead of running (no server is contacted)");
+  app.add_option("--backend", f.backend,
+                 "vLLM's: openai or vllm (/v1/completions), openai-chat (/v1/chat/completions)")
+      ->check(CLI::IsMember({"openai", "vllm", "openai-chat"}));
+  app.add_flag("--save-result", f.save_result,
+               "vLLM's: write the result JSON to --result-dir/--result-filename (default "
+               "rill-{rate}qps-{model}-{date}.json; --result-file names it directly)");
+  app.add_option("--result-dir", f.result_dir, "with --save-result: the directory");
+  app.add_option("--result-filename", f.result_filename, "with --save-result: the file name");
+  app.add_option("--percentile-metrics", f.percentile_metrics,
+                 "vLLM's: the metrics whose percentiles are reported (ttft, tpot, itl, e2el); rill reports the "
+                 "--metric-percentiles of all four, so any of them is accepted")
+      ->capture_default_str()
+      ->check([](const std::string& v) -> std::string {
+        for (size_t i = 0; i <= v.size();) {
+          size_t j = v.find(',', i);
+          if (j == std::string::npos) j = v.size();
+          const std::string m = v.substr(i, j - i);
+          if (m != "ttft" && m != "tpot" && m != "itl" && m != "e2el")
+            return "\"" + m + "\": expected a comma list of ttft, tpot, itl, e2el";
+          i = j + 1;
+        }
+        return "";
+      });
+  app.add_option("--sharegpt-output-len", f.sharegpt_output_len,
+                 "sharegpt dataset: max_tokens of every request instead of the reply's length")
+      ->check(CLI::Range(1, kMaxContextFlag));
   if (int rc = parse_args(app, argc, argv); rc >= 0) return rc;
+  if (f.backend == "openai-chat") f.endpoint = "/v1/chat/completions";
+  if ((f.backend == "openai" || f.backend == "vllm") && !app.count("--endpoint")) f.endpoint = "/v1/completions";
+  if (f.save_result && f.result_file.empty()) {
+    const std::string name = !f.result_filename.empty()
+                                 ? f.result_filename
+                                 : fmt::format("rill-{}qps-{:%Y%m%d-%H%M%S}.json", fmt::join(f.request_rates, "_"),
+                                               fmt::localtime(std::time(nullptr)));
+    f.result_file = (std::filesystem::path(f.result_dir.empty() ? "." : f.result_dir) / name).string();
+  } else if (!f.save_result && (!f.result_dir.empty() || !f.result_filename.empty())) {
+    return report_error("bench serve", invalid_argument("--result-dir and --result-filename go with --save-result"));
+  }
   if (f.dataset_name == "custom") f.dataset_name = "file";
   if (!f.dataset_path.empty() && !app.count("--dataset-name")) f.dataset_name = "file";
   if (!f.dataset_path.empty() && f.dataset_name == "random")

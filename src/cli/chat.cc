@@ -16,6 +16,7 @@
 
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "cli/parallel_flags.h"
 #include "cli/http_client.h"
 #include "engine/engine.h"
 #include "model/config.h"
@@ -314,14 +315,16 @@ Status check_can_chat(const std::string& dir) {
 }
 
 Result<std::unique_ptr<Replier>> open_local(const std::string& dir, const DeviceOptions& dev,
-                                            const engine::EngineOptions& eo, const ChatSettings& s) {
+                                            const ParallelFlags& parallel, const engine::EngineOptions& eo,
+                                            const ChatSettings& s) {
   RILL_TRY(check_can_chat(dir));
   RILL_ASSIGN_OR_RETURN(auto tokenizer, text::Tokenizer::load(dir));
   auto shared_tokenizer = std::make_shared<const text::Tokenizer>(std::move(tokenizer));
-  RILL_ASSIGN_OR_RETURN(auto be, open_backend(dev));
-  RILL_ASSIGN_OR_RETURN(auto m, load_model_with_progress(dir, *be, dev.quantization));
-  const bool k3 = m->config().family == model::ModelFamily::KimiK3;
-  RILL_ASSIGN_OR_RETURN(auto engine, engine::Engine::create(std::move(m), shared_tokenizer, eo));
+  RILL_ASSIGN_OR_RETURN(auto config, model::ModelConfig::load(dir));
+  const bool k3 = config.family == model::ModelFamily::KimiK3;
+  RILL_ASSIGN_OR_RETURN(LocalEngine local, open_local_engine(dir, dev, parallel, shared_tokenizer, eo));
+  std::unique_ptr<backend::Backend> be = std::move(local.be);
+  std::unique_ptr<engine::Engine> engine = std::move(local.engine);
   auto chat = server::ChatPrompt::load(dir, k3, shared_tokenizer);
   // The backend outlives the engine's model: it is kept with the replier.
   struct Owning final : Replier {
@@ -383,11 +386,20 @@ int run_chat(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(0, kMaxContextFlag));
   add_device_options(app, dev);
-  if (int rc = parse_args(app, argc, argv); rc >= 0) return rc;
+  ParallelFlags parallel;
+  add_parallel_flags(app, parallel);
+  std::vector<std::string> args = expand_parallel_short_flags(argc, argv);
+  std::vector<char*> ptrs;
+  for (std::string& a : args) ptrs.push_back(a.data());
+  if (int rc = parse_args(app, int(ptrs.size()), ptrs.data()); rc >= 0) return rc;
   if (dir.empty() == url.empty())
     return report_error("chat", invalid_argument("give MODEL_DIR or --url (one of them)"));
+  if (Status st = check_parallel_flags(parallel, dev); !st.ok()) return report_error("chat", st);
+  if (!url.empty() && parallel.ranks() > 1)
+    return report_error("chat", invalid_argument("--tensor-parallel-size with --url: the server's flags decide "
+                                                 "its ranks"));
 
-  auto replier = url.empty() ? open_local(dir, dev, eo, s) : open_remote(url, model_name, api_key, s);
+  auto replier = url.empty() ? open_local(dir, dev, parallel, eo, s) : open_remote(url, model_name, api_key, s);
   if (!replier.ok()) return report_error("chat", replier.status());
 
   // No SA_RESTART: Ctrl-C interrupts the blocking read of the prompt or the socket, not just sets the flag.

@@ -23,8 +23,12 @@ void add_device_options(CLI::App& app, DeviceOptions& o) {
   app.add_option("--quantization", o.quantization,
                  "fp8: quantize the checkpoint's bf16 matrices to FP8 E4M3 with 128 x 128 block scales at load "
                  "(vLLM's flag; half the weight bytes; the embedding, lm_head, router and KDA gate projections stay "
-                 "bf16). FP8 checkpoints load as FP8 without it. none: as stored")
-      ->check(CLI::IsMember({"none", "fp8"}));
+                 "bf16). FP8 checkpoints load as FP8 without it. none: as stored. -q is the same")
+      ->check([](const std::string& v) -> std::string {
+        if (v == "fp8" || v == "none") return {};
+        return "\"" + v + "\": rill runs the checkpoint's own formats (bfloat16, FP8, K3's MXFP4 experts) or " +
+               "quantizes to fp8 at load; other quantization methods (awq, gptq, bitsandbytes, ...) are not built";
+      });
   app.add_option_function<std::string>(
          "--log-level", [](const std::string& v) { set_log_level(*parse_log_level(v)); },
          "debug | info | warning | error: the least severe log lines written to stderr (default: "
@@ -127,36 +131,43 @@ size_t edit_distance(const std::string& a, const std::string& b) {
 
 }  // namespace
 
-std::string closest_flag(const CLI::App& app, const std::string& flag) {
+std::string closest_flag(const CLI::App& app, const std::string& flag, const std::vector<std::string>& also) {
   const std::string name = flag.substr(0, flag.find('='));
   std::string best;
   size_t best_d = std::max<size_t>(3, name.size() / 3) + 1;  // farther than a third of the name: no hint
-  for (const CLI::Option* opt : app.get_options()) {
-    for (const std::string& l : opt->get_lnames()) {
-      const size_t d = edit_distance(name, "--" + l);
-      if (d < best_d) best_d = d, best = "--" + l;
-    }
-  }
+  auto consider = [&](const std::string& candidate) {
+    const size_t d = edit_distance(name, candidate);
+    if (d < best_d) best_d = d, best = candidate;
+  };
+  for (const CLI::Option* opt : app.get_options())
+    for (const std::string& l : opt->get_lnames()) consider("--" + l);
+  for (const std::string& a : also) consider(a);
   return best;
 }
 
-int parse_args(CLI::App& app, int argc, char** argv) {
+int parse_args(CLI::App& app, int argc, char** argv, const std::vector<std::string>& also_known) {
+  // Every usage error exits 2 (the documented code for bad input, as argparse does), not CLI11's own codes
+  // (105 for a bad value, 106 for a missing one, 109 for an unknown flag); --help and --version exit 0.
   try {
     app.parse(argc, argv);
   } catch (const CLI::ExtrasError& e) {
     bool named = false;
     for (const std::string& extra : app.remaining()) {
       if (!extra.starts_with("-")) continue;
-      const std::string hint = closest_flag(app, extra);
+      const std::string hint = closest_flag(app, extra, also_known);
       std::fprintf(stderr, "%s: unknown flag %s%s\n", app.get_name().c_str(), extra.c_str(),
                    hint.empty() ? "" : (" (did you mean " + hint + "?)").c_str());
       named = true;
     }
-    if (!named) return app.exit(e);
+    if (!named) {
+      app.exit(e);
+      return 2;
+    }
     std::fprintf(stderr, "Run with --help for the flags.\n");
-    return e.get_exit_code();
+    return 2;
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    const int rc = app.exit(e);
+    return rc == 0 ? 0 : 2;
   }
   return -1;
 }

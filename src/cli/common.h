@@ -56,11 +56,11 @@ Result<std::vector<int32_t>> parse_id_list(const std::string& text);
 // Prints a Status to stderr as "rill <cmd>: <message>" and returns the exit code (1, or 2 for bad input).
 int report_error(const char* command, const Status& status);
 
-// Runs a CLI11 parse; returns -1 to continue, else the exit code (help printed, or a usage error). An
-// unknown flag is named with the closest known one.
-int parse_args(CLI::App& app, int argc, char** argv);
+// Runs a CLI11 parse; returns -1 to continue, else the exit code: 0 after --help, 2 for any usage error. An
+// unknown flag is named with the closest known one (among the app's and `also_known`, e.g. accepted aliases).
+int parse_args(CLI::App& app, int argc, char** argv, const std::vector<std::string>& also_known = {});
 
 // The known flag nearest to `flag` by edit distance ("" when none is close); the hint for a typo.
-std::string closest_flag(const CLI::App& app, const std::string& flag);
+std::string closest_flag(const CLI::App& app, const std::string& flag, const std::vector<std::string>& also = {});
 
 }  // namespace rill::cli

@@ -5,6 +5,7 @@
 
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "cli/parallel_flags.h"
 #include "engine/engine.h"
 #include "engine/spec/draft_model_drafter.h"
 #include "text/tokenizer/tokenizer.h"
@@ -50,7 +51,13 @@ int run_generate(int argc, char** argv) {
                  "{\"method\": \"draft_model\", \"model\": DIR, \"num_speculative_tokens\": 4} (a smaller checkpoint "
                  "with the same vocabulary; greedy or seeded: the same output in fewer steps)");
   add_device_options(app, dev);
-  if (int rc = parse_args(app, argc, argv); rc >= 0) return rc;
+  ParallelFlags parallel;
+  add_parallel_flags(app, parallel);
+  std::vector<std::string> args = expand_parallel_short_flags(argc, argv);
+  std::vector<char*> ptrs;
+  for (std::string& a : args) ptrs.push_back(a.data());
+  if (int rc = parse_args(app, int(ptrs.size()), ptrs.data()); rc >= 0) return rc;
+  if (Status st = check_parallel_flags(parallel, dev); !st.ok()) return report_error("generate", st);
   engine::spec::SpeculativeConfig speculative;
   if (!speculative_config.empty()) {
     auto spec = engine::spec::parse_speculative_config(speculative_config, /*draft_models=*/true);
@@ -74,10 +81,6 @@ int run_generate(int argc, char** argv) {
     if (!parsed.ok()) return report_error("generate", parsed.status());
     ids = std::move(parsed).value();
   }
-  auto be = open_backend(dev);
-  if (!be.ok()) return report_error("generate", be.status());
-  auto m = load_model_with_progress(dir, **be, dev.quantization);
-  if (!m.ok()) return report_error("generate", m.status());
   const int context = int(ids.size()) + max_tokens + 1;
   engine::EngineOptions eo;
   eo.max_batch_size = 1;
@@ -85,17 +88,20 @@ int run_generate(int argc, char** argv) {
   eo.max_model_len = context;
   eo.num_kv_blocks = (context + eo.block_size - 1) / eo.block_size;
   eo.speculative = speculative;
+  DraftEngineLoader draft;
   if (speculative.enabled() && speculative.method == "draft_model") {
-    // The draft model on the same device, in an engine of its own with prefix caching (each proposal then
-    // re-prefills only from its last snapshot; engine/spec/draft_model_drafter.h).
-    eo.make_draft_engine = [&](const engine::EngineOptions& target) -> Result<std::unique_ptr<engine::Engine>> {
-      auto dm = load_model_with_progress(speculative.draft_model, **be);
+    // The draft model on the --device backend (unsplit, also with -tp N: rill serve's placement), in an engine
+    // of its own with prefix caching (each proposal then re-prefills only from its last snapshot;
+    // engine/spec/draft_model_drafter.h).
+    draft = [&](backend::Backend& be, const engine::EngineOptions& target) -> Result<std::unique_ptr<engine::Engine>> {
+      auto dm = load_model_with_progress(speculative.draft_model, be);
       if (!dm.ok()) return Status(dm.status().code(), "draft model: " + dm.status().message());
       return engine::Engine::create(std::move(dm).value(), nullptr, engine::spec::draft_engine_options(target));
     };
   }
-  auto e = engine::Engine::create(std::move(m).value(), tok, eo);
-  if (!e.ok()) return report_error("generate", e.status());
+  auto opened = open_local_engine(dir, dev, parallel, tok, eo, draft);
+  if (!opened.ok()) return report_error("generate", opened.status());
+  auto* e = &opened->engine;
   p.max_tokens = max_tokens;
   p.seed = seed;
   auto stream = (*e)->submit({ids, p});

@@ -69,6 +69,44 @@ std::string print_parallel_plan(const model::ParallelPlan& plan, double gpu_gib,
   return problem;
 }
 
+// Whether every stage of `plan` fits one sequence of `max_len` tokens beside `seqs` sequences' state.
+bool plan_fits(const model::ParallelPlan& plan, double gpu_gib, double utilization, int max_len, int seqs) {
+  const double budget = gpu_gib * utilization * double(1ull << 30);
+  for (const model::StagePlan& st : plan.stages) {
+    const double left = budget - double(st.weight_bytes) - double(seqs) * double(st.state_bytes_per_sequence);
+    if (left <= 0 || (st.kv_bytes_per_token > 0 && left / double(st.kv_bytes_per_token) < max_len)) return false;
+  }
+  return true;
+}
+
+// Without a mapping: when one GPU cannot hold the model, the fewest GPUs of this size that can — tensor
+// (and expert) parallel within a node of up to 8, then pipeline stages across nodes — so a user learns it
+// before loading anything.
+void print_gpus_needed(const model::ModelConfig& c, double gpu_gib, double utilization, int max_len, int seqs) {
+  auto one = model::plan_parallel(c, {.world = 1, .tp = 1, .ep = 1, .pp = 1});
+  if (!one.ok() || plan_fits(*one, gpu_gib, utilization, max_len, seqs)) {
+    if (one.ok())
+      std::printf("gpus         fits one %.0f GiB GPU x %.2f (%d sequences of up to %d tokens)\n", gpu_gib,
+                  utilization, seqs, max_len);
+    return;
+  }
+  for (int world = 2; world <= 512; ++world) {
+    for (int tp : {8, 4, 2, 1}) {
+      if (world % tp != 0) continue;
+      const int pp = world / tp;
+      dist::ParallelSizes z{.world = tp * pp, .tp = tp, .ep = tp, .pp = pp};
+      auto plan = model::plan_parallel(c, z);
+      if (!plan.ok() || !plan_fits(*plan, gpu_gib, utilization, max_len, seqs)) continue;
+      std::printf("gpus         does NOT fit one %.0f GiB GPU x %.2f: needs %d of them (-tp %d -ep %d%s; "
+                  "rill inspect ... -tp %d -ep %d%s for the plan; --gpu-memory-gib for another size)\n",
+                  gpu_gib, utilization, tp * pp, tp, tp, pp > 1 ? fmt::format(" -pp {}", pp).c_str() : "", tp, tp,
+                  pp > 1 ? fmt::format(" -pp {}", pp).c_str() : "");
+      return;
+    }
+  }
+  std::printf("gpus         does NOT fit one %.0f GiB GPU x %.2f, nor 512 of them\n", gpu_gib, utilization);
+}
+
 }  // namespace
 
 int run_inspect(int argc, char** argv) {
@@ -179,6 +217,7 @@ int run_inspect(int argc, char** argv) {
 
   // Everything else rill serve needs; each problem is collected, so one run names them all.
   std::vector<std::string> problems;
+  if (!plan_asked) print_gpus_needed(c, gpu_gib, utilization, max_len, seqs);
   if (plan_asked) {
     auto plan = model::plan_parallel(c, sizes);
     if (!plan.ok()) return report_error("inspect", plan.status());

@@ -4,6 +4,7 @@
 
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "cli/parallel_flags.h"
 #include "io/safetensors.h"
 #include "model/sequence_session.h"
 
@@ -21,7 +22,15 @@ int run_logits(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(0, kMaxStepTokensFlag));
   add_device_options(app, dev);
-  if (int rc = parse_args(app, argc, argv); rc >= 0) return rc;
+  ParallelFlags parallel;
+  add_parallel_flags(app, parallel);
+  std::vector<std::string> args = expand_parallel_short_flags(argc, argv);
+  std::vector<char*> ptrs;
+  for (std::string& a : args) ptrs.push_back(a.data());
+  if (int rc = parse_args(app, int(ptrs.size()), ptrs.data()); rc >= 0) return rc;
+  if (Status st = check_parallel_flags(parallel, dev); !st.ok()) return report_error("logits", st);
+  if (Status st = refuse_ranks(parallel, "logits", "compare a sharded model through `rill generate -tp N --json` (its greedy tokens) or a -tp N server's logprobs"); !st.ok())
+    return report_error("logits", st);
 
   auto ids = parse_id_list(prompt_ids);
   if (!ids.ok()) return report_error("logits", ids.status());

@@ -4,6 +4,7 @@
 #include <new>
 #include <string_view>
 
+#include "backend/backend.h"
 #include "cli/commands.h"
 
 namespace {
@@ -30,7 +31,9 @@ constexpr Command kCommands[] = {
 };
 
 void print_usage(FILE* out) {
-  std::fprintf(out, "usage: rill <command> [options]   (rill <command> --help for its options)\n\ncommands:\n");
+  std::fprintf(out,
+               "usage: rill <command> [options]   (rill <command> --help for its options; rill --version)\n\n"
+               "commands:\n");
   for (const Command& c : kCommands) std::fprintf(out, "  %-15s %s\n", c.name, c.help);
 }
 
@@ -40,6 +43,11 @@ int main(int argc, char** argv) {
   if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
     print_usage(argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;
+  }
+  if (!std::strcmp(argv[1], "--version") || !std::strcmp(argv[1], "-V")) {
+    std::printf("rill %s (CUDA backend %s)\n", RILL_VERSION,
+                rill::backend::cuda_backend_compiled() ? "compiled in" : "not compiled in");
+    return 0;
   }
   const std::string_view name = argv[1];
   for (const Command& c : kCommands) {

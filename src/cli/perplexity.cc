@@ -18,6 +18,7 @@
 
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "cli/parallel_flags.h"
 #include "model/config.h"
 #include "model/sequence_session.h"
 #include "text/tokenizer/tokenizer.h"
@@ -99,7 +100,15 @@ int run_perplexity(int argc, char** argv) {
   add_device_options(app, dev);
   app.add_option("--backend", dev.device, "the same as --device (cpu | cuda)")
       ->excludes(app.get_option("--device"));
-  if (int rc = parse_args(app, argc, argv); rc >= 0) return rc;
+  ParallelFlags parallel;
+  add_parallel_flags(app, parallel);
+  std::vector<std::string> args = expand_parallel_short_flags(argc, argv);
+  std::vector<char*> ptrs;
+  for (std::string& a : args) ptrs.push_back(a.data());
+  if (int rc = parse_args(app, int(ptrs.size()), ptrs.data()); rc >= 0) return rc;
+  if (Status st = check_parallel_flags(parallel, dev); !st.ok()) return report_error("perplexity", st);
+  if (Status st = refuse_ranks(parallel, "perplexity", "run it on one device (the CPU holds what one GPU cannot)"); !st.ok())
+    return report_error("perplexity", st);
   if (stride == 0) stride = context;
   if (stride > context)
     return report_error(

@@ -6,6 +6,8 @@
 #include <pthread.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -17,11 +19,13 @@
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "cli/serve_vllm_flags.h"
+#include "cli/vllm_flag_table.h"
 #include "core/log.h"
 #include "dist/mpi_bootstrap.h"
 #include "dist/process_link.h"
 #include "engine/spec/draft_model_drafter.h"
 #include "runner/parallel_executor.h"
+#include "server/metrics.h"
 #include "server/server.h"
 
 namespace rill::cli {
@@ -327,9 +331,9 @@ int run_serve(int argc, char** argv) {
   std::string load_format = "auto";
   app.add_option(
          "--load-format", load_format,
-         "auto: weights from MODEL_DIR; dummy: seeded random weights on the device (MODEL_DIR needs only "
+         "auto (or safetensors): weights from MODEL_DIR; dummy: seeded random weights on the device (MODEL_DIR needs only "
          "config.json and the tokenizer files) for benchmarks without a download")
-      ->check(CLI::IsMember({"auto", "dummy"}))
+      ->check(CLI::IsMember({"auto", "safetensors", "dummy"}))
       ->capture_default_str();
   std::string speculative_config;
   app.add_option(
@@ -342,14 +346,29 @@ int run_serve(int argc, char** argv) {
       "\"num_speculative_tokens\": K} (a smaller checkpoint with the same vocabulary, on the first device); "
       "requests are verified K drafts at a time (greedy and seeded: the same output; sampled: the same "
       "distribution; fewer steps)");
+  std::string metrics_prefix = "rill";
+  app.add_option("--metrics-prefix", metrics_prefix,
+                 "the prefix of /metrics names: rill (rill:num_requests_running, ...) or vllm, whose names and "
+                 "meanings are vLLM's, so vLLM dashboards and autoscalers work unchanged (docs/METRICS.md)")
+      ->capture_default_str()
+      ->check([](const std::string& v) -> std::string {
+        const bool ok = !v.empty() && !std::isdigit(static_cast<unsigned char>(v[0])) &&
+                        std::all_of(v.begin(), v.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; });
+        return ok ? "" : "\"" + v + "\" is not a Prometheus name prefix (letters, digits, _)";
+      });
   add_device_options(app, dev);
   VllmFlags vllm;
   add_vllm_flags(app, o, vllm);
 
+  app.footer(vllm_only_flags_help());
+
   std::vector<std::string> args = normalize_flags(argc, argv);
+  auto vllm_notices = take_vllm_only_flags(args, app);
+  if (!vllm_notices.ok()) return report_error("serve", vllm_notices.status());
   std::vector<char*> ptrs;
   for (std::string& a : args) ptrs.push_back(a.data());
-  if (int rc = parse_args(app, int(ptrs.size()), ptrs.data()); rc >= 0) return rc;
+  if (int rc = parse_args(app, int(ptrs.size()), ptrs.data(), vllm_flag_names()); rc >= 0) return rc;
+  for (const std::string& n : *vllm_notices) RILL_LOG_INFO("notice: {}", n);
   if (vllm.gpu_memory_utilization > 0 && app.count("--kv-cache-fraction") > 0)
     return report_error(
         "serve", invalid_argument("--gpu-memory-utilization {} and --kv-cache-fraction {} both size the "
@@ -366,6 +385,7 @@ int run_serve(int argc, char** argv) {
     }
   }
   o.startup_flags = given_flags(app);
+  server::set_metrics_prefix(metrics_prefix);
   auto ms = [](double seconds) { return std::chrono::milliseconds(int64_t(seconds * 1000)); };
   o.http.header_timeout = ms(header_timeout);
   o.http.body_timeout = ms(body_timeout);

@@ -10,46 +10,11 @@ void notice(const std::string& flag, const std::string& why) {
   RILL_LOG_INFO("notice: {}: {}", flag, why);
 }
 
-Status check_parallel(const char* flag, int value) {
-  if (value == 1) return {};
-  return invalid_argument("{} {}: not built yet (only 1 is supported; tensor, expert and pipeline parallelism "
-                          "are)", flag, value);
-}
-
 }  // namespace
-
-int expert_parallel_size(const VllmFlags& f) {
-  if (f.expert_parallel_size > 0) return f.expert_parallel_size;
-  return f.enable_expert_parallel ? f.tensor_parallel_size : 1;
-}
 
 void add_vllm_flags(CLI::App& app, server::ServerOptions& o, VllmFlags& f) {
   const char* group = "vLLM compatibility";
-  app.add_option(
-         "--tensor-parallel-size", f.tensor_parallel_size,
-         "ranks per model replica (-tp; vLLM's): a GPU each (NCCL), or threads with --device cpu; under "
-         "mpirun -np P (or srun --mpi=pmix) each process holds tp x pp / P of them, the first serves "
-         "(MPI between CPU ranks, one per process; NCCL between GPUs)")
-      ->check(CLI::Range(1, 1024))
-      ->group(group);
-  app.add_option("--expert-parallel-size", f.expert_parallel_size,
-                 "-ep M: the routed experts split over M of the tp ranks (M divides tp; the rest of each "
-                 "group splits every expert's width); default 1")
-      ->check(CLI::Range(1, 1024))
-      ->group(group);
-  app.add_flag("--ranks-on-one-gpu", f.ranks_on_one_gpu,
-               "with -tp N on CUDA: every rank on the --device GPU (tests the sharded path on one GPU)")
-      ->group(group);
-  app.add_option("--pipeline-parallel-size", f.pipeline_parallel_size,
-                 "-pp P: pipeline stages of contiguous layers, each on its own -tp ranks (tp x pp ranks in all)")
-      ->check(CLI::Range(1, 1024))
-      ->group(group);
-  app.add_option("--data-parallel-size", f.data_parallel_size, "model replicas (-dp; only 1)")
-      ->check(CLI::Range(1, 1024))
-      ->group(group);
-  app.add_flag("--enable-expert-parallel", f.enable_expert_parallel,
-               "vLLM's: expert parallelism over all the tp ranks (-ep = -tp)")
-      ->group(group);
+  add_parallel_flags(app, f);
   app.add_option(
          "--gpu-memory-utilization", f.gpu_memory_utilization,
          "fraction of the GPU's total memory the whole process may use (weights + workspace + "
@@ -106,7 +71,7 @@ void add_vllm_flags(CLI::App& app, server::ServerOptions& o, VllmFlags& f) {
 }
 
 Status apply_vllm_flags(const VllmFlags& f, const DeviceOptions& device, server::ServerOptions& o) {
-  RILL_TRY(check_parallel("--data-parallel-size", f.data_parallel_size));
+  RILL_TRY(check_parallel_flags(f, device));
   if (f.dtype != "auto" && f.dtype != "bfloat16" && f.dtype != "bf16")
     return invalid_argument(
         "--dtype {}: rill computes in bfloat16 on the GPU (float32 on the CPU); use auto or "
@@ -129,16 +94,6 @@ Status apply_vllm_flags(const VllmFlags& f, const DeviceOptions& device, server:
              "Kimi K3 prompts come from the native renderer (text/k3); the file is not used");
   }
   const bool cpu = device.device == "cpu" || (device.device == "auto" && !backend::cuda_backend_compiled());
-  if (f.enable_expert_parallel && f.expert_parallel_size > 0)
-    return invalid_argument("--enable-expert-parallel and --expert-parallel-size {}: give one",
-                            f.expert_parallel_size);
-  if (f.enable_expert_parallel && f.tensor_parallel_size == 1)
-    notice("--enable-expert-parallel", "one rank holds every expert: there is nothing to split");
-  const int ep = expert_parallel_size(f);
-  if (f.tensor_parallel_size % ep != 0)
-    return invalid_argument("--expert-parallel-size {} must divide --tensor-parallel-size {}", ep,
-                            f.tensor_parallel_size);
-  if (f.ranks_on_one_gpu && cpu) notice("--ranks-on-one-gpu", "the CPU ranks are threads; nothing to place");
   if (f.trust_remote_code) notice("--trust-remote-code", "rill runs no code from the checkpoint");
   if (f.enable_auto_tool_choice)
     notice("--enable-auto-tool-choice", "tool calls are parsed whenever a request declares tools");

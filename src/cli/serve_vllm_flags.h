@@ -14,16 +14,14 @@
 
 #include "backend/backend.h"
 #include "cli/common.h"
+#include "cli/parallel_flags.h"
 #include "core/status.h"
 #include "server/server.h"
 
 namespace rill::cli {
 
-struct VllmFlags {
-  int tensor_parallel_size = 1, pipeline_parallel_size = 1, data_parallel_size = 1;
-  int expert_parallel_size = 0;  // -ep; 0: not given (1, or the tp size with --enable-expert-parallel)
-  bool enable_expert_parallel = false;
-  bool ranks_on_one_gpu = false;  // every rank on the --device GPU (testing the sharded path on one GPU)
+// The parallel flags are every model-running command's (parallel_flags.h); the rest is serve's.
+struct VllmFlags : ParallelFlags {
   double gpu_memory_utilization = 0;  // 0: not given
   std::string tool_call_parser, reasoning_parser;
   bool enable_auto_tool_choice = false, trust_remote_code = false;
@@ -39,9 +37,6 @@ void add_vllm_flags(CLI::App& app, server::ServerOptions& o, VllmFlags& flags);
 // family, a dtype other than auto / bfloat16), logs a notice for flags with nothing to do here, and writes
 // the rest into `o`.
 Status apply_vllm_flags(const VllmFlags& flags, const DeviceOptions& device, server::ServerOptions& o);
-
-// The expert-parallel size the flags ask for: -ep M, or vLLM's --enable-expert-parallel (= the tp size).
-int expert_parallel_size(const VllmFlags& flags);
 
 // The flags given on the command line, as "--name value" (secrets masked), for the start-up summary.
 std::vector<std::string> given_flags(const CLI::App& app);

@@ -1,5 +1,6 @@
 #include "server/chat_prompt.h"
 
+#include "server/structured_output.h"
 #include "text/constraint/grammar_constraint.h"
 #include "text/constraint/json_schema.h"
 #include "text/k2/turn_grammar.h"
@@ -33,6 +34,12 @@ std::shared_ptr<text::constraint::TokenConstraint> ChatPrompt::constraint(const 
   // The grammar describes the whole turn; the forced prefix is its opening, already written into the prompt.
   for (int32_t id : tokenizer_->encode(prompt.forced_prefix, /*allow_special=*/true)) c->accept(id);
   return c;
+}
+
+std::shared_ptr<text::constraint::TokenConstraint> ChatPrompt::constraint(
+    std::shared_ptr<const text::constraint::Grammar> grammar, std::vector<int32_t> end_tokens) const {
+  if (!grammar || !masker_) return nullptr;
+  return std::make_shared<text::constraint::GrammarConstraint>(std::move(grammar), masker_, std::move(end_tokens));
 }
 
 ApiResult<RenderedChat> ChatPrompt::render(const ChatRequest& request) const {
@@ -87,18 +94,18 @@ ApiResult<RenderedChat> ChatPrompt::render_k2(const ChatRequest& request) const 
   out.reported_prompt_tokens = int32_t(out.ids.size());
   // response_format: the whole output is the JSON value, unless a reasoning channel comes first (K2 thinking
   // templates; not constrained) or a call is forced.
-  const Json* rf = request.body.contains("response_format") ? &request.body["response_format"] : nullptr;
-  const std::string rf_type = rf && rf->is_object() ? rf->value("type", "") : "";
-  if ((rf_type == "json_object" || rf_type == "json_schema") && !out.parser.starts_in_reasoning && !forced) {
-    const Json* schema = rf_type == "json_schema" ? &rf->at("json_schema").at("schema") : nullptr;
-    auto grammar = text::constraint::json_grammar(schema);
-    if (!grammar.ok()) return bad_request("response_format", "response_format.json_schema.{}", grammar.status().message());
-    out.grammar = *grammar;
-  }
+  // vLLM's structured_outputs / guided_json / guided_regex / guided_choice the same way (structured_output.h).
+  RILL_API_ASSIGN_OR_RETURN(StructuredOutputGrammar format, structured_output_grammar(request.body));
+  if (format.grammar && !out.parser.starts_in_reasoning && !forced) out.grammar = format.grammar;
   return out;
 }
 
 ApiResult<RenderedChat> ChatPrompt::render_k3(const ChatRequest& request) const {
+  // K3's response_format constrains the response channel (its renderer's grammar); vLLM's other format fields
+  // would need the same channel structure around them, which is not built: refused, not ignored.
+  RILL_API_ASSIGN_OR_RETURN(StructuredOutputGrammar format, structured_output_grammar(request.body));
+  if (format.grammar && format.field != "response_format")
+    return bad_request(format.field, "{}: not supported on Kimi K3 yet (use response_format)", format.field);
   auto rendered = text::k3::render_chat(request.body, *tokenizer_);
   if (!rendered.ok()) return error_from_status(rendered.status());
   RenderedChat out;

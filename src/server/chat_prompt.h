@@ -54,6 +54,9 @@ class ChatPrompt {
   // request's stop ids, allowed once the grammar is complete.
   std::shared_ptr<text::constraint::TokenConstraint> constraint(const RenderedChat& prompt,
                                                                 std::vector<int32_t> end_tokens) const;
+  // The same for a grammar of the whole output (/v1/completions' structured outputs).
+  std::shared_ptr<text::constraint::TokenConstraint> constraint(
+      std::shared_ptr<const text::constraint::Grammar> grammar, std::vector<int32_t> end_tokens) const;
 
  private:
   ChatPrompt(bool kimi_k3, std::shared_ptr<const text::Tokenizer> tokenizer)

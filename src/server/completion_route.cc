@@ -5,6 +5,7 @@
 #include "server/openai/completion_request.h"
 #include "server/openai/response.h"
 #include "server/routes.h"
+#include "server/structured_output.h"
 
 namespace rill::server {
 namespace {
@@ -125,6 +126,9 @@ std::optional<ApiError> handle_completion(ServingContext& ctx, const HttpRequest
   RILL_API_ASSIGN_OR_RETURN(CompletionRequest request, parse_completion_request(body, ctx.parse_limits()));
   RILL_API_TRY(check_model_name(ctx, request.model));
   add_serving_stop_ids(ctx, &request.sampling);
+  // response_format, vLLM's structured_outputs and guided_*: the whole completion is the format (each choice
+  // gets its own constraint: they are stateful).
+  RILL_API_ASSIGN_OR_RETURN(StructuredOutputGrammar format, structured_output_grammar(body));
   const text::Tokenizer& tokenizer = ctx.tokenizer();
 
   // Every prompt is checked against the context before anything is submitted.
@@ -155,12 +159,13 @@ std::optional<ApiError> handle_completion(ServingContext& ctx, const HttpRequest
     for (int j = 0; j < n; ++j) {
       states.push_back(CompletionChoiceState{echo, int64_t(echo.size())});
       ChoiceDecoder decoder(nullptr, false);
-      engine::Request r{prompts[p], choice_params(request.sampling, j), -1};
+      engine::Request r{prompts[p], choice_params(request.sampling, j), -1,
+                        ctx.chat().constraint(format.grammar, request.sampling.params.stop_token_ids)};
       RILL_API_TRY(job->submit(std::move(r), std::move(decoder)));
     }
   }
   ResponseHeader header{make_response_id("cmpl-"), unix_now(), response_model_name(ctx, request.model)};
-  job->set_request_id(header.id);
+  job->set_request_id(header.id, req.method, req.path);
   if (!request.sampling.stream) return respond_whole(*job, request, n, states, header, tokenizer, req, res);
 
   auto stream = std::make_shared<CompletionStream>();

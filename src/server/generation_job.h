@@ -41,8 +41,12 @@ class GenerationJob {
   std::vector<JobFrame> poll(std::chrono::milliseconds timeout);
   // Cancels every unfinished engine request now.
   void cancel();
-  // The response id the request log names (chatcmpl-..., cmpl-...).
-  void set_request_id(std::string id) { request_id_ = std::move(id); }
+  // The response id the request log names (chatcmpl-..., cmpl-...), with the HTTP method and path.
+  void set_request_id(std::string id, std::string method = "", std::string path = "") {
+    request_id_ = std::move(id);
+    method_ = std::move(method);
+    path_ = std::move(path);
+  }
 
  private:
   struct Choice {
@@ -61,7 +65,7 @@ class GenerationJob {
   std::vector<Choice> choices_;
   int n_finished_ = 0;
   size_t next_ = 0;  // round-robin start for n > 1
-  std::string request_id_;
+  std::string request_id_, method_, path_;
 };
 
 }  // namespace rill::server

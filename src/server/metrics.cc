@@ -254,6 +254,41 @@ std::string Metrics::render(const engine::EngineStats* stats) const {
   histogram("rill:request_generation_tokens", "Generated tokens per request (aborted ones: those generated).",
             generation_len_);
   if (auto process = read_process_stats()) render_process_stats(out, *process);
+  return with_prefix(std::move(out));
+}
+
+namespace {
+std::mutex g_prefix_mu;
+std::string g_prefix = "rill";
+}  // namespace
+
+void set_metrics_prefix(std::string prefix) {
+  std::lock_guard lock(g_prefix_mu);
+  g_prefix = std::move(prefix);
+}
+
+std::string with_prefix(std::string text) {
+  std::string prefix;
+  {
+    std::lock_guard lock(g_prefix_mu);
+    prefix = g_prefix;
+  }
+  if (prefix == "rill") return text;
+  // Metric names begin a line, or follow "# HELP " / "# TYPE "; the help texts name metrics too.
+  std::string out;
+  out.reserve(text.size());
+  size_t i = 0;
+  while (i < text.size()) {
+    const size_t j = text.find("rill:", i);
+    if (j == std::string::npos) {
+      out.append(text, i, std::string::npos);
+      break;
+    }
+    out.append(text, i, j - i);
+    const bool name_start = j == 0 || text[j - 1] == '\n' || text[j - 1] == ' ';
+    out += name_start ? prefix + ":" : std::string("rill:");
+    i = j + 5;
+  }
   return out;
 }
 

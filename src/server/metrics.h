@@ -77,6 +77,12 @@ class Metrics {
   std::optional<CacheConfigInfo> cache_config_;
 };
 
+// `rill serve --metrics-prefix vllm`: metric names start with "vllm:" instead of "rill:" (the same names and
+// meanings as vLLM's, so its dashboards and autoscalers read them unchanged). Process-wide; set before serving.
+void set_metrics_prefix(std::string prefix);
+// `text` (the exposition) with each metric name's "rill:" replaced by the prefix.
+std::string with_prefix(std::string text);
+
 // A Prometheus label value with \, " and newlines escaped.
 std::string prometheus_escape(const std::string& value);
 // vLLM's finished_reason for one of rill's choice finish reasons.

@@ -13,11 +13,15 @@ std::string format_finished_request(const FinishedRequest& r) {
       r.ttft_s < 0 || r.completion_tokens < 2
           ? "-"
           : fmt::format("{:.4f}s", (r.e2e_s - r.ttft_s) / double(r.completion_tokens - 1));
-  return fmt::format(
+  // An abort comes before the engine reported its cache hit: unknown, not a number.
+  const std::string cached = r.cached_tokens < 0 ? "-" : std::to_string(r.cached_tokens);
+  std::string line = fmt::format(
       "request {} finished: choice={} status={} finish={} prompt_tokens={} cached_tokens={} "
       "completion_tokens={} ttft={} tpot={} e2e={:.3f}s",
-      r.id.empty() ? "-" : r.id, r.choice, r.http_status, r.finish_reason, r.prompt_tokens, r.cached_tokens,
+      r.id.empty() ? "-" : r.id, r.choice, r.http_status, r.finish_reason, r.prompt_tokens, cached,
       r.completion_tokens, ttft, tpot, r.e2e_s);
+  if (!r.method.empty()) line += fmt::format(" method={} path={}", r.method, r.path);
+  return line;
 }
 
 void log_finished_request(const FinishedRequest& r) {

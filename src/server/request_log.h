@@ -16,10 +16,12 @@ struct FinishedRequest {
   int64_t prompt_tokens = 0, cached_tokens = 0, completion_tokens = 0;
   double ttft_s = -1;  // seconds from arrival to the first token; < 0: none came
   double e2e_s = 0;    // seconds from arrival to the finish
+  std::string method, path;  // the HTTP request's ("" when not known)
 };
 
 // "request chatcmpl-1 finished: choice=0 status=200 finish=stop prompt_tokens=12 cached_tokens=0
-// completion_tokens=16 ttft=0.012s tpot=0.0040s e2e=0.072s" (tpot: decode time per token after the first).
+// completion_tokens=16 ttft=0.012s tpot=0.0040s e2e=0.072s method=POST path=/v1/chat/completions" (tpot: decode
+// time per token after the first; cached_tokens=- when unknown, as for a request aborted before it finished).
 std::string format_finished_request(const FinishedRequest& r);
 void log_finished_request(const FinishedRequest& r);
 

@@ -75,5 +75,56 @@ TEST(FileDataset, LineFormsAndWrapAround) {
   EXPECT_EQ(file_dataset(path, 1, 16).status().code(), StatusCode::NotFound);
 }
 
+// ShareGPT (vLLM's sample_sharegpt_requests): the first turn is the prompt, the reply's token count max_tokens;
+// short, long and one-turn entries are skipped. Tokens here are words (the counting function is the caller's).
+TEST(ShareGptDataset, FirstTurnPromptReplyLengthAndVllmsFilters) {
+  const std::filesystem::path path =
+      std::filesystem::temp_directory_path() / ("rill_sharegpt_" + std::to_string(getpid()) + ".json");
+  auto words = [](const std::string& s) {
+    int n = 0;
+    bool in = false;
+    for (char c : s) {
+      if (c != ' ' && !in) ++n;
+      in = c != ' ';
+    }
+    return n;
+  };
+  const std::string long_prompt = [] {
+    std::string s;
+    for (int i = 0; i < 1100; ++i) s += "w ";
+    return s;
+  }();
+  std::ofstream(path) << nlohmann::ordered_json::array(
+      {{{"id", "a"}, {"conversations", {{{"from", "human"}, {"value", "one two three four five"}},
+                                        {{"from", "gpt"}, {"value", "a b c d e f"}}}}},
+       {{"id", "one turn"}, {"conversations", {{{"from", "human"}, {"value", "only a question here"}}}}},
+       {{"id", "short reply"}, {"conversations", {{{"from", "human"}, {"value", "one two three four"}},
+                                                  {{"from", "gpt"}, {"value", "no"}}}}},
+       {{"id", "long prompt"}, {"conversations", {{{"from", "human"}, {"value", long_prompt}},
+                                                  {{"from", "gpt"}, {"value", "a b c d"}}}}},
+       {{"id", "b"}, {"conversations", {{{"from", "human"}, {"value", "w x y z"}},
+                                        {{"from", "gpt"}, {"value", "1 2 3 4 5 6 7 8"}},
+                                        {{"from", "human"}, {"value", "more"}}}}}})
+                           .dump();
+  auto p = sharegpt_dataset(path, 10, words, 0);
+  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  ASSERT_EQ(p->size(), 2u);
+  EXPECT_EQ((*p)[0].prompt, "one two three four five");
+  EXPECT_EQ((*p)[0].output_len, 6);
+  EXPECT_EQ((*p)[1].prompt, "w x y z");
+  EXPECT_EQ((*p)[1].output_len, 8);
+  p = sharegpt_dataset(path, 1, words, 0);
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(p->size(), 1u);
+  // --sharegpt-output-len: every request's max_tokens, and no length filter.
+  p = sharegpt_dataset(path, 10, words, 7);
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(p->size(), 4u);
+  for (const BenchPrompt& b : *p) EXPECT_EQ(b.output_len, 7);
+  std::ofstream(path) << "{\"not\": \"an array\"}";
+  EXPECT_FALSE(sharegpt_dataset(path, 10, words, 0).ok());
+  std::filesystem::remove(path);
+}
+
 }  // namespace
 }  // namespace rill::bench::serve

@@ -121,6 +121,23 @@ await run("e2e_k2_tools", async (track) => {
   assert(sawParallel, "some parallel request made more than one call");
   assertEq([...sawBoth].sort(), ["record", "set_alarm"], "\"required\" calls either tool");
 
+  // A forced call cut by max_tokens (issue 34): no protocol markup in content, streamed or not. A call cut inside
+  // its id is dropped; one cut inside its arguments comes back incomplete (name + the arguments so far, as vLLM
+  // streams it), finish_reason "length"; streamed == non-streamed.
+  for (const maxTokens of [1, 2, 3, 4, 6, 10, 16]) {
+    const body = { ...base, seed: 21, tool_choice: "required", max_tokens: maxTokens, logprobs: false };
+    const where = `forced call cut at max_tokens ${maxTokens}`;
+    const r = await client.chat.completions.create(body);
+    const msg = r.choices[0].message;
+    assert(!/<\||functions\./.test(msg.content ?? ""), `${where}: no markup in content: ${JSON.stringify(msg.content)}`);
+    assertEq(r.choices[0].finish_reason, "length", `${where}: finish_reason`);
+    for (const c of msg.tool_calls ?? []) assert(["set_alarm", "record"].includes(c.function.name), `${where}: a declared tool`);
+    const st = await collectChatStream(await client.chat.completions.create({ ...body, stream: true }), 1, false);
+    assert(!/<\||functions\./.test(st.choices[0].content), `${where}: no markup in streamed content: ${st.choices[0].content}`);
+    assertEq(st.choices[0].tool_calls.map((t) => [t.id, t.name, t.arguments]),
+      (msg.tool_calls ?? []).map((t) => [t.id, t.function.name, t.function.arguments]), `${where}: streamed == non-streamed`);
+  }
+
   // A later turn: the calls continue the numbering of the conversation's earlier calls.
   const history = [...messages,
     { role: "assistant", content: "", tool_calls: [{ id: "functions.set_alarm:0", type: "function",

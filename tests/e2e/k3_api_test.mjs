@@ -195,6 +195,21 @@ await run("e2e_k3_api", async (track) => {
     assertEq(st.usage.completion_tokens, r.usage.completion_tokens, "same completion_tokens (tools)");
   }
 
+  // A forced call cut by max_tokens (issue 34): no protocol markup in content, streamed or not. K3 calls are
+  // emitted once closed, so a cut one is dropped (as vLLM drops incomplete calls); streamed == non-streamed.
+  for (const maxTokens of [2, 4, 8, 12, 20]) {
+    const body = { ...req, tools: [weather, clock], tool_choice: "required", thinking: { type: "disabled" },
+      max_tokens: maxTokens, temperature: 1, seed: 5 };
+    const where = `K3 forced call cut at max_tokens ${maxTokens}`;
+    const r = await client.chat.completions.create(body);
+    const msg = r.choices[0].message;
+    assert(!/<\||call tool=/.test(msg.content ?? ""), `${where}: no markup in content: ${JSON.stringify(msg.content)}`);
+    const st = await collectChatStream(await client.chat.completions.create({ ...body, stream: true }), 1, false);
+    assert(!/<\||call tool=/.test(st.choices[0].content), `${where}: no markup in streamed content: ${st.choices[0].content}`);
+    assertEq(st.choices[0].tool_calls.map((t) => [t.id, t.name, t.arguments]),
+      (msg.tool_calls ?? []).map((t) => [t.id, t.function.name, t.function.arguments]), `${where}: streamed == non-streamed`);
+  }
+
   // tool_choice "required" is grammar-constrained (src/text/k3/turn_grammar.h), so even random weights write
   // a tools section: the openai client gets tool_calls of declared tools, finish_reason "tool_calls", and
   // arguments that ajv (an independent JSON Schema validator) accepts under the tool's parameters; one call

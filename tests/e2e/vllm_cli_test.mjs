@@ -33,10 +33,10 @@ function serveFails(args) {
 }
 
 function parseFinished(line) {
-  const m = /request (\S+) finished: choice=(\d+) status=(\d+) finish=(\S+) prompt_tokens=(-?\d+) cached_tokens=(-?\d+) completion_tokens=(\d+) ttft=(\S+) tpot=(\S+) e2e=([\d.]+)s/.exec(line);
+  const m = /request (\S+) finished: choice=(\d+) status=(\d+) finish=(\S+) prompt_tokens=(-?\d+) cached_tokens=(-|\d+) completion_tokens=(\d+) ttft=(\S+) tpot=(\S+) e2e=([\d.]+)s(?: method=(\S+) path=(\S+))?/.exec(line);
   if (!m) return null;
-  return { id: m[1], choice: +m[2], status: +m[3], finish: m[4], prompt: +m[5], cached: +m[6], completion: +m[7],
-           ttft: m[8] === "-" ? null : parseFloat(m[8]), e2e: parseFloat(m[10]) };
+  return { id: m[1], choice: +m[2], status: +m[3], finish: m[4], prompt: +m[5], cached: m[6] === "-" ? null : +m[6], completion: +m[7],
+           ttft: m[8] === "-" ? null : parseFloat(m[8]), e2e: parseFloat(m[10]), method: m[11], path: m[12] };
 }
 
 await run("e2e_vllm_cli", async (track) => {
@@ -62,10 +62,20 @@ await run("e2e_vllm_cli", async (track) => {
   // ---- the recipe's command line (with the request log on, stats every second) ----
   const recipe = ["--tensor-parallel-size", "1", "--max-model-len", "1024", "--trust-remote-code",
                   "--gpu-memory-utilization", "0.9", "--enable-auto-tool-choice", "--tool-call-parser", "kimi_k2",
-                  "--reasoning-parser", "kimi", "--dtype", "bfloat16", "--seed", "0", "--served-model-name", "a", "b"];
+                  "--reasoning-parser", "kimi", "--dtype", "bfloat16", "--seed", "0", "--served-model-name", "a", "b",
+                  // vLLM flags rill accepts with a notice (src/cli/vllm_flag_table.cc; issue 34)
+                  "--kv-cache-dtype", "auto", "--block-size", "16", "--swap-space", "4", "--enable-chunked-prefill",
+                  "--uvicorn-log-level", "info", "--disable-fastapi-docs", "--max-logprobs", "20",
+                  "--tokenizer", MODEL_DIR, "--async-scheduling", "--enable-request-id-headers",
+                  "--response-role", "assistant", "--max-num-partial-prefills", "1",
+                  "--compilation-config", '{"level": 3}', "-O3", "--revision", "main", "--download-dir", os.tmpdir(),
+                  "--root-path", "/", "--limit-mm-per-prompt", '{"image": 0}', "--tokenizer-mode", "auto",
+                  "--api-server-count", "1", "--enable-log-outputs", "--max-log-len", "100"];
   const server = track(await startServer([...recipe, "--log-stats-interval", "1"]));
   const client = server.client();
-  for (const flag of ["--trust-remote-code", "--gpu-memory-utilization", "--enable-auto-tool-choice", "--dtype bfloat16"])
+  for (const flag of ["--trust-remote-code", "--gpu-memory-utilization", "--enable-auto-tool-choice", "--dtype bfloat16",
+                      "--kv-cache-dtype", "--block-size", "--swap-space", "--enable-chunked-prefill", "--max-logprobs",
+                      "-O (compilation config)", "--tokenizer", "--api-server-count", "--max-log-len"])
     assert(server.log.includes(`notice: ${flag}:`), `a notice for ${flag}:\n${server.log}`);
   const flagsLine = server.log.split("\n").find((l) => / flags: /.test(l)) ?? "";
   for (const f of ["--tensor-parallel-size 1", "--served-model-name a b", "--seed 0", "--trust-remote-code", "--dtype bfloat16"])
@@ -115,6 +125,7 @@ await run("e2e_vllm_cli", async (track) => {
     assertEq([f.status, f.finish, f.prompt, f.completion, f.cached], [200, g.finish, g.prompt, g.completion, 0],
              `${g.id}: the logged status, finish reason and token counts are the client's`);
     assert(f.ttft !== null && f.ttft >= 0 && f.ttft <= f.e2e, `${g.id}: 0 <= ttft <= e2e (${f.ttft}, ${f.e2e})`);
+    assertEq([f.method, f.path], ["POST", "/v1/chat/completions"], `${g.id}: the line names the method and path`);
   }
   assert(lines.some((l) => /request rejected: POST \/v1\/chat\/completions status=404 reason=.*c/.test(l)),
          "the refused request has a line with its status");

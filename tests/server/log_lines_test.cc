@@ -18,6 +18,11 @@ TEST(RequestLog, PrintsTheCountsAndVllmsTpot) {
   EXPECT_NE(format_finished_request(r).find("tpot=- "), std::string::npos);
   r.ttft_s = -1;  // no token at all
   EXPECT_NE(format_finished_request(r).find("ttft=- tpot=- "), std::string::npos);
+  r.cached_tokens = -1;  // aborted before the engine reported it: unknown, not -1
+  EXPECT_NE(format_finished_request(r).find(" cached_tokens=- "), std::string::npos);
+  r.method = "POST";
+  r.path = "/v1/completions";
+  EXPECT_TRUE(format_finished_request(r).ends_with(" method=POST path=/v1/completions"));
 }
 
 TEST(StatsLine, ThroughputIsTheCountersDeltaOverTheInterval) {

@@ -228,3 +228,46 @@ TEST(Metrics, SpecDecodeFromEngineStats) {
 
 }  // namespace
 }  // namespace rill::server
+
+namespace rill::server {
+namespace {
+
+// --metrics-prefix vllm: every metric name (and the help texts naming one) starts with "vllm:", so vLLM's
+// dashboards read them unchanged; label values keep their text. Compared with the rill: exposition, renamed by
+// hand.
+// The exposition without the process_* lines, which change between two scrapes.
+std::string without_process_metrics(const std::string& text) {
+  std::string out, line;
+  for (size_t i = 0; i < text.size(); i += line.size() + 1) {
+    line = text.substr(i, text.find('\n', i) - i);
+    if (!line.starts_with("process_") && !line.starts_with("# HELP process_") && !line.starts_with("# TYPE process_"))
+      out += line + "\n";
+  }
+  return out;
+}
+
+TEST(Metrics, PrefixRenamesEveryMetric) {
+  Metrics m("rill:model");  // a label value that looks like a prefix stays as it is
+  engine::EngineStats s;
+  s.running = 2;
+  const std::string rill = without_process_metrics(m.render(&s));
+  set_metrics_prefix("vllm");
+  const std::string vllm = without_process_metrics(m.render(&s));
+  set_metrics_prefix("rill");
+  std::string want;
+  for (size_t i = 0; i < rill.size();) {
+    const size_t j = rill.find("rill:", i);
+    if (j == std::string::npos) {
+      want += rill.substr(i);
+      break;
+    }
+    const bool in_label = j > 0 && rill[j - 1] == '"';
+    want += rill.substr(i, j - i) + (in_label ? "rill:" : "vllm:");
+    i = j + 5;
+  }
+  EXPECT_EQ(vllm, want);
+  EXPECT_NE(vllm.find("\nvllm:num_requests_running{model_name=\"rill:model\"} 2\n"), std::string::npos) << vllm;
+}
+
+}  // namespace
+}  // namespace rill::server

@@ -16,8 +16,8 @@
 // - A required key missing from `properties` takes additionalProperties' schema, or any value when that is
 //   false (strictly the schema would then accept nothing; the author clearly wants the key).
 // - "integer" is integer syntax only: 1.0 (an integer for JSON Schema) is not offered. Unbounded numbers
-//   have no range limit (RFC 8259 sets none, nor does xgrammar): 1e400 passes, though nlohmann and Go reject
-//   it. Bounded ones (minimum, maximum, exclusive*) are exact digit ranges over the decimal text
+//   have bounded literals: at most 16 integer digits, 16 fraction digits and a 3-digit exponent (number()
+//   says why). Bounded ones (minimum, maximum, exclusive*) are exact digit ranges over the decimal text
 //   (number_range.h): no exponent, no "-0"; bounds are compared as decimals, so a validator that parses
 //   into doubles (ajv) can only disagree within a double's rounding of an exclusive bound. multipleOf: 1
 //   only (integer syntax).
@@ -86,21 +86,28 @@ class JsonSyntax {
   }
   NodeId any_string() { return string(0, -1); }
 
-  // -?(0|[1-9][0-9]*)
+  // Unbounded numbers have bounded literals (as xgrammar's and llama.cpp's JSON grammars do): up to
+  // kMaxIntegerDigits digits before the point, kMaxFractionDigits after it and kMaxExponentDigits of exponent
+  // (three: doubles reach 1.8e308). A model that keeps writing digits (a small or random one does:
+  // "1.0000...") then has to end the number, so the output is complete JSON instead of running on until
+  // max_tokens.
+  static constexpr int32_t kMaxIntegerDigits = 16, kMaxFractionDigits = 16, kMaxExponentDigits = 3;
+
+  // -?(0|[1-9][0-9]{0,15})
   NodeId integer() {
     return cached(integer_, [&] {
       return b_.seq({b_.optional(b_.bytes("-")),
-                     b_.alt({b_.bytes("0"), b_.seq({b_.byte_range('1', '9'), b_.repeat(digit(), 0, -1)})})});
+                     b_.alt({b_.bytes("0"), b_.seq({b_.byte_range('1', '9'),
+                                                    b_.repeat(digit(), 0, kMaxIntegerDigits - 1)})})});
     });
   }
 
-  // integer (.[0-9]+)? ([eE][+-]?[0-9]+)?
+  // integer (.[0-9]{1,16})? ([eE][+-]?[0-9]{1,3})?
   NodeId number() {
     return cached(number_, [&] {
-      const NodeId digits = b_.repeat(digit(), 1, -1);
-      const NodeId fraction = b_.seq({b_.bytes("."), digits});
-      const NodeId exponent =
-          b_.seq({b_.byte_class(byte_set("eE")), b_.optional(b_.byte_class(byte_set("+-"))), digits});
+      const NodeId fraction = b_.seq({b_.bytes("."), b_.repeat(digit(), 1, kMaxFractionDigits)});
+      const NodeId exponent = b_.seq({b_.byte_class(byte_set("eE")), b_.optional(b_.byte_class(byte_set("+-"))),
+                                      b_.repeat(digit(), 1, kMaxExponentDigits)});
       return b_.seq({integer(), b_.optional(fraction), b_.optional(exponent)});
     });
   }

@@ -61,7 +61,11 @@ class RangeBuilder {
     return digit_;
   }
   NodeId digits(int32_t n) { return n == 0 ? b_.empty() : b_.repeat(digit(), n, n); }
-  NodeId any_digits(int32_t min = 0) { return b_.repeat(digit(), min, -1); }
+  // Free digit runs (a half-open range's tail, a fraction's rest) stop at kMaxFreeDigits beyond what a bound
+  // spells (json_schema.cc: bounded number literals), so a model writing digits on has to end the number.
+  static constexpr int32_t kMaxFreeDigits = 16;
+  NodeId any_digits(int32_t min = 0) { return b_.repeat(digit(), min, std::max(min, kMaxFreeDigits)); }
+  NodeId any_zeros(int32_t min) { return b_.repeat(b_.bytes("0"), min, kMaxFreeDigits); }
 
   // Digit strings of equal length between lo and hi (lo <= hi), leading zeros allowed (a tail of a number).
   NodeId same_length(const std::string& lo, const std::string& hi) {
@@ -106,7 +110,7 @@ class RangeBuilder {
   NodeId fraction_above(const std::string& lo, bool inclusive, bool nonempty) {
     if (lo.empty()) {
       if (inclusive) return any_digits(nonempty ? 1 : 0);
-      return b_.seq({b_.repeat(b_.bytes("0"), 0, -1), b_.byte_range('1', '9'), any_digits()});
+      return b_.seq({any_zeros(0), b_.byte_range('1', '9'), any_digits()});
     }
     std::vector<NodeId> alts = {
         b_.seq({b_.bytes(lo.substr(0, 1)), fraction_above(lo.substr(1), inclusive, false)})};
@@ -116,7 +120,7 @@ class RangeBuilder {
 
   // ... at most / less than `hi`.
   NodeId fraction_below(const std::string& hi, bool inclusive, bool nonempty) {
-    if (hi.empty()) return inclusive ? b_.repeat(b_.bytes("0"), nonempty ? 1 : 0, -1) : nothing();
+    if (hi.empty()) return inclusive ? any_zeros(nonempty ? 1 : 0) : nothing();
     std::vector<NodeId> alts;
     if (!nonempty) alts.push_back(b_.empty());  // 0 < hi, which has a non-zero digit
     if (hi[0] > '0') alts.push_back(b_.seq({b_.byte_range('0', uint8_t(hi[0] - 1)), any_digits()}));

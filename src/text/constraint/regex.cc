@@ -613,7 +613,8 @@ std::vector<uint8_t> utf8_bytes(uint32_t c) {
 
 class PatternEmitter {
  public:
-  explicit PatternEmitter(GrammarBuilder& b) : b_(b) {}
+  // json_spelling: characters as a JSON string spells them (escapes included); else as plain UTF-8 text.
+  explicit PatternEmitter(GrammarBuilder& b, bool json_spelling = true) : b_(b), json_spelling_(json_spelling) {}
 
   NodeId emit(const Regex& r) {
     switch (r.kind) {
@@ -632,9 +633,18 @@ class PatternEmitter {
   }
 
  private:
-  // One JSON spelling of each character of the set (see regex.h).
+  // One JSON spelling of each character of the set (see regex.h), or its UTF-8 bytes as plain text.
   NodeId character(const CodePointSet& set) {
     std::vector<NodeId> alts;
+    if (!json_spelling_) {
+      std::bitset<256> ascii;
+      for (uint32_t c = 0; c < 0x80; ++c)
+        if (set.contains(c)) ascii.set(c);
+      if (ascii.any()) alts.push_back(b_.byte_class(ascii));
+      for (const auto& [lo, hi] : set.ranges())
+        if (hi >= 0x80) add_utf8_ranges(std::max<uint32_t>(lo, 0x80), hi, alts);
+      return b_.alt(std::move(alts));
+    }
     // Literal ASCII (printable, not '"' or '\\') and everything from U+0080 on.
     std::bitset<256> ascii;
     for (uint32_t c = 0x20; c < 0x80; ++c)
@@ -713,12 +723,17 @@ class PatternEmitter {
   }
 
   GrammarBuilder& b_;
+  bool json_spelling_;
 };
 
 }  // namespace
 
 NodeId json_string_node(GrammarBuilder& b, const Regex& regex) {
   return b.seq({b.bytes("\""), PatternEmitter(b).emit(regex), b.bytes("\"")});
+}
+
+NodeId text_node(GrammarBuilder& b, const Regex& regex) {
+  return PatternEmitter(b, /*json_spelling=*/false).emit(regex);
 }
 
 }  // namespace rill::text::constraint

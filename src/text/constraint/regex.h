@@ -66,5 +66,8 @@ Result<Regex> fit_length(const Regex& regex, int32_t min_chars, int32_t max_char
 
 // The JSON string (quotes included) of the strings `regex` matches.
 NodeId json_string_node(GrammarBuilder& b, const Regex& regex);
+// The strings `regex` matches as plain UTF-8 text (vLLM's guided_regex / structured_outputs.regex: the whole
+// output).
+NodeId text_node(GrammarBuilder& b, const Regex& regex);
 
 }  // namespace rill::text::constraint

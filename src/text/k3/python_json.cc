@@ -74,12 +74,13 @@ std::string python_float_repr(double v) {
     } else if (decpt >= n) {
       out += digits + std::string(decpt - n, '0') + ".0";
     } else {
-      out += digits.substr(0, decpt) + "." + digits.substr(decpt);
+      // Appended piece by piece: GCC 12 at -O3 flags `"." + std::string` with a -Wrestrict false positive.
+      out.append(digits, 0, decpt).append(1, '.').append(digits, decpt);
     }
     return out;
   }
   out += digits.substr(0, 1);
-  if (n > 1) out += "." + digits.substr(1);
+  if (n > 1) out.append(1, '.').append(digits, 1);
   out += fmt::format("e{}{:02d}", exp10 < 0 ? '-' : '+', std::abs(exp10));
   return out;
 }

@@ -319,8 +319,15 @@ void KimiK2Parser::flush_garbage() {
 }
 
 void KimiK2Parser::flush_bad_call(ParseErrorKind kind, std::string_view reason) {
-  report(kind, -1, fmt::format("tool call {} emitted as content: {}", quote_excerpt(raw_), reason));
-  emit_content(raw_);
+  // A call cut off before its id was complete (max_tokens, a stop) is dropped: no protocol markup reaches
+  // content, and nothing of it was streamed (vLLM's kimi_k2 parser streams a call only once its name is
+  // known, and drops incomplete calls). A malformed id is the model's text, kept as content.
+  if (kind == ParseErrorKind::TruncatedToolCall) {
+    report(kind, -1, fmt::format("tool call {} dropped: {}", quote_excerpt(raw_), reason));
+  } else {
+    report(kind, -1, fmt::format("tool call {} emitted as content: {}", quote_excerpt(raw_), reason));
+    emit_content(raw_);
+  }
   raw_.clear();
 }
 

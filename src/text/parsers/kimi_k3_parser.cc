@@ -194,10 +194,15 @@ void KimiK3Parser::finish_call(bool cut_off) {
   // only becomes JSON once complete, and the section ends the message, so buffering costs little.
   if (!config_.tool_calls) {
     emit_content(call_->raw());  // tool_choice "none": not a call, just text
-  } else if (call_->malformed() || cut_off) {
-    report(cut_off ? ParseErrorKind::TruncatedToolCall : ParseErrorKind::MalformedToolCall, -1,
-           fmt::format("tool call {} emitted as content: {}", quote_excerpt(call_->raw()),
+  } else if (cut_off) {
+    // Cut off (max_tokens, the end of the message): dropped, so no protocol markup reaches content. Calls are
+    // buffered until closed, so nothing of it was streamed either (vLLM drops incomplete calls too).
+    report(ParseErrorKind::TruncatedToolCall, -1,
+           fmt::format("tool call {} dropped: {}", quote_excerpt(call_->raw()),
                        call_->problem().empty() ? "the text ended inside it" : call_->problem()));
+  } else if (call_->malformed()) {
+    report(ParseErrorKind::MalformedToolCall, -1,
+           fmt::format("tool call {} emitted as content: {}", quote_excerpt(call_->raw()), call_->problem()));
     emit_content(call_->raw());
   } else {
     int number = config_.first_tool_call_number + static_cast<int>(result().tool_calls.size());

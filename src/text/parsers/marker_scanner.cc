@@ -14,6 +14,18 @@ std::string quote_excerpt(std::string_view text, size_t max_bytes) {
   return fmt::format("\"{}...\" ({} bytes)", head, text.size());
 }
 
+size_t MarkerScanner::drop_cut_marker() {
+  const std::string_view rest = std::string_view(buf_).substr(pos_);
+  if (rest.empty()) return 0;
+  for (std::string_view m : markers_) {
+    if (rest.size() < m.size() && m.starts_with(rest)) {
+      pos_ = buf_.size();
+      return rest.size();
+    }
+  }
+  return 0;
+}
+
 bool is_blank(std::string_view text) {
   return std::all_of(text.begin(), text.end(), is_json_space);
 }

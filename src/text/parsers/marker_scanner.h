@@ -35,6 +35,10 @@ class MarkerScanner {
 
   size_t max_marker_size() const { return max_size_; }
 
+  // At the end of the text: drops held-back text that is a proper prefix of a marker (a marker cut off by
+  // max_tokens), so no protocol markup is released as text. Returns how many bytes were dropped.
+  size_t drop_cut_marker();
+
  private:
   enum class Match { None, Partial, Full };
   Match match_at(size_t pos, bool at_end, int& marker) const;

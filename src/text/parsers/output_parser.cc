@@ -54,6 +54,9 @@ std::vector<OutputDelta> OutputParser::feed(std::string_view text) {
 std::vector<OutputDelta> OutputParser::finish() {
   if (finished_) return {};
   finished_ = true;
+  // A marker cut off by the end of the text (max_tokens mid-marker: K3's "<|close|>re") is dropped, never
+  // released as content or reasoning.
+  scanner_->drop_cut_marker();
   drain(true);
   on_finish();
   return std::exchange(pending_, {});

@@ -1,5 +1,6 @@
 #include "text/tokenizer/unicode_classes.h"
 
+#include <array>
 #include <cstring>
 #include <map>
 #include <vector>
@@ -30,11 +31,14 @@ struct Storage {
     }
     // Most 256-code-point blocks repeat (unassigned planes, CJK), so the table stays small and
     // cache-friendly.
-    std::map<std::vector<uint8_t>, uint16_t> seen;
+    // Fixed-size keys: GCC 12 at -O3 reads std::vector keys' comparison as a memcmp of up to SIZE_MAX bytes
+    // (a -Wstringop-overread false positive); an array's bound is known to it.
+    std::map<std::array<uint8_t, 256>, uint16_t> seen;
     block_of.resize(0x1100);
     for (uint32_t b = 0; b < 0x1100; ++b) {
-      std::vector<uint8_t> block(flat.begin() + b * 256, flat.begin() + (b + 1) * 256);
-      auto [it, inserted] = seen.emplace(std::move(block), static_cast<uint16_t>(seen.size()));
+      std::array<uint8_t, 256> block;
+      std::copy(flat.begin() + b * 256, flat.begin() + (b + 1) * 256, block.begin());
+      auto [it, inserted] = seen.emplace(block, static_cast<uint16_t>(seen.size()));
       if (inserted) blocks.insert(blocks.end(), it->first.begin(), it->first.end());
       block_of[b] = it->second;
     }

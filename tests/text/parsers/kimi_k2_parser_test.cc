@@ -163,8 +163,9 @@ std::vector<Case> malformed_cases() {
        "a<|tool_call_end|>b</think>c<|im_middle|>d",
        {.content = "a<|tool_call_end|>b</think>c<|im_middle|>d",
         .errors = {{E::UnexpectedMarker, -1}, {E::UnexpectedMarker, -1}}}},
-      {"truncated_mid_marker", k2(), "The answer<|tool_calls_sec", {.content = "The answer<|tool_calls_sec"}},
-      {"truncated_think_close", k2(), "<think>abc</thi", {.reasoning = "abc</thi"}},
+      // A marker cut off by the end of the text is dropped (issue #34: no markup in content).
+      {"truncated_mid_marker", k2(), "The answer<|tool_calls_sec", {.content = "The answer"}},
+      {"truncated_think_close", k2(), "<think>abc</thi", {.reasoning = "abc"}},
       {"truncated_in_arguments",
        k2(),
        kBegin + "<|tool_call_begin|>functions.f:0<|tool_call_argument_begin|>{\"a\": 1",
@@ -172,7 +173,7 @@ std::vector<Case> malformed_cases() {
       {"truncated_in_call_id",
        k2(),
        kBegin + "<|tool_call_begin|>functions.f",
-       {.content = "<|tool_call_begin|>functions.f", .errors = {{E::TruncatedToolCall, -1}}}},
+       {.errors = {{E::TruncatedToolCall, -1}}}},  // dropped: no markup in content (issue #34)
       {"call_cut_by_next_call",
        k2(),
        kBegin + "<|tool_call_begin|>functions.f:0<|tool_call_argument_begin|>{\"a\":1" +

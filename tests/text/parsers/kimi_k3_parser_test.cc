@@ -234,23 +234,20 @@ std::vector<Case> malformed_cases() {
        {.content = "answer<|open|>think<|sep|>more" + kThinkEnd,
         .errors = {{E::UnexpectedText, -1}},
         .stop_seen = true}},
-      {"truncated_mid_marker", no_thinking(), "answer<|clo", {.content = "answer<|clo"}},
+      {"truncated_mid_marker", no_thinking(), "answer<|clo", {.content = "answer"}},  // cut marker dropped
       {"truncated_after_lone_marker",
        no_thinking(),
        "answer<|close|>resp",
-       {.content = "answer<|close|>resp", .errors = {{E::UnexpectedMarker, -1}}}},
+       {.content = "answer"}},  // the cut marker is dropped (issue #34)
       {"truncated_inside_call",
        no_thinking(),
        "x" + kResponseEnd + kTools + "<|open|>call tool=\"f\" index=\"1\"<|sep|>" +
            "<|open|>argument key=\"a\" type=\"string\"<|sep|>hal",
-       {.content =
-            "x<|open|>call tool=\"f\" index=\"1\"<|sep|><|open|>argument key=\"a\" type=\"string\"<|sep|>hal",
-        .errors = {{E::TruncatedToolCall, -1}}}},
+       {.content = "x", .errors = {{E::TruncatedToolCall, -1}}}},  // the cut call dropped (issue #34)
       {"call_cut_by_message_end",
        no_thinking(),
        kResponseEnd + kTools + "<|open|>call tool=\"f\" index=\"1\"<|sep|>" + kMessageEnd,
-       {.content = "<|open|>call tool=\"f\" index=\"1\"<|sep|>",
-        .errors = {{E::TruncatedToolCall, -1}, {E::UnterminatedToolSection, -1}},
+       {.errors = {{E::TruncatedToolCall, -1}, {E::UnterminatedToolSection, -1}},
         .stop_seen = true}},
       {"text_after_message",
        no_thinking(),

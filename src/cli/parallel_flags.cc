@@ -1,0 +1,113 @@
+#include "cli/parallel_flags.h"
+
+#include "core/log.h"
+#include "runner/parallel_executor.h"
+
+namespace rill::cli {
+
+void add_parallel_flags(CLI::App& app, ParallelFlags& f) {
+  const char* group = "vLLM compatibility";
+  app.add_option(
+         "--tensor-parallel-size", f.tensor_parallel_size,
+         "ranks per model replica (-tp; vLLM's): a GPU each (NCCL), or threads with --device cpu; under "
+         "mpirun -np P (or srun --mpi=pmix; rill serve only) each process holds tp x pp / P of them, the "
+         "first serves (MPI between CPU ranks, one per process; NCCL between GPUs)")
+      ->check(CLI::Range(1, 1024))
+      ->group(group);
+  app.add_option("--expert-parallel-size", f.expert_parallel_size,
+                 "-ep M: the routed experts split over M of the tp ranks (M divides tp; the rest of each "
+                 "group splits every expert's width); default 1")
+      ->check(CLI::Range(1, 1024))
+      ->group(group);
+  app.add_flag("--ranks-on-one-gpu", f.ranks_on_one_gpu,
+               "with -tp N on CUDA: every rank on the --device GPU (tests the sharded path on one GPU)")
+      ->group(group);
+  app.add_option("--pipeline-parallel-size", f.pipeline_parallel_size,
+                 "-pp P: pipeline stages of contiguous layers, each on its own -tp ranks (tp x pp ranks in all)")
+      ->check(CLI::Range(1, 1024))
+      ->group(group);
+  app.add_option("--data-parallel-size", f.data_parallel_size, "model replicas (-dp; only 1)")
+      ->check(CLI::Range(1, 1024))
+      ->group(group);
+  app.add_flag("--enable-expert-parallel", f.enable_expert_parallel,
+               "vLLM's: expert parallelism over all the tp ranks (-ep = -tp)")
+      ->group(group);
+}
+
+int expert_parallel_size(const ParallelFlags& f) {
+  if (f.expert_parallel_size > 0) return f.expert_parallel_size;
+  return f.enable_expert_parallel ? f.tensor_parallel_size : 1;
+}
+
+Status check_parallel_flags(const ParallelFlags& f, const DeviceOptions& device) {
+  if (f.data_parallel_size != 1)
+    return invalid_argument("--data-parallel-size {}: not built yet (only 1 is supported; tensor, expert and "
+                            "pipeline parallelism are)",
+                            f.data_parallel_size);
+  if (f.enable_expert_parallel && f.expert_parallel_size > 0)
+    return invalid_argument("--enable-expert-parallel and --expert-parallel-size {}: give one",
+                            f.expert_parallel_size);
+  if (f.enable_expert_parallel && f.tensor_parallel_size == 1)
+    RILL_LOG_INFO("notice: --enable-expert-parallel: one rank holds every expert: there is nothing to split");
+  const int ep = expert_parallel_size(f);
+  if (f.tensor_parallel_size % ep != 0)
+    return invalid_argument("--expert-parallel-size {} must divide --tensor-parallel-size {}", ep,
+                            f.tensor_parallel_size);
+  const bool cpu = device.device == "cpu" || (device.device == "auto" && !backend::cuda_backend_compiled());
+  if (f.ranks_on_one_gpu && cpu)
+    RILL_LOG_INFO("notice: --ranks-on-one-gpu: the CPU ranks are threads; nothing to place");
+  return {};
+}
+
+Status refuse_ranks(const ParallelFlags& f, const char* command, const char* instead) {
+  if (f.ranks() == 1 && expert_parallel_size(f) == 1) return {};
+  return invalid_argument(
+      "--tensor-parallel-size {} --pipeline-parallel-size {}: rill {} runs one unsplit model (its sharded run "
+      "is not built yet); {}",
+      f.tensor_parallel_size, f.pipeline_parallel_size, command, instead);
+}
+
+Result<LocalEngine> open_local_engine(const std::string& dir, const DeviceOptions& dev, const ParallelFlags& f,
+                                      std::shared_ptr<const text::Tokenizer> tokenizer,
+                                      engine::EngineOptions options, const DraftEngineLoader& draft) {
+  LocalEngine out;
+  RILL_ASSIGN_OR_RETURN(out.be, open_backend(dev));
+  if (draft) {
+    backend::Backend* be = out.be.get();
+    options.make_draft_engine = [be, draft](const engine::EngineOptions& target) { return draft(*be, target); };
+  }
+  if (f.ranks() == 1) {
+    RILL_ASSIGN_OR_RETURN(auto m, load_model_with_progress(dir, *out.be, dev.quantization));
+    RILL_ASSIGN_OR_RETURN(out.engine, engine::Engine::create(std::move(m), std::move(tokenizer), options));
+    return out;
+  }
+  // The same placement as rill serve's single-process -tp N (serve.cc parallel_options).
+  runner::ParallelOptions p;
+  p.sizes = {.world = f.ranks(),
+             .tp = f.tensor_parallel_size,
+             .ep = expert_parallel_size(f),
+             .pp = f.pipeline_parallel_size};
+  const bool cpu = out.be->device() == Device::Cpu;
+  if (!cpu) {
+    RILL_ASSIGN_OR_RETURN(p.comm.first_gpu, backend::parse_cuda_device(out.be->name()));
+  }
+  p.comm.kind = cpu                  ? backend::CommKind::Threads
+                : f.ranks_on_one_gpu ? backend::CommKind::SharedGpu
+                                     : backend::CommKind::Nccl;
+  runner::RankLoader load = [dir, quantization = dev.quantization](backend::Backend& be,
+                                                                    const model::ModelShard& shard) {
+    model::LoadOptions lo;
+    lo.shard = shard;
+    lo.quantization = quantization;
+    return model::load_model(dir, be, lo);
+  };
+  RILL_LOG_INFO("{} ranks (tp {} x pp {}, ep {}) on {}", f.ranks(), f.tensor_parallel_size,
+                f.pipeline_parallel_size, expert_parallel_size(f), out.be->name());
+  auto make_executor = [load, p](const runner::RunnerOptions& ro) {
+    return runner::make_parallel_executor(load, p, ro);
+  };
+  RILL_ASSIGN_OR_RETURN(out.engine, engine::Engine::create(make_executor, std::move(tokenizer), options));
+  return out;
+}
+
+}  // namespace rill::cli

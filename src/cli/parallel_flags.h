@@ -1,0 +1,59 @@
+// vLLM's parallel flags (-tp / -ep / -pp / -dp, --enable-expert-parallel, --ranks-on-one-gpu) with one meaning
+// and one set of checks for every command that runs the model: serve (serve_vllm_flags.cc adds the rest of
+// vLLM's surface), generate and chat (the engine over runner/parallel_executor), and the commands that drive a
+// single model directly (logits, perplexity, bench), which take the flags and refuse more than one rank.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "backend/backend.h"
+#include "cli/common.h"
+#include "core/status.h"
+#include "engine/engine.h"
+#include "text/tokenizer/tokenizer.h"
+
+namespace rill::cli {
+
+struct ParallelFlags {
+  int tensor_parallel_size = 1, pipeline_parallel_size = 1, data_parallel_size = 1;
+  int expert_parallel_size = 0;  // -ep; 0: not given (1, or the tp size with --enable-expert-parallel)
+  bool enable_expert_parallel = false;
+  bool ranks_on_one_gpu = false;  // every rank on the --device GPU (testing the sharded path on one GPU)
+
+  int ranks() const { return tensor_parallel_size * pipeline_parallel_size; }
+};
+
+// The flags, in the "vLLM compatibility" group of --help. Give the command's argv to
+// expand_parallel_short_flags (common.h) first, for -tp 2 / -tp=2.
+void add_parallel_flags(CLI::App& app, ParallelFlags& f);
+
+// The checks every command makes after parsing: -dp 1 only, -ep divides -tp, one of -ep and
+// --enable-expert-parallel; notices for what has nothing to do (--ranks-on-one-gpu on the CPU, ...).
+Status check_parallel_flags(const ParallelFlags& f, const DeviceOptions& device);
+
+// The expert-parallel size the flags ask for: -ep M, or vLLM's --enable-expert-parallel (= the tp size).
+int expert_parallel_size(const ParallelFlags& f);
+
+// For commands that run one unsplit model (logits, perplexity, bench): more than one rank is refused, naming
+// the command and what to use instead.
+Status refuse_ranks(const ParallelFlags& f, const char* command, const char* instead);
+
+// An engine over MODEL_DIR on `dev`: one model, or with several ranks the sharded executor (threads on the CPU,
+// a GPU each from the --device one, or all on it with --ranks-on-one-gpu). `be` is the --device backend: it
+// holds the single model (and a draft model, when the caller loads one), so it must outlive the engine.
+struct LocalEngine {
+  std::unique_ptr<backend::Backend> be;
+  std::unique_ptr<engine::Engine> engine;
+};
+// `draft` (optional): loads a draft model's engine on that backend (EngineOptions::make_draft_engine).
+using DraftEngineLoader = std::function<Result<std::unique_ptr<engine::Engine>>(
+    backend::Backend& be, const engine::EngineOptions& target)>;
+Result<LocalEngine> open_local_engine(const std::string& dir, const DeviceOptions& dev, const ParallelFlags& f,
+                                      std::shared_ptr<const text::Tokenizer> tokenizer,
+                                      engine::EngineOptions options, const DraftEngineLoader& draft = {});
+
+}  // namespace rill::cli
