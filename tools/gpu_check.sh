@@ -63,11 +63,13 @@ fi
 
 # --- tests --------------------------------------------------------------------------------------------
 if want test; then
-  (cd $BUILD && timeout ${TEST_TIMEOUT:-300} ctest -L gpu --output-on-failure --timeout 280) > "$LOGS/gpu_tests.log" 2>&1
+  # One ctest entry per gtest test (each its own process and CUDA context): GPU_TEST_JOBS processes share the GPU.
+  (cd $BUILD && timeout ${TEST_TIMEOUT:-300} ctest -L gpu -j ${GPU_TEST_JOBS:-4} --output-on-failure --timeout 280) \
+    > "$LOGS/gpu_tests.log" 2>&1
   rc=$?
   note "gpu tests: $( [[ $rc == 0 ]] && echo PASS || echo FAIL ) ($(grep -cE '^\[  FAILED  \]' "$LOGS/gpu_tests.log") failed cases)"
   grep -E '^\[  FAILED  \]|Failure|Expected|Which is|rel|seed' "$LOGS/gpu_tests.log" | head -60
-  (cd $BUILD && timeout 120 ctest -R '^model_tests$' --output-on-failure) > "$LOGS/cpu_model_tests.log" 2>&1
+  (cd $BUILD && timeout 120 ctest -R '^model_tests\.' -j 16 --output-on-failure) > "$LOGS/cpu_model_tests.log" 2>&1
   note "cpu model tests: $( [[ $? == 0 ]] && echo PASS || echo FAIL )"
 fi
 if want sanitize; then
