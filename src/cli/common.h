@@ -28,8 +28,10 @@ inline constexpr int kMaxRepeatsFlag = 1000;        // timed repetitions
 
 struct DeviceOptions {
   std::string device = "auto";  // auto | cpu | cuda | cuda:N
+  std::vector<std::string> backend_options;  // --backend-option key=value (backend/cuda_backend_options.h)
 };
-// --device, and --log-level (every command that loads a model logs through core/log.h).
+// --device, --backend-option (repeatable), and --log-level (every command that loads a model logs through
+// core/log.h).
 void add_device_options(CLI::App& app, DeviceOptions& o);
 
 // "auto" picks cuda when this build has it and a GPU answers, else cpu (saying so at warning level).

@@ -3,6 +3,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include "backend/cuda_backend_options.h"
+
 namespace rill::cuda {
 
 class GemmRunner;
@@ -10,12 +12,15 @@ class GemmRunner;
 struct CudaContext {
   cudaStream_t stream = nullptr;
   int device = 0;
-  int sm_count = 0;
+  int sm_count = 0;               // the device's multiprocessors (cudaDevAttrMultiProcessorCount)
   size_t max_smem_per_block = 0;  // opt-in limit (cudaDevAttrMaxSharedMemoryPerBlockOptin)
   GemmRunner* gemm = nullptr;     // cuBLASLt handle, plans and algorithm cache
   // Router logits of a decode step ([kGemvMaxRows, moe::kMaxExperts] F32), allocated with the backend: the
   // small-batch router computes them with the split GEMV and selects experts in a second kernel.
   float* route_logits = nullptr;
+  // Kernel-path switches, fixed when the backend is made (make_cuda_backend); read by the launchers and by
+  // the scratch-size queries, which must agree with them.
+  backend::CudaBackendOptions options;
 };
 
 }  // namespace rill::cuda

@@ -12,7 +12,8 @@ namespace rill::cuda {
 
 class CudaBackend final : public backend::Backend {
  public:
-  static Result<std::unique_ptr<CudaBackend>> create(int device);
+  static Result<std::unique_ptr<CudaBackend>> create(int device,
+                                                     const backend::CudaBackendOptions& options = {});
   ~CudaBackend() override;
 
   std::string name() const override { return "cuda:" + std::to_string(ctx_.device); }

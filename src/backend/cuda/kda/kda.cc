@@ -206,13 +206,10 @@ Status launch_kda_attention(const backend::KdaAttentionArgs& a, const CudaContex
   }
 
   // Verify-sized sequences take the recurrent kernel: on the H200 (2026-12-05, rill bench, 48B dummy, 4K
-  // context) a verify step of k = 1 at batch 1 took 4.12 ms instead of 4.95 through the chunked path, at batch
-  // 64 33.7 instead of 42.2 (docs/PERF.md). RILL_KDA_RECURRENT_VERIFY=0 sends them down the chunked path again
-  // (tests of that path; comparisons).
-  static const int recurrent_max = [] {
-    const char* v = std::getenv("RILL_KDA_RECURRENT_VERIFY");
-    return v && std::string(v) == "0" ? 1 : kRecurrentMaxTokens;
-  }();
+  // context) a verify step of k = 1 at batch 1 took 4.12 ms instead of 4.95 through the chunked path, at
+  // batch 64 33.7 instead of 42.2 (docs/PERF.md). CudaBackendOptions::kda_recurrent_verify off sends them
+  // down the chunked path again (tests of that path; comparisons). The scratch size covers either choice.
+  const int recurrent_max = cx.options.kda_recurrent_verify ? kRecurrentMaxTokens : 1;
   int n_recurrent = 0, n_prefill = 0, n_chunks = 0;
   for (int s = 0; s < l.host->n_seqs(); ++s) {
     const int n = l.host->n_new(s);
@@ -281,16 +278,6 @@ Status launch_kda_attention(const backend::KdaAttentionArgs& a, const CudaContex
   }
   a.scratch->release_to(mark);  // stream-ordered: later users of this scratch run after these kernels
   return {};
-}
-
-bool kda_decode_enabled() {
-  // On unless RILL_KDA_FUSED_DECODE=0 (the separate ops: tests of that path; comparisons). Measured on the
-  // H200 (2026-12-05): a graphed batch-1 decode step of the 48B shape 3.219 ms instead of 3.249.
-  static const bool enabled = [] {
-    const char* v = std::getenv("RILL_KDA_FUSED_DECODE");
-    return !(v && std::string(v) == "0");
-  }();
-  return enabled;
 }
 
 bool kda_decode_fusable(const backend::KdaDecodeArgs& a) {

@@ -72,10 +72,10 @@ Status opt_in_smem(const void* kernel, size_t bytes, const CudaContext& cx,
 
 }  // namespace mla
 
-size_t mla_attention_scratch_bytes(const backend::MlaAttentionArgs& a) {
+size_t mla_attention_scratch_bytes(const backend::MlaAttentionArgs& a, const CudaContext& cx) {
   if (!a.layout || !a.kv_b || a.layout->n_tokens == 0 || !mla::check_args(a).ok()) return 0;
   mla::Plan plan;
-  if (!mla::make_plan(a, mla::plan_sm_count(), &plan).ok()) return 0;
+  if (!mla::make_plan(a, cx, &plan).ok()) return 0;
   return plan.bytes;
 }
 
@@ -87,7 +87,7 @@ Status launch_mla_attention(const backend::MlaAttentionArgs& a, const CudaContex
   if (l.n_tokens == 0) return {};
   if (!cx.gemm) return internal_error("mla_attention (CUDA): no GEMM runner in the context");
   Plan plan;
-  RILL_TRY(make_plan(a, plan_sm_count(), &plan));  // same SM count as the dry run's sizing
+  RILL_TRY(make_plan(a, cx, &plan));  // the same plan as the scratch query's
   if (!a.scratch)
     return internal_error("mla_attention (CUDA): needs {} scratch bytes but has no arena", plan.bytes);
   const size_t mark = a.scratch->used();

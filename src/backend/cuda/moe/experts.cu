@@ -463,14 +463,9 @@ bool div8(int64_t v) {
   return v % 8 == 0;
 }
 
-// A shared expert the bf16 decode GEMVs can take: dense bf16 with contiguous rows. RILL_MOE_FUSE_SHARED=0 runs
-// it as separate ops (the A/B switch of the decode benchmark).
+// A shared expert the bf16 decode GEMVs can take: dense bf16 with contiguous rows. CudaBackendOptions::
+// moe_fuse_shared off runs it as separate ops (the A/B switch of the decode benchmark; cuda_backend.cc).
 bool fusable_shared_expert(const backend::MoeExpertsArgs& a) {
-  static const bool enabled = [] {
-    const char* v = std::getenv("RILL_MOE_FUSE_SHARED");
-    return v == nullptr || std::string_view(v) != "0";
-  }();
-  if (!enabled) return false;
   auto dense_bf16 = [](const backend::LinearWeight* w) {
     return w && w->format == backend::WeightFormat::Dense && w->weight.dtype == DType::BF16 &&
            w->weight.rank() == 2 && (w->weight.size(1) <= 1 || w->weight.stride(1) == 1);
