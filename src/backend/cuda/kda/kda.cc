@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "backend/cuda/common/align.h"
 #include "backend/cuda/common/check.h"
 #include "backend/cuda/kda/config.h"
 #include "backend/cuda/kda/kda.h"
@@ -15,26 +16,7 @@
 namespace rill::cuda {
 namespace kda {
 
-Status opt_in_smem(const void* kernel, size_t bytes, const CudaContext& cx,
-                   std::atomic<uint64_t>* done_devices) {
-  if (bytes > cx.max_smem_per_block)
-    return unavailable("kda (CUDA): kernel needs {} bytes of shared memory, the device allows {}", bytes,
-                       cx.max_smem_per_block);
-  const uint64_t bit = uint64_t(1) << (cx.device & 63);
-  if (done_devices->load(std::memory_order_acquire) & bit) return {};
-  RILL_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
-  done_devices->fetch_or(bit, std::memory_order_release);
-  return {};
-}
-
 namespace {
-
-size_t align256(size_t x) {
-  return (x + 255) / 256 * 256;
-}
-bool aligned16(const void* p) {
-  return (reinterpret_cast<uintptr_t>(p) & 15) == 0;
-}
 
 // Byte offsets of the chunk-path scratch regions.
 struct ScratchLayout {
@@ -85,7 +67,6 @@ Status check_rows(const TensorView& t, const char* op, const char* name, DType d
     return invalid_argument("{}: {} {} rows must be 16-byte aligned", op, name, t.describe());
   return {};
 }
-
 
 // The per-slot caches the kernels read and write in place: the conv window ([slot][K-1][3P] bf16 rows, 16-byte
 // aligned) and the recurrent state ([slot][head][d_k][d_v] fp32, contiguous aligned blocks).

@@ -7,14 +7,11 @@
 #include <cstdlib>
 #include <limits>
 
+#include "backend/cuda/common/align.h"
 #include "backend/cuda/mla/phases.h"
 
 namespace rill::cuda::mla {
 namespace {
-
-size_t align256(size_t x) {
-  return (x + 255) / 256 * 256;
-}
 
 // The split target minimising the decode makespan estimate: waves of split-KV CTAs (one resident per SM)
 // times the longest split plus its fixed cost (Q load, partial write, combine read).

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "backend/backend.h"
+#include "backend/cuda/common/smem.h"
 #include "backend/cuda/context.h"
 #include "backend/cuda/mla/params.h"
 
@@ -15,9 +16,6 @@ namespace rill::cuda::mla {
 // (mla_expand_rows); the scratch query and the launcher both plan with the same context, so their sizes
 // agree. Fails on counts that overflow the int32 plan arrays.
 Status make_plan(const backend::MlaAttentionArgs& a, const CudaContext& cx, Plan* out);
-// Raises a kernel's dynamic shared-memory limit once per device.
-Status opt_in_smem(const void* kernel, size_t bytes, const CudaContext& cx,
-                   std::atomic<uint64_t>* done_devices);
 
 Status launch_plan(const PlanParams& p, cudaStream_t stream);
 Status launch_head_gemm(const HeadGemmParams& p, bool b_is_kn, int n_heads, cudaStream_t stream);
