@@ -16,7 +16,7 @@ awk '
     count[key]++
     if (count[key] <= 6) names[key] = names[key] " " name
   }
-  /^[0-9]+\/[0-9]+ Test: / { program = $3; reason = ""; next }
+  /^[0-9]+\/[0-9]+ Test: / { program = $3; sub(/\..*/, "", program); reason = ""; next }  # gtest entries: PROGRAM.Suite.Test
   /^\[ RUN      \] / { reason = ""; next }
   /: Skipped$/ { getline reason; next }
   /^\[  SKIPPED \] .* \([0-9]+ ms\)$/ { add(reason == "" ? "(no reason given)" : reason, $4); next }

@@ -63,11 +63,13 @@ fi
 
 # --- tests --------------------------------------------------------------------------------------------
 if want test; then
-  (cd $BUILD && timeout ${TEST_TIMEOUT:-300} ctest -L gpu --output-on-failure --timeout 280) > "$LOGS/gpu_tests.log" 2>&1
+  # One ctest entry per gtest test (each its own process and CUDA context): GPU_TEST_JOBS processes share the GPU.
+  (cd $BUILD && timeout ${TEST_TIMEOUT:-300} ctest -L gpu -j ${GPU_TEST_JOBS:-4} --output-on-failure --timeout 280) \
+    > "$LOGS/gpu_tests.log" 2>&1
   rc=$?
   note "gpu tests: $( [[ $rc == 0 ]] && echo PASS || echo FAIL ) ($(grep -cE '^\[  FAILED  \]' "$LOGS/gpu_tests.log") failed cases)"
   grep -E '^\[  FAILED  \]|Failure|Expected|Which is|rel|seed' "$LOGS/gpu_tests.log" | head -60
-  (cd $BUILD && timeout 120 ctest -R '^model_tests$' --output-on-failure) > "$LOGS/cpu_model_tests.log" 2>&1
+  (cd $BUILD && timeout 120 ctest -R '^model_tests\.' -j 16 --output-on-failure) > "$LOGS/cpu_model_tests.log" 2>&1
   note "cpu model tests: $( [[ $? == 0 ]] && echo PASS || echo FAIL )"
 fi
 if want sanitize; then
@@ -123,9 +125,10 @@ if want bench; then
     tail -40 "$LOGS/rill_bench.log"
     # The KDA paths the fused decode step and the recurrent verify replaced (issue #16): the whole-model steps
     # again with them, so each run shows what the defaults gain (in logs.tgz).
-    RILL_KDA_FUSED_DECODE=0 RILL_KDA_RECURRENT_VERIFY=0 timeout ${BENCH_TIMEOUT:-240} $BUILD/rill bench --load-format dummy \
-      --preset kimi-linear-48b --skip-ops --markdown "$LOGS/bench_kda_unfused.md" > "$LOGS/rill_bench_kda_unfused.log" 2>&1
-    note "rill bench with RILL_KDA_FUSED_DECODE=0 RILL_KDA_RECURRENT_VERIFY=0: rc=$?"
+    timeout ${BENCH_TIMEOUT:-240} $BUILD/rill bench --load-format dummy --backend-option kda_fused_decode=0 \
+      --backend-option kda_recurrent_verify=0 --preset kimi-linear-48b --skip-ops \
+      --markdown "$LOGS/bench_kda_unfused.md" > "$LOGS/rill_bench_kda_unfused.log" 2>&1
+    note "rill bench with --backend-option kda_fused_decode=0 --backend-option kda_recurrent_verify=0: rc=$?"
     grep -E "decode|verify" "$LOGS/rill_bench_kda_unfused.log" | head -30
   fi
 fi

@@ -4,6 +4,7 @@
 #include <functional>
 #include <numeric>
 
+#include "backend/cuda_backend_options.h"
 #include "bench/driver/model_bench.h"
 #include "model/step_batch.h"
 #include "model/weights/loader.h"
@@ -193,9 +194,8 @@ Result<std::vector<BenchRow>> bench_ops(backend::Backend& be, const model::Model
     // Prefill-sized, mid-sized and decode-sized steps. On CUDA the bf16 grouped steps run twice: cuBLAS's
     // grouped GEMM above its pair threshold (the default path) and rill's mma.sync grouped kernels, in one run.
     // (cuBLAS at every grouped size here, to show where its per-layer count readback pays.)
-    const bool ab = !mxfp4 && be.set_option("moe_grouped_gemm", "rill").ok() &&
-                    be.set_option("moe_grouped_gemm", "cublas").ok() &&
-                    be.set_option("moe_cublas_min_pairs", "0").ok();
+    const bool ab = !mxfp4 && be.set_option("moe_cublas_grouped", "0").ok() &&
+                    be.set_option("moe_cublas_grouped", "1").ok() && be.set_option("moe_cublas_min_pairs", "0").ok();
     for (int64_t T : {int64_t(o.prefill_long), int64_t(2048), int64_t(512), int64_t(256), int64_t(1), int64_t(32)}) {
       const bool grouped = T * K > 64;  // moe/params.h kDecodeMaxPairs
       for (const bool rill_grouped : {false, true}) {
@@ -204,7 +204,7 @@ Result<std::vector<BenchRow>> bench_ops(backend::Backend& be, const model::Model
                                  : fmt::format("moe route+experts, {} tokens, {} of {} experts", T, K, E);
         const char* path = !grouped ? "gathered GEMV" : ab && !rill_grouped ? "cuBLAS grouped GEMM" : "grouped GEMM (mma.sync)";
         if (ab && rill_grouped) name += ", rill's grouped GEMM";
-        if (rill_grouped) RILL_TRY(be.set_option("moe_grouped_gemm", "rill"));
+        if (rill_grouped) RILL_TRY(be.set_option("moe_cublas_grouped", "0"));
         auto row = [&]() -> Result<BenchRow> {
           RILL_ASSIGN_OR_RETURN(TensorView x, pool.random(act, {T, H}, -1, 1));
           TensorView xe = x;
@@ -229,12 +229,14 @@ Result<std::vector<BenchRow>> bench_ops(backend::Backend& be, const model::Model
                           unique * 3.0 * double(Hx) * double(I) * bytes_per_weight + double(T) * Hx * 2 * 2,
                           double(T) * K * 3.0 * 2.0 * double(Hx) * double(I), path};
         }();
-        if (rill_grouped) RILL_TRY(be.set_option("moe_grouped_gemm", "cublas"));
+        if (rill_grouped) RILL_TRY(be.set_option("moe_cublas_grouped", "1"));
         if (!row.ok() && row.status().code() != StatusCode::Unimplemented) return row.status();
         rows.push_back(row.ok() ? *row : not_run("op", name, row.status().message()));
       }
     }
-    if (ab) RILL_TRY(be.set_option("moe_cublas_min_pairs", "default"));
+    if (ab)  // back to the default threshold for the whole-model rows
+      RILL_TRY(be.set_option("moe_cublas_min_pairs",
+                             std::to_string(backend::CudaBackendOptions{}.moe_cublas_min_pairs)));
   }
 
   if (c.attn_res_block_size > 0) {  // K3 Block AttnRes depth mix, at the deepest layer's candidate count.

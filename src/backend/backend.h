@@ -422,8 +422,9 @@ class Backend {
   // instead (one step per snapshot).
   virtual bool kda_snapshots_in_step() const { return false; }
 
-  // A kernel-path choice of this backend by name (e.g. CUDA's "moe_grouped_gemm" = "cublas" | "rill"), so one
-  // process can run and compare both paths; an unknown key or value is an InvalidArgument naming it.
+  // Changes a kernel-path option of this backend between steps (e.g. CUDA's moe_cublas_grouped = 0 | 1), so one
+  // process can run and compare both paths; an unknown key, a bad value or an option that cannot change after
+  // the backend is made is an InvalidArgument naming it.
   virtual Status set_option(const std::string& key, const std::string& value);
 
   // Dry run: ops return at once without touching memory, but still take the scratch they would use from

@@ -33,7 +33,7 @@ const char* comm_kind_name(CommKind kind) {
 Result<std::unique_ptr<Backend>> CommWorld::make_backend(int rank) const {
   if (kind_ == CommKind::Threads || (kind_ == CommKind::Mpi && !mpi_gpus_)) return make_cpu_backend();
 #if RILL_HAVE_CUDA
-  return make_cuda_backend(gpu_of(rank));
+  return make_cuda_backend(gpu_of(rank), cuda_);
 #else
   (void)rank;
   return unavailable("this rill was built without the CUDA backend; use --device cpu");

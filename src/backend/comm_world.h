@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cuda_backend_options.h"
 #include "dist/communicator.h"
 
 namespace rill::backend {
@@ -34,6 +35,8 @@ struct CommWorldOptions {
   // first_gpu + r - first_rank when mpi_gpus, else on the CPU.
   int first_rank = 0;
   bool mpi_gpus = false;
+  // The options of every rank's CUDA backend (`--backend-option`), as the single-GPU backend gets them.
+  CudaBackendOptions cuda;
 };
 
 class CommWorld {
@@ -59,7 +62,8 @@ class CommWorld {
         kind_(o.kind),
         first_gpu_(o.first_gpu),
         first_rank_(o.first_rank),
-        mpi_gpus_(o.mpi_gpus) {}
+        mpi_gpus_(o.mpi_gpus),
+        cuda_(o.cuda) {}
   // The GPU of world rank r: one per rank of this process from first_gpu on (NCCL, MPI), or all on first_gpu.
   int gpu_of(int rank) const {
     return kind_ == CommKind::SharedGpu ? first_gpu_ : first_gpu_ + rank - first_rank_;
@@ -69,6 +73,7 @@ class CommWorld {
   int first_gpu_;
   int first_rank_;
   bool mpi_gpus_;
+  CudaBackendOptions cuda_;
 };
 
 }  // namespace rill::backend

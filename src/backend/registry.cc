@@ -2,6 +2,7 @@
 #include <charconv>
 
 #include "backend/backend.h"
+#include "backend/cuda_backend_options.h"
 
 #if RILL_HAVE_CUDA
 #include "backend/cuda/make_cuda_backend.h"
@@ -24,12 +25,17 @@ Result<int> parse_cuda_device(std::string_view name) {
 }
 
 Result<std::unique_ptr<Backend>> make_backend(std::string_view name) {
+  return make_backend(name, CudaBackendOptions{});
+}
+
+Result<std::unique_ptr<Backend>> make_backend(std::string_view name, const CudaBackendOptions& options) {
   if (name == "cpu") return make_cpu_backend();
   RILL_ASSIGN_OR_RETURN(const int index, parse_cuda_device(name));
 #if RILL_HAVE_CUDA
-  return make_cuda_backend(index);
+  return make_cuda_backend(index, options);
 #else
   (void)index;
+  (void)options;
   return unavailable("this rill was built without the CUDA backend (no nvcc at build time); use --device cpu");
 #endif
 }

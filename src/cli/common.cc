@@ -5,8 +5,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
+#include "backend/cuda_backend_options.h"
 #include "core/log.h"
 
 namespace rill::cli {
@@ -28,6 +30,18 @@ void add_device_options(CLI::App& app, DeviceOptions& o) {
         if (v == "fp8" || v == "none") return {};
         return "\"" + v + "\": rill runs the checkpoint's own formats (bfloat16, FP8, K3's MXFP4 experts) or " +
                "quantizes to fp8 at load; other quantization methods (awq, gptq, bitsandbytes, ...) are not built";
+      });
+  app.add_option(
+         "--backend-option", o.backend_options,
+         "key=value, repeatable: a kernel-path switch of the CUDA backend (" +
+             backend::cuda_backend_option_keys() +
+             "; booleans 0/1), e.g. pdl=0 or kda_fused_decode=0 to compare a path with its replacement; "
+             "the CPU backend has none")
+      ->allow_extra_args(false)  // one key=value per occurrence: a following positional stays positional
+      ->check([](const std::string& v) {
+        backend::CudaBackendOptions o;
+        const Status st = backend::set_cuda_backend_option(o, v);
+        return st.ok() ? std::string() : std::string(st.message());
       });
   app.add_option_function<std::string>(
          "--log-level", [](const std::string& v) { set_log_level(*parse_log_level(v)); },
@@ -53,13 +67,24 @@ std::vector<std::string> expand_parallel_short_flags(int argc, char** argv) {
 }
 
 Result<std::unique_ptr<backend::Backend>> open_backend(const DeviceOptions& o) {
-  if (o.device != "auto") return backend::make_backend(o.device);
+  RILL_ASSIGN_OR_RETURN(const backend::CudaBackendOptions options,
+                        backend::parse_cuda_backend_options(o.backend_options));
+  if (o.device != "auto") {
+    auto be = backend::make_backend(o.device, options);
+    // Which devices CUDA shows depends on CUDA_VISIBLE_DEVICES, which the backend does not read: name it
+    // here.
+    const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+    if (!be.ok() && visible && be.status().code() == StatusCode::InvalidArgument)
+      return Status(be.status().code(),
+                    fmt::format("{} (CUDA_VISIBLE_DEVICES={})", be.status().message(), visible));
+    return be;
+  }
   if (!backend::cuda_backend_compiled()) {
     RILL_LOG_WARN(
         "--device auto: this build has no CUDA backend (built with -DRILL_CUDA=OFF): running on the CPU");
     return backend::make_backend("cpu");
   }
-  auto be = backend::make_backend("cuda");
+  auto be = backend::make_backend("cuda", options);
   if (be.ok()) return be;
   RILL_LOG_WARN("--device auto: no usable GPU ({}): running on the CPU", be.status().message());
   return backend::make_backend("cpu");

@@ -29,8 +29,10 @@ inline constexpr int kMaxRepeatsFlag = 1000;        // timed repetitions
 struct DeviceOptions {
   std::string device = "auto";  // auto | cpu | cuda | cuda:N
   std::string quantization;     // --quantization: "" | none | fp8 (model::apply_quantization)
+  std::vector<std::string> backend_options;  // --backend-option key=value (backend/cuda_backend_options.h)
 };
-// --device, --quantization, and --log-level (every command that loads a model logs through core/log.h).
+// --device, --quantization, --backend-option (repeatable), and --log-level (every command that loads a model
+// logs through core/log.h).
 void add_device_options(CLI::App& app, DeviceOptions& o);
 
 // "auto" picks cuda when this build has it and a GPU answers, else cpu (saying so at warning level).

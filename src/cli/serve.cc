@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cuda_backend_options.h"
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "cli/serve_vllm_flags.h"
@@ -81,7 +82,7 @@ Result<runner::FaultInjection> fault_injection_from_env() {
 // its index on (NCCL), or all on it with --ranks-on-one-gpu; under mpirun this process's share of them (MPI
 // on the CPU, one rank per process; NCCL on the GPUs of each process from local rank x ranks per process on).
 Result<runner::ParallelOptions> parallel_options(const backend::Backend& probe, const VllmFlags& f,
-                                                 const MpiJob& job) {
+                                                 const MpiJob& job, const DeviceOptions& dev) {
   runner::ParallelOptions p;
   p.sizes = {.world = f.tensor_parallel_size * f.pipeline_parallel_size,
              .tp = f.tensor_parallel_size,
@@ -89,6 +90,7 @@ Result<runner::ParallelOptions> parallel_options(const backend::Backend& probe, 
              .pp = f.pipeline_parallel_size};
   p.link = job.link.get();
   RILL_ASSIGN_OR_RETURN(p.fault, fault_injection_from_env());
+  RILL_ASSIGN_OR_RETURN(p.comm.cuda, backend::parse_cuda_backend_options(dev.backend_options));
   const bool cpu = probe.device() == Device::Cpu;
   if (!cpu) {
     RILL_ASSIGN_OR_RETURN(p.comm.first_gpu, backend::parse_cuda_device(probe.name()));
@@ -121,8 +123,8 @@ runner::RankLoader rank_loader(const std::string& dir, const model::LoadOptions&
 
 Result<server::LoadedModel> parallel_model(const std::string& dir, const model::LoadOptions& lo,
                                            const backend::Backend& probe, const VllmFlags& f,
-                                           const MpiJob& job) {
-  RILL_ASSIGN_OR_RETURN(runner::ParallelOptions p, parallel_options(probe, f, job));
+                                           const MpiJob& job, const DeviceOptions& dev) {
+  RILL_ASSIGN_OR_RETURN(runner::ParallelOptions p, parallel_options(probe, f, job, dev));
   runner::RankLoader load = rank_loader(dir, lo);
   server::LoadedModel out;
   out.make_executor = [load, p](const runner::RunnerOptions& ro) {
@@ -159,7 +161,7 @@ int run_worker_process(const std::string& dir, const DeviceOptions& dev, const s
     const std::string where = fmt::format("process {} of {}", job.world.rank, job.world.size);
     auto probe = open_backend(dev);
     if (!probe.ok()) return probe.status().with_context(where);
-    auto p = parallel_options(**probe, f, job);
+    auto p = parallel_options(**probe, f, job, dev);
     if (!p.ok()) return p.status().with_context(where);
     probe->reset();
     model::LoadOptions lo;
@@ -412,7 +414,7 @@ int run_serve(int argc, char** argv) {
     lo.quantization = dev.quantization;
     server::LoadedModel out;
     if (vllm.tensor_parallel_size * vllm.pipeline_parallel_size > 1) {
-      RILL_ASSIGN_OR_RETURN(out, parallel_model(o.model_dir, lo, *backend, vllm, *job));
+      RILL_ASSIGN_OR_RETURN(out, parallel_model(o.model_dir, lo, *backend, vllm, *job, dev));
     } else {
       RILL_ASSIGN_OR_RETURN(out.model, model::load_model(o.model_dir, *backend, lo));
     }

@@ -262,7 +262,7 @@ TEST(MlaCuda, MixedDecodeAndPrefillBatch) {
 }
 
 // Several prefill sequences with cached prefixes: the context expansion runs in groups of sequences (one
-// group under the default cap; ctest backend_tests_mla_expand_groups sets RILL_MLA_EXPAND_ROWS=64, so every
+// group under the default cap; the ctest variant backend_tests(mla_expand_rows=64) sets that option, so every
 // group holds as few sequences as fit the longest one's rows).
 TEST(MlaCuda, PrefillSequencesExpandedInGroups) {
   OpHarness h("cuda");

@@ -342,7 +342,7 @@ TEST_P(MoeTest, ExpertsGroupedManyTokens) {
 
 // Steps of at least 4096 (token, expert) pairs: on CUDA the expert GEMMs go through cuBLAS's grouped GEMM
 // (moe/cublas_grouped.h) by default; each case also runs through rill's mma.sync grouped kernels (backend
-// option moe_grouped_gemm = rill) where the backend has the option. 1024 experts for 520 tokens leave experts
+// option moe_cublas_grouped = 0) where the backend has the option. 1024 experts for 520 tokens leave experts
 // with no slot and with one; widths off the 64 x 128 tiles; SiTU; ids out of range.
 TEST_P(MoeTest, ExpertsGroupedCublas) {
   OpHarness h(GetParam());
@@ -350,18 +350,17 @@ TEST_P(MoeTest, ExpertsGroupedCublas) {
   auto many = make_experts(h, 1024, 64, 32);
   auto odd = make_experts(h, 4, 200, 40);
   auto kimi = make_experts(h, 256, 2304, 1024);
-  for (const char* path : {"cublas", "rill"}) {
-    if (!h.dev().set_option("moe_grouped_gemm", path).ok()) {
-      if (std::string(path) == "rill") break;  // a backend without the option runs its one path once
-    }
-    SCOPED_TRACE(path);
+  for (const char* cublas : {"1", "0"}) {
+    if (!h.dev().set_option("moe_cublas_grouped", cublas).ok() && std::string(cublas) == "0")
+      break;  // a backend without the option runs its one path once
+    SCOPED_TRACE(std::string("moe_cublas_grouped=") + cublas);
     run_experts(h, {520, 64, 32, 1024, 8}, *many);
     run_experts(h, {520, 64, 32, 1024, 8, backend::Activation::Situ}, *many);
     run_experts(h, {600, 64, 32, 1024, 8, backend::Activation::Silu, true}, *many);
     run_experts(h, {2100, 200, 40, 4, 2}, *odd);
     run_experts(h, {512, 2304, 1024, 256, 8}, *kimi);
   }
-  (void)h.dev().set_option("moe_grouped_gemm", "cublas");
+  (void)h.dev().set_option("moe_cublas_grouped", "1");
 }
 
 // Widths that are not multiples of 8 cannot use 16-byte loads: the scalar GEMV path, even for many pairs.

@@ -1,4 +1,5 @@
 #include "backend/op_harness.h"
+#include "test_backend_options.h"
 #include "test_seed.h"
 
 #include <cmath>
@@ -8,7 +9,7 @@ namespace rill::testing {
 
 OpHarness::OpHarness(const std::string& tested) : seed_(rill::testing::test_seed()), rng_(seed_) {
   cpu_ = backend::make_cpu_backend();
-  auto b = backend::make_backend(tested);
+  auto b = testing::make_test_backend(tested);
   if (b.ok()) tested_ = std::move(b).value();
   else skip_reason_ = "backend " + tested + " unavailable: " + b.status().message();
   ::testing::Test::RecordProperty("seed", std::to_string(seed_));

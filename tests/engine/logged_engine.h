@@ -20,6 +20,7 @@
 
 #include "engine/engine.h"
 #include "model/model.h"
+#include "test_backend_options.h"
 
 namespace rill::testing {
 
@@ -65,7 +66,7 @@ class LoggedEngine {
 
 // The CUDA backend, or null where there is no GPU.
 inline std::unique_ptr<backend::Backend> cuda_backend_or_null() {
-  auto be = backend::make_backend("cuda");
+  auto be = testing::make_test_backend("cuda");
   return be.ok() ? std::move(be).value() : nullptr;
 }
 

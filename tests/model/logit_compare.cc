@@ -12,6 +12,7 @@
 #include "model/fixture.h"
 #include "model/k3_checkpoint.h"
 #include "model/sequence_session.h"
+#include "test_backend_options.h"
 #include "test_seed.h"
 
 namespace rill::testing {
@@ -63,7 +64,7 @@ void print_comparison(const std::string& what, const Compare& c, const Compare& 
 }
 
 bool load_pair(const std::filesystem::path& dir, Pair* p, std::string* why) {
-  auto gpu = backend::make_backend("cuda");
+  auto gpu = testing::make_test_backend("cuda");
   if (!gpu.ok()) {
     *why = gpu.status().message();
     return false;

@@ -12,6 +12,7 @@
 #include "engine/engine.h"
 #include "model/logit_compare.h"
 #include "runner/decode_schedule.h"
+#include "test_backend_options.h"
 #include "test_seed.h"
 #include "text/constraint/token_constraint.h"
 
@@ -24,11 +25,11 @@ namespace {
 constexpr double kReplayRelL2 = 1e-6;
 
 TEST(DecodeGraphs, ReplayEqualsEagerAtEveryBucketAsSequencesJoinLeaveAndPrefill) {
-  auto be_g = backend::make_backend("cuda");
+  auto be_g = rill::testing::make_test_backend("cuda");
   if (!be_g.ok()) GTEST_SKIP() << be_g.status().to_string();
-  auto be_p = std::move(backend::make_backend("cuda")).value();
-  auto be_e = std::move(backend::make_backend("cuda")).value();
-  auto be_q = std::move(backend::make_backend("cuda")).value();
+  auto be_p = std::move(rill::testing::make_test_backend("cuda")).value();
+  auto be_e = std::move(rill::testing::make_test_backend("cuda")).value();
+  auto be_q = std::move(rill::testing::make_test_backend("cuda")).value();
   auto graphed = testing::make_schedule_runner(**be_g, false, true);
   auto padded = testing::make_schedule_runner(*be_p, false, false);
   auto eager = testing::make_schedule_runner(*be_e, true, true);
@@ -95,7 +96,7 @@ struct TwoTokens : text::constraint::TokenConstraint {
 };
 
 std::vector<int32_t> run_all(bool capture, const std::vector<std::vector<int32_t>>& prompts, bool* ran) {
-  auto be = backend::make_backend("cuda");
+  auto be = rill::testing::make_test_backend("cuda");
   if (!be.ok()) return {};
   *ran = true;
   auto m = model::load_model(rill::testing::data_dir() / "kimi_linear_tiny_b", **be);

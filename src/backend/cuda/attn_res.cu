@@ -16,6 +16,7 @@
 #include <cstdint>
 
 #include "backend/cuda/attn_res.h"
+#include "backend/cuda/common/align.h"
 #include "backend/cuda/common/check.h"
 #include "backend/cuda/common/device_math.cuh"
 #include "backend/cuda/common/launch.h"
@@ -25,10 +26,6 @@ namespace rill::cuda {
 namespace {
 
 using bf16 = __nv_bfloat16;
-
-bool aligned16(const void* p) {
-  return (reinterpret_cast<uintptr_t>(p) & 15) == 0;
-}
 
 // The logits, then the probabilities, live in a fixed shared array of kAttnResMaxCandidates: with a dynamic
 // one sized N, compute-sanitizer flagged 12-byte reads at its end from the weighted-sum loop (the compiler's

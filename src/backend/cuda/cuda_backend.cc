@@ -9,6 +9,7 @@
 
 #include "backend/cuda/attn_res.h"
 #include "backend/cuda/common/check.h"
+#include "backend/cuda/common/launch.h"
 #include "backend/cuda/elementwise.h"
 #include "backend/cuda/gemm/gemm_runner.h"
 #include "backend/cuda/gemm/gemv.h"
@@ -31,59 +32,47 @@ constexpr size_t kHalf = kPinnedBytes / 2;
 
 }  // namespace
 
-Result<std::unique_ptr<CudaBackend>> CudaBackend::create(int device) {
+Result<std::unique_ptr<CudaBackend>> CudaBackend::create(int device,
+                                                         const backend::CudaBackendOptions& options) {
   int count = 0;
   // Any failure here (no driver, insufficient driver, no device) means "no GPU" (design.md §6).
   const cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess || count == 0)
     return unavailable("no usable CUDA GPU ({})", e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
-  if (device < 0 || device >= count) {
-    const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
-    return invalid_argument("device cuda:{} does not exist: {} CUDA device{} visible (cuda:0{}){}", device,
+  // (The CLI adds CUDA_VISIBLE_DEVICES to this message: cli/common.cc; the environment is not read here.)
+  if (device < 0 || device >= count)
+    return invalid_argument("device cuda:{} does not exist: {} CUDA device{} visible (cuda:0{})", device,
                             count, count == 1 ? " is" : "s are",
-                            count > 1 ? fmt::format("..cuda:{}", count - 1) : "",
-                            visible ? fmt::format(", CUDA_VISIBLE_DEVICES={}", visible) : "");
-  }
+                            count > 1 ? fmt::format("..cuda:{}", count - 1) : "");
   std::unique_ptr<CudaBackend> b(new CudaBackend());
   RILL_CUDA_CHECK(cudaSetDevice(device));
   b->ctx_.device = device;
+  b->ctx_.options = options;
   RILL_CUDA_CHECK(cudaDeviceGetAttribute(&b->ctx_.sm_count, cudaDevAttrMultiProcessorCount, device));
   int smem = 0;
   RILL_CUDA_CHECK(cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
   b->ctx_.max_smem_per_block = size_t(smem);
   RILL_CUDA_CHECK(cudaStreamCreateWithFlags(&b->ctx_.stream, cudaStreamNonBlocking));
+  if (!options.pdl) set_stream_pdl(b->ctx_.stream, false);
   RILL_CUDA_CHECK(cudaMallocHost(&b->pinned_, kPinnedBytes));
   for (auto& ev : b->pinned_free_) RILL_CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
   RILL_ASSIGN_OR_RETURN(b->gemm_, GemmRunner::create(device));
   b->ctx_.gemm = b->gemm_.get();
+  b->gemm_->set_autotune(options.gemm_autotune);
   RILL_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&b->ctx_.route_logits),
                              size_t(kGemvMaxRows) * moe::kMaxExperts * sizeof(float)));
   RILL_ASSIGN_OR_RETURN(b->moe_grouped_, moe::CublasGroupedGemm::create(moe::kMaxExperts));
   b->ctx_.moe_grouped_gemm = b->moe_grouped_.get();
-  b->ctx_.moe_cublas_min_pairs = moe::kCublasMinPairs;
   return b;
 }
 
 Status CudaBackend::set_option(const std::string& key, const std::string& value) {
-  if (key == "moe_grouped_gemm") {
-    if (value != "cublas" && value != "rill")
-      return invalid_argument("backend option moe_grouped_gemm: '{}' is not cublas or rill", value);
-    ctx_.moe_grouped_gemm = value == "cublas" ? moe_grouped_.get() : nullptr;
-    return {};
-  }
-  if (key == "moe_cublas_min_pairs") {
-    if (value == "default") {
-      ctx_.moe_cublas_min_pairs = moe::kCublasMinPairs;
-      return {};
-    }
-    char* end = nullptr;
-    const long long v = std::strtoll(value.c_str(), &end, 10);
-    if (value.empty() || *end != '\0' || v < 0)
-      return invalid_argument("backend option moe_cublas_min_pairs: '{}' is not a count of pairs", value);
-    ctx_.moe_cublas_min_pairs = v;
-    return {};
-  }
-  return Backend::set_option(key, value);
+  // Only switches that change neither a step's planned scratch nor the stream's launch attributes may change
+  // after the backend is made; the rest are fixed by make_cuda_backend's options (--backend-option).
+  if (key != "moe_cublas_grouped" && key != "moe_cublas_min_pairs")
+    return invalid_argument("backend option {} is fixed when the backend is made (--backend-option {}={})", key,
+                            key, value);
+  return backend::set_cuda_backend_option(ctx_.options, key + "=" + value);
 }
 
 backend::KernelShapeLimits CudaBackend::shape_limits() const {
@@ -114,7 +103,10 @@ CudaBackend::~CudaBackend() {
   if (pinned_) cudaFreeHost(pinned_);
   if (layout_dev_) cudaFree(layout_dev_);
   if (ctx_.route_logits) cudaFree(ctx_.route_logits);
-  if (ctx_.stream) cudaStreamDestroy(ctx_.stream);
+  if (ctx_.stream) {
+    set_stream_pdl(ctx_.stream, true);  // forget the stream: CUDA may hand its handle out again
+    cudaStreamDestroy(ctx_.stream);
+  }
 }
 
 Result<backend::DeviceAllocation> CudaBackend::allocate(size_t bytes) {
@@ -428,10 +420,12 @@ size_t CudaBackend::kda_attention_scratch_bytes(const backend::KdaAttentionArgs&
   return cuda::kda_attention_scratch_bytes(a);
 }
 size_t CudaBackend::mla_attention_scratch_bytes(const backend::MlaAttentionArgs& a) const {
-  return cuda::mla_attention_scratch_bytes(a);
+  return cuda::mla_attention_scratch_bytes(a, ctx_);
 }
+// moe_fuse_shared off: Backend::moe_experts then strips the shared expert from the launcher's arguments and
+// runs it as separate ops, so the launcher and its scratch query never see it.
 bool CudaBackend::moe_fuses_shared_expert(const backend::MoeExpertsArgs& a) const {
-  return cuda::moe_fuses_shared_expert(a);
+  return ctx_.options.moe_fuse_shared && cuda::moe_fuses_shared_expert(a);
 }
 
 size_t CudaBackend::moe_experts_scratch_bytes(const backend::MoeExpertsArgs& a) const {
@@ -478,7 +472,7 @@ Status CudaBackend::kda_output_impl(const backend::KdaOutputArgs& a) {
   return launch_kda_output_norm(a, ctx_);
 }
 bool CudaBackend::kda_fuses_decode(const backend::KdaDecodeArgs& a) const {
-  return kda_decode_enabled() && kda_decode_fusable(a);
+  return ctx_.options.kda_fused_decode && kda_decode_fusable(a);
 }
 Status CudaBackend::kda_decode_impl(const backend::KdaDecodeArgs& a) {
   return launch_kda_decode(a, ctx_);
@@ -518,8 +512,8 @@ Status CudaBackend::logprobs_impl(const backend::LogprobsArgs& a) {
 
 namespace rill::backend {
 
-Result<std::unique_ptr<Backend>> make_cuda_backend(int device) {
-  RILL_ASSIGN_OR_RETURN(auto b, cuda::CudaBackend::create(device));
+Result<std::unique_ptr<Backend>> make_cuda_backend(int device, const CudaBackendOptions& options) {
+  RILL_ASSIGN_OR_RETURN(auto b, cuda::CudaBackend::create(device, options));
   return std::unique_ptr<Backend>(std::move(b));
 }
 

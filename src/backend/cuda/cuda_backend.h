@@ -16,7 +16,8 @@ namespace rill::cuda {
 
 class CudaBackend final : public backend::Backend {
  public:
-  static Result<std::unique_ptr<CudaBackend>> create(int device);
+  static Result<std::unique_ptr<CudaBackend>> create(int device,
+                                                     const backend::CudaBackendOptions& options = {});
   ~CudaBackend() override;
 
   std::string name() const override { return "cuda:" + std::to_string(ctx_.device); }
@@ -30,9 +31,8 @@ class CudaBackend final : public backend::Backend {
   bool kda_snapshots_in_step() const override { return true; }  // the chunk recurrence writes them
   bool kda_fuses_decode(const backend::KdaDecodeArgs& a) const override;
   const CudaContext& context() const { return ctx_; }
-  // "moe_grouped_gemm": "cublas" (default: the expert GEMMs of grouped steps with at least
-  // moe::kCublasMinPairs pairs through cuBLAS's grouped GEMM) or "rill" (every grouped step through rill's
-  // mma.sync grouped kernels); "moe_cublas_min_pairs": that threshold (a count, or "default").
+  // moe_cublas_grouped and moe_cublas_min_pairs (backend/cuda_backend_options.h) between steps; the other
+  // options are fixed when the backend is made.
   Status set_option(const std::string& key, const std::string& value) override;
 
   Result<backend::DeviceAllocation> allocate(size_t bytes) override;

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "backend/cuda/common/align.h"
 #include "backend/cuda/common/check.h"
 #include "backend/cuda/common/device_math.cuh"
 #include "backend/cuda/common/launch.h"
@@ -21,10 +22,6 @@ namespace {
 
 using bf16 = __nv_bfloat16;
 constexpr int kThreads = 256;
-
-bool aligned16(const void* p) {
-  return (reinterpret_cast<uintptr_t>(p) & 15) == 0;
-}
 
 // Grid for a grid-stride loop over n items: enough blocks to fill the GPU, not one per item.
 unsigned grid_for(int64_t n, const CudaContext& cx) {

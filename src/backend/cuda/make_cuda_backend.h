@@ -4,10 +4,11 @@
 #include <memory>
 
 #include "backend/backend.h"
+#include "backend/cuda_backend_options.h"
 
 namespace rill::backend {
 
-// The CUDA backend on `device`; fails with a clear message when no usable GPU is present.
-Result<std::unique_ptr<Backend>> make_cuda_backend(int device);
+// The CUDA backend on `device` with `options`; fails with a clear message when no usable GPU is present.
+Result<std::unique_ptr<Backend>> make_cuda_backend(int device, const CudaBackendOptions& options = {});
 
 }  // namespace rill::backend

@@ -15,6 +15,7 @@
 #include <initializer_list>
 #include <type_traits>
 
+#include "backend/cuda/common/align.h"
 #include "backend/cuda/common/check.h"
 #include "backend/cuda/common/device_math.cuh"
 #include "backend/cuda/common/launch.h"
@@ -25,10 +26,6 @@ namespace rill::cuda {
 namespace {
 
 using bf16 = __nv_bfloat16;
-
-bool aligned16(const void* p) {
-  return (reinterpret_cast<uintptr_t>(p) & 15) == 0;
-}
 
 __device__ __forceinline__ float round_bf16(float x) {
   return __bfloat162float(__float2bfloat16_rn(x));

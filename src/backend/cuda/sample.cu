@@ -28,6 +28,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "backend/cuda/common/align.h"
 #include "backend/cuda/common/check.h"
 #include "backend/cuda/common/launch.h"
 #include "backend/cuda/common/pdl.cuh"
@@ -48,10 +49,6 @@ constexpr unsigned kFull = 0xffffffffu;
 // Threshold ladder in nats below the maximum (t = (l - max) / T >= -g).
 __constant__ float c_gaps[kLadder] = {0.5f, 1.0f,  2.0f,  3.0f,  4.0f,  6.0f,
                                       8.0f, 12.0f, 16.0f, 24.0f, 32.0f, 48.0f};
-
-size_t align256(size_t b) {
-  return (b + 255) / 256 * 256;
-}
 
 __device__ __forceinline__ bool greedy(const SamplingRow& r) {
   return r.temperature <= 0.0f || r.top_k == 1;

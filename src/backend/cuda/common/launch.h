@@ -4,8 +4,9 @@
 // plus the ramp of the next kernel's first loads. The contract that makes it safe is on the device side
 // (common/pdl.cuh): every kernel launched here calls pdl_wait() in every CTA before it reads anything an
 // earlier kernel wrote or writes anything an earlier kernel may still read, and only reads weights (never
-// written during a step) before that. RILL_PDL=0 in the environment launches without the attribute (the A/B
-// switch of `rill bench`; the kernels' waits are then no-ops).
+// written during a step) before that. A backend made with CudaBackendOptions::pdl off (`--backend-option
+// pdl=0`, the A/B switch of `rill bench`) launches on its stream without the attribute (the kernels' waits
+// are then no-ops).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -16,7 +17,12 @@
 
 namespace rill::cuda {
 
-bool pdl_enabled();  // launch.cc: read once from RILL_PDL
+// Whether launches on `stream` carry the PDL attribute: yes unless set_stream_pdl(stream, false) said
+// otherwise (the backend's options, set when it creates its stream). Keyed by stream so that launch() keeps
+// its arguments and two backends in one process (a test's A and B) can differ; the lookup is one relaxed load
+// while no stream has PDL off.
+bool pdl_enabled(cudaStream_t stream);
+void set_stream_pdl(cudaStream_t stream, bool enabled);
 
 struct LaunchShape {
   dim3 grid;
@@ -29,7 +35,7 @@ Status launch(const char* name, const LaunchShape& shape, cudaStream_t stream, v
               Args&&... args) {
   cudaLaunchAttribute attr{};
   attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr.val.programmaticStreamSerializationAllowed = pdl_enabled() ? 1 : 0;
+  attr.val.programmaticStreamSerializationAllowed = pdl_enabled(stream) ? 1 : 0;
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = shape.grid;
   cfg.blockDim = shape.block;

@@ -81,9 +81,7 @@ class CublasLtRunner final : public GemmRunner {
   Status init() {
     RILL_CUBLAS_CHECK(cublasLtCreate(&handle_), "gemm runner");
     RILL_CUDA_CHECK(cudaMalloc(&workspace_, kWorkspaceBytes));
-    const char* env = std::getenv("RILL_GEMM_AUTOTUNE");
-    autotune_ = env && env[0] == '1';
-    return {};
+    return {};  // autotuning: set_autotune (CudaBackendOptions::gemm_autotune)
   }
 
   void set_autotune(bool on) override {

@@ -19,7 +19,8 @@ class GemmRunner {
   // autotuning is on and the stream is not being captured.
   virtual Status run(const backend::GemmArgs& a, cudaStream_t stream) = 0;
   // Off (default): a new shape keeps the heuristic's first algorithm that runs. On: the first call of a shape
-  // times the heuristic's top candidates once and keeps the fastest. Also on with RILL_GEMM_AUTOTUNE=1.
+  // times the heuristic's top candidates once and keeps the fastest. The backend option
+  // gemm_autotune turns it on.
   virtual void set_autotune(bool on) = 0;
 };
 

@@ -327,7 +327,8 @@ __global__ void __launch_bounds__(kIntraThreads, 2) kda_chunk_intra_kernel(const
 Status launch_chunk_intra(const ChunkParams& p, int n_chunks, const CudaContext& cx) {
   if (n_chunks == 0) return {};
   static std::atomic<uint64_t> done{0};
-  RILL_TRY(opt_in_smem(reinterpret_cast<const void*>(kda_chunk_intra_kernel), sizeof(IntraSmem), cx, &done));
+  RILL_TRY(opt_in_smem("kda", reinterpret_cast<const void*>(kda_chunk_intra_kernel), sizeof(IntraSmem), cx,
+                       &done));
   const dim3 grid(unsigned(n_chunks), unsigned(p.io.n_heads));
   kda_chunk_intra_kernel<<<grid, kIntraThreads, sizeof(IntraSmem), cx.stream>>>(p);
   RILL_CUDA_CHECK_LAUNCH("kda_chunk_intra");

@@ -226,8 +226,8 @@ __global__ void __launch_bounds__(kRecThreads, 1) kda_chunk_recurrence_kernel(co
 Status launch_chunk_recurrence(const ChunkParams& p, int n_prefill, const CudaContext& cx) {
   if (n_prefill == 0) return {};
   static std::atomic<uint64_t> done{0};
-  RILL_TRY(
-      opt_in_smem(reinterpret_cast<const void*>(kda_chunk_recurrence_kernel), sizeof(RecSmem), cx, &done));
+  RILL_TRY(opt_in_smem("kda", reinterpret_cast<const void*>(kda_chunk_recurrence_kernel), sizeof(RecSmem), cx,
+                       &done));
   const int64_t items = int64_t(n_prefill) * p.io.n_heads * kNvb;
   const int grid = int(std::min<int64_t>(items, std::max(cx.sm_count, 1)));
   kda_chunk_recurrence_kernel<<<grid, kRecThreads, sizeof(RecSmem), cx.stream>>>(p);

@@ -16,7 +16,7 @@ constexpr int kPrepThreads = 128, kPrepVec = 8, kPrepTile = 16;
 constexpr int kStepThreads = 256;
 // Sequences of up to this many new tokens (speculative decoding's verify steps, short prompts) also take the
 // recurrent kernel, one token after another with the state in registers, instead of the chunked path (unless
-// RILL_KDA_RECURRENT_VERIFY=0, kda.cc).
+// the backend option kda_recurrent_verify=0, kda.cc).
 constexpr int kRecurrentMaxTokens = 16;
 
 // chunk_plan.cu: one CTA lists the prefill sequences and their chunks.

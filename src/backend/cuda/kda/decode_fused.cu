@@ -10,7 +10,7 @@
 // ~3.7 us of ramp and tail each of the four launches it replaces costs in a graphed step (PERF.md).
 //
 // The model's decode path since it passed the op, model and runner GPU tests on the H200 and measured faster
-// there (docs/PERF.md); RILL_KDA_FUSED_DECODE=0 (kda.cc) runs the separate ops instead.
+// there (docs/PERF.md); the backend option kda_fused_decode=0 runs the separate ops instead.
 //
 // Numerics are the separate ops' rounding points: graw, gate, q, k, v and o rounded to bf16 where those ops
 // store bf16, everything else fp32; only graw's and gate's sums run in another order than the GEMV's.

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 
+#include "backend/cuda/common/cp_async.cuh"
 #include "backend/cuda/common/mma.cuh"
 
 namespace rill::cuda::kda {
@@ -53,38 +54,7 @@ __device__ __forceinline__ float ex2(float x) {
 
 constexpr float kLog2e = 1.4426950408889634f;
 
-// --- cp.async (16 bytes; src_bytes == 0 zero-fills the destination) ---
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(smem)), "l"(gmem),
-               "r"(valid ? 16 : 0));
-}
-__device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;\n" ::);
-}
-__device__ __forceinline__ void cp_async_wait_all() {
-  asm volatile("cp.async.wait_group 0;\n" ::: "memory");
-}
-
-// --- ldmatrix: lanes 8i..8i+7 address the 8 rows (16 bytes each) of matrix i ---
-__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_addr(p)));
-}
-__device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_addr(p)));
-}
-__device__ __forceinline__ void ldsm_x2(uint32_t (&r)[2], const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n"
-               : "=r"(r[0]), "=r"(r[1])
-               : "r"(smem_addr(p)));
-}
+// cp.async and ldmatrix: common/cp_async.cuh.
 
 // Fragment loaders from bf16 smem tiles with row stride ld (elements); (r0, c0) is the tile's corner.
 // A 16x16 stored row-major [m][k].
@@ -110,6 +80,5 @@ __device__ __forceinline__ void load_b_kn_x2(uint32_t (&b0)[2], uint32_t (&b1)[2
   b1[0] = r[2];
   b1[1] = r[3];
 }
-
 
 }  // namespace rill::cuda::kda

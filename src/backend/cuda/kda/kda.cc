@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "backend/cuda/common/align.h"
 #include "backend/cuda/common/check.h"
 #include "backend/cuda/kda/config.h"
 #include "backend/cuda/kda/kda.h"
@@ -15,26 +16,7 @@
 namespace rill::cuda {
 namespace kda {
 
-Status opt_in_smem(const void* kernel, size_t bytes, const CudaContext& cx,
-                   std::atomic<uint64_t>* done_devices) {
-  if (bytes > cx.max_smem_per_block)
-    return unavailable("kda (CUDA): kernel needs {} bytes of shared memory, the device allows {}", bytes,
-                       cx.max_smem_per_block);
-  const uint64_t bit = uint64_t(1) << (cx.device & 63);
-  if (done_devices->load(std::memory_order_acquire) & bit) return {};
-  RILL_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
-  done_devices->fetch_or(bit, std::memory_order_release);
-  return {};
-}
-
 namespace {
-
-size_t align256(size_t x) {
-  return (x + 255) / 256 * 256;
-}
-bool aligned16(const void* p) {
-  return (reinterpret_cast<uintptr_t>(p) & 15) == 0;
-}
 
 // Byte offsets of the chunk-path scratch regions.
 struct ScratchLayout {
@@ -85,7 +67,6 @@ Status check_rows(const TensorView& t, const char* op, const char* name, DType d
     return invalid_argument("{}: {} {} rows must be 16-byte aligned", op, name, t.describe());
   return {};
 }
-
 
 // The per-slot caches the kernels read and write in place: the conv window ([slot][K-1][3P] bf16 rows, 16-byte
 // aligned) and the recurrent state ([slot][head][d_k][d_v] fp32, contiguous aligned blocks).
@@ -206,13 +187,10 @@ Status launch_kda_attention(const backend::KdaAttentionArgs& a, const CudaContex
   }
 
   // Verify-sized sequences take the recurrent kernel: on the H200 (2026-12-05, rill bench, 48B dummy, 4K
-  // context) a verify step of k = 1 at batch 1 took 4.12 ms instead of 4.95 through the chunked path, at batch
-  // 64 33.7 instead of 42.2 (docs/PERF.md). RILL_KDA_RECURRENT_VERIFY=0 sends them down the chunked path again
-  // (tests of that path; comparisons).
-  static const int recurrent_max = [] {
-    const char* v = std::getenv("RILL_KDA_RECURRENT_VERIFY");
-    return v && std::string(v) == "0" ? 1 : kRecurrentMaxTokens;
-  }();
+  // context) a verify step of k = 1 at batch 1 took 4.12 ms instead of 4.95 through the chunked path, at
+  // batch 64 33.7 instead of 42.2 (docs/PERF.md). CudaBackendOptions::kda_recurrent_verify off sends them
+  // down the chunked path again (tests of that path; comparisons). The scratch size covers either choice.
+  const int recurrent_max = cx.options.kda_recurrent_verify ? kRecurrentMaxTokens : 1;
   int n_recurrent = 0, n_prefill = 0, n_chunks = 0;
   for (int s = 0; s < l.host->n_seqs(); ++s) {
     const int n = l.host->n_new(s);
@@ -281,16 +259,6 @@ Status launch_kda_attention(const backend::KdaAttentionArgs& a, const CudaContex
   }
   a.scratch->release_to(mark);  // stream-ordered: later users of this scratch run after these kernels
   return {};
-}
-
-bool kda_decode_enabled() {
-  // On unless RILL_KDA_FUSED_DECODE=0 (the separate ops: tests of that path; comparisons). Measured on the
-  // H200 (2026-12-05): a graphed batch-1 decode step of the 48B shape 3.219 ms instead of 3.249.
-  static const bool enabled = [] {
-    const char* v = std::getenv("RILL_KDA_FUSED_DECODE");
-    return !(v && std::string(v) == "0");
-  }();
-  return enabled;
 }
 
 bool kda_decode_fusable(const backend::KdaDecodeArgs& a) {

@@ -10,9 +10,8 @@ namespace rill::cuda {
 Status launch_kda_prepare(const backend::KdaPrepareArgs& a, const CudaContext& cx);
 size_t kda_attention_scratch_bytes(const backend::KdaAttentionArgs& a);
 Status launch_kda_attention(const backend::KdaAttentionArgs& a, const CudaContext& cx);
-// The fused decode step: whether the model should use it (unless RILL_KDA_FUSED_DECODE=0), whether `a` fits the
-// kernel (formats and sizes), and its launcher.
-bool kda_decode_enabled();
+// The fused decode step: whether `a` fits the kernel (formats and sizes; the model uses it where it fits
+// unless CudaBackendOptions::kda_fused_decode is off), and its launcher.
 bool kda_decode_fusable(const backend::KdaDecodeArgs& a);
 Status launch_kda_decode(const backend::KdaDecodeArgs& a, const CudaContext& cx);
 

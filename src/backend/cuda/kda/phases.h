@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstdint>
 
+#include "backend/cuda/common/smem.h"
 #include "backend/cuda/context.h"
 #include "backend/cuda/kda/params.h"
 #include "core/status.h"
@@ -25,9 +26,5 @@ Status launch_chunk_plan(const ChunkParams& p, cudaStream_t stream);
 Status launch_chunk_intra(const ChunkParams& p, int n_chunks, const CudaContext& cx);
 // Per (prefill sequence, head, v block): the inter-chunk recurrence, output and final state.
 Status launch_chunk_recurrence(const ChunkParams& p, int n_prefill, const CudaContext& cx);
-
-// Raises a kernel's dynamic shared-memory limit once per device.
-Status opt_in_smem(const void* kernel, size_t bytes, const CudaContext& cx,
-                   std::atomic<uint64_t>* done_devices);
 
 }  // namespace rill::cuda::kda

@@ -3,6 +3,7 @@
 // combine -> W_UV; prefill sequences through gather -> kv_b expansion (cuBLASLt via GemmRunner) -> flash.
 #include <cstdint>
 
+#include "backend/cuda/common/align.h"
 #include "backend/cuda/common/check.h"
 #include "backend/cuda/gemm/gemm_runner.h"
 #include "backend/cuda/mla/mla.h"
@@ -11,10 +12,6 @@
 namespace rill::cuda {
 namespace mla {
 namespace {
-
-bool aligned16(const void* p) {
-  return (reinterpret_cast<uintptr_t>(p) & 15) == 0;
-}
 
 // Shapes and dtypes the kernels are built for; a failure names the unsupported value.
 Status check_args(const backend::MlaAttentionArgs& a) {
@@ -58,24 +55,12 @@ Status check_alignment(const backend::MlaAttentionArgs& a) {
 
 }  // namespace
 
-Status opt_in_smem(const void* kernel, size_t bytes, const CudaContext& cx,
-                   std::atomic<uint64_t>* done_devices) {
-  if (bytes > cx.max_smem_per_block)
-    return unavailable("mla_attention (CUDA): kernel needs {} bytes of shared memory, the device allows {}",
-                       bytes, cx.max_smem_per_block);
-  const uint64_t bit = uint64_t(1) << (cx.device & 63);
-  if (done_devices->load(std::memory_order_acquire) & bit) return {};
-  RILL_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
-  done_devices->fetch_or(bit, std::memory_order_release);
-  return {};
-}
-
 }  // namespace mla
 
-size_t mla_attention_scratch_bytes(const backend::MlaAttentionArgs& a) {
+size_t mla_attention_scratch_bytes(const backend::MlaAttentionArgs& a, const CudaContext& cx) {
   if (!a.layout || !a.kv_b || a.layout->n_tokens == 0 || !mla::check_args(a).ok()) return 0;
   mla::Plan plan;
-  if (!mla::make_plan(a, mla::plan_sm_count(), &plan).ok()) return 0;
+  if (!mla::make_plan(a, cx, &plan).ok()) return 0;
   return plan.bytes;
 }
 
@@ -87,7 +72,7 @@ Status launch_mla_attention(const backend::MlaAttentionArgs& a, const CudaContex
   if (l.n_tokens == 0) return {};
   if (!cx.gemm) return internal_error("mla_attention (CUDA): no GEMM runner in the context");
   Plan plan;
-  RILL_TRY(make_plan(a, plan_sm_count(), &plan));  // same SM count as the dry run's sizing
+  RILL_TRY(make_plan(a, cx, &plan));  // the same plan as the scratch query's
   if (!a.scratch)
     return internal_error("mla_attention (CUDA): needs {} scratch bytes but has no arena", plan.bytes);
   const size_t mark = a.scratch->used();

@@ -1,5 +1,6 @@
 // Paged MLA cache write: one warp per token; KimiRMSNorm of c (fp32 sum of squares, normalised value rounded
 // to bf16, times the weight, rounded) and the raw k_pe, stored at the token's (block, offset).
+#include "backend/cuda/common/align.h"
 #include "backend/cuda/common/check.h"
 #include "backend/cuda/common/device_math.cuh"
 #include "backend/cuda/common/launch.h"
@@ -59,10 +60,6 @@ __global__ void __launch_bounds__(kWarps * 32, 4) cache_write_kernel(const Cache
   for (int c = n_lat + lane; c < n_all; c += 32) dst[c] = src[c];  // k_pe: neither normalised nor rotated
 }
 
-bool aligned16(const void* p) {
-  return (reinterpret_cast<uintptr_t>(p) & 15) == 0;
-}
-
 }  // namespace
 }  // namespace mla
 
@@ -76,7 +73,7 @@ Status launch_mla_cache_write(const backend::MlaCacheWriteArgs& a, const CudaCon
     return invalid_argument("mla_cache_write (CUDA): widths must be multiples of 8 (kv_lora {}, row {})", lat,
                             width);
   if (a.ckv.stride(0) % 8 != 0 || a.cache.stride(0) % 8 != 0 || a.cache.stride(1) % 8 != 0 ||
-      !mla::aligned16(a.ckv.data) || !mla::aligned16(a.cache.data))
+      !aligned16(a.ckv.data) || !aligned16(a.cache.data))
     return invalid_argument("mla_cache_write (CUDA): ckv {} and cache {} rows must be 16-byte aligned",
                             a.ckv.describe(), a.cache.describe());
   if (l.block_size < 1) return invalid_argument("mla_cache_write (CUDA): block size {}", l.block_size);

@@ -7,14 +7,11 @@
 #include <cstdlib>
 #include <limits>
 
+#include "backend/cuda/common/align.h"
 #include "backend/cuda/mla/phases.h"
 
 namespace rill::cuda::mla {
 namespace {
-
-size_t align256(size_t x) {
-  return (x + 255) / 256 * 256;
-}
 
 // The split target minimising the decode makespan estimate: waves of split-KV CTAs (one resident per SM)
 // times the longest split plus its fixed cost (Q load, partial write, combine read).
@@ -52,28 +49,15 @@ int pick_tiles_per_split(const backend::BatchLayoutHost& h, int n_heads, int sm_
   return best;
 }
 
+// Row cap of one expansion group: kExpandRows unless the backend's options set another.
+int expand_rows_cap(const CudaContext& cx) {
+  return cx.options.mla_expand_rows > 0 ? cx.options.mla_expand_rows : kExpandRows;
+}
+
 }  // namespace
 
-int plan_sm_count() {
-  int device = 0, sms = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess || sms <= 0) {
-    cudaGetLastError();
-    return 132;  // H200; only the split choice depends on it
-  }
-  return sms;
-}
-
-int expand_rows_cap() {
-  static const int cap = [] {
-    const char* v = std::getenv("RILL_MLA_EXPAND_ROWS");
-    const long n = v ? std::strtol(v, nullptr, 10) : 0;
-    return n > 0 && n <= (1 << 30) ? int(n) : kExpandRows;
-  }();
-  return cap;
-}
-
-Status make_plan(const backend::MlaAttentionArgs& a, int sm_count, Plan* out) {
+Status make_plan(const backend::MlaAttentionArgs& a, const CudaContext& cx, Plan* out) {
+  const int sm_count = cx.sm_count;
   const backend::BatchLayoutHost& h = *a.layout->host;
   Plan p;
   p.n_seqs = h.n_seqs();
@@ -115,7 +99,7 @@ Status make_plan(const backend::MlaAttentionArgs& a, int sm_count, Plan* out) {
   // Expansion groups: consecutive prefill sequences while their context rows fit the cap. The scratch holds
   // min(pf_rows, cap) rows, a function of the counts that is monotone in them, so the workspace's dry runs
   // (Model::reserve_workspace) bound every step they admit.
-  const int64_t cap = std::max<int64_t>(longest, expand_rows_cap());
+  const int64_t cap = std::max<int64_t>(longest, expand_rows_cap(cx));
   p.group_rows = int(std::min<int64_t>(pf_rows, cap));
   int64_t tile = 0, row = 0;
   for (int s = 0; s < p.n_seqs; ++s) {

@@ -64,7 +64,7 @@ __global__ void __launch_bounds__(kDecThreads, 1) decode_splitkv_kernel(const De
         src = p.q + int64_t(t0 + tl) * p.q_row + int64_t(h) * p.q_head + kNope + (col - kLora / 8) * 8;
       }
     }
-    cp_async_16(sq + row * kDecLd + col * 8, src, ok);
+    cp_async16(sq + row * kDecLd + col * 8, src, ok);
   }
   // Cache tile: thread copies 18 chunks of key row tid / 4 (one block-table look-up per tile).
   auto load_tile = [&](int buf, int key0) {
@@ -80,7 +80,7 @@ __global__ void __launch_bounds__(kDecThreads, 1) decode_splitkv_kernel(const De
 #pragma unroll
     for (int i = 0; i < kLatK / 8 / 4; ++i) {
       const int col = (tid & 3) + 4 * i;
-      cp_async_16(dst + col * 8, ok ? src + col * 8 : p.cache, ok);
+      cp_async16(dst + col * 8, ok ? src + col * 8 : p.cache, ok);
     }
   };
   load_tile(0, kb);
@@ -115,8 +115,8 @@ __global__ void __launch_bounds__(kDecThreads, 1) decode_splitkv_kernel(const De
 #pragma unroll 4
     for (int kk = 0; kk < kLatK / 16; ++kk) {
       uint32_t a[4], b[4];
-      ldmatrix_x4(a, sq + (mi * 16 + lm_a_row(lane)) * kDecLd + kk * 16 + lm_a_col(lane));
-      ldmatrix_x4(b, kt + (ni * 16 + lm_bnk_row(lane)) * kDecLd + kk * 16 + lm_bnk_col(lane));
+      ldsm_x4(a, sq + (mi * 16 + lm_a_row(lane)) * kDecLd + kk * 16 + lm_a_col(lane));
+      ldsm_x4(b, kt + (ni * 16 + lm_bnk_row(lane)) * kDecLd + kk * 16 + lm_bnk_col(lane));
       mma_bf16(sc[0], a, b[0], b[1]);
       mma_bf16(sc[1], a, b[2], b[3]);
     }
@@ -173,12 +173,11 @@ __global__ void __launch_bounds__(kDecThreads, 1) decode_splitkv_kernel(const De
 #pragma unroll
     for (int kk = 0; kk < kDecKeys / 16; ++kk) {
       uint32_t a[4];
-      ldmatrix_x4(a, sp + (mi * 16 + lm_a_row(lane)) * kDecLdP + kk * 16 + lm_a_col(lane));
+      ldsm_x4(a, sp + (mi * 16 + lm_a_row(lane)) * kDecLdP + kk * 16 + lm_a_col(lane));
 #pragma unroll
       for (int np = 0; np < 8; ++np) {
         uint32_t b[4];
-        ldmatrix_x4_trans(b,
-                          kt + (kk * 16 + lm_bkn_row(lane)) * kDecLd + ni * 128 + np * 16 + lm_bkn_col(lane));
+        ldsm_x4_trans(b, kt + (kk * 16 + lm_bkn_row(lane)) * kDecLd + ni * 128 + np * 16 + lm_bkn_col(lane));
         mma_bf16(o[2 * np], a, b[0], b[1]);
         mma_bf16(o[2 * np + 1], a, b[2], b[3]);
       }
@@ -219,8 +218,8 @@ std::atomic<uint64_t> g_smem_set{0};
 
 Status launch_decode_splitkv(const DecodeParams& p, const CudaContext& cx) {
   if (p.n_work == 0) return {};
-  RILL_TRY(
-      opt_in_smem(reinterpret_cast<const void*>(&decode_splitkv_kernel), kDecSmemBytes, cx, &g_smem_set));
+  RILL_TRY(opt_in_smem("mla_attention", reinterpret_cast<const void*>(&decode_splitkv_kernel), kDecSmemBytes,
+                       cx, &g_smem_set));
   return launch("mla_decode_splitkv", {dim3(unsigned(p.n_work)), dim3(kDecThreads), size_t(kDecSmemBytes)},
                 cx.stream, decode_splitkv_kernel, p);
 }

@@ -38,19 +38,19 @@ __global__ void __launch_bounds__(kThreads) head_gemm_kernel(const HeadGemmParam
   auto load = [&](int stage, int k0) {
 #pragma unroll
     for (int i = 0; i < 2; ++i)
-      cp_async_16(&sa[stage][((tid >> 2) + 32 * i) * kLdA + (tid & 3) * 8], a_ok[i] ? a_src[i] + k0 : p.a,
-                  a_ok[i]);
+      cp_async16(&sa[stage][((tid >> 2) + 32 * i) * kLdA + (tid & 3) * 8], a_ok[i] ? a_src[i] + k0 : p.a,
+                 a_ok[i]);
     if constexpr (kBKn) {  // 32 k-rows x 8 chunks of n
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
         const int r = (tid >> 3) + 16 * i, c = tid & 7;
-        cp_async_16(&sb[stage][r * kLdB + c * 8], b_head + int64_t(k0 + r) * p.b_ld + n0 + c * 8, true);
+        cp_async16(&sb[stage][r * kLdB + c * 8], b_head + int64_t(k0 + r) * p.b_ld + n0 + c * 8, true);
       }
     } else {  // 64 n-rows x 4 chunks of k
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
         const int r = (tid >> 2) + 32 * i, c = tid & 3;
-        cp_async_16(&sb[stage][r * kLdB + c * 8], b_head + int64_t(n0 + r) * p.b_ld + k0 + c * 8, true);
+        cp_async16(&sb[stage][r * kLdB + c * 8], b_head + int64_t(n0 + r) * p.b_ld + k0 + c * 8, true);
       }
     }
   };
@@ -81,16 +81,15 @@ __global__ void __launch_bounds__(kThreads) head_gemm_kernel(const HeadGemmParam
       uint32_t af[2][4];
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt)
-        ldmatrix_x4(af[mt], &sa[st][(wm * 32 + mt * 16 + lm_a_row(lane)) * kLdA + ks * 16 + lm_a_col(lane)]);
+        ldsm_x4(af[mt], &sa[st][(wm * 32 + mt * 16 + lm_a_row(lane)) * kLdA + ks * 16 + lm_a_col(lane)]);
 #pragma unroll
       for (int np = 0; np < 2; ++np) {
         uint32_t bfr[4];
         if constexpr (kBKn)
-          ldmatrix_x4_trans(
-              bfr, &sb[st][(ks * 16 + lm_bkn_row(lane)) * kLdB + wn * 32 + np * 16 + lm_bkn_col(lane)]);
+          ldsm_x4_trans(bfr,
+                        &sb[st][(ks * 16 + lm_bkn_row(lane)) * kLdB + wn * 32 + np * 16 + lm_bkn_col(lane)]);
         else
-          ldmatrix_x4(bfr,
-                      &sb[st][(wn * 32 + np * 16 + lm_bnk_row(lane)) * kLdB + ks * 16 + lm_bnk_col(lane)]);
+          ldsm_x4(bfr, &sb[st][(wn * 32 + np * 16 + lm_bnk_row(lane)) * kLdB + ks * 16 + lm_bnk_col(lane)]);
 #pragma unroll
         for (int mt = 0; mt < 2; ++mt) {
           mma_bf16(acc[mt][2 * np], af[mt], bfr[0], bfr[1]);

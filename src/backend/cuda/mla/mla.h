@@ -8,7 +8,7 @@
 namespace rill::cuda {
 
 Status launch_mla_cache_write(const backend::MlaCacheWriteArgs& a, const CudaContext& cx);
-size_t mla_attention_scratch_bytes(const backend::MlaAttentionArgs& a);
+size_t mla_attention_scratch_bytes(const backend::MlaAttentionArgs& a, const CudaContext& cx);
 Status launch_mla_attention(const backend::MlaAttentionArgs& a, const CudaContext& cx);
 
 }  // namespace rill::cuda

@@ -31,7 +31,7 @@ constexpr int kKvbRows = kNope + kV;  // 256 kv_b rows per head: W_UK (128) then
 constexpr int kDecodeMaxNew = 16;
 
 // Prefill expansion groups hold up to this many context rows (287 MiB of ctx + kvx at 32 heads) unless one
-// sequence alone has more; RILL_MLA_EXPAND_ROWS overrides it (tests force many groups with a small value).
+// sequence alone has more; the backend option mla_expand_rows overrides it (tests force many groups with 64).
 constexpr int kExpandRows = 16384;
 
 // Decode split-KV kernel: 32 (token, head) rows x 64-key cache tiles, 8 warps, 2 smem stages.

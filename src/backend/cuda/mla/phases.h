@@ -6,20 +6,16 @@
 #include <cstdint>
 
 #include "backend/backend.h"
+#include "backend/cuda/common/smem.h"
 #include "backend/cuda/context.h"
 #include "backend/cuda/mla/params.h"
 
 namespace rill::cuda::mla {
 
-// Host plan from layout->host (no device access); fails on counts that overflow the int32 plan arrays.
-Status make_plan(const backend::MlaAttentionArgs& a, int sm_count, Plan* out);
-// SM count of the current device (both the dry run and the launcher plan with it, so their sizes agree).
-int plan_sm_count();
-// kExpandRows, or RILL_MLA_EXPAND_ROWS where set (read once: the dry run and every launch agree).
-int expand_rows_cap();
-// Raises a kernel's dynamic shared-memory limit once per device.
-Status opt_in_smem(const void* kernel, size_t bytes, const CudaContext& cx,
-                   std::atomic<uint64_t>* done_devices);
+// Host plan from layout->host (no device access) for the context's device (cx.sm_count) and options
+// (mla_expand_rows); the scratch query and the launcher both plan with the same context, so their sizes
+// agree. Fails on counts that overflow the int32 plan arrays.
+Status make_plan(const backend::MlaAttentionArgs& a, const CudaContext& cx, Plan* out);
 
 Status launch_plan(const PlanParams& p, cudaStream_t stream);
 Status launch_head_gemm(const HeadGemmParams& p, bool b_is_kn, int n_heads, cudaStream_t stream);

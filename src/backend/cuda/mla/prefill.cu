@@ -59,7 +59,7 @@ __global__ void __launch_bounds__(kPfThreads, 2) prefill_kernel(const PrefillPar
     const int c = tid + i * kPfThreads, row = c / (kQk / 8), col = c % (kQk / 8);
     const bool ok = row < n_q;
     const bf16* src = ok ? p.q + int64_t(t0 + row) * p.q_row + int64_t(h) * p.q_head + col * 8 : p.q;
-    cp_async_16(sq + row * kPfLdK + col * 8, src, ok);
+    cp_async16(sq + row * kPfLdK + col * 8, src, ok);
   }
   cp_async_commit();
   // K/V tile: thread copies half of key row tid / 2: 12 K chunks (16 k_nope from kvx, 8 k_pe from ctx), 8 V.
@@ -74,12 +74,12 @@ __global__ void __launch_bounds__(kPfThreads, 2) prefill_kernel(const PrefillPar
 #pragma unroll
     for (int i = 0; i < kQk / 8 / 2; ++i) {
       const int col = half + 2 * i;
-      cp_async_16(dk + col * 8, col < kNope / 8 ? kvx + col * 8 : pe + (col - kNope / 8) * 8, ok);
+      cp_async16(dk + col * 8, col < kNope / 8 ? kvx + col * 8 : pe + (col - kNope / 8) * 8, ok);
     }
 #pragma unroll
     for (int i = 0; i < kV / 8 / 2; ++i) {
       const int col = half + 2 * i;
-      cp_async_16(dv + col * 8, kvx + kNope + col * 8, ok);
+      cp_async16(dv + col * 8, kvx + kNope + col * 8, ok);
     }
   };
   load_kv(0, 0);
@@ -90,7 +90,7 @@ __global__ void __launch_bounds__(kPfThreads, 2) prefill_kernel(const PrefillPar
   uint32_t qf[kQk / 16][4];
 #pragma unroll
   for (int kk = 0; kk < kQk / 16; ++kk)
-    ldmatrix_x4(qf[kk], sq + (warp * 16 + lm_a_row(lane)) * kPfLdK + kk * 16 + lm_a_col(lane));
+    ldsm_x4(qf[kk], sq + (warp * 16 + lm_a_row(lane)) * kPfLdK + kk * 16 + lm_a_col(lane));
   int qpos[2];
   qpos[0] = q_pos0 + warp * 16 + g;
   qpos[1] = qpos[0] + 8;
@@ -122,7 +122,7 @@ __global__ void __launch_bounds__(kPfThreads, 2) prefill_kernel(const PrefillPar
 #pragma unroll
       for (int np = 0; np < kPfK / 16; ++np) {
         uint32_t b[4];
-        ldmatrix_x4(b, kt + (np * 16 + lm_bnk_row(lane)) * kPfLdK + kk * 16 + lm_bnk_col(lane));
+        ldsm_x4(b, kt + (np * 16 + lm_bnk_row(lane)) * kPfLdK + kk * 16 + lm_bnk_col(lane));
         mma_bf16(sc[2 * np], qf[kk], b[0], b[1]);
         mma_bf16(sc[2 * np + 1], qf[kk], b[2], b[3]);
       }
@@ -173,7 +173,7 @@ __global__ void __launch_bounds__(kPfThreads, 2) prefill_kernel(const PrefillPar
 #pragma unroll
       for (int np = 0; np < kV / 16; ++np) {
         uint32_t b[4];
-        ldmatrix_x4_trans(b, vt + (kk * 16 + lm_bkn_row(lane)) * kPfLdV + np * 16 + lm_bkn_col(lane));
+        ldsm_x4_trans(b, vt + (kk * 16 + lm_bkn_row(lane)) * kPfLdV + np * 16 + lm_bkn_col(lane));
         mma_bf16(o[2 * np], pa[kk], b[0], b[1]);
         mma_bf16(o[2 * np + 1], pa[kk], b[2], b[3]);
       }
@@ -209,7 +209,8 @@ Status launch_prefill(const PrefillParams& p, const CudaContext& cx) {
   const int n_tiles = p.tile_end - p.tile_begin;
   if (n_tiles <= 0) return {};
   if (p.n_heads > 65535) return invalid_argument("mla_attention (CUDA): {} heads exceed the grid", p.n_heads);
-  RILL_TRY(opt_in_smem(reinterpret_cast<const void*>(&prefill_kernel), kPfSmemBytes, cx, &g_smem_set));
+  RILL_TRY(opt_in_smem("mla_attention", reinterpret_cast<const void*>(&prefill_kernel), kPfSmemBytes, cx,
+                       &g_smem_set));
   const dim3 grid(n_tiles, p.n_heads);
   prefill_kernel<<<grid, kPfThreads, kPfSmemBytes, cx.stream>>>(p);
   RILL_CUDA_CHECK_LAUNCH("mla_prefill");

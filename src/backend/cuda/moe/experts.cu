@@ -530,14 +530,9 @@ bool div8(int64_t v) {
   return v % 8 == 0;
 }
 
-// A shared expert the bf16 decode GEMVs can take: dense bf16 with contiguous rows. RILL_MOE_FUSE_SHARED=0 runs
-// it as separate ops (the A/B switch of the decode benchmark).
+// A shared expert the bf16 decode GEMVs can take: dense bf16 with contiguous rows. CudaBackendOptions::
+// moe_fuse_shared off runs it as separate ops (the A/B switch of the decode benchmark; cuda_backend.cc).
 bool fusable_shared_expert(const backend::MoeExpertsArgs& a) {
-  static const bool enabled = [] {
-    const char* v = std::getenv("RILL_MOE_FUSE_SHARED");
-    return v == nullptr || std::string_view(v) != "0";
-  }();
-  if (!enabled) return false;
   auto dense_bf16 = [](const backend::LinearWeight* w) {
     return w && w->format == backend::WeightFormat::Dense && w->weight.dtype == DType::BF16 &&
            w->weight.rank() == 2 && (w->weight.size(1) <= 1 || w->weight.stride(1) == 1);
@@ -778,7 +773,8 @@ Status run_grouped(const backend::MoeExpertsArgs& a, const ExpertsPlan& s, char*
   moe_plan_kernel<<<1, kPlanThreads, 0, cx.stream>>>(pl);
   RILL_CUDA_CHECK_LAUNCH("moe_plan");
 
-  bool cublas = !s.mxfp4 && cx.moe_grouped_gemm != nullptr && s.pairs >= cx.moe_cublas_min_pairs;
+  bool cublas = !s.mxfp4 && cx.moe_grouped_gemm != nullptr && cx.options.moe_cublas_grouped &&
+                s.pairs >= cx.options.moe_cublas_min_pairs;
   if (cublas) {  // it reads the slot counts back to the host: not inside a graph capture
     cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
     RILL_CUDA_CHECK(cudaStreamIsCapturing(cx.stream, &capture));

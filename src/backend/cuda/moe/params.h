@@ -18,11 +18,6 @@ using bf16 = __nv_bfloat16;
 // expert's weights anyway, so grouping would only add launches.
 constexpr int kDecodeMaxPairs = 64;
 
-// Grouped steps of at least this many pairs run their expert GEMMs through cuBLAS's grouped GEMM
-// (cublas_grouped.h) when not captured in a graph: it reads the slot counts back once per layer, a wait that
-// pays off only on prefill-sized steps (docs/PERF.md measures both paths per token count).
-constexpr long long kCublasMinPairs = 4096;
-
 // Grouped GEMM tiles: 64 slots x 128 output rows x 32 k per stage, 3 cp.async stages, 8 warps as 2 (M) x 4
 // (N) warp tiles of 32 x 32 (mma.sync m16n8k16 bf16, fp32 accumulators). Rows are padded to 40 bf16 (80
 // bytes) so ldmatrix reads are bank-conflict free. The gate_up GEMM interleaves 8-row blocks of gate and up

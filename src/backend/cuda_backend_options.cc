@@ -1,0 +1,65 @@
+#include "backend/cuda_backend_options.h"
+
+#include <charconv>
+
+namespace rill::backend {
+namespace {
+
+Result<bool> parse_bool(std::string_view key, std::string_view v) {
+  if (v == "1" || v == "true" || v == "on") return true;
+  if (v == "0" || v == "false" || v == "off") return false;
+  return invalid_argument("backend option {}: expected 0/1/true/false/on/off, got \"{}\"", key, v);
+}
+
+}  // namespace
+
+std::string cuda_backend_option_keys() {
+  return "pdl, kda_fused_decode, kda_recurrent_verify, moe_fuse_shared, mla_expand_rows, gemm_autotune, "
+         "moe_cublas_grouped, moe_cublas_min_pairs";
+}
+
+Status set_cuda_backend_option(CudaBackendOptions& o, std::string_view key_value) {
+  const size_t eq = key_value.find('=');
+  if (eq == std::string_view::npos)
+    return invalid_argument("backend option \"{}\": expected key=value (keys: {})", key_value,
+                            cuda_backend_option_keys());
+  const std::string_view key = key_value.substr(0, eq), value = key_value.substr(eq + 1);
+  bool* flag = key == "pdl"                    ? &o.pdl
+               : key == "kda_fused_decode"     ? &o.kda_fused_decode
+               : key == "kda_recurrent_verify" ? &o.kda_recurrent_verify
+               : key == "moe_fuse_shared"      ? &o.moe_fuse_shared
+               : key == "gemm_autotune"        ? &o.gemm_autotune
+               : key == "moe_cublas_grouped"   ? &o.moe_cublas_grouped
+                                               : nullptr;
+  if (flag) {
+    RILL_ASSIGN_OR_RETURN(*flag, parse_bool(key, value));
+    return {};
+  }
+  if (key == "moe_cublas_min_pairs") {
+    int n = -1;
+    const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
+    if (ec != std::errc() || end != value.data() + value.size() || n < 0)
+      return invalid_argument("backend option moe_cublas_min_pairs: expected a count of pairs >= 0, got \"{}\"",
+                              value);
+    o.moe_cublas_min_pairs = n;
+    return {};
+  }
+  if (key == "mla_expand_rows") {
+    int n = -1;
+    const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
+    if (ec != std::errc() || end != value.data() + value.size() || n < 0 || n > (1 << 30))
+      return invalid_argument(
+          "backend option mla_expand_rows: expected rows in [0, 2^30] (0: the default), got \"{}\"", value);
+    o.mla_expand_rows = n;
+    return {};
+  }
+  return invalid_argument("unknown backend option \"{}\" (keys: {})", key, cuda_backend_option_keys());
+}
+
+Result<CudaBackendOptions> parse_cuda_backend_options(const std::vector<std::string>& key_values) {
+  CudaBackendOptions o;
+  for (const std::string& kv : key_values) RILL_TRY(set_cuda_backend_option(o, kv));
+  return o;
+}
+
+}  // namespace rill::backend

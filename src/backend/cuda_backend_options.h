@@ -1,0 +1,55 @@
+// CudaBackendOptions: the CUDA backend's kernel-path switches, explicit per backend (no environment variables
+// under backend/). Set from the commands that make a backend (`--backend-option key=value`, cli/common.h) and
+// by tests, which make one backend per setting and so cover both paths of a switch in one program. No CUDA
+// types here: the CLI and the CPU-only build include it (C++17-clean too: cuda/context.h holds one). The
+// defaults are the measured-faster paths.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "backend/backend.h"
+#include "core/status.h"
+
+namespace rill::backend {
+
+struct CudaBackendOptions {
+  // Programmatic dependent launch on every kernel launched through cuda::launch() (common/launch.h); off:
+  // plain stream order (the kernels' waits become no-ops). `pdl`.
+  bool pdl = true;
+  // The fused KDA decode step (kda/decode_fused.cu); off: the separate prepare/recurrent/norm ops. Measured
+  // on the H200 (2026-12-05): a graphed batch-1 decode step of the 48B shape 3.219 ms instead of 3.249.
+  // `kda_fused_decode`.
+  bool kda_fused_decode = true;
+  // Verify-sized KDA sequences (up to kda::kRecurrentMaxTokens tokens) through the recurrent kernel; off: the
+  // chunked prefill path. `kda_recurrent_verify`.
+  bool kda_recurrent_verify = true;
+  // The shared expert inside the bf16 MoE decode GEMVs; off: gemm, glu, gemm, add. `moe_fuse_shared`.
+  bool moe_fuse_shared = true;
+  // Row cap of one MLA prefill context-expansion group (mla/README.md); 0: the kernel's default
+  // (mla::kExpandRows). Tests set 64 so two prefill sequences take several groups. `mla_expand_rows`.
+  int mla_expand_rows = 0;
+  // cuBLASLt algorithm autotuning per GEMM shape (gemm/); off: the heuristic's first choice. `gemm_autotune`.
+  bool gemm_autotune = false;
+  // The bf16 expert GEMMs of grouped MoE steps with at least moe_cublas_min_pairs (token, expert) pairs through
+  // cuBLAS's grouped GEMM (moe/cublas_grouped.h; never inside a graph capture); off: rill's mma.sync grouped
+  // kernels for every grouped step. `moe_cublas_grouped`, `moe_cublas_min_pairs`. Neither changes the scratch
+  // a step plans, so Backend::set_option may flip them between steps (the benchmark's A/B).
+  bool moe_cublas_grouped = true;
+  int moe_cublas_min_pairs = 4096;
+};
+
+// Applies one "key=value" (keys as above; booleans 0/1/true/false/on/off); an error names the key or value
+// and lists the keys.
+Status set_cuda_backend_option(CudaBackendOptions& o, std::string_view key_value);
+// Applies each "key=value" in order.
+Result<CudaBackendOptions> parse_cuda_backend_options(const std::vector<std::string>& key_values);
+// The keys, for help texts: "pdl, kda_fused_decode, ...".
+std::string cuda_backend_option_keys();
+
+// make_backend (backend.h) with the CUDA backend's options; the CPU backend takes none and ignores them.
+Result<std::unique_ptr<Backend>> make_backend(std::string_view name, const CudaBackendOptions& options);
+
+}  // namespace rill::backend
