@@ -1,5 +1,7 @@
 #include "cli/parallel_flags.h"
 
+#include "backend/cuda_backend_options.h"
+
 #include "core/log.h"
 #include "runner/parallel_executor.h"
 
@@ -91,6 +93,7 @@ Result<LocalEngine> open_local_engine(const std::string& dir, const DeviceOption
   if (!cpu) {
     RILL_ASSIGN_OR_RETURN(p.comm.first_gpu, backend::parse_cuda_device(out.be->name()));
   }
+  RILL_ASSIGN_OR_RETURN(p.comm.cuda, backend::parse_cuda_backend_options(dev.backend_options));
   p.comm.kind = cpu                  ? backend::CommKind::Threads
                 : f.ranks_on_one_gpu ? backend::CommKind::SharedGpu
                                      : backend::CommKind::Nccl;
