@@ -83,6 +83,13 @@ void Engine::Impl::publish_locked() {
   s.kda_snapshots_total = caches->snapshots().capacity();
   s.prefix_cache_evicted_blocks = caches->evicted_blocks();
   s.kda_snapshots_evicted = caches->evicted_snapshots();
+  s.prefix_cache_hits_host = sched->prefix_hits_host();
+  s.kv_offload_bytes_to_host = caches->tier_bytes_to_host();
+  s.kv_offload_bytes_to_device = caches->tier_bytes_to_device();
+  s.host_tier_blocks = caches->host_blocks().used_count();
+  s.host_tier_blocks_total = caches->host_blocks().capacity();
+  s.host_tier_snapshots = caches->host_snapshots().used_count();
+  s.host_tier_snapshots_total = caches->host_snapshots().capacity();
   const SpecDecodeStats& sd = sched->spec_decode();
   s.spec_num_drafts = sd.n_drafts;
   s.spec_num_draft_tokens = sd.n_draft_tokens;
@@ -170,6 +177,7 @@ void Engine::Impl::step() {
   std::vector<int32_t> ids;
   for (const auto& t : sampled) ids.push_back(t.id);
   counters.steps++;
+  counters.kv_offload_wait_seconds += out->tier_copy_seconds;
   int iteration_tokens = 0;
   for (const auto& p : plan.seqs)
     if (p.seq->n_computed < p.seq->n_prompt) {
@@ -271,6 +279,9 @@ Result<std::unique_ptr<Engine>> Engine::create(const ExecutorFactory& make_execu
   if (o.max_batch_size < 1) return invalid_argument("--max-batch-size must be at least 1");
   if (o.max_num_tokens < 1) return invalid_argument("--max-num-tokens must be at least 1");
   if (o.mask_threads < 0) return invalid_argument("mask_threads must be 0 (automatic) or more");
+  if (o.kv_offloading_gib < 0) return invalid_argument("--kv-offloading-size {} must be 0 or more", o.kv_offloading_gib);
+  if (o.kv_offloading_gib > 0 && !o.enable_prefix_caching)
+    return invalid_argument("--kv-offloading-size keeps evicted prefix-cache blocks: it needs --enable-prefix-caching");
   if (o.gpu_memory_utilization < 0 || o.gpu_memory_utilization > 1)
     return invalid_argument("--gpu-memory-utilization {} must be in (0, 1]", o.gpu_memory_utilization);
   RILL_TRY(o.speculative.validate());
@@ -305,6 +316,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const ExecutorFactory& make_execu
   ro.enforce_eager = o.enforce_eager;
   ro.capture_graphs = o.capture_graphs;
   ro.num_speculative_tokens = o.speculative.enabled() ? o.speculative.num_speculative_tokens : 0;
+  ro.host_tier_bytes = int64_t(o.kv_offloading_gib * double(1ll << 30));
   cache::PrefixCacheOptions& prefix = ro.prefix;
   prefix.enabled = o.enable_prefix_caching;
   prefix.snapshot_interval = o.kda_snapshot_interval;
