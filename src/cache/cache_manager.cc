@@ -333,6 +333,12 @@ Status CacheManager::evict_all() {
   return {};
 }
 
+Status CacheManager::offload_all() {
+  if (!host_tier()) return {};
+  while (const PrefixIndex::EntryId id = index_.device_lru_end()) RILL_TRY(demote(id));
+  return {};
+}
+
 // --- host tier ---------------------------------------------------------------------------------------------
 
 Status CacheManager::give_back(const PrefixIndex::Evicted& ev) {

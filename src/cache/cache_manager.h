@@ -134,6 +134,9 @@ class CacheManager {
   Status release(SequenceCache* seq);
   // Evicts every cached block and snapshot no running sequence holds (vLLM's reset_prefix_cache).
   Status evict_all();
+  // Host tier: moves every cached block no running sequence holds to the host tier, as memory pressure would
+  // (benchmarks and tests: a returning request then comes back from the host). No-op without a host tier.
+  Status offload_all();
 
   // Speculative decoding (rollback by checkpoint + re-feed): every sequence slot has its own checkpoint slot.
   bool has_checkpoints() const { return n_checkpoints_ > 0; }

@@ -43,7 +43,9 @@ struct Engine::Impl {
   EngineStats published;  // the scheduler's and caches' state as the engine thread last saw it
   // reset_prefix_cache requests, served by the engine thread (it owns the caches).
   uint64_t resets_asked = 0, resets_done = 0;
+  bool reset_to_host = false;  // the pending reset is offload_prefix_cache's (they are not mixed: tests, benches)
   Status reset_status;
+  Status cache_reset(bool to_host);
   std::mutex join_mu;  // one shutdown joins the thread; a concurrent one waits for it
   std::thread thread;
 
@@ -236,7 +238,7 @@ void Engine::Impl::loop() {
                resets_asked > resets_done;
       });
       if (resets_asked > resets_done) {
-        reset_status = caches->evict_all();
+        reset_status = reset_to_host ? caches->offload_all() : caches->evict_all();
         resets_done = resets_asked;
         cv.notify_all();
       }
@@ -422,16 +424,24 @@ EngineStats Engine::stats() const {
 }
 
 Status Engine::reset_prefix_cache() {
-  Impl& m = *impl_;
+  return impl_->cache_reset(false);
+}
+
+Status Engine::offload_prefix_cache() {
+  return impl_->cache_reset(true);
+}
+
+Status Engine::Impl::cache_reset(bool to_host) {
   Status st;
   {
-    std::unique_lock lock(m.mu);
-    if (m.stopping) return unavailable("the engine is shutting down");
-    const uint64_t ticket = ++m.resets_asked;
-    m.cv.notify_all();
-    m.cv.wait(lock, [&] { return m.resets_done >= ticket || m.stopping; });
-    if (m.resets_done < ticket) return unavailable("the engine is shutting down");
-    st = m.reset_status;
+    std::unique_lock lock(mu);
+    if (stopping) return unavailable("the engine is shutting down");
+    const uint64_t ticket = ++resets_asked;
+    reset_to_host = to_host;
+    cv.notify_all();
+    cv.wait(lock, [&] { return resets_done >= ticket || stopping; });
+    if (resets_done < ticket) return unavailable("the engine is shutting down");
+    st = reset_status;
   }
   return st;
 }

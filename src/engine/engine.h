@@ -235,6 +235,9 @@ class Engine {
   // Evicts every cached block and snapshot no running request holds; returns once done (vLLM's
   // /reset_prefix_cache). A no-op without prefix caching.
   Status reset_prefix_cache();
+  // With a host tier (kv_offloading_gib): moves every cached block and snapshot no running request holds
+  // from the device to the host tier, as memory pressure would (benchmarks, tests); returns once done.
+  Status offload_prefix_cache();
   // Stops accepting; with `drain`, lets running and waiting requests finish, else cancels them; joins the
   // thread.
   void shutdown(bool drain);

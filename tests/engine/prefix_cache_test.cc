@@ -406,6 +406,30 @@ TEST_P(PrefixCache, AFullHostTierEvictsAndStillEqualsNoCaching) {
   conversations_through_the_host_tier(3.0 / 1024, false);
 }
 
+// Engine::offload_prefix_cache moves everything cached to the host tier (as pressure would): the same prompt
+// again then comes back from there, whole.
+TEST_P(PrefixCache, APromptOffloadedToTheHostTierComesBackWhole) {
+  const uint32_t seed = test_seed();
+  SCOPED_TRACE("RILL_TEST_SEED=" + std::to_string(seed));
+  std::mt19937 rng(seed);
+  EngineOptions o = caching(64, 64, 2);
+  o.kv_offloading_gib = 0.02;
+  Harness on(current_fixture, o);
+  const auto prompt = random_tokens(rng, 200);
+  expect_same(on.run(prompt, 4), reference(prompt, 4), "first");
+  ASSERT_TRUE(on.engine().offload_prefix_cache().ok());
+  EngineStats st = on.engine().stats();
+  EXPECT_EQ(st.prefix_cache_blocks, 3);  // still indexed, now in the host tier
+  EXPECT_EQ(st.host_tier_blocks, 3);
+  EXPECT_EQ(st.kda_snapshots_used, 0);
+  const Outcome again = on.run(prompt, 4);
+  expect_same(again, reference(prompt, 4), "from the host tier");
+  EXPECT_EQ(again.cached, 192);
+  st = on.engine().stats();
+  EXPECT_EQ(st.prefix_cache_hits_host, 192u);
+  EXPECT_GT(st.kv_offload_bytes_to_device, 0u);
+}
+
 // A host tier that cannot be had (here: more host memory than the machine has; on CUDA also memory that
 // cannot be pinned) is logged and skipped: the engine serves as with prefix caching alone.
 TEST_P(PrefixCache, AHostTierThatCannotBeAllocatedIsSkipped) {
