@@ -169,6 +169,7 @@ Result<StepOutput> ModelRunner::execute(const model::StepBatch& batch, const Sam
 std::unique_ptr<model::Model> ModelRunner::release_model() {
   graphs_.reset();
   caches_ = {};
+  host_ = {};
   return std::move(model_);
 }
 
