@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "backend/backend.h"
 #include "engine/engine.h"
 #include "model/model.h"
 
@@ -50,8 +51,35 @@ std::string PrefixBenchResult::describe(const PrefixBenchOptions& o) const {
       "  warm, caching on   {:6}-token prompt, {:6} tokens cached: TTFT {:10.2f} ms   "
       "({:.2f}x faster than cold with caching on, {:.2f}x than caching off)\n",
       o.snapshot_interval, o.max_num_tokens, memory_plan, o.prompt_tokens, cold_off_ms, o.prompt_tokens,
-      cold_ms, o.prompt_tokens, cached_tokens, warm_ms, ratio(), ratio_vs_off());
+      cold_ms, o.prompt_tokens, cached_tokens, warm_ms, ratio(), ratio_vs_off()) +
+         (o.host_tier_gib > 0
+              ? fmt::format("  from the host tier {:6}-token prompt, {:6} tokens cached: TTFT {:10.2f} ms   "
+                            "({:.2f}x faster than cold with caching on; {:.1f} MiB back at {:.1f} GB/s if the "
+                            "TTFT were all copy, ceiling {:.1f} GB/s)\n",
+                            o.prompt_tokens, host_cached_tokens, host_ms, host_ms > 0 ? cold_ms / host_ms : 0,
+                            host_bytes / (1 << 20), host_ms > 0 ? host_bytes / (host_ms * 1e-3) / 1e9 : 0,
+                            copy_ceiling_gbps)
+              : std::string());
 }
+
+namespace {
+
+// The host -> device copy ceiling: `bytes` from pinned host memory in one copy (the backend's host tier
+// path), median of 5.
+Result<double> copy_ceiling_gbps(backend::Backend& be, size_t bytes) {
+  RILL_ASSIGN_OR_RETURN(backend::DeviceAllocation host, be.allocate_host(bytes));
+  RILL_ASSIGN_OR_RETURN(backend::DeviceAllocation dev, be.allocate(bytes));
+  std::vector<double> ms;
+  for (int i = 0; i < 5; ++i) {
+    RILL_ASSIGN_OR_RETURN(double t, be.time_ms([&] {
+      return be.copy_host_tier_batch({{dev.data(), host.data(), bytes, false}});
+    }));
+    ms.push_back(t);
+  }
+  return double(bytes) / (median(ms) * 1e-3) / 1e9;
+}
+
+}  // namespace
 
 std::string PrefixBenchResult::markdown_row(const PrefixBenchOptions& o) const {
   return fmt::format(
@@ -84,7 +112,7 @@ Result<PrefixBenchResult> bench_prefix_reuse(std::unique_ptr<model::Model> model
   int cached = 0;
 
   // Caching off: the cold reference.
-  std::vector<double> cold_off, cold, warm;
+  std::vector<double> cold_off, cold, warm, host;
   {
     RILL_ASSIGN_OR_RETURN(auto engine, engine::Engine::create(std::move(model), nullptr, eo));
     RILL_TRY(
@@ -96,6 +124,8 @@ Result<PrefixBenchResult> bench_prefix_reuse(std::unique_ptr<model::Model> model
     model = engine->release_model();  // the engine's caches go with it, before the next one plans its memory
   }
   eo.enable_prefix_caching = true;
+  eo.kv_offloading_gib = o.host_tier_gib;
+  backend::Backend& be = model->backend();
   RILL_ASSIGN_OR_RETURN(auto engine, engine::Engine::create(std::move(model), nullptr, eo));
   r.memory_plan = engine->memory_plan();
   RILL_TRY(time_to_first_token(*engine, tokens(o.prompt_tokens), &cached).status());
@@ -114,8 +144,20 @@ Result<PrefixBenchResult> bench_prefix_reuse(std::unique_ptr<model::Model> model
     cold.push_back(c);
     warm.push_back(w);
     r.cached_tokens = cached;
+    if (o.host_tier_gib > 0) {
+      RILL_TRY(engine->offload_prefix_cache());
+      const uint64_t before = engine->stats().kv_offload_bytes_to_device;
+      RILL_ASSIGN_OR_RETURN(double h, time_to_first_token(*engine, with_suffix(), &cached));
+      host.push_back(h);
+      r.host_cached_tokens = cached;
+      r.host_bytes = double(engine->stats().kv_offload_bytes_to_device - before);
+    }
   }
   engine->shutdown(true);
+  if (o.host_tier_gib > 0 && r.host_bytes > 0) {
+    RILL_ASSIGN_OR_RETURN(r.copy_ceiling_gbps, copy_ceiling_gbps(be, size_t(r.host_bytes)));
+  }
+  r.host_ms = median(host);
   r.cold_off_ms = median(cold_off);
   r.cold_ms = median(cold);
   r.warm_ms = median(warm);

@@ -22,12 +22,19 @@ struct PrefixBenchOptions {
   int snapshot_interval = 256;
   int snapshot_budget_mib = 2048;
   int repeats = 3;  // timed cold/warm pairs (median), after one warm-up request
+  // > 0: a host tier of this many GiB (--kv-offloading-size), and a third request per repeat: the warm one
+  // again after every cached block went to the host tier (Engine::offload_prefix_cache).
+  double host_tier_gib = 0;
 };
 
 struct PrefixBenchResult {
   // Medians: the cold prompt with caching off (one engine) and on (another engine on the same model: its
   // prefill chunks end at every snapshot position), then the warm prompt (caching on).
   double cold_off_ms = 0, cold_ms = 0, warm_ms = 0;
+  // Host tier: the warm prompt brought back from the host (median), the bytes one such request brought back,
+  // and the host -> device copy ceiling of the same bytes from pinned memory, measured in the same run.
+  double host_ms = 0, host_bytes = 0, copy_ceiling_gbps = 0;
+  int host_cached_tokens = 0;
   int cached_tokens = 0;  // what the warm requests reported as cached (the last one)
   std::string memory_plan;
   double ratio() const { return warm_ms > 0 ? cold_ms / warm_ms : 0; }

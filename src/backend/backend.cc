@@ -1,6 +1,8 @@
 #include "backend/backend.h"
 
 #include <chrono>
+#include <cstdio>
+#include <fstream>
 #include <thread>
 
 #include "core/sizes.h"
@@ -78,6 +80,34 @@ Status Backend::copy_to_device_batch(const std::vector<CopyJob>& jobs,
     RILL_TRY(copy_to_device(j.dst, j.src, j.bytes));
     if (progress) progress(j.bytes);
   }
+  return {};
+}
+
+std::optional<size_t> host_available_memory() {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string line;
+  unsigned long long kib = 0;
+  while (std::getline(meminfo, line))  // "MemAvailable:   23174512 kB"
+    if (std::sscanf(line.c_str(), "MemAvailable: %llu kB", &kib) == 1) return size_t(kib) * 1024;
+  return std::nullopt;
+}
+
+Result<DeviceAllocation> Backend::allocate_host(size_t bytes) {
+  if (const auto available = host_available_memory(); available && bytes > *available)
+    return resource_exhausted("{} of host memory asked for, {} available", format_bytes(double(bytes)),
+                              format_bytes(double(*available)));
+  try {
+    auto buf = std::make_shared<HostBuffer>(bytes ? bytes : 1);
+    void* p = buf->data();
+    return DeviceAllocation(p, bytes, std::move(buf));
+  } catch (const std::bad_alloc&) {
+    return resource_exhausted("cannot allocate {} of host memory", format_bytes(double(bytes)));
+  }
+}
+
+Status Backend::copy_host_tier_batch(const std::vector<HostCopy>& copies) {
+  for (const HostCopy& c : copies)
+    RILL_TRY(c.to_host ? copy_to_host(c.dst, c.src, c.bytes) : copy_to_device(c.dst, c.src, c.bytes));
   return {};
 }
 

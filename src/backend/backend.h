@@ -307,6 +307,18 @@ struct DeviceCopy {
   size_t bytes = 0;
 };
 
+// One copy between device memory and the prefix cache's host tier (runner::apply_cache_ops: MLA blocks and KDA
+// snapshots moved to host memory and back, issue #38).
+struct HostCopy {
+  void* dst = nullptr;
+  const void* src = nullptr;
+  size_t bytes = 0;
+  bool to_host = true;  // device -> host; false: host -> device
+};
+
+// MemAvailable of /proc/meminfo; nullopt where unknown.
+std::optional<size_t> host_available_memory();
+
 // One host-to-device copy of a bulk upload (weight loading).
 struct CopyJob {
   void* dst = nullptr;        // device
@@ -390,6 +402,15 @@ class Backend {
   // `progress(bytes)` is called as copies complete (from any thread). Blocking.
   virtual Status copy_to_device_batch(const std::vector<CopyJob>& jobs,
                                       const std::function<void(size_t)>& progress);
+  // Host memory for the prefix cache's host tier (--kv-offloading-size), checked against MemAvailable first:
+  // page-locked where copies to and from it run asynchronously (CUDA: cudaHostAlloc), plain memory on the
+  // CPU. An error names the size and the reason; the caller then runs without the tier.
+  virtual Result<DeviceAllocation> allocate_host(size_t bytes);
+  virtual bool host_memory_pinned() const { return false; }
+  // Copies between device memory and allocate_host memory, in order, after the work queued before them and
+  // before the work queued after, without the host waiting for them (CUDA: on a copy stream of its own,
+  // joined to the compute stream by events both ways). Default: blocking copies one by one.
+  virtual Status copy_host_tier_batch(const std::vector<HostCopy>& copies);
   virtual Status fill_zero(TensorView t) = 0;
   // Seeded uniform values (the --load-format dummy path): floats in [lo, hi); U8 integers in [lo, hi].
   // Element i depends only on (seed, i), so every backend fills the same values.

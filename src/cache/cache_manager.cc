@@ -13,6 +13,11 @@ std::string MemoryPlan::describe() const {
   if (n_snapshots > 0)
     s += fmt::format(", {} KDA snapshots for prefix caching (+{} staging slots; {:.1f} MiB)", n_snapshots,
                      n_staging, double(snapshot_bytes) / (1 << 20));
+  if (n_host_blocks > 0)
+    s += fmt::format(
+        "; host tier{}: {} MLA blocks ({:.1f} MiB) and {} KDA snapshots ({:.1f} MiB)", pinned_host ? " (pinned)" : "",
+        n_host_blocks, double(n_host_blocks) * double(host_block_bytes) / (1 << 20), n_host_snapshots,
+        double(n_host_snapshots) * double(host_snapshot_bytes) / (1 << 20));
   if (n_checkpoints > 0)
     s += fmt::format(
         ", {} KDA checkpoint slots for speculative decoding ({:.1f} MiB, {:.2f} MiB per sequence)",
@@ -32,7 +37,23 @@ Result<CacheManager> CacheManager::create(const MemoryPlan& plan, const PrefixCa
   if (plan.n_checkpoints != 0 && plan.n_checkpoints != plan.n_slots)
     return invalid_argument("caches: {} speculation checkpoints for {} sequence slots (one each, or none)",
                             plan.n_checkpoints, plan.n_slots);
+  if (plan.n_host_blocks < 0 || plan.n_host_snapshots < 0 || (plan.n_host_blocks > 0) != (plan.n_host_snapshots > 0))
+    return invalid_argument("caches: a host tier needs blocks and snapshots (got {} and {})", plan.n_host_blocks,
+                            plan.n_host_snapshots);
   return CacheManager(plan, prefix);
+}
+
+uint64_t CacheManager::tier_bytes_to_host() const {
+  return tier_.blocks_to_host * uint64_t(host_block_bytes_) + tier_.snapshots_to_host * uint64_t(host_snapshot_bytes_);
+}
+
+uint64_t CacheManager::tier_bytes_to_device() const {
+  return tier_.blocks_to_device * uint64_t(host_block_bytes_) +
+         tier_.snapshots_to_device * uint64_t(host_snapshot_bytes_);
+}
+
+void CacheManager::queue_tier(TierCopy::Kind kind, int32_t device, int32_t host) {
+  ops_.tier_copies.push_back({kind, device, host, uint32_t(ops_.kda_slot_copies.size())});
 }
 
 CacheOps CacheManager::take_ops() {
@@ -47,13 +68,19 @@ PrefixHit CacheManager::find_prefix(std::span<const int32_t> tokens) const {
   const int B = block_size();
   // At most up to the last token: it is always computed, since its logits sample the next one.
   std::vector<PrefixIndex::EntryId> chain = index_.match(tokens, B, (int(tokens.size()) - 1) / B);
-  while (!chain.empty() && index_.entry(chain.back()).snapshot < 0) chain.pop_back();
+  auto has_snapshot = [&](PrefixIndex::EntryId id) {
+    return index_.entry(id).snapshot >= 0 || index_.entry(id).host_snapshot >= 0;
+  };
+  while (!chain.empty() && !has_snapshot(chain.back())) chain.pop_back();
   if (chain.empty()) return hit;
-  hit.snapshot = index_.entry(chain.back()).snapshot;
+  const PrefixIndex::Entry& last = index_.entry(chain.back());
+  hit.snapshot = last.snapshot;
+  if (last.snapshot < 0) hit.host_snapshot = last.host_snapshot;
   for (PrefixIndex::EntryId id : chain) {
     const PrefixIndex::Entry& e = index_.entry(id);
     hit.blocks.push_back(e.block);
-    hit.n_idle += e.refs == 0;
+    hit.n_idle += e.refs == 0 && e.block >= 0;
+    hit.n_host += e.block < 0;
   }
   hit.entries = std::move(chain);
   return hit;
@@ -78,7 +105,7 @@ std::vector<int32_t> CacheManager::snapshot_positions_inside(int from, int n, in
 }
 
 bool CacheManager::can_admit(const PrefixHit& hit, int first_step_tokens) const {
-  const int fresh = blocks_for(first_step_tokens) - int(hit.entries.size());
+  const int fresh = blocks_for(first_step_tokens) - int(hit.entries.size()) + hit.n_host;
   return slots_.free_count() >= 1 && fresh <= available_blocks() - hit.n_idle;
 }
 
@@ -87,7 +114,8 @@ Status CacheManager::admit(SequenceCache* seq, const PrefixHit& hit, int first_s
   if (!can_admit(hit, first_step_tokens)) return resource_exhausted("no free state slot or cache blocks");
   RILL_ASSIGN_OR_RETURN(auto slot, slots_.allocate(1));
   index_.acquire(hit.entries);  // before allocating: held blocks are never evicted
-  auto fresh = allocate_blocks(blocks_for(first_step_tokens) - int(hit.entries.size()));
+  // Blocks brought back from the host tier take fresh device blocks too (first).
+  auto fresh = allocate_blocks(blocks_for(first_step_tokens) - int(hit.entries.size()) + hit.n_host);
   if (!fresh.ok()) {
     RILL_TRY(index_.release(hit.entries));
     RILL_TRY(slots_.release(slot));
@@ -105,10 +133,30 @@ Status CacheManager::admit(SequenceCache* seq, const PrefixHit& hit, int first_s
     }
     ops_.kda_slot_copies.push_back({snapshots_.slot(hit.snapshot), slot[0]});
     snapshots_.touch(hit.snapshot);
+  } else if (hit.host_snapshot >= 0) {
+    if (hit.host_snapshot >= host_snapshots_.capacity()) {
+      RILL_TRY(blocks_.release(*fresh));
+      RILL_TRY(index_.release(hit.entries));
+      RILL_TRY(slots_.release(slot));
+      return internal_error("admit: prefix hit names host snapshot {} outside the tier of {}", hit.host_snapshot,
+                            host_snapshots_.capacity());
+    }
+    queue_tier(TierCopy::Kind::SnapshotToDevice, slot[0], hit.host_snapshot);
+    tier_.snapshots_to_device++;
   }
   seq->slot = slot[0];
   seq->blocks = hit.blocks;
-  seq->blocks.insert(seq->blocks.end(), fresh->begin(), fresh->end());
+  size_t next = 0;
+  for (size_t i = 0; i < hit.entries.size(); ++i) {
+    if (seq->blocks[i] >= 0) continue;
+    // In the host tier only (held since acquire, so it stayed there): back into a fresh device block.
+    const int32_t b = (*fresh)[next++];
+    queue_tier(TierCopy::Kind::BlockToDevice, b, index_.entry(hit.entries[i]).host_block);
+    index_.set_device_block(hit.entries[i], b);
+    seq->blocks[i] = b;
+    tier_.blocks_to_device++;
+  }
+  seq->blocks.insert(seq->blocks.end(), fresh->begin() + long(next), fresh->end());
   seq->shared = hit.entries;
   seq->unpublishable = false;
   seq->tail_entry = 0;
@@ -135,6 +183,11 @@ Result<std::vector<int32_t>> CacheManager::allocate_blocks(int n) {
 }
 
 Status CacheManager::evict_block() {
+  if (host_tier()) {
+    const PrefixIndex::EntryId id = index_.device_lru_end();
+    if (!id) return internal_error("prefix cache: {} idle blocks but none at a chain end", index_.n_idle());
+    return demote(id);
+  }
   const auto ev = index_.evict_one();
   if (!ev) return internal_error("prefix cache: {} idle blocks but none at a chain end", index_.n_idle());
   RILL_TRY(blocks_.release(std::span<const int32_t>(&ev->block, 1)));
@@ -152,6 +205,7 @@ Result<int32_t> CacheManager::save_snapshot(int32_t slot, PrefixIndex::EntryId a
   if (!s) {
     // Full: the least recently used snapshot goes (no running sequence needs one after its admission).
     const auto [victim, owner] = *snapshots_.least_recently_used();
+    if (host_tier()) RILL_TRY(offload_snapshot(owner, victim));  // before the slot is written again
     index_.set_snapshot(owner, -1);
     RILL_TRY(snapshots_.release(victim));
     evicted_snapshots_++;
@@ -185,9 +239,14 @@ Status CacheManager::commit(SequenceCache* seq, std::span<const int32_t> tokens,
     if (PrefixIndex::EntryId id = index_.find(parent, block_tokens)) {
       // Another sequence cached the same block first: share theirs and give ours back. Both are full, so
       // neither is written again; later tokens read theirs (equal up to rounding if chunked differently).
+      // One in the host tier only takes ours as its device block (its parent is ours, on the device).
       index_.acquire(std::span(&id, 1));
-      RILL_TRY(blocks_.release(std::span<const int32_t>(&seq->blocks[i], 1)));
-      seq->blocks[i] = index_.entry(id).block;
+      if (index_.entry(id).block < 0) {
+        index_.set_device_block(id, seq->blocks[i]);
+      } else {
+        RILL_TRY(blocks_.release(std::span<const int32_t>(&seq->blocks[i], 1)));
+        seq->blocks[i] = index_.entry(id).block;
+      }
       seq->shared.push_back(id);
     } else if (PrefixIndex::EntryId added = index_.insert(parent, block_tokens, seq->blocks[i])) {
       seq->shared.push_back(added);
@@ -263,8 +322,134 @@ Status CacheManager::truncate(SequenceCache* seq, int n_tokens) {
 }
 
 Status CacheManager::evict_all() {
-  while (index_.n_idle() > 0) RILL_TRY(evict_block());
+  if (!host_tier()) {
+    while (index_.n_idle() > 0) RILL_TRY(evict_block());
+    return {};
+  }
+  // Every tier: chain ends first, until only what running sequences hold is left.
+  for (std::vector<PrefixIndex::EntryId> ends = index_.idle_chain_ends(); !ends.empty();
+       ends = index_.idle_chain_ends())
+    for (PrefixIndex::EntryId id : ends) RILL_TRY(give_back(index_.erase(id)));
   return {};
+}
+
+Status CacheManager::offload_all() {
+  if (!host_tier()) return {};
+  while (const PrefixIndex::EntryId id = index_.device_lru_end()) RILL_TRY(demote(id));
+  return {};
+}
+
+// --- host tier ---------------------------------------------------------------------------------------------
+
+Status CacheManager::give_back(const PrefixIndex::Evicted& ev) {
+  if (ev.block >= 0) {
+    RILL_TRY(blocks_.release(std::span<const int32_t>(&ev.block, 1)));
+    evicted_blocks_++;
+  }
+  if (ev.snapshot >= 0) {
+    RILL_TRY(snapshots_.release(ev.snapshot));
+    evicted_snapshots_++;
+  }
+  if (ev.host_block >= 0) {
+    RILL_TRY(host_blocks_.release(std::span<const int32_t>(&ev.host_block, 1)));
+    tier_.evicted_host_blocks++;
+  }
+  if (ev.host_snapshot >= 0) {
+    RILL_TRY(host_snapshots_.release(std::span<const int32_t>(&ev.host_snapshot, 1)));
+    tier_.evicted_host_snapshots++;
+  }
+  return {};
+}
+
+Status CacheManager::forget(PrefixIndex::EntryId id) {
+  const PrefixIndex::EntryId parent = index_.entry(id).parent;
+  RILL_TRY(give_back(index_.erase(id)));
+  return prune_upwards(parent);
+}
+
+// A host-only chain end without a snapshot can never serve a hit (a hit ends at a snapshot): it goes, and
+// then its parent may be one.
+Status CacheManager::prune_upwards(PrefixIndex::EntryId id) {
+  while (id) {
+    const PrefixIndex::Entry& e = index_.entry(id);
+    if (e.block >= 0 || e.refs > 0 || e.n_children > 0 || e.host_snapshot >= 0) return {};
+    const PrefixIndex::EntryId parent = e.parent;
+    RILL_TRY(give_back(index_.erase(id)));
+    id = parent;
+  }
+  return {};
+}
+
+Result<int32_t> CacheManager::allocate_host_block() {
+  while (host_blocks_.free_count() == 0) {
+    const PrefixIndex::EntryId id = index_.host_lru_block();
+    if (!id) return -1;
+    const PrefixIndex::Entry& e = index_.entry(id);
+    if (e.block >= 0) {  // a copy of a block still on the device: only the copy goes
+      const int32_t h = e.host_block;
+      index_.set_host_block(id, -1);
+      RILL_TRY(host_blocks_.release(std::span<const int32_t>(&h, 1)));
+      tier_.evicted_host_blocks++;
+    } else {  // a host-only chain end: with its snapshot
+      RILL_TRY(forget(id));
+    }
+  }
+  RILL_ASSIGN_OR_RETURN(auto h, host_blocks_.allocate(1));
+  return h[0];
+}
+
+Result<int32_t> CacheManager::allocate_host_snapshot() {
+  while (host_snapshots_.free_count() == 0) {
+    const PrefixIndex::EntryId id = index_.host_lru_snapshot();
+    if (!id) return -1;
+    const int32_t h = index_.entry(id).host_snapshot;
+    index_.set_host_snapshot(id, -1);
+    RILL_TRY(host_snapshots_.release(std::span<const int32_t>(&h, 1)));
+    tier_.evicted_host_snapshots++;
+    RILL_TRY(prune_upwards(id));  // blocks past the chain's last snapshot are of no use now
+  }
+  RILL_ASSIGN_OR_RETURN(auto h, host_snapshots_.allocate(1));
+  return h[0];
+}
+
+Status CacheManager::offload_snapshot(PrefixIndex::EntryId id, int32_t snapshot) {
+  if (index_.entry(id).host_snapshot >= 0) return {};
+  RILL_ASSIGN_OR_RETURN(const int32_t h, allocate_host_snapshot());
+  if (h < 0) return {};
+  queue_tier(TierCopy::Kind::SnapshotToHost, snapshots_.slot(snapshot), h);
+  index_.set_host_snapshot(id, h);
+  tier_.snapshots_to_host++;
+  return {};
+}
+
+Status CacheManager::demote(PrefixIndex::EntryId id) {
+  // Worth a host block: a snapshot here, or host entries continuing the chain (each chain of them ends in
+  // one, prune_upwards sees to that).
+  const PrefixIndex::Entry& e = index_.entry(id);
+  bool keep = e.n_children > 0 || e.snapshot >= 0 || e.host_snapshot >= 0;
+  if (keep && e.host_block < 0) {
+    RILL_ASSIGN_OR_RETURN(const int32_t h, allocate_host_block());
+    if (h >= 0) {
+      queue_tier(TierCopy::Kind::BlockToHost, e.block, h);
+      index_.set_host_block(id, h);
+      tier_.blocks_to_host++;
+    } else {
+      keep = false;
+    }
+  }
+  if (keep && e.snapshot >= 0) RILL_TRY(offload_snapshot(id, e.snapshot));
+  const int32_t block = e.block, snapshot = e.snapshot;
+  index_.drop_device(id);
+  RILL_TRY(blocks_.release(std::span<const int32_t>(&block, 1)));
+  evicted_blocks_++;
+  if (snapshot >= 0) {
+    RILL_TRY(snapshots_.release(snapshot));
+    evicted_snapshots_++;
+  }
+  if (keep) return prune_upwards(id);
+  // No host block for it: it and the host entries continuing its chain (unreachable without it) go.
+  for (PrefixIndex::EntryId d : index_.descendants(id)) RILL_TRY(give_back(index_.erase(d)));
+  return forget(id);
 }
 
 }  // namespace rill::cache

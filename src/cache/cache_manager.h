@@ -11,8 +11,15 @@
 // chain that has a snapshot at its end, restores the snapshot into its slot and computes only the rest.
 // Blocks it shares are full, so nobody writes them again. Unreferenced blocks and snapshots stay until memory
 // runs short.
+//
+// Host tier (issue #38, `MemoryPlan::n_host_blocks` / `n_host_snapshots`, vLLM's --kv-offloading-size): a
+// block evicted from the device, and a snapshot evicted with it or from the full snapshot pool, move to the
+// host tier instead of being forgotten (TierCopy ops); a prefix hit may then take blocks and its snapshot from
+// there, brought back at admission into fresh device blocks and the sequence's slot. Which host items go when
+// the host tier is full is README.md's policy.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -55,9 +62,11 @@ struct PrefixCacheOptions {
 // A cached prefix a sequence can resume from: a chain of blocks ending where a KDA snapshot was taken.
 struct PrefixHit {
   std::vector<PrefixIndex::EntryId> entries;
-  std::vector<int32_t> blocks;
-  int32_t snapshot = -1;
+  std::vector<int32_t> blocks;  // -1 for an entry in the host tier only
+  int32_t snapshot = -1;        // a device snapshot, or -1
+  int32_t host_snapshot = -1;   // else the host tier snapshot restored into the slot
   int n_idle = 0;  // blocks of the hit no running sequence holds (they stop counting as evictable once taken)
+  int n_host = 0;  // entries brought back from the host tier (each needs a fresh device block)
   int n_tokens(int block_size) const { return int(entries.size()) * block_size; }
 };
 
@@ -66,6 +75,11 @@ struct MemoryPlan {
   // Speculative decoding: one checkpoint state slot per sequence slot (0 or n_slots).
   int n_checkpoints = 0;
   int64_t state_bytes = 0, kv_bytes = 0, snapshot_bytes = 0, checkpoint_bytes = 0;
+  // Host tier (prefix caching only): MLA blocks and KDA snapshots in host memory, and the bytes of one of each
+  // (every layer).
+  int n_host_blocks = 0, n_host_snapshots = 0;
+  int64_t host_block_bytes = 0, host_snapshot_bytes = 0;
+  bool pinned_host = false;  // the host tier's memory is page-locked (asynchronous copies)
   std::string describe() const;
 };
 
@@ -120,6 +134,9 @@ class CacheManager {
   Status release(SequenceCache* seq);
   // Evicts every cached block and snapshot no running sequence holds (vLLM's reset_prefix_cache).
   Status evict_all();
+  // Host tier: moves every cached block no running sequence holds to the host tier, as memory pressure would
+  // (benchmarks and tests: a returning request then comes back from the host). No-op without a host tier.
+  Status offload_all();
 
   // Speculative decoding (rollback by checkpoint + re-feed): every sequence slot has its own checkpoint slot.
   bool has_checkpoints() const { return n_checkpoints_ > 0; }
@@ -146,6 +163,18 @@ class CacheManager {
   uint64_t evicted_blocks() const { return evicted_blocks_; }
   uint64_t evicted_snapshots() const { return evicted_snapshots_; }
 
+  // Host tier.
+  bool host_tier() const { return prefix_.enabled && (host_blocks_.capacity() > 0); }
+  const IdPool& host_blocks() const { return host_blocks_; }
+  const IdPool& host_snapshots() const { return host_snapshots_; }
+  struct TierCounters {
+    uint64_t blocks_to_host = 0, blocks_to_device = 0, snapshots_to_host = 0, snapshots_to_device = 0;
+    uint64_t evicted_host_blocks = 0, evicted_host_snapshots = 0;  // left the host tier for good
+  };
+  const TierCounters& tier_counters() const { return tier_; }
+  uint64_t tier_bytes_to_host() const;
+  uint64_t tier_bytes_to_device() const;
+
  private:
   CacheManager(const MemoryPlan& plan, const PrefixCacheOptions& prefix)
       : block_size_(plan.block_size),
@@ -157,7 +186,11 @@ class CacheManager {
         n_staging_(prefix.enabled ? plan.n_staging : 0),
         first_staging_(plan.n_slots + plan.n_snapshots),
         n_checkpoints_(plan.n_checkpoints),
-        first_checkpoint_(plan.n_slots + plan.n_snapshots + n_staging_) {}
+        first_checkpoint_(plan.n_slots + plan.n_snapshots + n_staging_),
+        host_blocks_("host tier blocks", prefix.enabled ? plan.n_host_blocks : 0),
+        host_snapshots_("host tier snapshots", prefix.enabled ? plan.n_host_snapshots : 0),
+        host_block_bytes_(plan.host_block_bytes),
+        host_snapshot_bytes_(plan.host_snapshot_bytes) {}
   // n blocks, evicting unreferenced cached ones when too few are free.
   Result<std::vector<int32_t>> allocate_blocks(int n);
   Status evict_block();
@@ -165,6 +198,21 @@ class CacheManager {
   // taken, or -1.
   Result<int32_t> save_snapshot(int32_t slot, PrefixIndex::EntryId at);
   Status drop_tail_snapshot(SequenceCache* seq);
+  // Host tier: moves the device chain end `id` (unreferenced) to the host tier, or forgets it where it is no
+  // use there (no snapshot at or after it) or no host block can be had.
+  Status demote(PrefixIndex::EntryId id);
+  // A host block or snapshot, making room by the policy (README.md); nullopt when nothing may go.
+  // (-1: nothing may go.)
+  Result<int32_t> allocate_host_block();
+  Result<int32_t> allocate_host_snapshot();
+  // Takes an entry out of the index for good (every tier), then its parents while they are host-only chain
+  // ends without a snapshot (no use to anyone).
+  Status forget(PrefixIndex::EntryId id);
+  Status prune_upwards(PrefixIndex::EntryId id);
+  Status give_back(const PrefixIndex::Evicted& ev);
+  // Offloads the device snapshot of `id` to the host tier unless it has one there (a queued copy).
+  Status offload_snapshot(PrefixIndex::EntryId id, int32_t snapshot);
+  void queue_tier(TierCopy::Kind kind, int32_t device, int32_t host);
 
   int block_size_;
   PrefixCacheOptions prefix_;
@@ -176,6 +224,9 @@ class CacheManager {
   int n_staging_ = 0, first_staging_ = 0;
   int n_checkpoints_ = 0, first_checkpoint_ = 0;
   uint64_t evicted_blocks_ = 0, evicted_snapshots_ = 0;
+  IdPool host_blocks_, host_snapshots_;
+  int64_t host_block_bytes_ = 0, host_snapshot_bytes_ = 0;
+  TierCounters tier_;
 };
 
 }  // namespace rill::cache

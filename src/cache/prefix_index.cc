@@ -48,8 +48,11 @@ std::vector<PrefixIndex::EntryId> PrefixIndex::match(std::span<const int32_t> to
 
 void PrefixIndex::relink(EntryId id, uint64_t old_last_use) {
   const Entry& e = entries_.at(id);
-  evictable_.erase({old_last_use, id});
-  if (e.refs == 0 && e.n_children == 0) evictable_.insert({e.last_use, id});
+  for (auto* set : {&evictable_, &host_blocks_, &host_snapshots_}) set->erase({old_last_use, id});
+  if (e.block >= 0 && e.refs == 0 && e.n_device_children == 0) evictable_.insert({e.last_use, id});
+  if (e.host_block >= 0 && (e.block >= 0 || (e.refs == 0 && e.n_children == 0)))
+    host_blocks_.insert({e.last_use, id});
+  if (e.host_snapshot >= 0 && e.refs == 0) host_snapshots_.insert({e.last_use, id});
 }
 
 PrefixIndex::EntryId PrefixIndex::insert(EntryId parent, std::span<const int32_t> tokens, int32_t block) {
@@ -67,6 +70,7 @@ PrefixIndex::EntryId PrefixIndex::insert(EntryId parent, std::span<const int32_t
   by_hash_.emplace(hash, id);
   if (parent) {
     at(parent).n_children++;
+    at(parent).n_device_children++;
     relink(parent, at(parent).last_use);
   }
   return id;
@@ -75,7 +79,7 @@ PrefixIndex::EntryId PrefixIndex::insert(EntryId parent, std::span<const int32_t
 void PrefixIndex::acquire(std::span<const EntryId> ids) {
   for (EntryId id : ids) {
     Entry& e = at(id);
-    if (e.refs++ == 0) n_idle_--;
+    if (e.refs++ == 0 && e.block >= 0) n_idle_--;
     relink(id, e.last_use);
   }
 }
@@ -92,7 +96,7 @@ Status PrefixIndex::release(std::span<const EntryId> ids) {
     Entry& e = at(id);
     const uint64_t old = e.last_use;
     e.last_use = now;
-    if (--e.refs == 0) n_idle_++;
+    if (--e.refs == 0 && e.block >= 0) n_idle_++;
     relink(id, old);
   }
   return {};
@@ -103,19 +107,96 @@ void PrefixIndex::set_snapshot(EntryId id, int32_t snapshot) {
 }
 
 std::optional<PrefixIndex::Evicted> PrefixIndex::evict_one() {
-  if (evictable_.empty()) return std::nullopt;
-  const EntryId id = evictable_.begin()->second;
-  evictable_.erase(evictable_.begin());
+  const EntryId id = device_lru_end();
+  if (!id || at(id).n_children > 0) return std::nullopt;
+  return erase(id);
+}
+
+PrefixIndex::EntryId PrefixIndex::device_lru_end() const {
+  return evictable_.empty() ? 0 : evictable_.begin()->second;
+}
+
+PrefixIndex::EntryId PrefixIndex::host_lru_block() const {
+  return host_blocks_.empty() ? 0 : host_blocks_.begin()->second;
+}
+
+PrefixIndex::EntryId PrefixIndex::host_lru_snapshot() const {
+  return host_snapshots_.empty() ? 0 : host_snapshots_.begin()->second;
+}
+
+void PrefixIndex::drop_device(EntryId id) {
+  Entry& e = at(id);
+  if (e.block < 0) return;
+  e.block = -1;
+  e.snapshot = -1;
+  if (e.refs == 0) n_idle_--;
+  relink(id, e.last_use);
+  if (e.parent) {
+    at(e.parent).n_device_children--;
+    relink(e.parent, at(e.parent).last_use);
+  }
+}
+
+void PrefixIndex::set_device_block(EntryId id, int32_t block) {
+  Entry& e = at(id);
+  if (e.block >= 0) return;
+  e.block = block;
+  if (e.refs == 0) n_idle_++;
+  relink(id, e.last_use);
+  if (e.parent) {
+    at(e.parent).n_device_children++;
+    relink(e.parent, at(e.parent).last_use);
+  }
+}
+
+void PrefixIndex::set_host_block(EntryId id, int32_t host_block) {
+  at(id).host_block = host_block;
+  relink(id, at(id).last_use);
+}
+
+void PrefixIndex::set_host_snapshot(EntryId id, int32_t host_snapshot) {
+  at(id).host_snapshot = host_snapshot;
+  relink(id, at(id).last_use);
+}
+
+PrefixIndex::Evicted PrefixIndex::erase(EntryId id) {
   const Entry& e = at(id);
-  const Evicted out{e.block, e.snapshot};
+  const Evicted out{e.block, e.snapshot, e.host_block, e.host_snapshot};
+  for (auto* set : {&evictable_, &host_blocks_, &host_snapshots_}) set->erase({e.last_use, id});
+  if (e.block >= 0 && e.refs == 0) n_idle_--;
   if (e.parent) {
     Entry& p = at(e.parent);
     p.n_children--;
+    if (e.block >= 0) p.n_device_children--;
     relink(e.parent, p.last_use);
   }
   by_hash_.erase(e.hash);
   entries_.erase(id);
-  n_idle_--;
+  return out;
+}
+
+std::vector<PrefixIndex::EntryId> PrefixIndex::idle_chain_ends() const {
+  std::vector<EntryId> out;
+  for (const auto& [id, e] : entries_)
+    if (e.refs == 0 && e.n_children == 0) out.push_back(id);
+  return out;
+}
+
+std::vector<PrefixIndex::EntryId> PrefixIndex::descendants(EntryId id) const {
+  std::vector<std::pair<int, EntryId>> found;  // (depth below id, entry)
+  for (const auto& [d, e] : entries_) {
+    int depth = 0;
+    for (EntryId p = e.parent; p; p = entries_.at(p).parent) {
+      ++depth;
+      if (p == id) {
+        found.emplace_back(depth, d);
+        break;
+      }
+    }
+  }
+  std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::vector<EntryId> out;
+  for (const auto& [depth, d] : found) out.push_back(d);
   return out;
 }
 

@@ -5,6 +5,11 @@
 // recently used first, from the end of a chain (a block whose chain continues in the index is not evicted).
 // Host bookkeeping only: the MLA block ids and KDA snapshot ids it records belong to the CacheManager's
 // pools.
+//
+// Host tier (issue #38): an entry may also (or only) live in the host tier — `host_block`, `host_snapshot` —
+// with `block` -1 once its device block went. Device residency is closed under parents (a chain is evicted
+// from the device tail first and brought back head first), so a device chain end is an entry with no device
+// children; the index as a whole is closed under parents too (entries leave only as chain ends).
 #pragma once
 
 #include <cstdint>
@@ -27,10 +32,13 @@ class PrefixIndex {
     uint64_t hash = 0;
     EntryId parent = 0;
     std::vector<int32_t> tokens;  // the block's token ids (block_size of them)
-    int32_t block = -1;           // the MLA cache block holding their latent KV
+    int32_t block = -1;           // the MLA cache block holding their latent KV; -1: host tier only
     int32_t refs = 0;             // running sequences holding it
     int32_t n_children = 0;       // cached blocks whose chain continues from this one
+    int32_t n_device_children = 0;  // those of them with a device block
     int32_t snapshot = -1;        // KDA snapshot of the state right after this block, or -1
+    int32_t host_block = -1;      // host tier copy of the block, or -1
+    int32_t host_snapshot = -1;   // host tier copy of a snapshot at this block, or -1
     uint64_t last_use = 0;
   };
 
@@ -38,6 +46,8 @@ class PrefixIndex {
   struct Evicted {
     int32_t block = -1;
     int32_t snapshot = -1;
+    int32_t host_block = -1;
+    int32_t host_snapshot = -1;
   };
 
   // Hash of a block's tokens continuing a chain whose last block hashed to `parent_hash` (0 for the first).
@@ -65,9 +75,30 @@ class PrefixIndex {
   // Removes the least recently used unreferenced block that ends its chain; nullopt when none is left.
   std::optional<Evicted> evict_one();
 
+  // Host tier. The least recently used unreferenced entry with a device block and no device children (whose
+  // device block may go), or 0.
+  EntryId device_lru_end() const;
+  // Its device block and snapshot are gone (the caller gave them back); it stays as a host tier entry.
+  void drop_device(EntryId id);
+  // Brought back (or computed again) into device block `block`; its parent must have a device block.
+  void set_device_block(EntryId id, int32_t block);
+  void set_host_block(EntryId id, int32_t host_block);
+  void set_host_snapshot(EntryId id, int32_t host_snapshot);
+  // The least recently used host block that may go: a copy of a block still on the device, or an
+  // unreferenced host-only chain end; 0 when none.
+  EntryId host_lru_block() const;
+  // The least recently used host snapshot of an unreferenced entry, or 0.
+  EntryId host_lru_snapshot() const;
+  // Removes an unreferenced chain end, whatever its tiers; returns every id it held.
+  Evicted erase(EntryId id);
+  // Unreferenced chain ends (for evicting everything).
+  std::vector<EntryId> idle_chain_ends() const;
+  // The entries whose chain continues through `id`, deepest first (each a chain end once those after it go).
+  std::vector<EntryId> descendants(EntryId id) const;
+
   int n_entries() const { return int(entries_.size()); }
-  // Entries no running sequence holds: all can be evicted (tails first), because a sequence holding an entry
-  // holds its whole chain.
+  // Entries with a device block that no running sequence holds: all can be evicted (tails first), because a
+  // sequence holding an entry holds its whole chain.
   int n_idle() const { return n_idle_; }
 
  private:
@@ -78,7 +109,8 @@ class PrefixIndex {
   HashFn hash_;
   std::unordered_map<EntryId, Entry> entries_;
   std::unordered_map<uint64_t, EntryId> by_hash_;
-  std::set<std::pair<uint64_t, EntryId>> evictable_;  // (last_use, id): unreferenced chain ends
+  std::set<std::pair<uint64_t, EntryId>> evictable_;  // (last_use, id): unreferenced device chain ends
+  std::set<std::pair<uint64_t, EntryId>> host_blocks_, host_snapshots_;  // (last_use, id): may go (above)
   EntryId next_id_ = 1;
   uint64_t clock_ = 0;
   int n_idle_ = 0;

@@ -154,6 +154,10 @@ int run_bench(int argc, char** argv) {
   app.add_option("--kda-snapshot-budget", po.snapshot_budget_mib, "--prefix-reuse: MiB for KDA snapshots")
       ->capture_default_str()
       ->check(CLI::Range(0, kMaxMiBFlag));
+  app.add_option("--kv-offloading-size", po.host_tier_gib,
+                 "--prefix-reuse: GiB of host tier; adds the warm request brought back from it (and the host -> "
+                 "device copy ceiling of its bytes)")
+      ->check(CLI::Range(0.0, 1048576.0));
   add_device_options(app, dev);
   ParallelFlags parallel;
   add_parallel_flags(app, parallel);

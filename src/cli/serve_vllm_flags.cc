@@ -22,6 +22,15 @@ void add_vllm_flags(CLI::App& app, server::ServerOptions& o, VllmFlags& f) {
          "--kv-cache-fraction)")
       ->check(CLI::Range(0.01, 1.0))
       ->group(group);
+  app.add_option("--kv-offloading-backend", f.kv_offloading_backend,
+                 "where prefix-cache blocks evicted from the GPU go: native (rill's host tier; vLLM's name)")
+      ->group(group);
+  app.add_option("--kv-offloading-size", f.kv_offloading_size,
+                 "GiB of host memory (pinned on CUDA) that keep MLA blocks and KDA snapshots evicted from the "
+                 "GPU prefix cache; a returning conversation is copied back instead of recomputed (turns on "
+                 "--enable-prefix-caching)")
+      ->check(CLI::Range(0.0, 1048576.0))
+      ->group(group);
   app.add_option("--tool-call-parser", f.tool_call_parser,
                  "kimi_k2 (Kimi Linear and the tiny model) or kimi_k3: checked against the model; tool calls "
                  "are always parsed with the model family's parser")
@@ -104,6 +113,17 @@ Status apply_vllm_flags(const VllmFlags& f, const DeviceOptions& device, server:
     notice("--gpu-memory-utilization", "--num-kv-blocks sets the cache size; not used");
   if (f.enforce_eager && cpu) notice("--enforce-eager", "the CPU backend has no CUDA graphs");
   if (f.dtype != "auto" && cpu) notice("--dtype " + f.dtype, "the CPU reference backend computes in float32");
+  if (!f.kv_offloading_backend.empty() && f.kv_offloading_backend != "native")
+    return invalid_argument("--kv-offloading-backend {}: rill has its own host tier only: use native",
+                            f.kv_offloading_backend);
+  if (!f.kv_offloading_backend.empty() && f.kv_offloading_size <= 0)
+    return invalid_argument("--kv-offloading-backend native needs --kv-offloading-size GiB");
+  if (f.kv_offloading_size > 0) {
+    if (!o.engine.enable_prefix_caching)
+      notice("--kv-offloading-size", "turns on --enable-prefix-caching (the host tier keeps its evicted blocks)");
+    o.engine.enable_prefix_caching = true;
+    o.engine.kv_offloading_gib = f.kv_offloading_size;
+  }
   o.engine.enforce_eager = f.enforce_eager;
   o.engine.gpu_memory_utilization = f.gpu_memory_utilization;
   if (f.seed >= 0) o.seed = uint64_t(f.seed);

@@ -29,6 +29,10 @@ struct VllmFlags : ParallelFlags {
   int64_t seed = -1;  // -1: not given
   bool disable_log_requests = false, enable_log_requests = false, disable_log_stats = false;
   bool enforce_eager = false;
+  // Prefix caching's host tier (issue #38): vLLM's --kv-offloading-backend (only "native") and
+  // --kv-offloading-size (GiB of host memory).
+  std::string kv_offloading_backend;
+  double kv_offloading_size = 0;
 };
 
 void add_vllm_flags(CLI::App& app, server::ServerOptions& o, VllmFlags& flags);

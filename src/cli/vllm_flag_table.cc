@@ -105,8 +105,6 @@ const std::vector<VllmOnlyFlag> kTable = {
      "size the caches with --gpu-memory-utilization, --kv-cache-fraction or --num-kv-blocks (64-token blocks)"},
     {"--num-gpu-blocks-override", A::Value, nullptr, nullptr,
      "rill's blocks are 64 tokens: give --num-kv-blocks (64-token MLA blocks) instead"},
-    {"--kv-offloading-size", A::Value, nullptr, nullptr, "the caches are not offloaded to the CPU"},
-    {"--kv-offloading-backend", A::Value, nullptr, nullptr, "the caches are not offloaded to the CPU"},
     {"--prefix-caching-hash-algo", A::Value, "prefix blocks are keyed by rill's own hash chain; not used", nullptr,
      nullptr},
     {"--no-enable-prefix-caching", A::Switch, "prefix caching is off unless --enable-prefix-caching", nullptr,

@@ -43,7 +43,9 @@ struct Engine::Impl {
   EngineStats published;  // the scheduler's and caches' state as the engine thread last saw it
   // reset_prefix_cache requests, served by the engine thread (it owns the caches).
   uint64_t resets_asked = 0, resets_done = 0;
+  bool reset_to_host = false;  // the pending reset is offload_prefix_cache's (they are not mixed: tests, benches)
   Status reset_status;
+  Status cache_reset(bool to_host);
   std::mutex join_mu;  // one shutdown joins the thread; a concurrent one waits for it
   std::thread thread;
 
@@ -83,6 +85,13 @@ void Engine::Impl::publish_locked() {
   s.kda_snapshots_total = caches->snapshots().capacity();
   s.prefix_cache_evicted_blocks = caches->evicted_blocks();
   s.kda_snapshots_evicted = caches->evicted_snapshots();
+  s.prefix_cache_hits_host = sched->prefix_hits_host();
+  s.kv_offload_bytes_to_host = caches->tier_bytes_to_host();
+  s.kv_offload_bytes_to_device = caches->tier_bytes_to_device();
+  s.host_tier_blocks = caches->host_blocks().used_count();
+  s.host_tier_blocks_total = caches->host_blocks().capacity();
+  s.host_tier_snapshots = caches->host_snapshots().used_count();
+  s.host_tier_snapshots_total = caches->host_snapshots().capacity();
   const SpecDecodeStats& sd = sched->spec_decode();
   s.spec_num_drafts = sd.n_drafts;
   s.spec_num_draft_tokens = sd.n_draft_tokens;
@@ -170,6 +179,7 @@ void Engine::Impl::step() {
   std::vector<int32_t> ids;
   for (const auto& t : sampled) ids.push_back(t.id);
   counters.steps++;
+  counters.kv_offload_wait_seconds += out->tier_copy_seconds;
   int iteration_tokens = 0;
   for (const auto& p : plan.seqs)
     if (p.seq->n_computed < p.seq->n_prompt) {
@@ -228,7 +238,7 @@ void Engine::Impl::loop() {
                resets_asked > resets_done;
       });
       if (resets_asked > resets_done) {
-        reset_status = caches->evict_all();
+        reset_status = reset_to_host ? caches->offload_all() : caches->evict_all();
         resets_done = resets_asked;
         cv.notify_all();
       }
@@ -271,6 +281,9 @@ Result<std::unique_ptr<Engine>> Engine::create(const ExecutorFactory& make_execu
   if (o.max_batch_size < 1) return invalid_argument("--max-batch-size must be at least 1");
   if (o.max_num_tokens < 1) return invalid_argument("--max-num-tokens must be at least 1");
   if (o.mask_threads < 0) return invalid_argument("mask_threads must be 0 (automatic) or more");
+  if (o.kv_offloading_gib < 0) return invalid_argument("--kv-offloading-size {} must be 0 or more", o.kv_offloading_gib);
+  if (o.kv_offloading_gib > 0 && !o.enable_prefix_caching)
+    return invalid_argument("--kv-offloading-size keeps evicted prefix-cache blocks: it needs --enable-prefix-caching");
   if (o.gpu_memory_utilization < 0 || o.gpu_memory_utilization > 1)
     return invalid_argument("--gpu-memory-utilization {} must be in (0, 1]", o.gpu_memory_utilization);
   RILL_TRY(o.speculative.validate());
@@ -305,6 +318,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const ExecutorFactory& make_execu
   ro.enforce_eager = o.enforce_eager;
   ro.capture_graphs = o.capture_graphs;
   ro.num_speculative_tokens = o.speculative.enabled() ? o.speculative.num_speculative_tokens : 0;
+  ro.host_tier_bytes = int64_t(o.kv_offloading_gib * double(1ll << 30));
   cache::PrefixCacheOptions& prefix = ro.prefix;
   prefix.enabled = o.enable_prefix_caching;
   prefix.snapshot_interval = o.kda_snapshot_interval;
@@ -410,16 +424,24 @@ EngineStats Engine::stats() const {
 }
 
 Status Engine::reset_prefix_cache() {
-  Impl& m = *impl_;
+  return impl_->cache_reset(false);
+}
+
+Status Engine::offload_prefix_cache() {
+  return impl_->cache_reset(true);
+}
+
+Status Engine::Impl::cache_reset(bool to_host) {
   Status st;
   {
-    std::unique_lock lock(m.mu);
-    if (m.stopping) return unavailable("the engine is shutting down");
-    const uint64_t ticket = ++m.resets_asked;
-    m.cv.notify_all();
-    m.cv.wait(lock, [&] { return m.resets_done >= ticket || m.stopping; });
-    if (m.resets_done < ticket) return unavailable("the engine is shutting down");
-    st = m.reset_status;
+    std::unique_lock lock(mu);
+    if (stopping) return unavailable("the engine is shutting down");
+    const uint64_t ticket = ++resets_asked;
+    reset_to_host = to_host;
+    cv.notify_all();
+    cv.wait(lock, [&] { return resets_done >= ticket || stopping; });
+    if (resets_done < ticket) return unavailable("the engine is shutting down");
+    st = reset_status;
   }
   return st;
 }

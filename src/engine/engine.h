@@ -133,6 +133,10 @@ struct EngineOptions {
   int kda_snapshot_interval =
       256;  // tokens between KDA snapshots while prefilling (a multiple of block_size)
   int kda_snapshot_budget_mib = 2048;  // memory for KDA snapshots
+  // Prefix caching's host tier (vLLM's --kv-offloading-backend native --kv-offloading-size GiB; 0: none):
+  // MLA blocks and KDA snapshots evicted from the device go to this much host memory (pinned on CUDA) and
+  // come back for a prefix hit (cache/README.md). Needs enable_prefix_caching.
+  double kv_offloading_gib = 0;
   // Take KDA snapshots inside prefill steps where the backend can (else chunks end at every snapshot
   // position). Tests turn it off to cover the chunk-cutting path on the CPU.
   bool kda_snapshots_in_step = true;
@@ -175,6 +179,13 @@ struct EngineStats {
   uint64_t prefix_cache_queries = 0, prefix_cache_hits = 0;
   int prefix_cache_blocks = 0, kda_snapshots_used = 0, kda_snapshots_total = 0;
   uint64_t prefix_cache_evicted_blocks = 0, kda_snapshots_evicted = 0;
+  // Host tier (kv_offloading_gib): prompt tokens of hits whose blocks came back from it (the rest of
+  // prefix_cache_hits came from the device); bytes moved each way; host seconds the steps spent on its copies
+  // before running (CPU: the copies; CUDA: issuing them); blocks and snapshots in it, and its capacity.
+  uint64_t prefix_cache_hits_host = 0;
+  uint64_t kv_offload_bytes_to_host = 0, kv_offload_bytes_to_device = 0;
+  double kv_offload_wait_seconds = 0;
+  int host_tier_blocks = 0, host_tier_blocks_total = 0, host_tier_snapshots = 0, host_tier_snapshots_total = 0;
   // vLLM's iteration_tokens_total histogram, kept by the engine thread: per step, the prompt tokens it
   // computed plus the tokens it sampled (so the sum is prompt_tokens_total + generation_tokens_total).
   // iteration_tokens_counts[i] counts steps with tokens <= kIterationTokenBuckets[i] (and above the bucket
@@ -224,6 +235,9 @@ class Engine {
   // Evicts every cached block and snapshot no running request holds; returns once done (vLLM's
   // /reset_prefix_cache). A no-op without prefix caching.
   Status reset_prefix_cache();
+  // With a host tier (kv_offloading_gib): moves every cached block and snapshot no running request holds
+  // from the device to the host tier, as memory pressure would (benchmarks, tests); returns once done.
+  Status offload_prefix_cache();
   // Stops accepting; with `drain`, lets running and waiting requests finish, else cancels them; joins the
   // thread.
   void shutdown(bool drain);

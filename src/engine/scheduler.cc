@@ -225,6 +225,7 @@ StepPlan Scheduler::schedule() {
       s->n_cached = std::min(start, s->n_prompt);
       prefix_queries_ += uint64_t(s->n_prompt);
       prefix_hits_ += uint64_t(s->n_cached);
+      prefix_hits_host_ += uint64_t(std::min(hit.n_host * caches_.block_size(), s->n_cached));
     }
     running_.push_back(std::move(waiting_[i]));
     waiting_.erase(waiting_.begin() + long(i));

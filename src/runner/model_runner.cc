@@ -1,7 +1,11 @@
 #include "runner/model_runner.h"
 
 #include <algorithm>
+#include <chrono>
 #include <set>
+
+#include "core/log.h"
+#include "core/sizes.h"
 
 #include "runner/memory_plan.h"
 
@@ -23,11 +27,11 @@ std::vector<std::vector<cache::KdaSlotCopy>> copy_waves(const std::vector<cache:
   return waves;
 }
 
-Status apply_cache_ops(backend::Backend& be, const model::ModelCaches& caches, const cache::CacheOps& ops) {
-  for (const cache::KdaSlotCopy& c : ops.kda_slot_copies)
-    if (c.from < 0 || c.to < 0 || c.from >= caches.n_slots || c.to >= caches.n_slots)
-      return internal_error("KDA slot copy {} -> {} outside [0, {})", c.from, c.to, caches.n_slots);
-  for (const auto& wave : copy_waves(ops.kda_slot_copies)) {
+namespace {
+
+Status apply_slot_copies(backend::Backend& be, const model::ModelCaches& caches,
+                         const std::vector<cache::KdaSlotCopy>& copies) {
+  for (const auto& wave : copy_waves(copies)) {
     std::vector<backend::DeviceCopy> batch;
     for (const cache::KdaSlotCopy& c : wave)
       for (const model::LayerCache& L : caches.layers)
@@ -40,6 +44,39 @@ Status apply_cache_ops(backend::Backend& be, const model::ModelCaches& caches, c
     RILL_TRY(be.copy_device_to_device_batch(batch));
   }
   return {};
+}
+
+}  // namespace
+
+Status apply_cache_ops(backend::Backend& be, const model::ModelCaches& caches, const cache::CacheOps& ops,
+                       const HostTier* host, double* tier_seconds) {
+  for (const cache::KdaSlotCopy& c : ops.kda_slot_copies)
+    if (c.from < 0 || c.to < 0 || c.from >= caches.n_slots || c.to >= caches.n_slots)
+      return internal_error("KDA slot copy {} -> {} outside [0, {})", c.from, c.to, caches.n_slots);
+  if (!ops.tier_copies.empty() && (!host || !host->enabled()))
+    return internal_error("{} host tier copies but the runner has no host tier", ops.tier_copies.size());
+  const auto& slot = ops.kda_slot_copies;
+  size_t done = 0;  // slot copies applied
+  // Slot copies up to `upto`, then each run of host tier copies placed there.
+  auto slots_until = [&](size_t upto) -> Status {
+    upto = std::min(upto, slot.size());
+    if (upto <= done) return {};
+    RILL_TRY(apply_slot_copies(be, caches, {slot.begin() + long(done), slot.begin() + long(upto)}));
+    done = upto;
+    return {};
+  };
+  for (size_t i = 0; i < ops.tier_copies.size();) {
+    const uint32_t at = ops.tier_copies[i].after;
+    RILL_TRY(slots_until(at));
+    std::vector<backend::HostCopy> batch;
+    for (; i < ops.tier_copies.size() && ops.tier_copies[i].after == at; ++i)
+      RILL_TRY(host->append_copies(caches, ops.tier_copies[i], &batch));
+    const auto t0 = std::chrono::steady_clock::now();
+    RILL_TRY(be.copy_host_tier_batch(batch));
+    if (tier_seconds)
+      *tier_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  return slots_until(slot.size());
 }
 
 Result<std::unique_ptr<ModelRunner>> ModelRunner::create(std::unique_ptr<model::Model> model,
@@ -80,6 +117,21 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(std::unique_ptr<model::
   r->plan_ = plan;
   r->prefix_ = prefix;
   r->caches_ = std::move(caches);
+  if (o.host_tier_bytes > 0 && prefix.enabled) {
+    Result<HostTier> host = HostTier::create(be, r->caches_, o.host_tier_bytes);
+    if (host.ok()) {
+      r->host_ = std::move(host).value();
+      r->plan_.n_host_blocks = r->host_.n_blocks;
+      r->plan_.n_host_snapshots = r->host_.n_snapshots;
+      r->plan_.host_block_bytes = int64_t(r->host_.block_bytes);
+      r->plan_.host_snapshot_bytes = int64_t(r->host_.snapshot_bytes);
+      r->plan_.pinned_host = r->host_.pinned;
+    } else {
+      RILL_LOG_ERROR("--kv-offloading-size {}: {}; running without the host tier (evicted prefix-cache blocks "
+                     "are dropped)",
+                     format_bytes(double(o.host_tier_bytes)), host.status().message());
+    }
+  }
   r->max_model_len_ = std::min<int>(want_len, plan.n_blocks * plan.block_size);
   if (graphs) {
     RILL_ASSIGN_OR_RETURN(DecodeGraphs g,
@@ -91,7 +143,8 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(std::unique_ptr<model::
 }
 
 Result<TensorView> ModelRunner::forward(const model::StepBatch& batch, const cache::CacheOps& ops) {
-  RILL_TRY(apply_cache_ops(model_->backend(), caches_, ops));
+  tier_seconds_ = 0;
+  RILL_TRY(apply_cache_ops(model_->backend(), caches_, ops, &host_, &tier_seconds_));
   if (batch.seqs.empty()) return TensorView{};
   if (graphs_ && graphs_->bucket(*model_, batch) > 0) return graphs_->run(*model_, caches_, batch);
   return model_->forward(batch, caches_);
@@ -102,6 +155,7 @@ Result<StepOutput> ModelRunner::execute(const model::StepBatch& batch, const Sam
   backend::Backend& be = model_->backend();
   StepOutput out;
   RILL_ASSIGN_OR_RETURN(TensorView logits, forward(batch, ops));
+  out.tier_copy_seconds = tier_seconds_;
   if (batch.seqs.empty()) return out;
   RILL_TRY(sampler_.run(logits, sampling, &out.tokens));
   if (sampling.want_logits) {  // as the sampler left them (penalties and masks work in place)
@@ -115,6 +169,7 @@ Result<StepOutput> ModelRunner::execute(const model::StepBatch& batch, const Sam
 std::unique_ptr<model::Model> ModelRunner::release_model() {
   graphs_.reset();
   caches_ = {};
+  host_ = {};
   return std::move(model_);
 }
 

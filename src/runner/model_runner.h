@@ -12,6 +12,7 @@
 #include "cache/cache_manager.h"
 #include "model/model.h"
 #include "runner/decode_graphs.h"
+#include "runner/host_tier.h"
 #include "runner/sampler.h"
 #include "runner/step_io.h"
 
@@ -36,11 +37,17 @@ struct RunnerOptions {
   // Speculative decoding: draft tokens a sequence may bring to one step (0: off). A step then has up to
   // 1 + num_speculative_tokens logits rows per sequence, and every sequence slot gets a checkpoint slot.
   int num_speculative_tokens = 0;
+  // Prefix caching's host tier (vLLM's --kv-offloading-size, in bytes; 0: none): evicted MLA blocks and KDA
+  // snapshots kept in host memory (pinned on CUDA). Memory that cannot be had is logged and the tier skipped.
+  int64_t host_tier_bytes = 0;
 };
 
 // Applies a step's cache operations to `caches` (KDA slot copies, on the backend's stream, with the effect of
-// running them in order): every layer's copies of a wave go out as one Backend::copy_device_to_device_batch.
-Status apply_cache_ops(backend::Backend& be, const model::ModelCaches& caches, const cache::CacheOps& ops);
+// running them in order): every layer's copies of a wave go out as one Backend::copy_device_to_device_batch;
+// the host tier's copies (`host`; required when there are any) as Backend::copy_host_tier_batch between them,
+// where their `after` places them. `tier_seconds` (optional) adds the host time spent issuing those.
+Status apply_cache_ops(backend::Backend& be, const model::ModelCaches& caches, const cache::CacheOps& ops,
+                       const HostTier* host = nullptr, double* tier_seconds = nullptr);
 
 // The copies split into consecutive waves that may each run in any order (a batch's copies are unordered):
 // a copy that reads a slot an earlier copy of the wave writes, or writes a slot one of them reads or writes (a
@@ -64,6 +71,7 @@ class ModelRunner {
   const model::Model& model() const { return *model_; }
   const cache::MemoryPlan& memory_plan() const { return plan_; }
   const cache::PrefixCacheOptions& prefix_options() const { return prefix_; }
+  const HostTier& host_tier() const { return host_; }
   // The longest sequence: the requested context, capped so that one sequence always fits in the cache alone.
   int max_model_len() const { return max_model_len_; }
   std::unique_ptr<model::Model> release_model();
@@ -81,6 +89,8 @@ class ModelRunner {
   cache::MemoryPlan plan_;
   cache::PrefixCacheOptions prefix_;
   model::ModelCaches caches_;
+  HostTier host_;
+  double tier_seconds_ = 0;  // host time in the host tier's copies of the last step
   int max_model_len_ = 0;
   std::optional<DecodeGraphs> graphs_;  // see RunnerOptions::enforce_eager and capture_graphs
 };

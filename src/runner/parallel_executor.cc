@@ -282,6 +282,11 @@ Result<std::unique_ptr<ParallelExecutor>> set_up(const RankLoader& load, const P
   RILL_ASSIGN_OR_RETURN(const LocalRanks local, local_ranks(p));
   RunnerOptions ro = o;
   if (sizes.world > 1) ro.enforce_eager = true;  // see the header
+  if (ro.host_tier_bytes > 0 && sizes.world > 1) {
+    // Ranks plan their own host tiers (KDA heads split under -tp): not agreed between ranks yet.
+    RILL_LOG_WARN("--kv-offloading-size: the host tier is not supported with several ranks yet; running without it");
+    ro.host_tier_bytes = 0;
+  }
   backend::CommWorldOptions co = p.comm;
   co.first_rank = local.first;
   std::vector<Rank> ranks(static_cast<size_t>(local.count));

@@ -47,6 +47,8 @@ struct StepOutput {
   std::vector<SampledToken> tokens;  // one per logits row
   std::vector<float> logits;         // [rows, vocab] when SamplingBatch::want_logits
   int64_t vocab = 0;
+  // Host time the step's host tier copies took before it ran (CPU: the copies; CUDA: issuing them).
+  double tier_copy_seconds = 0;
 };
 
 }  // namespace rill::runner

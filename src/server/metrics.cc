@@ -175,6 +175,20 @@ std::string Metrics::render(const engine::EngineStats* stats) const {
           s.prefix_cache_evicted_blocks);
   counter("rill:kda_snapshots_evicted_total", "KDA state snapshots evicted under memory pressure.",
           s.kda_snapshots_evicted);
+  // Host tier (--kv-offloading-size): hits by tier, bytes moved, host time before steps, occupancy.
+  counter("rill:prefix_cache_hits_host_total",
+          "Prompt tokens of prefix-cache hits whose blocks came back from the host tier.", s.prefix_cache_hits_host);
+  counter("rill:kv_offload_bytes_to_host_total", "Bytes of MLA blocks and KDA snapshots offloaded to the host tier.",
+          s.kv_offload_bytes_to_host);
+  counter("rill:kv_offload_bytes_to_device_total", "Bytes brought back from the host tier for prefix hits.",
+          s.kv_offload_bytes_to_device);
+  header(out, "rill:kv_offload_wait_seconds_total", "counter",
+         "Host seconds steps spent on host-tier copies before running (CUDA: issuing them).");
+  out += fmt::format("rill:kv_offload_wait_seconds_total{{{}}} {}\n", labels_, s.kv_offload_wait_seconds);
+  gauge("rill:host_tier_blocks", "MLA blocks in the host tier.", s.host_tier_blocks);
+  gauge("rill:host_tier_blocks_total", "MLA block capacity of the host tier.", s.host_tier_blocks_total);
+  gauge("rill:host_tier_snapshots", "KDA snapshots in the host tier.", s.host_tier_snapshots);
+  gauge("rill:host_tier_snapshots_total", "KDA snapshot capacity of the host tier.", s.host_tier_snapshots_total);
   {  // EngineStats keeps per-bucket counts; Prometheus wants them cumulative
     const char* name = "rill:iteration_tokens_total";
     header(out, name, "histogram",

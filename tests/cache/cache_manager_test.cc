@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <optional>
@@ -32,12 +33,27 @@ struct Caches {
   model::ModelConfig cfg = *model::ModelConfig::load(testing::data_dir() / "kimi_linear_tiny_a");
   std::unique_ptr<CacheManager> cm;
   model::ModelCaches storage;  // what a runner would own: the manager's copies are applied to it by `apply`
+  runner::HostTier host;        // the host tier's memory, when the plan has one
 
-  Caches(int slots, int blocks, int snapshots, int interval, PrefixIndex::HashFn hash = nullptr) {
+  Caches(int slots, int blocks, int snapshots, int interval, PrefixIndex::HashFn hash = nullptr,
+         int host_blocks = 0, int host_snapshots = 0) {
+    auto s = model::ModelCaches::allocate(*be, cfg, slots + snapshots, blocks);  // only to size the host tier
+    EXPECT_TRUE(s.ok()) << s.status().to_string();
     MemoryPlan p;
     p.n_slots = slots;
     p.n_blocks = blocks;
     p.n_snapshots = snapshots;
+    if (host_blocks > 0) {
+      host.n_blocks = p.n_host_blocks = host_blocks;
+      host.n_snapshots = p.n_host_snapshots = host_snapshots;
+      host.block_bytes = runner::HostTier::block_bytes_of(*s);
+      host.snapshot_bytes = runner::HostTier::snapshot_bytes_of(*s);
+      p.host_block_bytes = int64_t(host.block_bytes);
+      p.host_snapshot_bytes = int64_t(host.snapshot_bytes);
+      auto mem = be->allocate_host(host.block_bytes * size_t(host_blocks) + host.snapshot_bytes * size_t(host_snapshots));
+      EXPECT_TRUE(mem.ok()) << mem.status().to_string();
+      host.memory = std::move(mem).value();
+    }
     PrefixCacheOptions o;
     o.enabled = true;
     o.snapshot_interval = interval;
@@ -45,12 +61,12 @@ struct Caches {
     auto m = CacheManager::create(p, o);
     EXPECT_TRUE(m.ok()) << m.status().to_string();
     cm = std::make_unique<CacheManager>(std::move(m).value());
-    auto s = model::ModelCaches::allocate(*be, cfg, CacheManager::state_slots_needed(p, o), blocks);
+    s = model::ModelCaches::allocate(*be, cfg, CacheManager::state_slots_needed(p, o), blocks);
     EXPECT_TRUE(s.ok()) << s.status().to_string();
     storage = std::move(s).value();
   }
   // Applies the slot copies the manager queued (as the runner does before each step).
-  void apply() { ASSERT_TRUE(runner::apply_cache_ops(*be, storage, cm->take_ops()).ok()); }
+  void apply() { ASSERT_TRUE(runner::apply_cache_ops(*be, storage, cm->take_ops(), &host).ok()); }
   // Every float of the slot's KDA state and conv window in every KDA layer.
   // Writing and reading the caches stands for a step: the copies queued since the last one run first.
   void set_state(int slot, float v) {
@@ -165,11 +181,13 @@ struct Sim {
 
 // Random admissions, chunked steps, decode, finishes and preemptions over a few shared prefixes, with a block
 // pool and a snapshot pool far too small for all of it.
-void random_load(PrefixIndex::HashFn hash, bool expect_evictions) {
+// With a host tier (host_blocks > 0), evicted blocks and snapshots move there and hits bring them back.
+void random_load(PrefixIndex::HashFn hash, bool expect_evictions, int host_blocks = 0, int host_snapshots = 0) {
   const uint32_t seed = rill::testing::test_seed();
-  SCOPED_TRACE("RILL_TEST_SEED=" + std::to_string(seed));
+  SCOPED_TRACE("RILL_TEST_SEED=" + std::to_string(seed) + ", host tier " + std::to_string(host_blocks) + " blocks, " +
+               std::to_string(host_snapshots) + " snapshots");
   std::mt19937 rng(seed);
-  Caches s(4, 24, 5, 128, hash);
+  Caches s(4, 24, 5, 128, hash, host_blocks, host_snapshots);
   CacheManager& cm = *s.cm;
   std::vector<std::vector<int32_t>> bases;
   for (int i = 0; i < 3; ++i) bases.push_back(random_tokens(rng, 300));
@@ -287,6 +305,14 @@ void random_load(PrefixIndex::HashFn hash, bool expect_evictions) {
     }
     check_disjoint();
     EXPECT_LE(cm.snapshots().used_count(), cm.snapshots().capacity());
+    if (host_blocks > 0) {  // every host entry is reachable and useful: its chain is cached, a snapshot ends it
+      for (PrefixIndex::EntryId id : cm.index().idle_chain_ends()) {
+        const PrefixIndex::Entry& e = cm.index().entry(id);
+        if (e.block < 0) {
+          EXPECT_GE(e.host_snapshot, 0) << "a host-only chain end without a snapshot";
+        }
+      }
+    }
   }
   EXPECT_GT(hits, 0);
   if (expect_evictions) {
@@ -295,14 +321,87 @@ void random_load(PrefixIndex::HashFn hash, bool expect_evictions) {
   for (auto& q : running) ASSERT_TRUE(cm.release(&q->c).ok());
   EXPECT_EQ(cm.blocks_in_use(), 0);
   EXPECT_EQ(cm.slots().used_count(), 0);
+  if (host_blocks > 0) {
+    const auto& t = cm.tier_counters();
+    std::printf("host tier: %llu blocks and %llu snapshots to the host, %llu and %llu back, %llu and %llu evicted\n",
+                (unsigned long long)t.blocks_to_host, (unsigned long long)t.snapshots_to_host,
+                (unsigned long long)t.blocks_to_device, (unsigned long long)t.snapshots_to_device,
+                (unsigned long long)t.evicted_host_blocks, (unsigned long long)t.evicted_host_snapshots);
+    EXPECT_GT(t.snapshots_to_host, 0u);  // the device's 5 snapshots overflow all the time
+    if (host_snapshots <= 2) {
+      EXPECT_GT(t.evicted_host_snapshots, 0u);
+    }
+  }
   ASSERT_TRUE(cm.evict_all().ok());
   EXPECT_EQ(cm.index().n_entries(), 0);
   EXPECT_EQ(cm.blocks().used_count(), 0);
   EXPECT_EQ(cm.snapshots().used_count(), 0);
+  EXPECT_EQ(cm.host_blocks().used_count(), 0);
+  EXPECT_EQ(cm.host_snapshots().used_count(), 0);
 }
 
 TEST(CacheManager, RandomLoadUnderPressureIsExactAndLeavesNothingBehind) {
   random_load(nullptr, true);
+}
+
+// A host tier larger than the device pool (hits come back from it), and one so small that it evicts too
+// (its policy: chain ends first, snapshots only with every block before them).
+TEST(CacheManager, RandomLoadWithAHostTierIsExact) {
+  random_load(nullptr, true, 64, 12);
+}
+TEST(CacheManager, RandomLoadWithAFullHostTierIsExact) {
+  random_load(nullptr, true, 6, 2);
+}
+
+// A conversation evicted from the device entirely comes back from the host tier: its blocks into fresh device
+// blocks and its snapshot into the new sequence's slot, exactly the state and latent KV of the matched tokens.
+TEST(CacheManager, APrefixEvictedToTheHostTierComesBackExactly) {
+  const uint32_t seed = rill::testing::test_seed();
+  SCOPED_TRACE("RILL_TEST_SEED=" + std::to_string(seed));
+  std::mt19937 rng(seed);
+  Caches s(2, 4, 1, 64, nullptr, 8, 4);
+  CacheManager& cm = *s.cm;
+  ASSERT_TRUE(cm.host_tier());
+  auto run = [&](const std::vector<int32_t>& t) {  // the whole prompt in steps of 64, then released
+    SequenceCache c;
+    const PrefixHit hit = cm.find_prefix(t);
+    int n = hit.n_tokens(64);
+    EXPECT_TRUE(cm.admit(&c, hit, std::min<int>(n + 64, int(t.size()))).ok());
+    while (n < int(t.size())) {
+      const int m = std::min<int>(64, int(t.size()) - n);
+      EXPECT_TRUE(cm.grow(&c, n + m).ok());
+      for (int p = n; p < n + m; ++p) s.set_kv(c, p, prefix_value(std::span(t).first(size_t(p) + 1)));
+      n += m;
+      s.set_state(c.slot, prefix_value(std::span(t).first(size_t(n))));
+      EXPECT_TRUE(cm.commit(&c, t, int(t.size()), n).ok());
+    }
+    EXPECT_TRUE(cm.release(&c).ok());
+  };
+  const auto a = random_tokens(rng, 150), b = random_tokens(rng, 250);
+  run(a);  // snapshots at 64 and 128; the one snapshot slot sends the first to the host
+  EXPECT_EQ(cm.tier_counters().snapshots_to_host, 1u);
+  // b needs all 4 device blocks: a's two go to the host (its snapshots are there already, pushed out of the
+  // device by b's at 64, 128 and 192, which fill the host's four).
+  run(b);
+  EXPECT_EQ(cm.tier_counters().blocks_to_host, 2u);
+  std::vector<int32_t> a2(a.begin(), a.begin() + 140);
+  a2.push_back(7);
+  const PrefixHit hit = cm.find_prefix(a2);
+  ASSERT_EQ(hit.n_tokens(64), 128);
+  EXPECT_EQ(hit.n_host, 2);
+  EXPECT_EQ(hit.snapshot, -1);
+  EXPECT_GE(hit.host_snapshot, 0);
+  SequenceCache c;
+  ASSERT_TRUE(cm.admit(&c, hit, int(a2.size())).ok());
+  EXPECT_EQ(s.state(c.slot), prefix_value(std::span(a2).first(128)));
+  for (int p = 0; p < 128; ++p) EXPECT_EQ(s.kv(c, p), prefix_value(std::span(a2).first(size_t(p) + 1))) << p;
+  EXPECT_EQ(cm.tier_counters().blocks_to_device, 2u);
+  EXPECT_EQ(cm.tier_counters().snapshots_to_device, 1u);
+  EXPECT_EQ(cm.tier_bytes_to_device(), 2 * s.host.block_bytes + s.host.snapshot_bytes);
+  ASSERT_TRUE(cm.release(&c).ok());
+  ASSERT_TRUE(cm.evict_all().ok());
+  EXPECT_EQ(cm.index().n_entries(), 0);
+  EXPECT_EQ(cm.host_blocks().used_count() + cm.host_snapshots().used_count() + cm.blocks().used_count(), 0);
 }
 
 // Only the first token of each block and the parent's hash: blocks at one depth collide all the time (so few
@@ -314,6 +413,9 @@ uint64_t weak_hash(uint64_t parent_hash, std::span<const int32_t> tokens) {
 
 TEST(CacheManager, CollidingHashesStillResumeOnlyExactPrefixes) {
   random_load(&weak_hash, false);
+}
+TEST(CacheManager, CollidingHashesWithAHostTierStillResumeOnlyExactPrefixes) {
+  random_load(&weak_hash, false, 16, 4);
 }
 
 // A release the pools refuse (a double release: here the slot was already given back through a stale copy of

@@ -52,6 +52,8 @@ await run("e2e_vllm_cli", async (track) => {
       [["--tool-call-parser", "kimi_k3"], /--tool-call-parser kimi_k3: the model is kimi_linear.*use kimi_k2/],
       [["--gpu-memory-utilization", "0.8", "--free-gpu-memory-fraction", "0.5"],
        /--gpu-memory-utilization 0.8 and --kv-cache-fraction 0.5 both size the caches: give one/],
+      [["--kv-offloading-backend", "lmcache", "--kv-offloading-size", "1"], /--kv-offloading-backend lmcache: .*use native/],
+      [["--kv-offloading-backend", "native"], /--kv-offloading-backend native needs --kv-offloading-size/],
     ]) {
       const f = await serveFails(args);
       assertEq(f.code, 2, `${args.join(" ")} is refused as bad input`);
@@ -70,12 +72,14 @@ await run("e2e_vllm_cli", async (track) => {
                   "--response-role", "assistant", "--max-num-partial-prefills", "1",
                   "--compilation-config", '{"level": 3}', "-O3", "--revision", "main", "--download-dir", os.tmpdir(),
                   "--root-path", "/", "--limit-mm-per-prompt", '{"image": 0}', "--tokenizer-mode", "auto",
-                  "--api-server-count", "1", "--enable-log-outputs", "--max-log-len", "100"];
+                  "--api-server-count", "1", "--enable-log-outputs", "--max-log-len", "100",
+                  "--kv-offloading-backend", "native", "--kv-offloading-size", "0.01"];
   const server = track(await startServer([...recipe, "--log-stats-interval", "1"]));
   const client = server.client();
   for (const flag of ["--trust-remote-code", "--gpu-memory-utilization", "--enable-auto-tool-choice", "--dtype bfloat16",
                       "--kv-cache-dtype", "--block-size", "--swap-space", "--enable-chunked-prefill", "--max-logprobs",
-                      "-O (compilation config)", "--tokenizer", "--api-server-count", "--max-log-len"])
+                      "-O (compilation config)", "--tokenizer", "--api-server-count", "--max-log-len",
+                      "--kv-offloading-size"])
     assert(server.log.includes(`notice: ${flag}:`), `a notice for ${flag}:\n${server.log}`);
   const flagsLine = server.log.split("\n").find((l) => / flags: /.test(l)) ?? "";
   for (const f of ["--tensor-parallel-size 1", "--served-model-name a b", "--seed 0", "--trust-remote-code", "--dtype bfloat16"])
@@ -84,6 +88,7 @@ await run("e2e_vllm_cli", async (track) => {
   assert(/cache plan: /.test(server.log) && /chat template: .*tokenizer_config\.json|chat template: .*chat_template\.jinja/.test(server.log),
          "the start-up summary has the cache plan and the chat template's source");
   assert(/loading weights: 100%/.test(server.log), "load progress reaches 100% in the log");
+  assert(/cache plan: .*host tier: \d+ MLA blocks/.test(server.log), "--kv-offloading-size: the cache plan has a host tier");
 
   // Requests under both served names (responses report the name asked for, as vLLM's do); a third name is
   // refused and logged.

@@ -37,6 +37,7 @@ class GpuEngine {
   explicit GpuEngine(EngineOptions o)
       : e_(testing::cuda_backend_or_null(), testing::data_dir() / "kimi_linear_tiny_b", std::move(o)) {}
   bool ok() const { return e_.ok(); }
+  Engine& engine() { return e_.engine(); }
 
   Outcome run(const std::vector<int32_t>& prompt) {
     SamplingParams p;
@@ -93,6 +94,41 @@ TEST(PrefixCacheGpu, SnapshotsTakenInsideOneStepResumeExactly) {
     std::printf("[ prefix   ] sharing %d tokens, %d cached: rel L2 %.2e vs caching off\n", shared, r.cached,
                 e);
   }
+}
+
+// Host tier on CUDA (pinned pool, copies on their own stream): a prompt whose blocks and snapshots were all
+// pushed to the host (Engine::offload_prefix_cache) resumes from them, and prompts sharing a part of it too.
+TEST(PrefixCacheGpu, PromptsBroughtBackFromTheHostTierResumeExactly) {
+  EngineOptions on_opts{.max_batch_size = 4, .max_num_tokens = 512};
+  on_opts.enable_prefix_caching = true;
+  on_opts.kda_snapshot_interval = 64;
+  on_opts.kv_offloading_gib = 0.05;
+  GpuEngine on(on_opts);
+  if (!on.ok()) GTEST_SKIP() << "no CUDA backend";
+  GpuEngine off(EngineOptions{.max_batch_size = 1, .max_num_tokens = 1024});
+  ASSERT_TRUE(off.ok());
+  const uint32_t seed = rill::testing::test_seed();
+  SCOPED_TRACE("RILL_TEST_SEED=" + std::to_string(seed));
+  std::mt19937 rng(seed);
+  const auto first = testing::random_tokens(rng, 300);
+  EXPECT_EQ(on.run(first).cached, 0);
+  for (const auto& [shared, want_cached] :
+       std::vector<std::pair<int, int>>{{300, 256}, {130, 128}, {200, 192}}) {
+    ASSERT_TRUE(on.engine().offload_prefix_cache().ok());
+    auto p = std::vector<int32_t>(first.begin(), first.begin() + shared);
+    if (shared < 300) {
+      const auto tail = testing::random_tokens(rng, 50);
+      p.insert(p.end(), tail.begin(), tail.end());
+      p[size_t(shared)] = first[size_t(shared)] == 3 ? 4 : 3;
+    }
+    const Outcome r = on.run(p);
+    EXPECT_EQ(r.cached, want_cached) << "sharing " << shared;
+    const double e = rel_l2(r.logits, off.run(p).logits);
+    EXPECT_LE(e, kRelL2) << "sharing " << shared;
+    std::printf("[ host     ] sharing %d tokens, %d cached from the host tier: rel L2 %.2e vs caching off\n",
+                shared, r.cached, e);
+  }
+  EXPECT_GT(on.engine().stats().prefix_cache_hits_host, 0u);
 }
 
 }  // namespace

@@ -356,6 +356,110 @@ TEST_P(PrefixCache, EvictionPressureKeepsOutputsEqual) {
   (void)hits;
 }
 
+// Host tier (issue #38): a device pool of 8 blocks and a snapshot budget of 1 MiB, three conversations of
+// three turns interleaved, so each one's blocks and snapshots are pushed off the device by the others before
+// it returns. With a host tier they come back from it (cached tokens, hits and bytes counted); with a host
+// tier too small for them they partly do; either way every output equals the computation without caching.
+void conversations_through_the_host_tier(double gib, bool expect_host_hits) {
+  const uint32_t seed = test_seed();
+  SCOPED_TRACE("RILL_TEST_SEED=" + std::to_string(seed) + ", host tier " + std::to_string(gib) + " GiB");
+  std::mt19937 rng(seed);
+  EngineOptions o = caching(64, 64, 2);
+  o.num_kv_blocks = 8;
+  o.kda_snapshot_budget_mib = 1;
+  o.kv_offloading_gib = gib;
+  Harness on(current_fixture, o);
+  std::vector<std::vector<int32_t>> conversations;
+  for (int c = 0; c < 3; ++c) conversations.push_back(random_tokens(rng, 130 + 10 * size_t(c)));
+  int returning_hits = 0;
+  for (int turn = 0; turn < 3; ++turn)
+    for (size_t c = 0; c < conversations.size(); ++c) {
+      auto& conv = conversations[c];
+      const Outcome r = on.run(conv, 6);
+      expect_same(r, reference(conv, 6), "conversation " + std::to_string(c) + ", turn " + std::to_string(turn));
+      if (turn > 0) returning_hits += r.cached > 0;
+      conv = concat(concat(conv, r.ids), random_tokens(rng, 30));
+    }
+  const EngineStats st = on.engine().stats();
+  EXPECT_GT(st.prefix_cache_evicted_blocks, 0u);
+  EXPECT_GT(st.host_tier_blocks_total, 0);
+  EXPECT_GT(st.kv_offload_bytes_to_host, 0u);
+  if (expect_host_hits) {
+    EXPECT_EQ(returning_hits, 6);  // every returning turn resumes from its previous one
+    EXPECT_GT(st.prefix_cache_hits_host, 0u);
+    EXPECT_GT(st.kv_offload_bytes_to_device, 0u);
+  }
+  EXPECT_LE(st.prefix_cache_hits_host, st.prefix_cache_hits);
+  ASSERT_TRUE(on.engine().reset_prefix_cache().ok());
+  const EngineStats after = on.engine().stats();
+  EXPECT_EQ(after.prefix_cache_blocks + after.host_tier_blocks + after.host_tier_snapshots + after.kv_blocks_used, 0);
+}
+
+TEST_P(PrefixCache, ConversationsEvictedFromTheDeviceComeBackFromTheHostTier) {
+  conversations_through_the_host_tier(0.02, true);
+}
+TEST_P(PrefixCache, AFullHostTierEvictsAndStillEqualsNoCaching) {
+  // The policy is the cache manager's, the same for both families (tests/cache covers it under random load):
+  // one family keeps the suite fast (K3's CPU steps take 3x as long).
+  if (current_fixture != "kimi_linear_tiny_b") GTEST_SKIP() << "covered on kimi_linear_tiny_b";
+  // tiny_b: 3 MiB -> 3 snapshots of 384 KiB and ~1.5 MiB of blocks; K3's are larger: fewer fit.
+  conversations_through_the_host_tier(3.0 / 1024, false);
+}
+
+// Engine::offload_prefix_cache moves everything cached to the host tier (as pressure would): the same prompt
+// again then comes back from there, whole.
+TEST_P(PrefixCache, APromptOffloadedToTheHostTierComesBackWhole) {
+  const uint32_t seed = test_seed();
+  SCOPED_TRACE("RILL_TEST_SEED=" + std::to_string(seed));
+  std::mt19937 rng(seed);
+  EngineOptions o = caching(64, 64, 2);
+  o.kv_offloading_gib = 0.02;
+  Harness on(current_fixture, o);
+  const auto prompt = random_tokens(rng, 200);
+  expect_same(on.run(prompt, 4), reference(prompt, 4), "first");
+  ASSERT_TRUE(on.engine().offload_prefix_cache().ok());
+  EngineStats st = on.engine().stats();
+  EXPECT_EQ(st.prefix_cache_blocks, 3);  // still indexed, now in the host tier
+  EXPECT_EQ(st.host_tier_blocks, 3);
+  EXPECT_EQ(st.kda_snapshots_used, 0);
+  const Outcome again = on.run(prompt, 4);
+  expect_same(again, reference(prompt, 4), "from the host tier");
+  EXPECT_EQ(again.cached, 192);
+  st = on.engine().stats();
+  EXPECT_EQ(st.prefix_cache_hits_host, 192u);
+  EXPECT_GT(st.kv_offload_bytes_to_device, 0u);
+}
+
+// A host tier that cannot be had (here: more host memory than the machine has; on CUDA also memory that
+// cannot be pinned) is logged and skipped: the engine serves as with prefix caching alone.
+TEST_P(PrefixCache, AHostTierThatCannotBeAllocatedIsSkipped) {
+  const uint32_t seed = test_seed();
+  SCOPED_TRACE("RILL_TEST_SEED=" + std::to_string(seed));
+  std::mt19937 rng(seed);
+  EngineOptions o = caching(64, 64, 2);
+  o.kv_offloading_gib = double(1 << 30);  // an exbibyte
+  Harness on(current_fixture, o);
+  const auto prompt = random_tokens(rng, 150);
+  expect_same(on.run(prompt, 4), reference(prompt, 4), "first");
+  const Outcome again = on.run(prompt, 4);
+  expect_same(again, reference(prompt, 4), "again");
+  EXPECT_EQ(again.cached, 128);
+  const EngineStats st = on.engine().stats();
+  EXPECT_EQ(st.host_tier_blocks_total, 0);
+  EXPECT_EQ(st.kv_offload_bytes_to_host, 0u);
+}
+
+TEST(PrefixCacheOptions, AHostTierNeedsPrefixCaching) {
+  auto be = backend::make_cpu_backend();
+  auto m = model::load_model(model_dir("kimi_linear_tiny_b"), *be);
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  EngineOptions o{.max_batch_size = 1, .max_num_tokens = 64};
+  o.kv_offloading_gib = 1;
+  auto e = Engine::create(std::move(m).value(), nullptr, o);
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.status().message().find("--enable-prefix-caching"), std::string::npos) << e.status().message();
+}
+
 INSTANTIATE_TEST_SUITE_P(Fixtures, PrefixCache, ::testing::Values("kimi_linear_tiny_b", "kimi_k3_tiny_a_all_experts"));
 
 }  // namespace

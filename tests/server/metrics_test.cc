@@ -34,6 +34,14 @@ TEST(Metrics, EngineGaugesAndCounters) {
   s.prefix_cache_blocks = 7;
   s.kda_snapshots_used = 2;
   s.kda_snapshots_total = 9;
+  s.prefix_cache_hits_host = 30;
+  s.kv_offload_bytes_to_host = 4096;
+  s.kv_offload_bytes_to_device = 2048;
+  s.kv_offload_wait_seconds = 0.25;
+  s.host_tier_blocks = 11;
+  s.host_tier_blocks_total = 64;
+  s.host_tier_snapshots = 3;
+  s.host_tier_snapshots_total = 8;
   const std::string text = m.render(&s);
   const std::string l = "{model_name=\"tiny\"}";
   EXPECT_EQ(sample(text, "rill:num_requests_running" + l), 3);
@@ -51,6 +59,14 @@ TEST(Metrics, EngineGaugesAndCounters) {
   EXPECT_EQ(sample(text, "rill:prefix_cache_blocks" + l), 7);
   EXPECT_EQ(sample(text, "rill:kda_snapshots_used" + l), 2);
   EXPECT_EQ(sample(text, "rill:kda_snapshots_total" + l), 9);
+  EXPECT_EQ(sample(text, "rill:prefix_cache_hits_host_total" + l), 30);
+  EXPECT_EQ(sample(text, "rill:kv_offload_bytes_to_host_total" + l), 4096);
+  EXPECT_EQ(sample(text, "rill:kv_offload_bytes_to_device_total" + l), 2048);
+  EXPECT_DOUBLE_EQ(sample(text, "rill:kv_offload_wait_seconds_total" + l), 0.25);
+  EXPECT_EQ(sample(text, "rill:host_tier_blocks" + l), 11);
+  EXPECT_EQ(sample(text, "rill:host_tier_blocks_total" + l), 64);
+  EXPECT_EQ(sample(text, "rill:host_tier_snapshots" + l), 3);
+  EXPECT_EQ(sample(text, "rill:host_tier_snapshots_total" + l), 8);
   EXPECT_NE(text.find("# TYPE rill:num_requests_running gauge\n"), std::string::npos);
   EXPECT_NE(text.find("# TYPE rill:prompt_tokens_total counter\n"), std::string::npos);
 }

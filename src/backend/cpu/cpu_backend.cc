@@ -25,12 +25,7 @@ Result<DeviceAllocation> CpuBackend::allocate(size_t bytes) {
 }
 
 std::optional<size_t> CpuBackend::available_memory() const {
-  std::ifstream meminfo("/proc/meminfo");
-  std::string line;
-  unsigned long long kib = 0;
-  while (std::getline(meminfo, line))  // "MemAvailable:   23174512 kB"
-    if (std::sscanf(line.c_str(), "MemAvailable: %llu kB", &kib) == 1) return size_t(kib) * 1024;
-  return std::nullopt;
+  return host_available_memory();
 }
 
 Status CpuBackend::copy_to_device(void* dst, const void* host_src, size_t bytes) {

@@ -23,6 +23,7 @@
 #include "backend/cuda/moe/params.h"
 #include "backend/cuda/norm.h"
 #include "backend/cuda/sample.h"
+#include "core/sizes.h"
 
 namespace rill::cuda {
 namespace {
@@ -96,6 +97,10 @@ Status CudaBackend::bind_thread() {
 
 CudaBackend::~CudaBackend() {
   if (ctx_.stream) cudaStreamSynchronize(ctx_.stream);
+  if (tier_stream_) cudaStreamSynchronize(tier_stream_);
+  if (tier_ready_) cudaEventDestroy(tier_ready_);
+  if (tier_done_) cudaEventDestroy(tier_done_);
+  if (tier_stream_) cudaStreamDestroy(tier_stream_);
   gemm_.reset();
   moe_grouped_.reset();
   for (auto& ev : pinned_free_)
@@ -147,6 +152,41 @@ Status CudaBackend::copy_to_device(void* dst, const void* host_src, size_t bytes
 Status CudaBackend::copy_to_host(void* host_dst, const void* src, size_t bytes) {
   RILL_CUDA_CHECK(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, ctx_.stream));
   RILL_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
+  return {};
+}
+
+Result<backend::DeviceAllocation> CudaBackend::allocate_host(size_t bytes) {
+  if (const auto available = backend::host_available_memory(); available && bytes > *available)
+    return resource_exhausted("{} of host memory asked for, {} available", format_bytes(double(bytes)),
+                              format_bytes(double(*available)));
+  void* p = nullptr;
+  const cudaError_t e = cudaHostAlloc(&p, bytes ? bytes : 1, cudaHostAllocPortable);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    return resource_exhausted("cannot pin {} of host memory (cudaHostAlloc: {}; see ulimit -l)",
+                              format_bytes(double(bytes)), cudaGetErrorString(e));
+  }
+  std::shared_ptr<void> owner(p, [](void* q) { cudaFreeHost(q); });
+  return backend::DeviceAllocation(p, bytes, std::move(owner));
+}
+
+// The host tier's copies go on a stream of their own: it starts after the compute stream's work so far (the
+// blocks and snapshots it reads were written there) and the compute stream's next work waits for it (a block
+// offloaded is written by the next step; a block brought back is read by it). The host never waits.
+Status CudaBackend::copy_host_tier_batch(const std::vector<backend::HostCopy>& copies) {
+  if (copies.empty()) return {};
+  if (!tier_stream_) {
+    RILL_CUDA_CHECK(cudaStreamCreateWithFlags(&tier_stream_, cudaStreamNonBlocking));
+    RILL_CUDA_CHECK(cudaEventCreateWithFlags(&tier_ready_, cudaEventDisableTiming));
+    RILL_CUDA_CHECK(cudaEventCreateWithFlags(&tier_done_, cudaEventDisableTiming));
+  }
+  RILL_CUDA_CHECK(cudaEventRecord(tier_ready_, ctx_.stream));
+  RILL_CUDA_CHECK(cudaStreamWaitEvent(tier_stream_, tier_ready_, 0));
+  for (const backend::HostCopy& c : copies)
+    RILL_CUDA_CHECK(cudaMemcpyAsync(c.dst, c.src, c.bytes, c.to_host ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice,
+                                    tier_stream_));
+  RILL_CUDA_CHECK(cudaEventRecord(tier_done_, tier_stream_));
+  RILL_CUDA_CHECK(cudaStreamWaitEvent(ctx_.stream, tier_done_, 0));
   return {};
 }
 

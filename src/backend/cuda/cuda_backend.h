@@ -43,6 +43,9 @@ class CudaBackend final : public backend::Backend {
   Status copy_device_to_device_batch(const std::vector<backend::DeviceCopy>& copies) override;
   Status copy_to_device_batch(const std::vector<backend::CopyJob>& jobs,
                               const std::function<void(size_t)>& progress) override;
+  Result<backend::DeviceAllocation> allocate_host(size_t bytes) override;
+  bool host_memory_pinned() const override { return true; }
+  Status copy_host_tier_batch(const std::vector<backend::HostCopy>& copies) override;
   Status fill_zero(TensorView t) override;
   Status fill_random(TensorView t, uint64_t seed, float lo, float hi) override;
   Status upload_layout(const backend::BatchLayoutHost& host, int block_size,
@@ -101,6 +104,9 @@ class CudaBackend final : public backend::Backend {
   size_t pinned_half_ = 0, pinned_head_ = 0;  // current half, and the next free byte in it
   cudaEvent_t pinned_free_[2] = {nullptr, nullptr};
   void* layout_dev_ = nullptr;  // device copy of the batch layout arrays
+  // The host tier's copies (copy_host_tier_batch): their stream and the events joining it to the compute one.
+  cudaStream_t tier_stream_ = nullptr;
+  cudaEvent_t tier_ready_ = nullptr, tier_done_ = nullptr;
   size_t layout_cap_ = 0;
 };
 
