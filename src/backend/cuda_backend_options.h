@@ -36,9 +36,12 @@ struct CudaBackendOptions {
   // The bf16 expert GEMMs of grouped MoE steps with at least moe_cublas_min_pairs (token, expert) pairs through
   // cuBLAS's grouped GEMM (moe/cublas_grouped.h; never inside a graph capture); off: rill's mma.sync grouped
   // kernels for every grouped step. `moe_cublas_grouped`, `moe_cublas_min_pairs`. Neither changes the scratch
-  // a step plans, so Backend::set_option may flip them between steps (the benchmark's A/B).
+  // a step plans, so Backend::set_option may flip them between steps (the benchmark's A/B). The threshold is
+  // the smallest measured size: on an H100 (2026-12-06, 48B shape) cuBLAS took 0.70 / 1.21 / 1.35 / 1.91 /
+  // 4.92 ms for 32 / 256 / 512 / 2048 / 8192 tokens x top-8 where rill's kernels took 0.91 / 1.64 / 1.85 /
+  // 2.49 / 6.70, its per-layer count readback included.
   bool moe_cublas_grouped = true;
-  int moe_cublas_min_pairs = 4096;
+  int moe_cublas_min_pairs = 256;
 };
 
 // Applies one "key=value" (keys as above; booleans 0/1/true/false/on/off); an error names the key or value

@@ -340,8 +340,8 @@ TEST_P(MoeTest, ExpertsGroupedManyTokens) {
   run_experts(h, {300, 200, 40, 4, 2}, *ex2);
 }
 
-// Steps of at least 4096 (token, expert) pairs: on CUDA the expert GEMMs go through cuBLAS's grouped GEMM
-// (moe/cublas_grouped.h) by default; each case also runs through rill's mma.sync grouped kernels (backend
+// Grouped steps (here of 4000+ (token, expert) pairs): on CUDA the expert GEMMs go through cuBLAS's grouped
+// GEMM (moe/cublas_grouped.h) by default; each case also runs through rill's mma.sync grouped kernels (backend
 // option moe_cublas_grouped = 0) where the backend has the option. 1024 experts for 520 tokens leave experts
 // with no slot and with one; widths off the 64 x 128 tiles; SiTU; ids out of range.
 TEST_P(MoeTest, ExpertsGroupedCublas) {

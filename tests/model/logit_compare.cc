@@ -43,6 +43,19 @@ void compare_rows(const std::vector<float>& got, const std::vector<float>& ref, 
   }
 }
 
+int count_near_ties(const std::vector<float>& got, const std::vector<float>& ref, int64_t V, double rel_tol) {
+  int ties = 0;
+  for (size_t r = 0; r < ref.size() / size_t(V); ++r) {
+    const float* g = got.data() + r * size_t(V);
+    const float* e = ref.data() + r * size_t(V);
+    const int64_t ag = std::max_element(g, g + V) - g, ar = std::max_element(e, e + V) - e;
+    double scale = 0;
+    for (int64_t v = 0; v < V; ++v) scale = std::max(scale, double(std::fabs(e[v])));
+    if (ag != ar && double(e[ar]) - double(e[ag]) <= rel_tol * scale) ++ties;
+  }
+  return ties;
+}
+
 void expect_within_bounds(const Compare& c, const std::string& what, const Bounds& b) {
   EXPECT_LE(c.median(), b.median) << what;
   EXPECT_LE(c.worst_rel_l2, b.worst) << what;

@@ -64,6 +64,11 @@ struct Compare {
 
 // Per-position relative L2 and top-1 agreement of `got` against `ref`, both [rows * V], added to `c`.
 void compare_rows(const std::vector<float>& got, const std::vector<float>& ref, int64_t V, Compare* c);
+// Positions whose top-1 differs between `got` and `ref` only at a near tie: the reference's own margin between
+// its top-1 and got's top-1 is at most rel_tol of the row's largest |logit|. Two bf16 runs that sum in different
+// orders (a sharded model against one rank) flip such positions of a random model's flat logits with no bug;
+// a wrong kernel flips positions with clear margins.
+int count_near_ties(const std::vector<float>& got, const std::vector<float>& ref, int64_t V, double rel_tol);
 
 // EXPECTs the three model-level bounds `b` on `c`; `what` names the comparison in failures.
 void expect_within_bounds(const Compare& c, const std::string& what, const Bounds& b = kKimiLinearBounds);
