@@ -65,9 +65,15 @@ class LoggedEngine {
 };
 
 // The CUDA backend, or null where there is no GPU.
+// Null only where there is no GPU (Unavailable: the test then skips); any other failure to make the backend
+// (out of memory beside other test processes, say) fails the test instead of skipping it silently.
 inline std::unique_ptr<backend::Backend> cuda_backend_or_null() {
   auto be = testing::make_test_backend("cuda");
-  return be.ok() ? std::move(be).value() : nullptr;
+  if (!be.ok()) {
+    EXPECT_EQ(be.status().code(), StatusCode::Unavailable) << be.status().to_string();
+    return nullptr;
+  }
+  return std::move(be).value();
 }
 
 // ||got - want|| / ||want|| of two logit rows (infinity where the sizes differ or a value is not finite).
