@@ -160,12 +160,7 @@ int run_bench(int argc, char** argv) {
       ->check(CLI::Range(0.0, 1048576.0));
   add_device_options(app, dev);
   ParallelFlags parallel;
-  add_parallel_flags(app, parallel);
-  std::vector<std::string> args = expand_parallel_short_flags(argc, argv);
-  std::vector<char*> ptrs;
-  for (std::string& a : args) ptrs.push_back(a.data());
-  if (int rc = parse_args(app, int(ptrs.size()), ptrs.data()); rc >= 0) return rc;
-  if (Status st = check_parallel_flags(parallel, dev); !st.ok()) return report_error("bench", st);
+  if (int rc = parse_with_parallel_flags(app, argc, argv, "bench", dev, parallel); rc >= 0) return rc;
   if (Status st = refuse_ranks(parallel, "bench", "measure a sharded server with `rill bench serve` against `rill serve -tp N`"); !st.ok())
     return report_error("bench", st);
   apply_preset_defaults(preset, app, o, layer_types);

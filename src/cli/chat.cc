@@ -387,14 +387,9 @@ int run_chat(int argc, char** argv) {
       ->check(CLI::Range(0, kMaxContextFlag));
   add_device_options(app, dev);
   ParallelFlags parallel;
-  add_parallel_flags(app, parallel);
-  std::vector<std::string> args = expand_parallel_short_flags(argc, argv);
-  std::vector<char*> ptrs;
-  for (std::string& a : args) ptrs.push_back(a.data());
-  if (int rc = parse_args(app, int(ptrs.size()), ptrs.data()); rc >= 0) return rc;
+  if (int rc = parse_with_parallel_flags(app, argc, argv, "chat", dev, parallel); rc >= 0) return rc;
   if (dir.empty() == url.empty())
     return report_error("chat", invalid_argument("give MODEL_DIR or --url (one of them)"));
-  if (Status st = check_parallel_flags(parallel, dev); !st.ok()) return report_error("chat", st);
   if (!url.empty() && parallel.ranks() > 1)
     return report_error("chat", invalid_argument("--tensor-parallel-size with --url: the server's flags decide "
                                                  "its ranks"));

@@ -52,12 +52,7 @@ int run_generate(int argc, char** argv) {
                  "with the same vocabulary; greedy or seeded: the same output in fewer steps)");
   add_device_options(app, dev);
   ParallelFlags parallel;
-  add_parallel_flags(app, parallel);
-  std::vector<std::string> args = expand_parallel_short_flags(argc, argv);
-  std::vector<char*> ptrs;
-  for (std::string& a : args) ptrs.push_back(a.data());
-  if (int rc = parse_args(app, int(ptrs.size()), ptrs.data()); rc >= 0) return rc;
-  if (Status st = check_parallel_flags(parallel, dev); !st.ok()) return report_error("generate", st);
+  if (int rc = parse_with_parallel_flags(app, argc, argv, "generate", dev, parallel); rc >= 0) return rc;
   engine::spec::SpeculativeConfig speculative;
   if (!speculative_config.empty()) {
     auto spec = engine::spec::parse_speculative_config(speculative_config, /*draft_models=*/true);

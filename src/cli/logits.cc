@@ -23,12 +23,7 @@ int run_logits(int argc, char** argv) {
       ->check(CLI::Range(0, kMaxStepTokensFlag));
   add_device_options(app, dev);
   ParallelFlags parallel;
-  add_parallel_flags(app, parallel);
-  std::vector<std::string> args = expand_parallel_short_flags(argc, argv);
-  std::vector<char*> ptrs;
-  for (std::string& a : args) ptrs.push_back(a.data());
-  if (int rc = parse_args(app, int(ptrs.size()), ptrs.data()); rc >= 0) return rc;
-  if (Status st = check_parallel_flags(parallel, dev); !st.ok()) return report_error("logits", st);
+  if (int rc = parse_with_parallel_flags(app, argc, argv, "logits", dev, parallel); rc >= 0) return rc;
   if (Status st = refuse_ranks(parallel, "logits", "compare a sharded model through `rill generate -tp N --json` (its greedy tokens) or a -tp N server's logprobs"); !st.ok())
     return report_error("logits", st);
 

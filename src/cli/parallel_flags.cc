@@ -61,6 +61,17 @@ Status check_parallel_flags(const ParallelFlags& f, const DeviceOptions& device)
   return {};
 }
 
+int parse_with_parallel_flags(CLI::App& app, int argc, char** argv, const char* command,
+                              const DeviceOptions& device, ParallelFlags& f) {
+  add_parallel_flags(app, f);
+  std::vector<std::string> args = expand_parallel_short_flags(argc, argv);
+  std::vector<char*> ptrs;
+  for (std::string& a : args) ptrs.push_back(a.data());
+  if (int rc = parse_args(app, int(ptrs.size()), ptrs.data()); rc >= 0) return rc;
+  if (Status st = check_parallel_flags(f, device); !st.ok()) return report_error(command, st);
+  return -1;
+}
+
 Status refuse_ranks(const ParallelFlags& f, const char* command, const char* instead) {
   if (f.ranks() == 1 && expert_parallel_size(f) == 1) return {};
   return invalid_argument(

@@ -31,6 +31,12 @@ struct ParallelFlags {
 // expand_parallel_short_flags (common.h) first, for -tp 2 / -tp=2.
 void add_parallel_flags(CLI::App& app, ParallelFlags& f);
 
+// add_parallel_flags, then the command line parsed into `app` (expand_parallel_short_flags first, so -tp 2
+// works) and check_parallel_flags: -1 to go on, else the exit code (a usage error, --help, or a refused flag
+// reported as `command`'s).
+int parse_with_parallel_flags(CLI::App& app, int argc, char** argv, const char* command,
+                              const DeviceOptions& device, ParallelFlags& f);
+
 // The checks every command makes after parsing: -dp 1 only, -ep divides -tp, one of -ep and
 // --enable-expert-parallel; notices for what has nothing to do (--ranks-on-one-gpu on the CPU, ...).
 Status check_parallel_flags(const ParallelFlags& f, const DeviceOptions& device);

@@ -101,12 +101,7 @@ int run_perplexity(int argc, char** argv) {
   app.add_option("--backend", dev.device, "the same as --device (cpu | cuda)")
       ->excludes(app.get_option("--device"));
   ParallelFlags parallel;
-  add_parallel_flags(app, parallel);
-  std::vector<std::string> args = expand_parallel_short_flags(argc, argv);
-  std::vector<char*> ptrs;
-  for (std::string& a : args) ptrs.push_back(a.data());
-  if (int rc = parse_args(app, int(ptrs.size()), ptrs.data()); rc >= 0) return rc;
-  if (Status st = check_parallel_flags(parallel, dev); !st.ok()) return report_error("perplexity", st);
+  if (int rc = parse_with_parallel_flags(app, argc, argv, "perplexity", dev, parallel); rc >= 0) return rc;
   if (Status st = refuse_ranks(parallel, "perplexity", "run it on one device (the CPU holds what one GPU cannot)"); !st.ok())
     return report_error("perplexity", st);
   if (stride == 0) stride = context;
