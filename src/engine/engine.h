@@ -110,12 +110,17 @@ class RequestStream {
   // Waits until an event is ready or `timeout` passes; false on timeout.
   bool next(StreamEvent* ev, std::chrono::milliseconds timeout);
   void push(StreamEvent ev);
+  // Called (on the pushing thread, no lock held) after every push from now on, and at once if an event is
+  // already waiting: lets a caller that does not block in next() (the server's stepped streams) learn that
+  // it has something to read. It must be quick.
+  void set_on_push(std::function<void()> on_push);
 
  private:
   uint64_t id_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<StreamEvent> events_;
+  std::function<void()> on_push_;
 };
 
 struct EngineOptions {
