@@ -125,10 +125,21 @@ class Session : public std::enable_shared_from_this<Session> {
     {
       std::lock_guard<std::mutex> lock(server_.mu);
       server_.sessions.erase(this);
+    }
+    server_.budget.release(charged_);
+    release_slot();
+  }
+
+  // A refused connection gives its slot back at once: its 503 and linger must not hold the cap against the
+  // clients it protects (one address re-opening refused connections filled --max-connections otherwise).
+  void release_slot() {
+    if (!counted_) return;
+    counted_ = false;
+    {
+      std::lock_guard<std::mutex> lock(server_.mu);
       if (auto it = server_.per_client.find(client_); it != server_.per_client.end() && --it->second <= 0)
         server_.per_client.erase(it);
     }
-    server_.budget.release(charged_);
     server_.connections.fetch_sub(1);
   }
 
@@ -148,6 +159,7 @@ class Session : public std::enable_shared_from_this<Session> {
       // connections held every slot); past the cap, a band of reserved connections serves only the
       // reserved routes (/health, /metrics), so probes get through a full server.
       if (limits.max_connections_per_client > 0 && from_client > limits.max_connections_per_client) {
+        self->release_slot();
         self->reply_error_and_close(
             503,
             "This client has too many open connections (the limit is " +
@@ -156,6 +168,7 @@ class Session : public std::enable_shared_from_this<Session> {
         return;
       }
       if (open > limits.max_connections + limits.reserved_connections) {
+        self->release_slot();
         self->reply_error_and_close(503, fmt_connections(limits.max_connections), /*version=*/11);
         return;
       }
@@ -705,6 +718,7 @@ class Session : public std::enable_shared_from_this<Session> {
   std::shared_ptr<std::atomic<bool>> gone_;
   std::string client_;          // the peer's address (the per-client cap's key)
   size_t charged_ = 0;          // bytes of the memory budget held for the request being read
+  bool counted_ = true;         // holds a slot of the connection caps (until refused or destroyed)
   bool reserved_only_ = false;  // accepted past --max-connections: only reserved routes are served
   Deadline armed_ = Deadline::None;
   uint64_t read_generation_ = 0, write_generation_ = 0;
