@@ -571,6 +571,32 @@ TEST(HttpServer, BadAllocIsA503) {
   EXPECT_EQ(exchange(s.port(), "GET /x HTTP/1.1\r\nHost: x\r\n\r\n").body, "ok");
 }
 
+// A waiting stream that was woken once steps again once, then only at the 100 ms fallback: waits that a
+// re-arm cancelled must not each start a step (that was a spin of steps at thread-pool speed).
+TEST(HttpListener, WokenStreamDoesNotSpin) {
+  LiveListener s;
+  std::atomic<int> steps{0};
+  std::atomic<bool> stop{false};
+  s.route = [&](HttpRequest&, HttpResponse& res) {
+    res.stream_step = [&](const ChunkWriter& write, const StreamWake& wake) {
+      if (stop || !write("")) return StreamStep::Done;
+      if (++steps == 1)  // woken once, while parked with its fallback timer armed
+        std::thread([wake] {
+          std::this_thread::sleep_for(20ms);
+          wake();
+        }).detach();
+      return StreamStep::Wait;
+    };
+  };
+  RawConnection c(s.port());
+  c.send("GET /w HTTP/1.1\r\nHost: x\r\n\r\n");
+  std::this_thread::sleep_for(500ms);
+  EXPECT_LE(steps.load(), 10);  // 2 + ~5 fallbacks; the spin made thousands
+  EXPECT_GE(steps.load(), 3);   // the fallback does step it
+  stop = true;
+  EXPECT_EQ(c.read_response(2s).status, 200);
+}
+
 // A peer that goes away while its request runs is seen by the handler (whole responses can cancel).
 TEST(HttpListener, ClientGoneWhileHandling) {
   LiveListener s;

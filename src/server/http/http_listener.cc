@@ -494,8 +494,14 @@ class Session : public std::enable_shared_from_this<Session> {
     stream_state_ = StreamState::ParkedWake;
     lock.unlock();
     net::post(socket_.get_executor(), [self = shared_from_this()] {
+      // Re-arming cancels the previous wait, whose handler then runs with an error: only the latest wait
+      // may resume the stream (else each cancelled wait would start a step, which waits again: a spin).
+      const uint64_t armed = ++self->wake_generation_;
       self->wake_timer_.expires_after(kStreamWakeFallback);
-      self->wake_timer_.async_wait([self](error_code) { self->resume(StreamState::ParkedWake); });
+      self->wake_timer_.async_wait([self, armed](error_code ec) {
+        if (ec || armed != self->wake_generation_) return;
+        self->resume(StreamState::ParkedWake);
+      });
     });
   }
 
@@ -721,7 +727,7 @@ class Session : public std::enable_shared_from_this<Session> {
   bool counted_ = true;         // holds a slot of the connection caps (until refused or destroyed)
   bool reserved_only_ = false;  // accepted past --max-connections: only reserved routes are served
   Deadline armed_ = Deadline::None;
-  uint64_t read_generation_ = 0, write_generation_ = 0;
+  uint64_t read_generation_ = 0, write_generation_ = 0, wake_generation_ = 0;
   bool first_ = true;       // no response written yet (the head deadline runs from the accept)
   bool busy_ = false;       // a request is being handled or its response written
   bool reading_ = false;    // an async read is pending
