@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <climits>
-#include <fmt/format.h>
 
 #include "engine/spec/acceptance.h"
 
