@@ -642,6 +642,18 @@ Status Backend::mask_logits(const TokenMaskArgs& a) {
   return mask_logits_impl(a);
 }
 
+Status Backend::nonfinite_rows(const NonfiniteRowsArgs& a) {
+  if (dry_run_) return {};
+  Check c("nonfinite_rows");
+  c.tensor(a.logits, "logits", 2)
+      .dtype(a.logits, "logits", DType::F32)
+      .tensor(a.out, "out", 1)
+      .dtype(a.out, "out", DType::I32)
+      .that(a.out.size(0) == a.logits.size(0), "out has one flag per logits row");
+  RILL_TRY(c.done());
+  return nonfinite_rows_impl(a);
+}
+
 Status Backend::logprobs(const LogprobsArgs& a) {
   if (dry_run_) return {};
   Check c("logprobs");

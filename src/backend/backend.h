@@ -289,6 +289,13 @@ struct TokenMaskArgs {
   int64_t words_per_row = 0;       // >= ceil(V / 32)
 };
 
+// Which rows hold a NaN or infinite logit (a broken forward: the row must not be sampled, masked or not).
+// Run on the raw logits, before penalties and masks write -inf into them.
+struct NonfiniteRowsArgs {
+  TensorView logits;  // F32 [R, V]
+  TensorView out;     // I32 [R]: 1 where row r holds a non-finite logit, else 0
+};
+
 // Log-softmax of the raw logits at the sampled token and the top_n most likely tokens (best first; ties by
 // lower id).
 struct LogprobsArgs {
@@ -479,6 +486,7 @@ class Backend {
   Status sample(const SampleArgs& a);
   Status apply_penalties(const PenaltyArgs& a);
   Status mask_logits(const TokenMaskArgs& a);
+  Status nonfinite_rows(const NonfiniteRowsArgs& a);
   Status logprobs(const LogprobsArgs& a);
 
  protected:
@@ -516,6 +524,7 @@ class Backend {
   virtual Status sample_impl(const SampleArgs& a) = 0;
   virtual Status apply_penalties_impl(const PenaltyArgs& a) = 0;
   virtual Status mask_logits_impl(const TokenMaskArgs& a) = 0;
+  virtual Status nonfinite_rows_impl(const NonfiniteRowsArgs& a) = 0;
   virtual Status logprobs_impl(const LogprobsArgs& a) = 0;
 };
 

@@ -276,10 +276,10 @@ int run_serve(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(0.0, 86400.0));  // a day
   app.add_option("--http-threads", o.http.handler_threads,
-                 "requests handled at once (a stream holds one while it runs; idle and still-arriving "
+                 "requests handled at once (streams hold one only while they write; idle and still-arriving "
                  "connections hold none)")
       ->capture_default_str()
-      ->check(CLI::Range(1, 4096));
+      ->check(CLI::Range(1, 1024));
   app.add_option("--http-io-threads", o.http.io_threads, "threads that run the sockets (no route code)")
       ->capture_default_str()
       ->check(CLI::Range(1, 64));
@@ -291,6 +291,17 @@ int run_serve(int argc, char** argv) {
                  "largest request body accepted, after chunked decoding too (HTTP 413 above)")
       ->capture_default_str()
       ->check(CLI::Range(size_t(1), size_t(1) << 32));  // 4 GiB
+  app.add_option("--max-request-memory", o.http.request_memory_bytes,
+                 "bytes all request bodies being read and parsed may hold together (each body counts 33 "
+                 "times its size once complete, for its parse); over it a request gets HTTP 503 (0: a "
+                 "quarter of the memory available at start, 256 MiB to 8 GiB)")
+      ->capture_default_str()
+      ->check(CLI::Range(size_t(0), size_t(1) << 40));
+  app.add_option("--max-connections-per-client", o.http.max_connections_per_client,
+                 "open connections from one client address; beyond it a new one gets HTTP 503 and is "
+                 "closed (0: no limit)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1 << 20));
   app.add_option("--max-header-bytes", o.http.max_header_bytes,
                  "largest request line + headers accepted (HTTP 431 above)")
       ->capture_default_str()

@@ -169,7 +169,11 @@ void Engine::Impl::step() {
     for (int r = 0; r < p.n_logit_rows(); ++r)
       rows.push_back({p.seq, std::span<const int32_t>(p.drafts).first(size_t(r))});
   // The cache operations of this step's admissions and of the last step's commits travel with it.
-  auto out = exec->execute(batch, sampling->make(rows, bool(opts.logits_hook)), caches->take_ops());
+  runner::SamplingBatch sampling_batch = sampling->make(rows, bool(opts.logits_hook));
+  if (opts.poison_logits)
+    for (size_t r = 0; r < rows.size(); ++r)
+      sampling_batch.rows[r].poison_logits = opts.poison_logits(rows[r].seq->id, rows[r].n_generated());
+  auto out = exec->execute(batch, sampling_batch, caches->take_ops());
   if (!out.ok()) {  // every request of the step fails with the step's error (logged when it finishes)
     for (const auto& p : plan.seqs) sched->finish(p.seq->id, FinishReason::Error, out.status().message());
     emit_finished(pending);
@@ -177,7 +181,8 @@ void Engine::Impl::step() {
   }
   const std::vector<runner::SampledToken>& sampled = out->tokens;
   std::vector<int32_t> ids;
-  for (const auto& t : sampled) ids.push_back(t.id);
+  std::vector<uint8_t> nonfinite;  // such a row's request ends with an error; the others go on
+  for (const auto& t : sampled) ids.push_back(t.id), nonfinite.push_back(t.nonfinite);
   counters.steps++;
   counters.kv_offload_wait_seconds += out->tier_copy_seconds;
   int iteration_tokens = 0;
@@ -207,7 +212,7 @@ void Engine::Impl::step() {
     ev.text += s->stop->push(t.id, &matched);
     return matched;
   };
-  sched->postprocess(plan, ids, sink);
+  sched->postprocess(plan, ids, sink, nonfinite);
   counters.observe_iteration_tokens(iteration_tokens);
   // The next masks of the constrained sequences that go on, computed while this thread emits and runs the
   // next step; until one is ready its sequence sits out (Scheduler::schedule).

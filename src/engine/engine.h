@@ -110,12 +110,17 @@ class RequestStream {
   // Waits until an event is ready or `timeout` passes; false on timeout.
   bool next(StreamEvent* ev, std::chrono::milliseconds timeout);
   void push(StreamEvent ev);
+  // Called (on the pushing thread, no lock held) after every push from now on, and at once if an event is
+  // already waiting: lets a caller that does not block in next() (the server's stepped streams) learn that
+  // it has something to read. It must be quick.
+  void set_on_push(std::function<void()> on_push);
 
  private:
   uint64_t id_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<StreamEvent> events_;
+  std::function<void()> on_push_;
 };
 
 struct EngineOptions {
@@ -149,6 +154,9 @@ struct EngineOptions {
   bool capture_graphs = true;
   // Tests only: called on the engine thread with every sampled row's logits (copied to the host: slow).
   std::function<void(uint64_t request_id, int32_t position, std::span<const float> logits)> logits_hook;
+  // Tests only: whether the logits row that samples request_id's output token n_generated (0 = the first) is
+  // overwritten with NaN before sampling (a broken forward for one row of a batch).
+  std::function<bool(uint64_t request_id, int32_t n_generated)> poison_logits;
   // vLLM's --gpu-memory-utilization: the fraction of the device's TOTAL memory the whole process may hold
   // (weights + workspace + caches; the caches get what is left of it); 0: unset (kv_cache_fraction applies).
   // Sized by runner/memory_plan.cc (RunnerOptions); ignored where memory is the host's.

@@ -45,11 +45,24 @@ bool RequestStream::next(StreamEvent* ev, std::chrono::milliseconds timeout) {
 }
 
 void RequestStream::push(StreamEvent ev) {
+  std::function<void()> on_push;
   {
     std::lock_guard lock(mu_);
     events_.push_back(std::move(ev));
+    on_push = on_push_;
   }
   cv_.notify_all();
+  if (on_push) on_push();
+}
+
+void RequestStream::set_on_push(std::function<void()> on_push) {
+  bool pending;
+  {
+    std::lock_guard lock(mu_);
+    on_push_ = on_push;
+    pending = !events_.empty();
+  }
+  if (pending && on_push) on_push();
 }
 
 }  // namespace rill::engine

@@ -236,8 +236,8 @@ StepPlan Scheduler::schedule() {
   return plan;
 }
 
-void Scheduler::postprocess(const StepPlan& plan, const std::vector<int32_t>& sampled,
-                            const TokenSink& sink) {
+void Scheduler::postprocess(const StepPlan& plan, const std::vector<int32_t>& sampled, const TokenSink& sink,
+                            std::span<const uint8_t> nonfinite) {
   size_t row = 0;
   for (const ScheduledSeq& p : plan.seqs) {
     Sequence* s = p.seq;
@@ -247,6 +247,15 @@ void Scheduler::postprocess(const StepPlan& plan, const std::vector<int32_t>& sa
       const size_t n_rows = size_t(p.n_logit_rows());
       if (row + n_rows > sampled.size()) {
         finish(s->id, FinishReason::Error, "internal: fewer sampled tokens than logits rows");
+        continue;
+      }
+      if (!nonfinite.empty() &&
+          std::any_of(nonfinite.begin() + ptrdiff_t(row), nonfinite.begin() + ptrdiff_t(row + n_rows),
+                      [](uint8_t b) { return b != 0; })) {
+        row += n_rows;
+        finish(s->id, FinishReason::Error,
+               fmt::format("the model produced non-finite logits (NaN or infinity) at position {}",
+                           start + p.n_new - 1));
         continue;
       }
       acc = spec::accept_drafts(p.drafts, std::span<const int32_t>(sampled).subspan(row, n_rows));

@@ -23,6 +23,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -94,8 +95,10 @@ class Scheduler {
   using TokenSink = std::function<std::optional<std::string>(Sequence& seq, const EmittedToken& token)>;
   // Applies a step's sampled ids (one per logits row: ScheduledSeq::n_logit_rows() per entry, in plan
   // order). Sequences that finish move to the finished list (`take_finished`); tokens after the one that
-  // ends a sequence are dropped.
-  void postprocess(const StepPlan& plan, const std::vector<int32_t>& sampled, const TokenSink& sink = {});
+  // ends a sequence are dropped. `nonfinite` (empty, or one per row): rows whose logits held a NaN or
+  // infinity; a sequence with one finishes with an Error and nothing of its step is committed or emitted.
+  void postprocess(const StepPlan& plan, const std::vector<int32_t>& sampled, const TokenSink& sink = {},
+                   std::span<const uint8_t> nonfinite = {});
   // Ends a sequence now (cancel, stop string, error) and frees its caches. Unknown ids: no-op.
   void finish(uint64_t id, FinishReason reason, std::string detail = {});
   // Ends every running and waiting sequence (shutdown without drain).

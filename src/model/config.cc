@@ -244,6 +244,16 @@ void parse_kimi_linear(const Json& json, ModelConfig& c, FieldReader& r) {
   c.n_layers = r.integer({"num_hidden_layers"}, kLayersRange);
   c.intermediate_size = r.integer({"intermediate_size"}, kFfnWidthRange);
   c.rms_norm_eps = float(r.number({"rms_norm_eps"}, 1e-5));
+  // Not used by the models rill runs (their MLA layers have no RoPE), but a checkpoint that states them
+  // must state sane ones: a non-positive base or scale means a broken config (issue #32).
+  if (const double theta = r.number({"rope_theta"}, 10000.0); !(theta > 0))
+    r.error(fmt::format("rope_theta must be positive, got {}", theta));
+  if (const Json* scaling = json.contains("rope_scaling") ? &json["rope_scaling"] : nullptr;
+      scaling && scaling->is_object() && scaling->contains("factor")) {
+    const Json& f = (*scaling)["factor"];
+    if (!f.is_number() || !std::isfinite(f.get<double>()) || !(f.get<double>() > 0))
+      r.error(fmt::format("rope_scaling.factor must be a positive number, got {}", f.dump()));
+  }
   c.tie_word_embeddings = r.boolean({"tie_word_embeddings"}, false);
   c.max_position_embeddings =
       r.wide_integer({"model_max_length", "max_position_embeddings"}, kPositionsRange, 1048576);
@@ -368,7 +378,8 @@ void validate(ModelConfig& c, FieldReader& r) {
   positive(c.vocab_size, "vocab_size");
   positive(c.hidden_size, "hidden_size");
   positive(c.n_layers, "num_hidden_layers");
-  if (!(c.rms_norm_eps > 0)) r.error(fmt::format("rms_norm_eps must be positive, got {}", c.rms_norm_eps));
+  if (!(c.rms_norm_eps > 0 && c.rms_norm_eps <= 1))
+    r.error(fmt::format("rms_norm_eps must be in (0, 1], got {}", c.rms_norm_eps));
   if (c.n_layers_of(LayerKind::Kda) > 0) {
     positive(c.kda.n_heads, "linear_attn_config.num_heads");
     positive(c.kda.head_dim, "linear_attn_config.head_dim");
@@ -393,6 +404,8 @@ void validate(ModelConfig& c, FieldReader& r) {
     if (m.n_experts_per_token < 1 || m.n_experts_per_token > m.n_experts)
       r.error(fmt::format("num_experts_per_token ({}) must be in 1..num_experts ({})", m.n_experts_per_token, m.n_experts));
     if (m.n_shared_experts < 0) r.error("num_shared_experts must not be negative");
+    if (!(m.routed_scaling_factor > 0))
+      r.error(fmt::format("routed_scaling_factor must be positive, got {}", m.routed_scaling_factor));
     if (m.n_groups < 1 || m.n_experts % m.n_groups != 0)
       r.error(fmt::format("num_expert_group ({}) must divide num_experts ({})", m.n_groups, m.n_experts));
     else if (m.topk_group < 1 || m.topk_group > m.n_groups)

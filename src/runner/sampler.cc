@@ -1,6 +1,7 @@
 #include "runner/sampler.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "backend/sampling.h"
 
@@ -11,6 +12,7 @@ Result<Sampler> Sampler::create(backend::Backend& be, int max_rows) {
   const size_t R = size_t(max_rows);
   RILL_ASSIGN_OR_RETURN(s.rows_, be.allocate(R * sizeof(backend::SamplingRow)));
   RILL_ASSIGN_OR_RETURN(s.ids_, be.allocate(R * 4));
+  RILL_ASSIGN_OR_RETURN(s.nonfinite_, be.allocate(R * 4));
   RILL_ASSIGN_OR_RETURN(s.lp_, be.allocate(R * 4));
   RILL_ASSIGN_OR_RETURN(s.top_ids_, be.allocate(R * 20 * 4));
   RILL_ASSIGN_OR_RETURN(s.top_lp_, be.allocate(R * 20 * 4));
@@ -84,6 +86,18 @@ Status Sampler::run(TensorView logits, const SamplingBatch& batch, std::vector<S
   const int64_t V = logits.size(1);
   const auto& rs = batch.rows;
 
+  // Non-finite logits are checked raw: the penalties and masks below write -inf, and a NaN row would
+  // otherwise sample whatever the comparisons happen to pick, through a grammar mask or not.
+  std::vector<float> nan_row;
+  for (int64_t r = 0; r < R; ++r)
+    if (rs[size_t(r)].poison_logits) {
+      nan_row.assign(size_t(V), std::numeric_limits<float>::quiet_NaN());
+      RILL_TRY(be_->upload_async(static_cast<float*>(logits.data) + r * logits.stride(0), nan_row.data(),
+                                 size_t(V) * 4));
+    }
+  const TensorView nonfinite = TensorView::make(nonfinite_.data(), DType::I32, {R}, be_->device());
+  RILL_TRY(be_->nonfinite_rows({logits, nonfinite}));
+
   if (std::any_of(rs.begin(), rs.end(), [](const RowSampling& r) { return r.uses_penalties(); }))
     RILL_TRY(apply_penalties(logits, batch));
   if (std::any_of(rs.begin(), rs.end(), [](const RowSampling& r) { return r.masked; }))
@@ -127,7 +141,9 @@ Status Sampler::run(TensorView logits, const SamplingBatch& batch, std::vector<S
     RILL_TRY(be_->logprobs(la));
   }
   std::vector<int32_t> host_ids(static_cast<size_t>(R));
+  std::vector<int32_t> host_nonfinite(static_cast<size_t>(R));
   RILL_TRY(be_->copy_to_host(host_ids.data(), ids_.data(), size_t(R) * 4));
+  RILL_TRY(be_->copy_to_host(host_nonfinite.data(), nonfinite_.data(), size_t(R) * 4));
   if (top_n >= 0) {
     RILL_TRY(be_->copy_to_host(lp.data(), lp_.data(), size_t(R) * 4));
     if (top_n > 0) {
@@ -139,6 +155,10 @@ Status Sampler::run(TensorView logits, const SamplingBatch& batch, std::vector<S
   }
   for (int64_t r = 0; r < R; ++r) {
     SampledToken& t = (*out)[size_t(r)];
+    if (host_nonfinite[size_t(r)]) {
+      t.nonfinite = true;
+      continue;
+    }
     t.id = host_ids[size_t(r)];
     if (t.id < 0 || t.id >= V) return internal_error("sampler produced token {} outside [0, {})", t.id, V);
     const int want = rs[size_t(r)].logprobs;

@@ -13,7 +13,8 @@ namespace rill::runner {
 class Sampler {
  public:
   static Result<Sampler> create(backend::Backend& be, int max_rows);
-  // logits [R, V], one row per batch.rows entry.
+  // logits [R, V], one row per batch.rows entry. A row whose logits are not all finite comes back with
+  // SampledToken::nonfinite set (the step goes on for the other rows).
   Status run(TensorView logits, const SamplingBatch& batch, std::vector<SampledToken>* out);
 
  private:
@@ -24,7 +25,7 @@ class Sampler {
 
   backend::Backend* be_;
   int max_rows_;
-  backend::DeviceAllocation rows_, ids_, lp_, top_ids_, top_lp_, pen_offsets_, pen_params_;
+  backend::DeviceAllocation rows_, ids_, nonfinite_, lp_, top_ids_, top_lp_, pen_offsets_, pen_params_;
   backend::DeviceAllocation pen_tokens_, pen_counts_;
   size_t pen_capacity_ = 0;
   backend::DeviceAllocation mask_;  // [rows, words] token masks, allocated at the first masked step

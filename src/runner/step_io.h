@@ -23,6 +23,7 @@ struct RowSampling {
   const std::set<int32_t>* prompt_tokens = nullptr;
   bool masked = false;    // the row's words in SamplingBatch::mask apply
   int32_t logprobs = -1;  // -1: none; 0: the sampled token's; n: plus the n most likely
+  bool poison_logits = false;  // tests only: the row's logits are overwritten with NaN before sampling
   bool uses_penalties() const {
     return presence_penalty != 0 || frequency_penalty != 0 || repetition_penalty != 1;
   }
@@ -39,6 +40,9 @@ struct SamplingBatch {
 
 struct SampledToken {
   int32_t id = 0;
+  // The row's raw logits held a NaN or infinity (a broken forward): `id` is meaningless, and the caller ends
+  // the row's request with an error rather than sample from it (a grammar mask cannot make it valid).
+  bool nonfinite = false;
   float logprob = 0.0f;                        // when the row asked for logprobs
   std::vector<std::pair<int32_t, float>> top;  // the row's most likely tokens, best first
 };

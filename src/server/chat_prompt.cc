@@ -1,6 +1,8 @@
 #include "server/chat_prompt.h"
 
+#include "server/content_spans.h"
 #include "server/structured_output.h"
+
 #include "text/constraint/grammar_constraint.h"
 #include "text/constraint/json_schema.h"
 #include "text/k2/turn_grammar.h"
@@ -65,8 +67,21 @@ ApiResult<RenderedChat> ChatPrompt::render_k2(const ChatRequest& request) const 
   if (!template_) return bad_request("messages", "this model cannot chat: {}", template_error_.message());
   Json body = request.body;
   if (request.tool_choice == ToolChoice::None) body.erase("tools");
-  auto prompt = template_->render(body);
+  Json marked = body;
+  const ContentSpans content(&marked);
+  auto prompt = template_->render(content.size() ? marked : body);
   if (!prompt.ok()) return error_from_status(prompt.status(), "messages");
+  std::optional<std::vector<ContentSpans::Span>> spans;
+  if (content.size()) {
+    spans = content.split(*prompt);
+    if (spans) {
+      prompt->clear();
+      for (const ContentSpans::Span& s : *spans) *prompt += s.text;
+    } else {  // the template transformed some content: render as it was, control tokens and all
+      prompt = template_->render(body);
+      if (!prompt.ok()) return error_from_status(prompt.status(), "messages");
+    }
+  }
   RenderedChat out;
   out.parser.family = text::ModelFamily::KimiK2;
   out.parser.k2_reasoning = tokenizer_->token_id("<think>").has_value();
@@ -90,7 +105,16 @@ ApiResult<RenderedChat> ChatPrompt::render_k2(const ChatRequest& request) const 
     if (!go.reasoning) out.forced_prefix = forced_tool_prefix(request);
   }
   out.text = *prompt + out.forced_prefix;
-  out.ids = tokenizer_->encode(out.text, /*allow_special=*/true);
+  if (spans) {
+    for (const ContentSpans::Span& s : *spans) {
+      const std::vector<int32_t> ids = tokenizer_->encode(s.text, /*allow_special=*/!s.content);
+      out.ids.insert(out.ids.end(), ids.begin(), ids.end());
+    }
+    const std::vector<int32_t> prefix = tokenizer_->encode(out.forced_prefix, /*allow_special=*/true);
+    out.ids.insert(out.ids.end(), prefix.begin(), prefix.end());
+  } else {
+    out.ids = tokenizer_->encode(out.text, /*allow_special=*/true);
+  }
   out.reported_prompt_tokens = int32_t(out.ids.size());
   // response_format: the whole output is the JSON value, unless a reasoning channel comes first (K2 thinking
   // templates; not constrained) or a call is forced.

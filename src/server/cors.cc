@@ -101,6 +101,11 @@ void answer_cors_preflight(const CorsOptions& cors, const HttpRequest& req, Http
   res.set_header("Access-Control-Max-Age", "600");
 }
 
+bool cors_origin_refused(const CorsOptions& cors, const HttpRequest& req) {
+  const std::string_view origin = req.header("Origin");
+  return cors.enabled() && !origin.empty() && !origin_allowed(cors, origin);
+}
+
 void add_cors_headers(const CorsOptions& cors, const HttpRequest& req, HttpResponse& res) {
   if (!cors.enabled()) return;
   const std::string_view origin = req.header("Origin");

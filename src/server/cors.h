@@ -30,6 +30,10 @@ bool is_cors_preflight(const CorsOptions& cors, const HttpRequest& req);
 // The preflight's answer: 204 with the Access-Control-Allow-* headers, or 400 naming the disallowed origin,
 // method or header.
 void answer_cors_preflight(const CorsOptions& cors, const HttpRequest& req, HttpResponse& res);
+// True when CORS is on and `req` carries an Origin that is not allowed: the router refuses it with 403
+// before any route runs, since a browser's "simple" request (a text/plain POST) needs no preflight and would
+// otherwise run (only its response would be hidden from the page).
+bool cors_origin_refused(const CorsOptions& cors, const HttpRequest& req);
 // Adds Access-Control-Allow-Origin (and Vary / Expose-Headers) to an actual response when its Origin is
 // allowed.
 void add_cors_headers(const CorsOptions& cors, const HttpRequest& req, HttpResponse& res);

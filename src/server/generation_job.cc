@@ -29,6 +29,10 @@ void GenerationJob::cancel() {
   }
 }
 
+void GenerationJob::wake_on_event(const std::function<void()>& wake) {
+  for (Choice& c : choices_) c.stream->set_on_push(wake);
+}
+
 std::optional<ApiError> GenerationJob::submit(engine::Request request, ChoiceDecoder decoder) {
   const int64_t prompt_tokens =
       request.reported_prompt_tokens >= 0 ? request.reported_prompt_tokens : int64_t(request.prompt.size());

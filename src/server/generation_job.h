@@ -5,6 +5,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -39,6 +40,8 @@ class GenerationJob {
   // Frames that became ready within `timeout` (empty on timeout). After a shutdown stopped the engine,
   // unfinished choices are finished here as server_interrupted.
   std::vector<JobFrame> poll(std::chrono::milliseconds timeout);
+  // `wake` runs whenever one of the choices gets an event (see engine::RequestStream::set_on_push).
+  void wake_on_event(const std::function<void()>& wake);
   // Cancels every unfinished engine request now.
   void cancel();
   // The response id the request log names (chatcmpl-..., cmpl-...), with the HTTP method and path.

@@ -1,5 +1,7 @@
 #include "server/http_server.h"
 
+#include <new>
+
 #include "server/cors.h"
 #include "server/openai/response.h"
 #include "server/request_log.h"
@@ -29,6 +31,8 @@ void run_route(ServingContext& ctx, const Route& route, const HttpRequest& req, 
   } else {
     try {
       error = route.handler(ctx, req, res);
+    } catch (const std::bad_alloc&) {  // this request could not be served; the server goes on (issue #32 N2)
+      error = ApiError{503, "The server ran out of memory for this request: retry later"};
     } catch (const std::exception& e) {
       error = ApiError{500, std::string("internal error: ") + e.what()};
     } catch (...) {
@@ -44,6 +48,29 @@ void run_route(ServingContext& ctx, const Route& route, const HttpRequest& req, 
 
 }  // namespace
 
+bool equal_in_constant_time(std::string_view given, std::string_view expected) {
+  // Every byte of `given` is compared (against `expected` repeated), whatever matched before: the time
+  // depends on the lengths only, so a key cannot be guessed byte by byte from response times.
+  unsigned diff = given.size() != expected.size();
+  if (expected.empty()) return given.empty();
+  for (size_t i = 0; i < given.size(); ++i)
+    diff |= unsigned(uint8_t(given[i]) ^ uint8_t(expected[i % expected.size()]));
+  return diff == 0;
+}
+
+bool match_route(std::string_view pattern, const std::string& path, std::vector<std::string>* matches) {
+  matches->clear();
+  if (pattern.size() >= 2 && pattern.substr(pattern.size() - 2) == "/*") {
+    const std::string_view prefix = pattern.substr(0, pattern.size() - 1);  // keeps the '/'
+    if (path.size() <= prefix.size() || std::string_view(path).substr(0, prefix.size()) != prefix) return false;
+    *matches = {path, path.substr(prefix.size())};
+    return true;
+  }
+  if (path != pattern) return false;
+  *matches = {path};
+  return true;
+}
+
 HttpServer::HttpServer(ServingContext& ctx, const HttpLimits& limits)
     : ctx_(ctx),
       listener_(limits, HttpHandlers{
@@ -56,8 +83,12 @@ HttpServer::HttpServer(ServingContext& ctx, const HttpLimits& limits)
                               return res;
                             },
                             [this](int status) { ctx_.metrics().record_http_status(status); },
+                            // Liveness never waits for a handler thread (issue #32 N4): both are quick
+                            // and never block on the engine.
+                            [](const HttpRequest& req) {
+                              return req.method == "GET" && (req.path == "/health" || req.path == "/metrics");
+                            },
                         }) {
-  for (const Route& r : route_table()) patterns_.emplace_back(r.path);
 }
 
 Status HttpServer::bind(const std::string& host, int port) {
@@ -68,7 +99,7 @@ bool HttpServer::authorized(const HttpRequest& req) const {
   const ServingConfig& config = ctx_.config();
   if (config.api_key.empty() || req.path == "/health") return true;
   if (req.path == "/metrics" && !config.api_key_metrics) return true;
-  return req.header("Authorization") == "Bearer " + config.api_key;
+  return equal_in_constant_time(req.header("Authorization"), "Bearer " + config.api_key);
 }
 
 void HttpServer::handle(HttpRequest& req, HttpResponse& res) {
@@ -76,6 +107,12 @@ void HttpServer::handle(HttpRequest& req, HttpResponse& res) {
   res.set_header("X-Request-Id", request_id_for(req));
   const CorsOptions& cors = ctx_.config().cors;
   if (is_cors_preflight(cors, req)) return answer_cors_preflight(cors, req, res);  // no API key in preflights
+  if (cors_origin_refused(cors, req)) {
+    const ApiError error{403, fmt::format("Origin '{}' is not allowed (--allowed-origins)", req.header("Origin"))};
+    if (ctx_.config().log_requests)
+      log_rejected_request(req.method, req.path, error.http_status, error.message);
+    return write_error(res, error);
+  }
   add_cors_headers(cors, req, res);
   if (!authorized(req)) {
     const ApiError error{401, "Invalid or missing API key: send `Authorization: Bearer <key>`"};
@@ -83,17 +120,20 @@ void HttpServer::handle(HttpRequest& req, HttpResponse& res) {
       log_rejected_request(req.method, req.path, error.http_status, error.message);
     return write_error(res, error);
   }
+  if (req.path.size() > kMaxRoutedPathBytes)
+    return write_error(res, ApiError{414, fmt::format("URI Too Long: the path has {} bytes (the limit is {})",
+                                                      req.path.size(), kMaxRoutedPathBytes)});
   const std::vector<Route>& routes = route_table();
   std::string allowed;
-  for (size_t i = 0; i < routes.size(); ++i) {
-    std::smatch m;
-    if (!std::regex_match(req.path, m, patterns_[i])) continue;
-    if (req.method != routes[i].method) {
-      allowed += (allowed.empty() ? "" : ", ") + std::string(routes[i].method);
+  std::vector<std::string> matches;
+  for (const Route& route : routes) {
+    if (!match_route(route.path, req.path, &matches)) continue;
+    if (req.method != route.method) {
+      allowed += (allowed.empty() ? "" : ", ") + std::string(route.method);
       continue;
     }
-    req.matches.assign(m.begin(), m.end());
-    return run_route(ctx_, routes[i], req, res);
+    req.matches = std::move(matches);
+    return run_route(ctx_, route, req, res);
   }
   if (allowed.empty())
     return write_error(res, ApiError{404, fmt::format("Not Found: {} {}", req.method, req.path)});

@@ -6,8 +6,8 @@
 
 #include <functional>
 #include <optional>
-#include <regex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "server/http/http_limits.h"
@@ -24,13 +24,26 @@ using RouteHandler =
 
 struct Route {
   const char* method;  // GET | POST
-  const char* path;    // a regex over the whole decoded path; its groups land in HttpRequest::matches
+  // The whole decoded path, literally; or a prefix ending in "/*", which matches any non-empty rest of the
+  // path (slashes included: model names have them), captured as HttpRequest::matches[1]. Never a regex:
+  // libstdc++'s std::regex recurses once per character, so a long path overflowed the stack (issue #32 N1).
+  const char* path;
   RouteHandler handler;
   bool needs_model;  // 503 unless the model is loaded and the server is not draining
 };
 
 // The route table (routes.cc).
 const std::vector<Route>& route_table();
+
+// Paths longer than this are refused with 414 before routing (the longest route is 20 bytes; a model name
+// in /v1/models/NAME is far shorter).
+constexpr size_t kMaxRoutedPathBytes = 2048;
+
+// a == b, in a time that depends on the lengths only (the API key check).
+bool equal_in_constant_time(std::string_view given, std::string_view expected);
+
+// Whether `path` matches the route pattern `pattern` (see Route::path); the captures go to `matches`.
+bool match_route(std::string_view pattern, const std::string& path, std::vector<std::string>* matches);
 
 void write_json(HttpResponse& res, const Json& body, int status = 200);
 void write_error(HttpResponse& res, const ApiError& error);
@@ -52,7 +65,6 @@ class HttpServer {
   bool authorized(const HttpRequest& req) const;
 
   ServingContext& ctx_;
-  std::vector<std::regex> patterns_;  // route_table()'s paths, compiled once
   HttpListener listener_;
 };
 

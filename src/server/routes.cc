@@ -121,7 +121,7 @@ const std::vector<Route>& route_table() {
       {"GET", "/metrics", handle_metrics, false},
       {"GET", "/version", handle_version, false},
       {"GET", "/v1/models", handle_models, true},
-      {"GET", "/v1/models/(.+)", handle_model, true},
+      {"GET", "/v1/models/*", handle_model, true},
       {"POST", "/v1/completions", handle_completion, true},
       {"POST", "/v1/chat/completions", handle_chat, true},
       {"POST", "/v1/responses", handle_responses, true},
@@ -200,14 +200,25 @@ void stream_sse(HttpResponse& res, std::shared_ptr<GenerationJob> job, SsePump p
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");
   res.content_type = "text/event-stream";
-  res.stream = [job, pump](const ChunkWriter& write) {
-    for (bool done = false; !done;) {
-      const std::string text = pump(std::chrono::milliseconds(100), &done);
-      if (!write(text)) {
-        job->cancel();  // the client went away
-        return;
-      }
+  // Stepped (issue #32 N4): each step writes what the engine has produced and returns, so a stream holds
+  // no handler thread while its request waits in the engine or its client does not read; the engine's push
+  // wakes it.
+  res.stream_step = [job, pump, woken = false](const ChunkWriter& write, const StreamWake& wake) mutable {
+    if (!woken) {
+      job->wake_on_event(wake);
+      woken = true;
     }
+    bool done = false;
+    const std::string text = pump(std::chrono::milliseconds(0), &done);
+    if (!write(text)) {
+      job->cancel();  // the client went away
+      return StreamStep::Done;
+    }
+    if (done) {
+      job->wake_on_event(nullptr);
+      return StreamStep::Done;
+    }
+    return text.empty() ? StreamStep::Wait : StreamStep::More;
   };
 }
 

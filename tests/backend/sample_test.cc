@@ -2,8 +2,9 @@
 // the same F32 logits and SamplingRows on both backends must give the same token for every row: greedy
 // (ties to the lowest id), and seeded temperature / top-k / top-p / min-p sampling, at the test model's
 // vocabulary (512) and Kimi's (163840), with more rows than one CUDA chunk, peaked, flat and heavily tied
-// logits; and grammar masks (mask_logits) before sampling. The CUDA rule sums fp64 probabilities in another order than the CPU; a decision could differ only
-// when top_p, min_p or u falls within ~1e-15 of a cumulative sum, which these inputs never hit.
+// logits; grammar masks (mask_logits) before sampling; non-finite rows (nonfinite_rows). The CUDA rule sums
+// fp64 probabilities in another order than the CPU; a decision could differ only when top_p, min_p or u falls
+// within ~1e-15 of a cumulative sum, which these inputs never hit.
 #include <algorithm>
 #include <cmath>
 #include <random>
@@ -205,6 +206,46 @@ TEST_P(SampleTest, MaskedLogitsSampleOnlyAllowedTokens) {
         const int64_t t = int64_t(ids_cpu[size_t(r)]);
         EXPECT_TRUE((mask[size_t(r * W + t / 32)] >> (t % 32)) & 1u) << "row " << r << " sampled masked token " << t;
       }
+    }
+  }
+}
+
+// nonfinite_rows flags exactly the rows holding a NaN or an infinity (the sampler ends those requests),
+// wherever in the row it is, and no finite row however large its values; checked against std::isfinite on the
+// host.
+TEST_P(SampleTest, NonfiniteRowsFlagsRowsWithNanOrInfinity) {
+  OpHarness h(GetParam());
+  RILL_REQUIRE_BACKEND(h);
+  for (int64_t V : {512, 163840}) {
+    SCOPED_TRACE(::testing::Message() << "V " << V);
+    const int64_t R = 9;
+    std::vector<float> l = make_logits(h, R, V, Shape::Normal);
+    std::uniform_int_distribution<int64_t> tok(0, V - 1);
+    l[size_t(1 * V)] = NAN;          // first logit
+    l[size_t(2 * V + V - 1)] = NAN;  // last logit
+    l[size_t(3 * V + tok(h.rng()))] = INFINITY;
+    l[size_t(4 * V + tok(h.rng()))] = -INFINITY;
+    std::fill(l.begin() + 5 * V, l.begin() + 6 * V, NAN);  // a whole row
+    l[size_t(6 * V + tok(h.rng()))] = 3.0e38f;             // large but finite
+    l[size_t(7 * V + tok(h.rng()))] = -3.0e38f;
+    std::vector<int32_t> want(size_t(R), 0);
+    for (int64_t r = 0; r < R; ++r)
+      want[size_t(r)] =
+          std::all_of(l.begin() + r * V, l.begin() + (r + 1) * V, [](float x) { return std::isfinite(x); })
+              ? 0
+              : 1;
+    ASSERT_EQ(want, (std::vector<int32_t>{0, 1, 1, 1, 1, 1, 0, 0, 0}));
+    auto [lc, ld] = h.put_both(l, DType::F32, DType::F32, {R, V});
+    BackendTensor oc = h.empty(h.cpu(), DType::I32, {R}), od = h.empty(h.dev(), DType::I32, {R});
+    const std::vector<int32_t> junk(size_t(R), 7);  // every flag must be written, 0 or 1
+    ASSERT_TRUE(h.dev().copy_to_device(od.view.data, junk.data(), junk.size() * 4).ok());
+    ASSERT_TRUE(h.cpu().nonfinite_rows({lc.view, oc.view}).ok());
+    const Status st = h.dev().nonfinite_rows({ld.view, od.view});
+    ASSERT_TRUE(st.ok()) << st.to_string();
+    const std::vector<float> cpu = h.get(h.cpu(), oc.view), dev = h.get(h.dev(), od.view);
+    for (int64_t r = 0; r < R; ++r) {
+      EXPECT_EQ(int(cpu[size_t(r)]), want[size_t(r)]) << "cpu row " << r;
+      EXPECT_EQ(int(dev[size_t(r)]), want[size_t(r)]) << "device row " << r;
     }
   }
 }

@@ -114,7 +114,10 @@ await run("e2e_browser", async (track) => {
   assertEq(actual.status, 200, "an actual request");
   assertEq(actual.headers.get("access-control-allow-origin"), allowed.origin, "actual responses carry Allow-Origin");
   const denied = await fetch(server.url + "/v1/models", { headers: { origin: other.origin } });
-  assertEq([denied.status, denied.headers.get("access-control-allow-origin")], [401, null], "no Allow-Origin for another origin");
+  assertEq([denied.status, denied.headers.get("access-control-allow-origin")], [403, null], "another origin is refused, before the key check");
+  // A "simple" request (text/plain POST: no preflight) from another origin must not run (issue #32).
+  const simple = await fetch(server.url + "/v1/completions", { method: "POST", headers: { origin: other.origin, "content-type": "text/plain", authorization: `Bearer ${KEY}` }, body: JSON.stringify({ prompt: "hi", max_tokens: 1 }) });
+  assertEq(simple.status, 403, "a text/plain POST from another origin is refused");
 
   // A real browser, from the allowed origin and from another one.
   const b1 = await inBrowser(chromium, allowed.origin + "/");

@@ -34,7 +34,9 @@ if (!isMainThread) {
     parentPort.postMessage({ done: controller.signal.aborted ? "aborted" : String(e) });
   }
 } else run("e2e_grammar_stall", async (track) => {
-  const server = track(await startServer());
+  // The 6 MB body must reach the schema-size check: the default --max-request-bytes (4 MiB) would refuse it
+  // in the HTTP layer first.
+  const server = track(await startServer(["--max-request-bytes", String(16 << 20)]));
   const client = server.client();
   const model = (await client.models.list()).data[0].id;
   const messages = [{ role: "user", content: "Pick one." }];

@@ -616,5 +616,51 @@ TEST(Engine, AllowedTokenIdsRestrictSampling) {
   EXPECT_NE(bad.status().message().find("allowed_token_ids"), std::string::npos) << bad.status().message();
 }
 
+// A row whose logits come out NaN (a broken forward, injected with EngineOptions::poison_logits) ends its own
+// request with an error after the tokens it had, constrained or not (the mask must not make a NaN row look
+// valid); the other requests of the same steps stream what they stream alone, and the engine serves on.
+TEST(Engine, NonFiniteLogitsEndOnlyThatRequestWithAnError) {
+  const std::vector<int32_t> prompt = {11, 12, 13, 14}, other = {7, 8, 9};
+  auto plain = make_engine("kimi_linear_tiny_a", EngineOptions{.max_batch_size = 1, .max_num_tokens = 64});
+  const auto alone = collect(*plain->submit({prompt, greedy(10)})).ids;
+  const auto other_alone = collect(*plain->submit({other, greedy(10)})).ids;
+  ASSERT_EQ(alone.size(), 10u);
+
+  EngineOptions o{.max_batch_size = 4, .max_num_tokens = 64};
+  // Ids count from 1 in submit order: request 2 breaks at its 4th token, request 3 (constrained) at its 1st.
+  o.poison_logits = [](uint64_t id, int32_t n_generated) {
+    return (id == 2 && n_generated == 3) || (id == 3 && n_generated == 0);
+  };
+  auto e = make_engine("kimi_linear_tiny_a", o);
+  auto forced = std::make_shared<ScriptedConstraint>();
+  forced->allowed = [](size_t k) { return std::vector<int32_t>{int32_t(100 + 7 * k)}; };
+  auto s1 = *e->submit({other, greedy(10)});
+  auto s2 = *e->submit({prompt, greedy(10)});
+  auto s3 = *e->submit({prompt, greedy(10), -1, forced});
+  ASSERT_EQ(s2->id(), 2u);
+  const auto errored = [](const std::shared_ptr<RequestStream>& s, std::vector<int32_t>* ids) {
+    StreamEvent ev;
+    while (s->next(&ev, std::chrono::seconds(60))) {
+      ids->insert(ids->end(), ev.token_ids.begin(), ev.token_ids.end());
+      if (ev.finish) return *ev.finish == FinishReason::Error ? ev.error : Status{};
+    }
+    return internal_error("timed out");
+  };
+  std::vector<int32_t> ids2, ids3;
+  const Status st2 = errored(s2, &ids2), st3 = errored(s3, &ids3);
+  const Outcome o1 = collect(s1);
+  EXPECT_NE(st2.message().find("non-finite logits"), std::string::npos) << st2.to_string();
+  EXPECT_NE(st3.message().find("non-finite logits"), std::string::npos) << st3.to_string();
+  EXPECT_EQ(ids2, std::vector<int32_t>(alone.begin(), alone.begin() + 3));
+  EXPECT_TRUE(ids3.empty());
+  EXPECT_TRUE(forced->accepted.empty());  // nothing sampled through the mask
+  EXPECT_EQ(o1.ids, other_alone);
+  EXPECT_EQ(o1.reason, FinishReason::Length);
+  EXPECT_EQ(collect(*e->submit({prompt, greedy(10)})).ids, alone);
+  const EngineStats st = e->stats();
+  EXPECT_EQ(st.kv_blocks_used, 0);
+  EXPECT_EQ(st.state_slots_used, 0);
+}
+
 }  // namespace
 }  // namespace rill::engine

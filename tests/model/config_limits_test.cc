@@ -86,6 +86,28 @@ TEST(ConfigLimits, FloatsMustBeFiniteSinglePrecision) {
   expect_error(j, "gate_lower_bound must be a finite number, got -1e+39");
 }
 
+// Issue #32: float fields in range, not only finite.
+TEST(ConfigLimits, FloatRanges) {
+  Json j = kimi_linear();
+  j["rope_theta"] = 0;
+  expect_error(j, "rope_theta must be positive, got 0");
+  j = kimi_linear();
+  j["rope_theta"] = -10000.0;
+  expect_error(j, "rope_theta must be positive, got -10000");
+  j = kimi_linear();
+  j["rms_norm_eps"] = 0.0;
+  expect_error(j, "rms_norm_eps must be in (0, 1], got 0");
+  j = kimi_linear();
+  j["rms_norm_eps"] = 2.0;
+  expect_error(j, "rms_norm_eps must be in (0, 1], got 2");
+  j = kimi_linear();
+  j["routed_scaling_factor"] = -1.0;
+  expect_error(j, "routed_scaling_factor must be positive, got -1");
+  j = kimi_linear();
+  j["rope_scaling"] = Json{{"type", "yarn"}, {"factor", 0}};
+  expect_error(j, "rope_scaling.factor must be a positive number, got 0");
+}
+
 TEST(ConfigLimits, NestedK3FieldsAreCheckedWithTheirPath) {
   Json j = kimi_k3_released_config();
   j["text_config"]["hidden_size"] = k2Pow32 + 7168;

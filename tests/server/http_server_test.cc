@@ -36,9 +36,10 @@ struct LiveServer {
   ServingContext ctx;
   HttpServer http;
   std::thread thread;
-  explicit LiveServer(std::string api_key = "", bool key_on_metrics = false)
-      : ctx(ServingConfig{"tiny", "/models/tiny", std::move(api_key), key_on_metrics}),
-        http(ctx, small_limits()) {
+  explicit LiveServer(std::string api_key = "", bool key_on_metrics = false,
+                      const HttpLimits& limits = small_limits(), CorsOptions cors = {})
+      : ctx(ServingConfig{"tiny", "/models/tiny", std::move(api_key), key_on_metrics, {}, std::move(cors)}),
+        http(ctx, limits) {
     EXPECT_TRUE(http.bind("127.0.0.1", 0).ok());
     thread = std::thread([this] { http.listen(); });
   }
@@ -134,6 +135,61 @@ TEST(HttpServer, ApiKeyOnEveryRouteButHealth) {
   EXPECT_EQ(guarded.request("GET", "/metrics", "", "Authorization: Bearer sekrit\r\n").status, 200);
 }
 
+// Issue #32: with --allowed-origins, a request from another origin is refused before any route runs, a
+// "simple" text/plain POST (no preflight) included; requests without Origin (curl, SDKs) are not affected.
+TEST(HttpServer, DisallowedOriginIsRefused) {
+  LiveServer s("", false, small_limits(), CorsOptions{.allowed_origins = {"http://ok.test"}});
+  auto simple = s.request("POST", "/v1/completions", R"({"prompt": "hi"})",
+                          "Origin: http://evil.test\r\nContent-Type: text/plain\r\n");
+  expect_envelope(simple, 403, "invalid_request_error");
+  EXPECT_EQ(simple.header("access-control-allow-origin"), "");
+  expect_envelope(s.request("GET", "/health", "", "Origin: http://evil.test\r\n"), 403, "invalid_request_error");
+  auto allowed = s.request("POST", "/v1/completions", R"({"prompt": "hi"})", "Origin: http://ok.test\r\n");
+  expect_envelope(allowed, 503, "unavailable_error");  // routed (the model is loading)
+  EXPECT_EQ(allowed.header("access-control-allow-origin"), "http://ok.test");
+  expect_envelope(s.request("POST", "/v1/completions", R"({"prompt": "hi"})"), 503, "unavailable_error");
+}
+
+// Issue #32 N1: the router ran std::regex over the path, and libstdc++'s matcher recurses once per
+// character: a 60,000-character model path overflowed a handler thread's stack (SIGSEGV, the whole server).
+// Now a long path is a 414 and the server goes on answering.
+TEST(HttpServer, LongPathIsRefusedNotACrash) {
+  HttpLimits limits = small_limits();
+  limits.max_header_bytes = 65536;
+  LiveServer s("", false, limits);
+  for (const std::string& path : {"/v1/models/" + std::string(60'000, 'a'), "/" + std::string(60'000, '/')}) {
+    auto r = s.request("GET", path);
+    expect_envelope(r, 414, "invalid_request_error");
+  }
+  // Just under the cap still routes (by prefix: the model name is the whole rest, slashes included).
+  const std::string name(kMaxRoutedPathBytes - std::string("/v1/models/").size(), 'b');
+  expect_envelope(s.request("GET", "/v1/models/" + name), 503, "unavailable_error");  // needs the model
+  EXPECT_EQ(s.request("GET", "/metrics").status, 200);
+}
+
+TEST(HttpServer, ConstantTimeEquality) {
+  EXPECT_TRUE(equal_in_constant_time("Bearer k", "Bearer k"));
+  EXPECT_FALSE(equal_in_constant_time("Bearer j", "Bearer k"));
+  EXPECT_FALSE(equal_in_constant_time("Bearer kk", "Bearer k"));
+  EXPECT_FALSE(equal_in_constant_time("Bearer ", "Bearer k"));
+  EXPECT_FALSE(equal_in_constant_time("", "Bearer k"));
+  EXPECT_TRUE(equal_in_constant_time("", ""));
+  EXPECT_FALSE(equal_in_constant_time("x", ""));
+}
+
+TEST(HttpServer, RouteMatchingBySegments) {
+  std::vector<std::string> m;
+  EXPECT_TRUE(match_route("/health", "/health", &m));
+  EXPECT_EQ(m, std::vector<std::string>{"/health"});
+  EXPECT_FALSE(match_route("/health", "/health/", &m));
+  EXPECT_FALSE(match_route("/health", "/healthz", &m));
+  EXPECT_TRUE(match_route("/v1/models/*", "/v1/models/org/name", &m));
+  EXPECT_EQ(m, (std::vector<std::string>{"/v1/models/org/name", "org/name"}));
+  EXPECT_FALSE(match_route("/v1/models/*", "/v1/models/", &m));  // the rest must not be empty
+  EXPECT_FALSE(match_route("/v1/models/*", "/v1/models", &m));
+  EXPECT_FALSE(match_route("/v1/models/*", "/v1/modelsX/a", &m));
+}
+
 // ---- HttpListener with test handlers -------------------------------------------------------------------
 
 struct LiveListener {
@@ -157,6 +213,7 @@ struct LiveListener {
                            return res;
                          },
                          [](int) {},
+                         [](const HttpRequest& req) { return req.path == "/health"; },
                      }) {
     EXPECT_TRUE(http.bind("127.0.0.1", 0).ok());
     thread = std::thread([this] { http.run(); });
@@ -355,6 +412,191 @@ TEST(HttpLimits, ConnectionCap) {
   EXPECT_EQ(b.read_response().status, 200);
 }
 
+// Issue #32 N3: one client re-opening trickling connections held every slot, and /health got 503. Now one
+// address holds at most its share, and the others (the probe) are served.
+TEST(HttpLimits, PerClientCapKeepsProbesServed) {
+  HttpLimits l = small_limits();
+  l.max_connections = 16;
+  l.max_connections_per_client = 8;
+  LiveListener s(l);
+  std::vector<std::unique_ptr<RawConnection>> attack;
+  int refused = 0;
+  for (int i = 0; i < 40; ++i) {
+    attack.push_back(std::make_unique<RawConnection>(s.port(), "127.0.0.2"));
+    attack.back()->send("GET /slow HTTP/1.1\r\nX: ");  // never ends its head
+  }
+  for (auto& c : attack) refused += c->read_response(100ms).status == 503;
+  EXPECT_EQ(refused, 32);  // all past the first 8 of that address
+  for (int i = 0; i < 10; ++i) {
+    RawConnection probe(s.port(), "127.0.0.1");
+    probe.send("GET /health HTTP/1.1\r\nHost: x\r\n\r\n");
+    EXPECT_EQ(probe.read_response(2s).status, 200) << i;
+  }
+}
+
+// Past --max-connections a small band of connections is still accepted, for the reserved routes only:
+// a server full of (legitimate) connections still answers its liveness probes.
+TEST(HttpLimits, ReservedBandServesOnlyReservedRoutes) {
+  HttpLimits l = small_limits();
+  l.max_connections = 6;
+  l.reserved_connections = 2;
+  l.max_connections_per_client = 0;
+  LiveListener s(l);
+  std::vector<std::unique_ptr<RawConnection>> idle;
+  for (int i = 0; i < 6; ++i) {
+    idle.push_back(std::make_unique<RawConnection>(s.port()));
+    idle.back()->send("GET /a HTTP/1.1\r\nHost: x\r\n\r\n");
+    ASSERT_EQ(idle.back()->read_response().status, 200);  // then idle in keep-alive
+  }
+  RawConnection other(s.port());
+  other.send("GET /a HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_EQ(other.read_response().status, 503);
+  RawConnection probe(s.port());
+  probe.send("GET /health HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_EQ(probe.read_response().status, 200);
+}
+
+// Issue #32 N4: streams whose clients do not read held every handler thread, and nothing else was answered.
+// Stepped streams park instead: while they wait for their client (or for a wake), other requests run, and
+// the write deadline ends the ones whose client never reads.
+TEST(HttpListener, ParkedStreamsHoldNoThread) {
+  HttpLimits l = small_limits();  // 4 handler threads
+  l.write_timeout = 500ms;
+  LiveListener s(l);
+  auto alive = std::make_shared<std::atomic<int>>(0);  // stream closures not yet released
+  s.route = [&](HttpRequest& req, HttpResponse& res) {
+    auto token = std::shared_ptr<void>(nullptr, [alive](void*) { --*alive; });
+    ++*alive;
+    if (req.path == "/flood") {
+      res.stream_step = [token](const ChunkWriter& write, const StreamWake&) {
+        return write(std::string(32 << 10, 'x')) ? StreamStep::More : StreamStep::Done;
+      };
+    } else if (req.path == "/wait") {  // never woken: only the fallback timer steps it
+      res.stream_step = [token](const ChunkWriter& write, const StreamWake&) {
+        return write("") ? StreamStep::Wait : StreamStep::Done;
+      };
+    } else {
+      res.set_content("ok", "text/plain");
+    }
+  };
+  std::vector<std::unique_ptr<RawConnection>> streams;
+  for (int i = 0; i < 12; ++i) {  // 3x the handler threads, none of them read
+    streams.push_back(std::make_unique<RawConnection>(s.port()));
+    streams.back()->send(std::string("GET ") + (i % 2 ? "/flood" : "/wait") + " HTTP/1.1\r\nHost: x\r\n\r\n");
+  }
+  std::this_thread::sleep_for(300ms);
+  const auto t0 = Clock::now();
+  EXPECT_EQ(exchange(s.port(), "GET /health HTTP/1.1\r\nHost: x\r\n\r\n", 2s).status, 200);
+  EXPECT_EQ(exchange(s.port(), "GET /x HTTP/1.1\r\nHost: x\r\n\r\n", 2s).body, "ok");
+  EXPECT_LT(Clock::now() - t0, 1s);
+  // The flooding streams' clients never read: the write deadline cuts them and their closures are released.
+  for (int i = 0; i < 300 && alive->load() > 6; ++i) std::this_thread::sleep_for(10ms);
+  EXPECT_EQ(alive->load(), 6);  // the waiting ones remain (their clients are still there)
+  streams.clear();              // the waiting streams' clients leave: an empty write fails, they end
+  for (int i = 0; i < 300 && alive->load() > 0; ++i) std::this_thread::sleep_for(10ms);
+  EXPECT_EQ(alive->load(), 0);
+}
+
+// A wake runs the next step at once (not after the fallback timer), and a stepped stream's body arrives whole
+// and in order on a keep-alive connection.
+TEST(HttpListener, SteppedStreamWakes) {
+  LiveListener s;
+  std::vector<std::thread> wakers;
+  std::mutex mu;
+  s.route = [&](HttpRequest&, HttpResponse& res) {
+    auto n = std::make_shared<int>(0);
+    res.stream_step = [&, n](const ChunkWriter& write, const StreamWake& wake) {
+      if (*n == 10) return StreamStep::Done;
+      write(std::to_string((*n)++));
+      std::lock_guard<std::mutex> lock(mu);
+      wakers.emplace_back([wake] {
+        std::this_thread::sleep_for(5ms);
+        wake();
+      });
+      return StreamStep::Wait;
+    };
+  };
+  RawConnection c(s.port());
+  const auto t0 = Clock::now();
+  c.send("GET /s HTTP/1.1\r\nHost: x\r\n\r\n");
+  auto r = c.read_response();
+  EXPECT_EQ(r.body, "0123456789");
+  EXPECT_LT(Clock::now() - t0, 600ms);  // 10 steps at the 100 ms fallback would take 1 s
+  c.send("GET /s HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_EQ(c.read_response().body, "0123456789");
+  for (auto& t : wakers) t.join();
+}
+
+// Issue #32 N2: request bodies share one memory budget (each complete body counts 1 + kParseExpansion times
+// its size): a body that does not fit while others are held gets 503, and fits again once they are released.
+TEST(HttpLimits, MemoryBudgetSharedByBodies) {
+  HttpLimits l = small_limits();
+  l.request_memory_bytes = 90'000;  // room for two complete 1000-byte bodies (33,000 bytes each), not three
+  LiveListener s(l);
+  std::atomic<int> holding{0};
+  std::atomic<bool> release{false};
+  s.route = [&](HttpRequest& req, HttpResponse& res) {
+    if (req.path == "/hold") {
+      ++holding;
+      while (!release) std::this_thread::sleep_for(5ms);
+    }
+    res.set_content("ok", "text/plain");
+  };
+  const std::string body(1000, 'b');
+  auto post = [&](const char* path) {
+    return "POST " + std::string(path) + " HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n" + body;
+  };
+  RawConnection a(s.port()), b(s.port());
+  a.send(post("/hold"));
+  b.send(post("/hold"));
+  while (holding < 2) std::this_thread::sleep_for(5ms);  // 66,000 bytes held
+  auto refused = exchange(s.port(), post("/x"));
+  EXPECT_EQ(refused.status, 503);
+  EXPECT_NE(refused.body.find("memory"), std::string::npos) << refused.body;
+  EXPECT_EQ(exchange(s.port(), "GET /small HTTP/1.1\r\nHost: x\r\n\r\n").status, 200);  // no body: fits
+  release = true;
+  EXPECT_EQ(a.read_response().status, 200);
+  EXPECT_EQ(b.read_response().status, 200);
+  EXPECT_EQ(exchange(s.port(), post("/x")).body, "ok");
+}
+
+// A route that runs out of memory fails alone: 503, and the server goes on.
+TEST(HttpServer, BadAllocIsA503) {
+  LiveListener s;
+  s.route = [](HttpRequest& req, HttpResponse& res) {
+    if (req.path == "/oom") throw std::bad_alloc();
+    res.set_content("ok", "text/plain");
+  };
+  EXPECT_EQ(exchange(s.port(), "GET /oom HTTP/1.1\r\nHost: x\r\n\r\n").status, 503);
+  EXPECT_EQ(exchange(s.port(), "GET /x HTTP/1.1\r\nHost: x\r\n\r\n").body, "ok");
+}
+
+// A waiting stream that was woken once steps again once, then only at the 100 ms fallback: waits that a
+// re-arm cancelled must not each start a step (that was a spin of steps at thread-pool speed).
+TEST(HttpListener, WokenStreamDoesNotSpin) {
+  LiveListener s;
+  std::atomic<int> steps{0};
+  std::atomic<bool> stop{false};
+  s.route = [&](HttpRequest&, HttpResponse& res) {
+    res.stream_step = [&](const ChunkWriter& write, const StreamWake& wake) {
+      if (stop || !write("")) return StreamStep::Done;
+      if (++steps == 1)  // woken once, while parked with its fallback timer armed
+        std::thread([wake] {
+          std::this_thread::sleep_for(20ms);
+          wake();
+        }).detach();
+      return StreamStep::Wait;
+    };
+  };
+  RawConnection c(s.port());
+  c.send("GET /w HTTP/1.1\r\nHost: x\r\n\r\n");
+  std::this_thread::sleep_for(500ms);
+  EXPECT_LE(steps.load(), 10);  // 2 + ~5 fallbacks; the spin made thousands
+  EXPECT_GE(steps.load(), 3);   // the fallback does step it
+  stop = true;
+  EXPECT_EQ(c.read_response(2s).status, 200);
+}
+
 // A peer that goes away while its request runs is seen by the handler (whole responses can cancel).
 TEST(HttpListener, ClientGoneWhileHandling) {
   LiveListener s;
@@ -373,6 +615,29 @@ TEST(HttpListener, ClientGoneWhileHandling) {
   }
   for (int i = 0; i < 200 && !s.saw_gone; ++i) std::this_thread::sleep_for(10ms);
   EXPECT_TRUE(s.saw_gone.load());
+}
+
+// Issue #32: with more than a head's worth of pipelined bytes behind a running request the connection stops
+// reading, and a client that left was never seen. The kernel is asked instead.
+TEST(HttpListener, ClientGoneBehindPipelinedBytes) {
+  LiveListener s;  // 2048 bytes of head: the most buffered behind a running request
+  std::atomic<bool> started{false};
+  s.route = [&](HttpRequest& req, HttpResponse& res) {
+    started = true;
+    const auto deadline = Clock::now() + 5s;
+    while (!req.client_gone() && Clock::now() < deadline) std::this_thread::sleep_for(10ms);
+    s.saw_gone = req.client_gone();
+    res.set_content("late", "text/plain");
+  };
+  {
+    RawConnection c(s.port());
+    c.send("GET /g HTTP/1.1\r\nHost: x\r\n\r\nGET /next HTTP/1.1\r\nX: " + std::string(16 << 10, 'a'));
+    while (!started) std::this_thread::sleep_for(5ms);
+  }
+  const auto t0 = Clock::now();
+  for (int i = 0; i < 300 && !s.saw_gone; ++i) std::this_thread::sleep_for(10ms);
+  EXPECT_TRUE(s.saw_gone.load());
+  EXPECT_LT(Clock::now() - t0, 2s);
 }
 
 // A stream whose client went away: the next write fails.

@@ -31,8 +31,16 @@ struct RawResponse {
 
 class RawConnection {
  public:
-  explicit RawConnection(int port) {
+  // `from`: the local address to connect from (any of 127.0.0.0/8 on Linux), so one test can be several
+  // clients.
+  explicit RawConnection(int port, const char* from = nullptr) {
     fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    if (from) {
+      sockaddr_in local{};
+      local.sin_family = AF_INET;
+      ::inet_pton(AF_INET, from, &local.sin_addr);
+      ::bind(fd_, reinterpret_cast<sockaddr*>(&local), sizeof local);
+    }
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
     addr.sin_port = htons(uint16_t(port));

@@ -165,5 +165,15 @@ TEST(Errors, StatusMapping) {
   EXPECT_EQ(error_from_status(invalid_argument("bad"), "messages").param, "messages");
 }
 
+// Issue #32: a range error from the engine's validation names its parameter (it answered `param: null`).
+TEST(Errors, RangeErrorsNameTheirParameter) {
+  EXPECT_EQ(error_from_status(invalid_argument("temperature: must be in [0, 100]")).param, "temperature");
+  EXPECT_EQ(error_from_status(invalid_argument("tokens[3]: must be a token id")).param, "tokens[3]");
+  EXPECT_EQ(error_from_status(out_of_range("min_tokens: must be in [0, max_tokens]")).param, "min_tokens");
+  EXPECT_EQ(error_from_status(invalid_argument("temperature: x"), "messages").param, "messages");  // given wins
+  EXPECT_EQ(error_from_status(invalid_argument("The prompt is too long: 5 tokens")).param, "");  // no prefix
+  EXPECT_EQ(error_from_status(unavailable("engine: stopped")).param, "");  // only 400s
+}
+
 }  // namespace
 }  // namespace rill::server

@@ -45,6 +45,7 @@ class CpuBackend final : public Backend {
   Status sample_impl(const SampleArgs& a) override;
   Status apply_penalties_impl(const PenaltyArgs& a) override;
   Status mask_logits_impl(const TokenMaskArgs& a) override;
+  Status nonfinite_rows_impl(const NonfiniteRowsArgs& a) override;
   Status logprobs_impl(const LogprobsArgs& a) override;
 };
 

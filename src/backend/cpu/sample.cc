@@ -48,6 +48,15 @@ Status CpuBackend::mask_logits_impl(const TokenMaskArgs& a) {
   return {};
 }
 
+Status CpuBackend::nonfinite_rows_impl(const NonfiniteRowsArgs& a) {
+  const int64_t R = a.logits.size(0), V = a.logits.size(1);
+  for (int64_t r = 0; r < R; ++r) {
+    const float* l = cpu::row_f32(a.logits, r);
+    a.out.ptr<int32_t>()[r] = std::all_of(l, l + V, [](float x) { return std::isfinite(x); }) ? 0 : 1;
+  }
+  return {};
+}
+
 Status CpuBackend::logprobs_impl(const LogprobsArgs& a) {
   const int64_t R = a.logits.size(0), V = a.logits.size(1);
   for (int64_t r = 0; r < R; ++r) {

@@ -544,6 +544,9 @@ Status CudaBackend::apply_penalties_impl(const backend::PenaltyArgs& a) {
 Status CudaBackend::mask_logits_impl(const backend::TokenMaskArgs& a) {
   return launch_mask_logits(a, ctx_);
 }
+Status CudaBackend::nonfinite_rows_impl(const backend::NonfiniteRowsArgs& a) {
+  return launch_nonfinite_rows(a, ctx_);
+}
 Status CudaBackend::logprobs_impl(const backend::LogprobsArgs& a) {
   return launch_logprobs(a, ctx_);
 }

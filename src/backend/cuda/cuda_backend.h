@@ -90,6 +90,7 @@ class CudaBackend final : public backend::Backend {
   Status sample_impl(const backend::SampleArgs& a) override;
   Status apply_penalties_impl(const backend::PenaltyArgs& a) override;
   Status mask_logits_impl(const backend::TokenMaskArgs& a) override;
+  Status nonfinite_rows_impl(const backend::NonfiniteRowsArgs& a) override;
   Status logprobs_impl(const backend::LogprobsArgs& a) override;
 
   // Pinned host staging for step metadata and small uploads; an event guards reuse of each half.

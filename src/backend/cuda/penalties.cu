@@ -1,5 +1,5 @@
-// Sampling penalties, grammar masks and logprobs on the GPU (backend.h PenaltyArgs / TokenMaskArgs /
-// LogprobsArgs), matching CpuBackend::apply_penalties_impl / mask_logits_impl / logprobs_impl.
+// Sampling penalties, grammar masks, non-finite row checks and logprobs on the GPU (backend.h PenaltyArgs /
+// TokenMaskArgs / NonfiniteRowsArgs / LogprobsArgs), matching the CpuBackend's *_impl of each.
 #include <cfloat>
 
 #include "backend/cuda/common/check.h"
@@ -112,6 +112,26 @@ Status launch_mask_logits(const backend::TokenMaskArgs& a, const CudaContext& cx
   mask_logits_kernel<<<dim3(unsigned(V + 255) / 256, unsigned(R)), 256, 0, cx.stream>>>(
       a.logits.ptr<float>(), a.logits.stride(0), V, a.mask, a.words_per_row);
   RILL_CUDA_CHECK_LAUNCH("mask_logits_kernel");
+  return {};
+}
+
+// One block per row: any thread that sees a NaN or infinity sets the row's flag (written every time, so the
+// output needs no clearing).
+__global__ void nonfinite_rows_kernel(const float* logits, int64_t row_stride, int V, int32_t* out) {
+  const int r = blockIdx.x;
+  const float* row = logits + r * row_stride;
+  int bad = 0;
+  for (int t = threadIdx.x; t < V && !bad; t += blockDim.x) bad = !isfinite(row[t]);
+  bad = __syncthreads_or(bad);
+  if (threadIdx.x == 0) out[r] = bad ? 1 : 0;
+}
+
+Status launch_nonfinite_rows(const backend::NonfiniteRowsArgs& a, const CudaContext& cx) {
+  const int R = int(a.logits.size(0)), V = int(a.logits.size(1));
+  if (R == 0) return {};
+  nonfinite_rows_kernel<<<R, 256, 0, cx.stream>>>(a.logits.ptr<float>(), a.logits.stride(0), V,
+                                                  a.out.ptr<int32_t>());
+  RILL_CUDA_CHECK_LAUNCH("nonfinite_rows_kernel");
   return {};
 }
 

@@ -1,9 +1,16 @@
 #include "server/http/handler_pool.h"
 
+#include <system_error>
+
 namespace rill::server {
 
 HandlerPool::HandlerPool(int n_threads) {
-  for (int i = 0; i < n_threads; ++i) threads_.emplace_back([this] { work(); });
+  // A thread the system refuses (RLIMIT_NPROC, memory for its stack) ends the count here rather than the
+  // process: the owner compares size() with what it asked for and reports it.
+  try {
+    for (int i = 0; i < n_threads; ++i) threads_.emplace_back([this] { work(); });
+  } catch (const std::system_error&) {
+  }
 }
 
 bool HandlerPool::submit(std::function<void()> task) {

@@ -16,6 +16,8 @@ class HandlerPool {
   explicit HandlerPool(int n_threads);
   ~HandlerPool() { stop(); }
 
+  // The threads that could be started (fewer than asked when the system refused one).
+  int size() const { return int(threads_.size()); }
   // False once stop() has begun (the task is dropped).
   bool submit(std::function<void()> task);
   // Runs what was queued, then joins the threads. Idempotent.

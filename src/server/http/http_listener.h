@@ -23,6 +23,10 @@ struct HttpHandlers {
   std::function<HttpResponse(int status, const std::string& message)> error;
   // Called once per response sent (its status), whoever wrote it.
   std::function<void(int status)> responded;
+  // Requests for which this is true (quick, never-blocking routes: /health, /metrics) run on reserved
+  // threads instead of the --http-threads queue, and are the only ones served on a connection accepted into
+  // the reserved band past --max-connections. Empty: none.
+  std::function<bool(const HttpRequest& req)> reserved;
 };
 
 class HttpListener {

@@ -37,6 +37,17 @@ struct HttpRequest {
 // deadline passed), after which nothing more can be written.
 using ChunkWriter = std::function<bool(std::string_view chunk)>;
 
+// What one call of a stepped stream (HttpResponse::stream_step) reports.
+enum class StreamStep {
+  More,  // call again (soon: the stream yields its thread between steps)
+  Wait,  // nothing to send now: call again after `wake()` (or a short timer, whichever comes first)
+  Done,  // the body is complete
+};
+
+// Makes a waiting stepped stream run its next step; callable from any thread, any number of times, also after
+// the connection is gone.
+using StreamWake = std::function<void()>;
+
 struct HttpResponse {
   int status = 200;
   std::vector<std::pair<std::string, std::string>> headers;
@@ -45,6 +56,11 @@ struct HttpResponse {
   // Set: the body is streamed (chunked on HTTP/1.1, close-delimited on HTTP/1.0): the connection sends the
   // head, then calls this on the handler thread with the writer; the body ends when it returns.
   std::function<void(const ChunkWriter& write)> stream;
+  // Set instead of `stream`: the body is produced in steps, each a short call on a handler thread that
+  // writes what is ready and returns. Between steps the stream holds no thread: a client that does not
+  // read parks it until its buffered output drains (the write deadline ends it), and a Wait parks it until
+  // `wake` runs (issue #32 N4: such streams held every --http-threads thread). Writes never block here.
+  std::function<StreamStep(const ChunkWriter& write, const StreamWake& wake)> stream_step;
 
   void set_header(std::string name, std::string value);
   void set_content(std::string content, std::string type) {

@@ -176,6 +176,12 @@ void RequestReader::check_head() {
   }
 }
 
+size_t RequestReader::body_reserve() const {
+  if (state_ != State::Body && state_ != State::Complete) return 0;
+  if (const auto length = parser_->p.content_length()) return size_t(*length);
+  return parser_->p.get().body().capacity();
+}
+
 HttpRequest RequestReader::take() {
   auto& m = parser_->p.get();
   HttpRequest req;

@@ -35,6 +35,9 @@ class RequestReader {
   bool wants_continue() const { return wants_continue_; }
   void continue_sent() { wants_continue_ = false; }
   size_t buffered() const { return pending_.size(); }
+  // Memory the body in progress holds or will hold: its Content-Length once the head is read, else (chunked)
+  // what the decoded body holds so far; 0 before the body.
+  size_t body_reserve() const;
 
   // The complete request; the reader moves on to the next one (buffered bytes are parsed at once).
   HttpRequest take();

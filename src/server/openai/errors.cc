@@ -1,5 +1,7 @@
 #include "server/openai/errors.h"
 
+#include <cctype>
+
 namespace rill::server {
 
 const char* error_type_for(int http_status) {
@@ -24,6 +26,21 @@ Json error_body(const ApiError& error) {
   return Json{{"error", std::move(inner)}};
 }
 
+namespace {
+
+// Validation messages start with the parameter they are about ("temperature: must be in [0, 100]",
+// "tokens[3]: ..."): that prefix, or "" when the message does not start with one.
+std::string param_of_message(std::string_view message) {
+  const size_t colon = message.find(": ");
+  if (colon == std::string_view::npos || colon == 0 || colon > 128) return "";
+  for (char c : message.substr(0, colon))
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '[' || c == ']'))
+      return "";
+  return std::string(message.substr(0, colon));
+}
+
+}  // namespace
+
 ApiError error_from_status(const Status& status, std::string param) {
   int http = 500;
   switch (status.code()) {
@@ -47,6 +64,8 @@ ApiError error_from_status(const Status& status, std::string param) {
       http = 503;
       break;
   }
+  // Every 400 names its parameter (issue #32: the engine's range errors answered `param: null`).
+  if (http == 400 && param.empty()) param = param_of_message(status.message());
   return ApiError{http, status.message(), std::move(param), ""};
 }
 

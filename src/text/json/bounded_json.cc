@@ -13,7 +13,7 @@ using Json = nlohmann::ordered_json;
 // Builds the document from nlohmann's SAX events (its SAX parser is iterative: an explicit stack).
 class BoundedBuilder : public nlohmann::json_sax<Json> {
  public:
-  explicit BoundedBuilder(int max_depth) : max_depth_(max_depth) {}
+  BoundedBuilder(int max_depth, size_t max_values) : max_depth_(max_depth), max_values_(max_values) {}
 
   bool null() override { return add(Json(nullptr)); }
   bool boolean(bool v) override { return add(Json(v)); }
@@ -38,6 +38,7 @@ class BoundedBuilder : public nlohmann::json_sax<Json> {
   }
 
   bool too_deep() const { return too_deep_; }
+  bool too_many() const { return too_many_; }
   const std::string& syntax_error() const { return syntax_error_; }
   Json& root() { return root_; }
 
@@ -71,12 +72,20 @@ class BoundedBuilder : public nlohmann::json_sax<Json> {
     return &members.back().second;
   }
 
+  bool counted() {
+    if (++n_values_ <= max_values_) return true;
+    too_many_ = true;
+    return false;
+  }
+
   bool add(Json&& value) {
+    if (!counted()) return false;
     place(std::move(value));
     return true;
   }
 
   bool open(Json&& container) {
+    if (!counted()) return false;
     if (int(stack_.size()) >= max_depth_) {
       too_deep_ = true;
       return false;
@@ -92,6 +101,9 @@ class BoundedBuilder : public nlohmann::json_sax<Json> {
   }
 
   int max_depth_;
+  size_t max_values_;
+  size_t n_values_ = 0;
+  bool too_many_ = false;
   std::vector<Open> stack_;
   std::string key_;
   Json root_;
@@ -124,9 +136,10 @@ size_t depth_error_offset(std::string_view text, int max_depth) {
 
 }  // namespace
 
-Result<nlohmann::ordered_json> parse_bounded_json(std::string_view text, int max_depth) {
-  BoundedBuilder builder(max_depth);
+Result<nlohmann::ordered_json> parse_bounded_json(std::string_view text, int max_depth, size_t max_values) {
+  BoundedBuilder builder(max_depth, max_values);
   if (Json::sax_parse(text.begin(), text.end(), &builder)) return std::move(builder.root());
+  if (builder.too_many()) return invalid_argument("JSON with more than {} values", max_values);
   if (builder.too_deep())
     return invalid_argument("JSON nested deeper than {} levels at byte {}", max_depth,
                             depth_error_offset(text, max_depth));

@@ -25,7 +25,8 @@ export function rawConnect(port) {
           if (check()) return;
           const w = { check };
           waiters.push(w);
-          setTimeout(() => { res(re.test(c.data()) ? c.data() : null); }, ms);
+          // Unref'd: a wait that was answered must not keep the test process alive until `ms` passes.
+          setTimeout(() => { res(re.test(c.data()) ? c.data() : null); }, ms).unref();
         });
       },
     };

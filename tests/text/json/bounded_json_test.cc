@@ -60,6 +60,24 @@ TEST(BoundedJson, RefusesTheIssueBodyWithoutCrashing) {
   EXPECT_EQ(error_of(std::string(1'000'000, '[')), "JSON nested deeper than 128 levels at byte 128");
 }
 
+// Issue #32 N2: the value count is bounded whatever the text's size; the bound is exact.
+TEST(BoundedJson, BoundsTheNumberOfValues) {
+  auto list = [](size_t n) {  // [0,0,...]: n + 1 values (the array counts)
+    std::string t = "[";
+    for (size_t i = 0; i < n; ++i) t += i ? ",0" : "0";
+    return t + "]";
+  };
+  auto ok = parse_bounded_json(list(999), kMaxJsonDepth, 1000);
+  ASSERT_TRUE(ok.ok()) << ok.status().message();
+  EXPECT_EQ(ok->size(), 999u);
+  EXPECT_EQ(parse_bounded_json(list(1000), kMaxJsonDepth, 1000).status().message(),
+            "JSON with more than 1000 values");
+  EXPECT_EQ(parse_bounded_json(R"({"a":[{},{},[]],"b":"s"})", kMaxJsonDepth, 5).status().message(),
+            "JSON with more than 5 values");
+  EXPECT_TRUE(parse_bounded_json(R"({"a":[{},{},[]],"b":"s"})", kMaxJsonDepth, 6).ok());
+  EXPECT_FALSE(parse_bounded_json(list(kMaxJsonValues)).ok());
+}
+
 TEST(BoundedJson, KeepsKeyOrderAndLastDuplicateAsNlohmannDoes) {
   for (
       const char* text : {
