@@ -2,6 +2,7 @@
 
 #include <nvtx3/nvToolsExt.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <thread>
@@ -10,6 +11,8 @@
 #include "backend/cuda/attn_res.h"
 #include "backend/cuda/common/check.h"
 #include "backend/cuda/elementwise.h"
+#include "backend/cuda/gemm/fp8_dequant.h"
+#include "backend/cuda/gemm/fp8_native.h"
 #include "backend/cuda/gemm/gemm_runner.h"
 #include "backend/cuda/gemm/gemv.h"
 #include "backend/cuda/kda/config.h"
@@ -61,6 +64,9 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::create(int device) {
   RILL_ASSIGN_OR_RETURN(b->moe_grouped_, moe::CublasGroupedGemm::create(moe::kMaxExperts));
   b->ctx_.moe_grouped_gemm = b->moe_grouped_.get();
   b->ctx_.moe_cublas_min_pairs = moe::kCublasMinPairs;
+  // The A/B switch of rill bench for the FP8 prefill GEMM (the option fp8_gemm, before any planning).
+  if (const char* v = std::getenv("RILL_FP8_GEMM"); v != nullptr && *v != '\0')
+    RILL_TRY(b->set_option("fp8_gemm", v));
   return b;
 }
 
@@ -69,6 +75,13 @@ Status CudaBackend::set_option(const std::string& key, const std::string& value)
     if (value != "cublas" && value != "rill")
       return invalid_argument("backend option moe_grouped_gemm: '{}' is not cublas or rill", value);
     ctx_.moe_grouped_gemm = value == "cublas" ? moe_grouped_.get() : nullptr;
+    return {};
+  }
+  if (key == "fp8_gemm") {  // FP8 dense GEMMs at prefill: the bf16 copy (default) or cuBLASLt's FP8 matmul
+    if (value != "dequant" && value != "native")
+      return invalid_argument("backend option fp8_gemm: '{}' is not dequant or native", value);
+    fp8_native_gemm_ = value == "native";
+    gemm_->set_fp8_native(fp8_native_gemm_);
     return {};
   }
   if (key == "moe_cublas_min_pairs") {
@@ -436,6 +449,16 @@ bool CudaBackend::moe_fuses_shared_expert(const backend::MoeExpertsArgs& a) cons
 
 size_t CudaBackend::moe_experts_scratch_bytes(const backend::MoeExpertsArgs& a) const {
   return cuda::moe_experts_scratch_bytes(a);
+}
+// FP8 weights above kFp8GemvMaxRows rows: the bf16 copy of the weight (gemm/fp8_dequant.h).
+size_t CudaBackend::gemm_scratch_bytes(const backend::GemmArgs& a) const {
+  if (!a.w || a.w->format != backend::WeightFormat::Fp8 || a.x.rank() != 2 || a.x.size(0) <= kFp8GemvMaxRows)
+    return 0;
+  const size_t dequant = fp8_dequant_bytes(*a.w);
+  // Native: the staging, or the bf16 copy where cuBLASLt turns the shape down.
+  if (fp8_native_gemm_ && fp8_native_eligible(a))
+    return std::max(dequant, fp8_native_stage(a.x.size(0), *a.w, nullptr).bytes);
+  return dequant;
 }
 size_t CudaBackend::sample_scratch_bytes(const backend::SampleArgs& a) const {
   return cuda::sample_scratch_bytes(a);

@@ -61,6 +61,7 @@ class CudaBackend final : public backend::Backend {
   size_t kda_attention_scratch_bytes(const backend::KdaAttentionArgs& a) const override;
   size_t mla_attention_scratch_bytes(const backend::MlaAttentionArgs& a) const override;
   size_t moe_experts_scratch_bytes(const backend::MoeExpertsArgs& a) const override;
+  size_t gemm_scratch_bytes(const backend::GemmArgs& a) const override;
   bool moe_fuses_shared_expert(const backend::MoeExpertsArgs& a) const override;
   size_t sample_scratch_bytes(const backend::SampleArgs& a) const override;
 
@@ -97,6 +98,7 @@ class CudaBackend final : public backend::Backend {
   CudaContext ctx_;
   std::unique_ptr<GemmRunner> gemm_;
   std::unique_ptr<moe::CublasGroupedGemm> moe_grouped_;
+  bool fp8_native_gemm_ = false;              // backend option fp8_gemm (dequant | native)
   void* pinned_ = nullptr;                    // staging ring, kPinnedBytes
   size_t pinned_half_ = 0, pinned_head_ = 0;  // current half, and the next free byte in it
   cudaEvent_t pinned_free_[2] = {nullptr, nullptr};

@@ -21,6 +21,10 @@ class GemmRunner {
   // Off (default): a new shape keeps the heuristic's first algorithm that runs. On: the first call of a shape
   // times the heuristic's top candidates once and keeps the fastest. Also on with RILL_GEMM_AUTOTUNE=1.
   virtual void set_autotune(bool on) = 0;
+  // FP8 weights at prefill-sized M (with scratch): off (default), the weight's bf16 copy and the bf16 GEMM;
+  // on, cuBLASLt's block-scaled FP8 matmul on activations quantised per token and 128 columns (128 x 128
+  // weight blocks only; other FP8 weights keep the copy). The backend option fp8_gemm = dequant | native.
+  virtual void set_fp8_native(bool on) = 0;
 };
 
 }  // namespace rill::cuda
