@@ -1,5 +1,6 @@
 #include "backend/backend.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -216,7 +217,7 @@ static Status check_fp8_weight(const LinearWeight& w, const char* op) {
 }
 
 Status Backend::gemm(const GemmArgs& a) {
-  if (dry_run_) return {};
+  if (dry_run_) return a.scratch ? reserve_scratch(a.scratch, gemm_scratch_bytes(a)) : Status{};
   Check c("gemm");
   c.that(a.w != nullptr, "weight is null")
       .tensor(a.x, "x", 2)
@@ -234,7 +235,11 @@ Status Backend::gemm(const GemmArgs& a) {
 }
 
 Status Backend::gemm_group(const GemmGroupArgs& a) {
-  if (dry_run_) return {};
+  if (dry_run_) {  // the parts run one after another: the largest part's scratch
+    for (const GemmArgs& p : a.parts)
+      if (p.scratch) RILL_TRY(reserve_scratch(p.scratch, gemm_scratch_bytes(p)));
+    return {};
+  }
   if (a.parts.empty() || int(a.parts.size()) > kMaxGemmGroup)
     return invalid_argument("gemm_group: {} parts (1 to {})", a.parts.size(), kMaxGemmGroup);
   for (size_t i = 0; i < a.parts.size(); ++i) {
@@ -531,7 +536,10 @@ Status Backend::moe_experts(const MoeExpertsArgs& a) {
     if (!unfused_shared || !a.shared_down) return {};
     if (!a.scratch) return internal_error("moe_experts: the shared expert needs a scratch arena");
     const size_t mark = a.scratch->used();
-    take_shared_scratch();  // measured by the planning arena
+    const SharedScratch sh = take_shared_scratch();  // measured by the planning arena
+    RILL_TRY(
+        reserve_scratch(a.scratch, std::max(gemm_scratch_bytes({a.x, a.shared_gate_up, sh.gu, a.scratch}),
+                                            gemm_scratch_bytes({sh.h, a.shared_down, sh.out, a.scratch}))));
     a.scratch->release_to(mark);
     return {};
   }
@@ -558,9 +566,9 @@ Status Backend::moe_experts(const MoeExpertsArgs& a) {
   const int64_t Is = a.shared_down->in_features();
   const size_t mark = a.scratch->used();
   const SharedScratch sh = take_shared_scratch();
-  RILL_TRY(gemm({a.x, a.shared_gate_up, sh.gu}));
+  RILL_TRY(gemm({a.x, a.shared_gate_up, sh.gu, a.scratch}));
   RILL_TRY(glu({sh.gu.narrow(1, 0, Is), sh.gu.narrow(1, Is, Is), sh.h, a.activation, a.beta, a.linear_beta}));
-  RILL_TRY(gemm({sh.h, a.shared_down, sh.out}));
+  RILL_TRY(gemm({sh.h, a.shared_down, sh.out, a.scratch}));
   RILL_TRY(add({a.out, sh.out}));
   a.scratch->release_to(mark);  // later work on the backend's stream is ordered after these ops
   return {};

@@ -93,6 +93,9 @@ struct GemmArgs {
   TensorView x;                     // act [M, K] (rows may be strided)
   const LinearWeight* w = nullptr;  // [N, K]
   TensorView out;                   // act or F32 [M, N] (rows may be strided)
+  // Optional: scratch for backends that stage the weight (CUDA: an FP8 weight's bf16 copy at prefill-sized M,
+  // gemm_scratch_bytes). Without it such a backend takes its scratch-free path.
+  Arena* scratch = nullptr;
 };
 
 // Independent GEMMs issued as one op (the KDA input projections of a decode step): each part as
@@ -494,6 +497,8 @@ class Backend {
   virtual size_t kda_attention_scratch_bytes(const KdaAttentionArgs&) const { return 0; }
   virtual size_t mla_attention_scratch_bytes(const MlaAttentionArgs&) const { return 0; }
   virtual size_t moe_experts_scratch_bytes(const MoeExpertsArgs&) const { return 0; }
+  // Taken only when GemmArgs::scratch is set (per part of a group, one part at a time).
+  virtual size_t gemm_scratch_bytes(const GemmArgs&) const { return 0; }
   // Whether moe_experts_impl computes a's shared expert itself (from shapes and formats only: the planning
   // dry run asks too); otherwise Backend::moe_experts runs it as separate ops after the routed experts.
   virtual bool moe_fuses_shared_expert(const MoeExpertsArgs&) const { return false; }

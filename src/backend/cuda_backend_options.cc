@@ -15,7 +15,7 @@ Result<bool> parse_bool(std::string_view key, std::string_view v) {
 
 std::string cuda_backend_option_keys() {
   return "pdl, kda_fused_decode, kda_recurrent_verify, moe_fuse_shared, mla_expand_rows, gemm_autotune, "
-         "moe_cublas_grouped, moe_cublas_min_pairs";
+         "moe_cublas_grouped, moe_cublas_min_pairs, fp8_gemm";
 }
 
 Status set_cuda_backend_option(CudaBackendOptions& o, std::string_view key_value) {
@@ -33,6 +33,12 @@ Status set_cuda_backend_option(CudaBackendOptions& o, std::string_view key_value
                                                : nullptr;
   if (flag) {
     RILL_ASSIGN_OR_RETURN(*flag, parse_bool(key, value));
+    return {};
+  }
+  if (key == "fp8_gemm") {
+    if (value != "dequant" && value != "native")
+      return invalid_argument("backend option fp8_gemm: expected dequant or native, got \"{}\"", value);
+    o.fp8_gemm_native = value == "native";
     return {};
   }
   if (key == "moe_cublas_min_pairs") {

@@ -40,6 +40,11 @@ struct CudaBackendOptions {
   // the smallest measured size: on an H100 (2026-12-06, 48B shape) cuBLAS took 0.70 / 1.21 / 1.35 / 1.91 /
   // 4.92 ms for 32 / 256 / 512 / 2048 / 8192 tokens x top-8 where rill's kernels took 0.91 / 1.64 / 1.85 /
   // 2.49 / 6.70, its per-layer count readback included.
+  // Dense FP8 GEMMs above the GEMV's rows: a bf16 copy of the weight in scratch and the bf16 GEMM (dequant,
+  // the default) or cuBLASLt's block-scaled FP8 matmul on activations quantised per token and 128 columns
+  // (native; not measured yet). It changes the scratch a GEMM plans: Backend::set_option may change it only
+  // before a step is planned. `fp8_gemm` = dequant | native.
+  bool fp8_gemm_native = false;
   bool moe_cublas_grouped = true;
   int moe_cublas_min_pairs = 256;
 };

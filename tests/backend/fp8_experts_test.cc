@@ -1,7 +1,8 @@
-// Cross-backend tests of moe_experts on FP8 experts (issue #35: src/backend/cuda/moe/experts.cu's Fp8Rows policy
-// of the decode GEMVs, which also serve prefill-sized steps until FP8 has a grouped GEMM) against the CPU, which
-// dequantizes exactly: identical E4M3 codes and F32 block scales on both backends (fill_random is bit-identical
-// across backends), 128 x 128 blocks, per-channel scales and 64-row blocks (64-wide experts), Kimi-Linear-48B's
+// Cross-backend tests of moe_experts on FP8 experts (issue #35: src/backend/cuda/moe/experts.cu's Fp8Rows
+// policy of the decode GEMVs, and the grouped GEMM's Fp8Tile policy for steps of more than 64 pairs whose
+// widths are multiples of 32; other shapes stay on the GEMVs at any T) against the CPU, which dequantizes
+// exactly: identical E4M3 codes and F32 block scales on both backends (fill_random is bit-identical across
+// backends), 128 x 128 blocks, per-channel scales and 64-row blocks (64-wide experts), Kimi-Linear-48B's
 // expert shape, decode and prefill-sized T.
 #include <algorithm>
 #include <cmath>
@@ -114,6 +115,31 @@ TEST_P(Fp8ExpertsTest, KimiLinear48bShape) {
   RILL_REQUIRE_BACKEND(h);
   auto ex = make_fp8_experts(h, 16, 2304, 1024, {128, 128});  // 16 of the 256 experts: the same rows
   for (int64_t T : {1, 4}) run_fp8_experts(h, *ex, T, 8);
+}
+
+// The grouped path (> 64 pairs, Hx and I multiples of 32): 128 x 128 blocks with partial blocks (Hx 160),
+// per-channel scales, 32-row x 64-column blocks, many experts with 0 or 1 slots (64 experts, 72 pairs), odd
+// T, SiTU, and the 48B expert shape at prefill-sized T.
+TEST_P(Fp8ExpertsTest, GroupedPath) {
+  OpHarness h(GetParam());
+  RILL_REQUIRE_BACKEND(h);
+  auto a = make_fp8_experts(h, 8, 160, 128, {128, 128});
+  for (int64_t T : {33, 37, 300}) run_fp8_experts(h, *a, T, 2);
+  run_fp8_experts(h, *a, 65, 2, backend::Activation::Situ);
+  auto b = make_fp8_experts(h, 64, 128, 64, {32, 64});
+  run_fp8_experts(h, *b, 9, 8);  // 72 pairs over 64 experts: most get 0, 1 or 2 slots
+  run_fp8_experts(h, *b, 5, 16);
+  auto c = make_fp8_experts(h, 8, 96, 64, {1, backend::Fp8Blocks::kWholeRow});  // per channel
+  for (int64_t T : {65, 129}) run_fp8_experts(h, *c, T, 2);
+}
+
+TEST_P(Fp8ExpertsTest, KimiLinear48bShapePrefill) {
+  OpHarness h(GetParam());
+  RILL_REQUIRE_BACKEND(h);
+  auto ex = make_fp8_experts(h, 16, 2304, 1024, {128, 128});
+  for (int64_t T : {9, 100}) run_fp8_experts(h, *ex, T, 8);
+  auto pc = make_fp8_experts(h, 16, 2304, 1024, {1, backend::Fp8Blocks::kWholeRow});
+  run_fp8_experts(h, *pc, 37, 8);
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, Fp8ExpertsTest, ::testing::ValuesIn(tested_backends()));

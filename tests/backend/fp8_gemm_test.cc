@@ -1,8 +1,10 @@
 // Cross-backend tests of GEMMs on FP8 weights (issue #35: src/backend/cuda/gemm/gemv.cu's Fp8Weights policy,
-// and cublaslt_runner's FP8 path over row groups) against the CPU reference, which dequantizes exactly: the same
-// E4M3 codes and F32 scales on both sides, bf16 x, fp32 accumulation, bf16 or F32 output; 128 x 128 blocks,
-// per-channel scales and 64-row blocks (stacks of narrow parts); Kimi-Linear-48B's shapes and odd ones with
-// partial blocks; decode M (the GEMV) and larger M; groups of FP8 parts in one launch.
+// and cublaslt_runner's FP8 path over row groups) against the CPU reference, which dequantizes exactly: the
+// same E4M3 codes and F32 scales on both sides, bf16 x, fp32 accumulation, bf16 or F32 output; 128 x 128
+// blocks, per-channel scales and 64-row blocks (stacks of narrow parts); Kimi-Linear-48B's shapes and odd
+// ones with partial blocks; decode M (the GEMV) and larger M (without scratch: the GEMV over row groups; with
+// scratch: the prefill path, a bf16 copy of the weight in scratch and cuBLASLt, or under fp8_gemm=native
+// cuBLASLt's block-scaled FP8 matmul); groups of FP8 parts in one launch.
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -103,6 +105,85 @@ TEST_P(Fp8GemmTest, GroupsEqualTheirPartsOneByOne) {
   ASSERT_TRUE(st.ok()) << st.to_string();
   EXPECT_LE(rel_l2(h.get(h.dev(), y1d.view), h.get(h.cpu(), y1c.view)), kBf16Tol);
   EXPECT_LE(rel_l2(h.get(h.dev(), y2d.view), h.get(h.cpu(), y2c.view)), kBf16Tol);
+}
+
+// The prefill path (M > 16 with a scratch arena): the weight dequantised to a bf16 copy in scratch, then the
+// bf16 GEMM. The copy rounds each weight once to bf16, so F32 outputs get the bf16 tolerance too. Scratch
+// comes from a planning dry run, as the model reserves it.
+void run_prefill_case(OpHarness& h, int64_t M, int64_t N, int64_t K, backend::Fp8Blocks b, DType out,
+                      double tol = kBf16Tol) {
+  SCOPED_TRACE(::testing::Message() << "prefill M " << M << " N " << N << " K " << K << " blocks " << b.rows
+                                    << " x " << b.cols << " out " << dtype_name(out));
+  auto [xc, xd] = h.put_both(h.randn(M * K), DType::F32, DType::BF16, {M, K});
+  auto [wc, wd] = make_fp8(h, N, K, b);
+  BackendTensor yc = h.empty(h.cpu(), DType::F32, {M, N}), yd = h.empty(h.dev(), out, {M, N});
+  ASSERT_TRUE(h.cpu().gemm({xc.view, &wc.w, yc.view}).ok());
+  Arena measure(nullptr, 0, h.dev().device());
+  h.dev().set_dry_run(true);
+  ASSERT_TRUE(h.dev().gemm({xd.view, &wd.w, yd.view, &measure}).ok());
+  h.dev().set_dry_run(false);
+  if (M > 16) {  // CUDA's kFp8GemvMaxRows: fewer rows take the FP8 GEMV in groups of 4
+    EXPECT_GE(measure.high_water(), size_t(2 * N * K));  // the bf16 copy at least
+  }
+  auto mem = h.dev().allocate(measure.high_water() + 256);
+  ASSERT_TRUE(mem.ok());
+  backend::DeviceAllocation scratch_mem = std::move(mem).value();
+  Arena arena(scratch_mem.data(), scratch_mem.size(), h.dev().device());
+  const Status st = h.dev().gemm({xd.view, &wd.w, yd.view, &arena});
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  EXPECT_EQ(arena.used(), 0u);  // given back
+  EXPECT_LE(rel_l2(h.get(h.dev(), yd.view), h.get(h.cpu(), yc.view)), tol);
+}
+
+TEST_P(Fp8GemmTest, PrefillOddShapes) {
+  OpHarness h(GetParam());
+  RILL_REQUIRE_BACKEND(h);
+  for (const auto& b : kBlocks)
+    for (int64_t M : {4, 5, 16, 17, 37, 300})
+      for (DType out : {DType::BF16, DType::F32}) {
+        run_prefill_case(h, M, 200, 136, b, out);
+        run_prefill_case(h, M, 33, 264, b, out);
+        run_prefill_case(h, M, 512, 64, b, out);
+      }
+  run_prefill_case(h, 8192, 136, 256, {128, 128}, DType::BF16);
+  run_prefill_case(h, 8192, 64, 200, {1, backend::Fp8Blocks::kWholeRow}, DType::BF16);
+  run_prefill_case(h, 41, 96, 130, {128, 128}, DType::BF16);  // K % 8 != 0: the scalar dequant
+}
+
+TEST_P(Fp8GemmTest, PrefillKimiLinear48bShapes) {
+  OpHarness h(GetParam());
+  RILL_REQUIRE_BACKEND(h);
+  // Fused q|k|v [3 x 4096, 2304], o_proj [2304, 4096], the shared expert's gate|up [2 x 1024, 2304] and down
+  // [2304, 1024], dense MLP down [2304, 9216].
+  for (int64_t M : {5, 37, 300})
+    for (auto [N, K] :
+         {std::pair<int64_t, int64_t>{12288, 2304}, {2304, 4096}, {2048, 2304}, {2304, 1024}, {2304, 9216}})
+      run_prefill_case(h, M, N, K, {128, 128}, DType::BF16);
+  run_prefill_case(h, 37, 12288, 2304, {1, backend::Fp8Blocks::kWholeRow}, DType::BF16);
+  run_prefill_case(h, 2048, 2304, 1024, {128, 128}, DType::BF16);
+}
+
+// The native FP8 path (backend option fp8_gemm=native; 128 x 128 weight blocks, K % 128 == 0, N % 16 == 0):
+// activations quantised to E4M3 per token and 128 columns (3 mantissa bits: ~2-3% relative error per element,
+// hence the looser bound). Other shapes under the option take the bf16 copy (checked at its own bound).
+constexpr double kNativeTol = 5e-2;
+
+TEST_P(Fp8GemmTest, PrefillNativeFp8) {
+  OpHarness h(GetParam());
+  RILL_REQUIRE_BACKEND(h);
+  ASSERT_TRUE(h.dev().set_option("fp8_gemm", "native").ok());
+  for (int64_t M : {5, 37, 300})
+    for (auto [N, K] :
+         {std::pair<int64_t, int64_t>{12288, 2304}, {2304, 4096}, {2048, 2304}, {2304, 1024}, {2304, 9216}})
+      run_prefill_case(h, M, N, K, {128, 128}, DType::BF16, kNativeTol);
+  run_prefill_case(h, 2048, 2304, 1024, {128, 128}, DType::BF16, kNativeTol);
+  run_prefill_case(h, 64, 200, 256, {128, 128}, DType::BF16);  // N % 16: the copy
+  run_prefill_case(h, 64, 256, 136, {128, 128}, DType::BF16);  // K % 128: the copy
+  run_prefill_case(h, 64, 256, 256, {1, backend::Fp8Blocks::kWholeRow},
+                   DType::BF16);                              // per channel: the copy
+  run_prefill_case(h, 64, 256, 256, {128, 128}, DType::F32);  // F32 out: the copy
+  ASSERT_TRUE(h.dev().set_option("fp8_gemm", "dequant").ok());
+  EXPECT_FALSE(h.dev().set_option("fp8_gemm", "fast").ok());
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, Fp8GemmTest, ::testing::ValuesIn(tested_backends()));

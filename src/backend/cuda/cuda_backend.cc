@@ -2,6 +2,7 @@
 
 #include <nvtx3/nvToolsExt.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <thread>
@@ -11,6 +12,8 @@
 #include "backend/cuda/common/check.h"
 #include "backend/cuda/common/launch.h"
 #include "backend/cuda/elementwise.h"
+#include "backend/cuda/gemm/fp8_dequant.h"
+#include "backend/cuda/gemm/fp8_native.h"
 #include "backend/cuda/gemm/gemm_runner.h"
 #include "backend/cuda/gemm/gemv.h"
 #include "backend/cuda/kda/config.h"
@@ -60,6 +63,7 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::create(int device,
   RILL_ASSIGN_OR_RETURN(b->gemm_, GemmRunner::create(device));
   b->ctx_.gemm = b->gemm_.get();
   b->gemm_->set_autotune(options.gemm_autotune);
+  b->gemm_->set_fp8_native(options.fp8_gemm_native);
   RILL_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&b->ctx_.route_logits),
                              size_t(kGemvMaxRows) * moe::kMaxExperts * sizeof(float)));
   RILL_ASSIGN_OR_RETURN(b->moe_grouped_, moe::CublasGroupedGemm::create(moe::kMaxExperts));
@@ -70,10 +74,13 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::create(int device,
 Status CudaBackend::set_option(const std::string& key, const std::string& value) {
   // Only switches that change neither a step's planned scratch nor the stream's launch attributes may change
   // after the backend is made; the rest are fixed by make_cuda_backend's options (--backend-option).
-  if (key != "moe_cublas_grouped" && key != "moe_cublas_min_pairs")
+  // (fp8_gemm changes a GEMM's planned scratch: tests set it before planning.)
+  if (key != "moe_cublas_grouped" && key != "moe_cublas_min_pairs" && key != "fp8_gemm")
     return invalid_argument("backend option {} is fixed when the backend is made (--backend-option {}={})", key,
                             key, value);
-  return backend::set_cuda_backend_option(ctx_.options, key + "=" + value);
+  RILL_TRY(backend::set_cuda_backend_option(ctx_.options, key + "=" + value));
+  gemm_->set_fp8_native(ctx_.options.fp8_gemm_native);
+  return {};
 }
 
 backend::KernelShapeLimits CudaBackend::shape_limits() const {
@@ -470,6 +477,16 @@ bool CudaBackend::moe_fuses_shared_expert(const backend::MoeExpertsArgs& a) cons
 
 size_t CudaBackend::moe_experts_scratch_bytes(const backend::MoeExpertsArgs& a) const {
   return cuda::moe_experts_scratch_bytes(a);
+}
+// FP8 weights above kFp8GemvMaxRows rows: the bf16 copy of the weight (gemm/fp8_dequant.h).
+size_t CudaBackend::gemm_scratch_bytes(const backend::GemmArgs& a) const {
+  if (!a.w || a.w->format != backend::WeightFormat::Fp8 || a.x.rank() != 2 || a.x.size(0) <= kFp8GemvMaxRows)
+    return 0;
+  const size_t dequant = fp8_dequant_bytes(*a.w);
+  // Native: the staging, or the bf16 copy where cuBLASLt turns the shape down.
+  if (ctx_.options.fp8_gemm_native && fp8_native_eligible(a))
+    return std::max(dequant, fp8_native_stage(a.x.size(0), *a.w, nullptr).bytes);
+  return dequant;
 }
 size_t CudaBackend::sample_scratch_bytes(const backend::SampleArgs& a) const {
   return cuda::sample_scratch_bytes(a);

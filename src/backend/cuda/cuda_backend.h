@@ -64,6 +64,7 @@ class CudaBackend final : public backend::Backend {
   size_t kda_attention_scratch_bytes(const backend::KdaAttentionArgs& a) const override;
   size_t mla_attention_scratch_bytes(const backend::MlaAttentionArgs& a) const override;
   size_t moe_experts_scratch_bytes(const backend::MoeExpertsArgs& a) const override;
+  size_t gemm_scratch_bytes(const backend::GemmArgs& a) const override;
   bool moe_fuses_shared_expert(const backend::MoeExpertsArgs& a) const override;
   size_t sample_scratch_bytes(const backend::SampleArgs& a) const override;
 

@@ -71,9 +71,15 @@ Status kda_forward(ForwardContext& cx, const ModelConfig& c, const KdaWeights& w
   TensorView gate = cx.ws.alloc(act, {T, P});
   TensorView ga = c.kda.full_rank_output_gate ? TensorView{} : cx.ws.alloc(act, {T, d});
   if (c.kda.full_rank_output_gate)
-    RILL_TRY(be.gemm_group({{{u, &w.qkv_proj, qkv}, {u, &w.f_a_proj, fa}, {u, &w.b_proj, braw}, {u, &w.g_proj, gate}}}));
+    RILL_TRY(be.gemm_group({{{u, &w.qkv_proj, qkv, &cx.ws},
+                             {u, &w.f_a_proj, fa, &cx.ws},
+                             {u, &w.b_proj, braw, &cx.ws},
+                             {u, &w.g_proj, gate, &cx.ws}}}));
   else
-    RILL_TRY(be.gemm_group({{{u, &w.qkv_proj, qkv}, {u, &w.f_a_proj, fa}, {u, &w.b_proj, braw}, {u, &w.g_a_proj, ga}}}));
+    RILL_TRY(be.gemm_group({{{u, &w.qkv_proj, qkv, &cx.ws},
+                             {u, &w.f_a_proj, fa, &cx.ws},
+                             {u, &w.b_proj, braw, &cx.ws},
+                             {u, &w.g_a_proj, ga, &cx.ws}}}));
 
   // A decode step (one token per sequence) runs the rest as one op where the backend fuses it; taps and
   // in-step snapshots need the separate ops' intermediates.
@@ -104,13 +110,13 @@ Status kda_forward(ForwardContext& cx, const ModelConfig& c, const KdaWeights& w
       TensorView normed = cx.ws.alloc(act, {T, P});
       dec.out = normed;
       RILL_TRY(be.kda_decode(dec));
-      return be.gemm({normed, &w.o_proj, out});
+      return be.gemm({normed, &w.o_proj, out, &cx.ws});
     }
   }
   if (c.kda.full_rank_output_gate)
-    RILL_TRY(be.gemm({fa, &w.f_b_proj, graw}));
+    RILL_TRY(be.gemm({fa, &w.f_b_proj, graw, &cx.ws}));
   else
-    RILL_TRY(be.gemm_group({{{fa, &w.f_b_proj, graw}, {ga, &w.g_b_proj, gate}}}));
+    RILL_TRY(be.gemm_group({{{fa, &w.f_b_proj, graw, &cx.ws}, {ga, &w.g_b_proj, gate, &cx.ws}}}));
   cx.tap("kda.qkv", qkv);
   cx.tap("kda.graw", graw);
 
@@ -147,7 +153,7 @@ Status kda_forward(ForwardContext& cx, const ModelConfig& c, const KdaWeights& w
   RILL_TRY(be.kda_output({o, gate, w.o_norm, c.rms_norm_eps, normed}));
   cx.tap("kda.gate", gate);
   cx.tap("kda.normed", normed);
-  return be.gemm({normed, &w.o_proj, out});
+  return be.gemm({normed, &w.o_proj, out, &cx.ws});
 }
 
 }  // namespace rill::model

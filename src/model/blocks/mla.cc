@@ -40,13 +40,14 @@ Status mla_forward(ForwardContext& cx, const ModelConfig& c, const MlaWeights& w
   TensorView ckv = cx.ws.alloc(act, {T, m.cache_width()});
   TensorView gate = m.output_gate ? cx.ws.alloc(act, {T, m.n_heads * m.v_head_dim}) : TensorView{};
   TensorView qa = m.q_lora_rank > 0 ? cx.ws.alloc(act, {T, m.q_lora_rank}) : TensorView{};
-  backend::GemmGroupArgs proj{{{u, m.q_lora_rank > 0 ? &w.q_a_proj : &w.q_proj, m.q_lora_rank > 0 ? qa : q},
-                               {u, &w.kv_a_proj, ckv}}};
-  if (m.output_gate) proj.parts.push_back({u, &w.g_proj, gate});
+  backend::GemmGroupArgs proj{
+      {{u, m.q_lora_rank > 0 ? &w.q_a_proj : &w.q_proj, m.q_lora_rank > 0 ? qa : q, &cx.ws},
+       {u, &w.kv_a_proj, ckv, &cx.ws}}};
+  if (m.output_gate) proj.parts.push_back({u, &w.g_proj, gate, &cx.ws});
   RILL_TRY(be.gemm_group(proj));
   if (m.q_lora_rank > 0) {
     RILL_TRY(be.rms_norm({qa, w.q_a_norm, m.latent_norm_eps, qa}));
-    RILL_TRY(be.gemm({qa, &w.q_b_proj, q}));
+    RILL_TRY(be.gemm({qa, &w.q_b_proj, q, &cx.ws}));
   }
   cx.tap("mla.q", q);
   cx.tap("mla.ckv", ckv);
@@ -68,7 +69,7 @@ Status mla_forward(ForwardContext& cx, const ModelConfig& c, const MlaWeights& w
   RILL_TRY(be.mla_attention(att));
   cx.tap("mla.attn", att.out);
   if (m.output_gate) RILL_TRY(be.sigmoid_gate({att.out, gate}));
-  return be.gemm({att.out, &w.o_proj, out});
+  return be.gemm({att.out, &w.o_proj, out, &cx.ws});
 }
 
 }  // namespace rill::model

@@ -21,11 +21,11 @@ Status mlp_forward(ForwardContext& cx, const MlpWeights& w, const GluSpec& glu, 
   WorkspaceScope scope(cx.ws);
   const int64_t T = x.size(0), I = w.intermediate;
   TensorView gu = cx.ws.alloc(cx.act(), {T, 2 * I});
-  RILL_TRY(cx.be.gemm({x, &w.gate_up, gu}));
+  RILL_TRY(cx.be.gemm({x, &w.gate_up, gu, &cx.ws}));
   cx.tap("mlp.gate_up", gu);
   TensorView h = cx.ws.alloc(cx.act(), {T, I});
   RILL_TRY(cx.be.glu({gu.narrow(1, 0, I), gu.narrow(1, I, I), h, glu.activation, glu.beta, glu.linear_beta}));
-  return cx.be.gemm({h, &w.down, out});
+  return cx.be.gemm({h, &w.down, out, &cx.ws});
 }
 
 }  // namespace rill::model

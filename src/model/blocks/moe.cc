@@ -137,13 +137,14 @@ Status moe_forward(ForwardContext& cx, const ModelConfig& c, const ModelShard& s
   ex.scratch = &cx.ws;
   if (m.latent_size > 0) {
     ex.x = cx.ws.alloc(cx.act(), {T, m.latent_size});
-    RILL_TRY(be.gemm({x, &w.latent_down, ex.x}));
+    RILL_TRY(be.gemm({x, &w.latent_down, ex.x, &cx.ws}));
     ex.out = cx.ws.alloc(cx.act(), {T, m.latent_size});
     RILL_TRY(be.moe_experts(ex));
     RILL_TRY(cx.reduce(ex.out));  // the routed latent is split over the tp ranks' experts
     if (m.latent_norm) RILL_TRY(be.rms_norm({ex.out, w.latent_norm, c.rms_norm_eps, ex.out}));
     // Replicated from here: one rank adds the up-projection into the partial sum the model reduces.
-    if (sh.tp_rank == 0) RILL_TRY(be.gemm({ex.out, &w.latent_up, out}));
+    if (sh.tp_rank == 0)
+      RILL_TRY(be.gemm({ex.out, &w.latent_up, out, &cx.ws}));
     else if (!be.dry_run()) RILL_TRY(be.fill_zero(out));
   } else {
     // The shared expert reads the same x: the backend runs it with the routed experts (CUDA's decode GEMVs

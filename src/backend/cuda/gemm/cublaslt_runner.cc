@@ -22,6 +22,8 @@
 #include <vector>
 
 #include "backend/cuda/common/check.h"
+#include "backend/cuda/gemm/fp8_dequant.h"
+#include "backend/cuda/gemm/fp8_native.h"
 #include "backend/cuda/gemm/gemm_runner.h"
 #include "backend/cuda/gemm/gemv.h"
 
@@ -74,6 +76,7 @@ class CublasLtRunner final : public GemmRunner {
  public:
   ~CublasLtRunner() override {
     plans_.clear();
+    fp8_plans_.clear();
     if (workspace_) cudaFree(workspace_);
     if (handle_) cublasLtDestroy(handle_);
   }
@@ -87,6 +90,11 @@ class CublasLtRunner final : public GemmRunner {
   void set_autotune(bool on) override {
     std::lock_guard<std::mutex> lock(mu_);
     autotune_ = on;
+  }
+
+  void set_fp8_native(bool on) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    fp8_native_ = on;
   }
 
   Status run(const backend::GemmArgs& a, cudaStream_t stream) override {
@@ -147,19 +155,148 @@ class CublasLtRunner final : public GemmRunner {
   }
 
  private:
-  // FP8 weights: the GEMV's FP8 policy, over row groups of kGemvMaxRows when M is larger. Correct at any M, but it
-  // reads the weight once per group: prefill-sized M wants cuBLASLt's block-scaled FP8 matmul (issue #35, not done).
+  // FP8 weights: the FP8 GEMV up to kFp8GemvMaxRows rows; above, with a scratch arena, the weight
+  // dequantised to a bf16 copy in scratch (fp8_dequant.h, sized by gemm_scratch_bytes) and cuBLASLt's bf16
+  // GEMM on it; without one, the GEMV kGemvMaxRows rows at a time (correct, slow).
   Status run_fp8(const backend::GemmArgs& a, cudaStream_t stream) {
     const int64_t M = a.x.size(0), K = a.x.size(1), N = a.w->out_features();
+    if (M > kFp8GemvMaxRows && a.scratch != nullptr && fp8_native_on() && fp8_native_eligible(a)) {
+      const size_t mark = a.scratch->used();
+      const Fp8NativeStage probe = fp8_native_stage(M, *a.w, nullptr);
+      const Fp8NativeStage stage =
+          fp8_native_stage(M, *a.w, a.scratch->alloc(DType::U8, {int64_t(probe.bytes)}).data);
+      Status st = launch_fp8_native_stage(a, stage, stream);
+      bool ran = false;
+      if (st.ok()) st = run_fp8_native(a, stage, stream, ran);
+      a.scratch->release_to(mark);
+      if (!st.ok() || ran) return st;
+      // No cuBLASLt algorithm for this shape: the bf16 copy below (the staging kernels' output goes unused).
+    }
+    if (M > kFp8GemvMaxRows && a.scratch != nullptr) {
+      const size_t mark = a.scratch->used();
+      const TensorView copy = a.scratch->alloc(DType::U8, {int64_t(fp8_dequant_bytes(*a.w))});
+      RILL_TRY(launch_fp8_dequant_bf16(*a.w, copy.data, stream));
+      backend::LinearWeight bf16_w;
+      bf16_w.weight = TensorView::make(copy.data, DType::BF16, {N, K}, Device::Cuda);
+      const Status st = run({a.x, &bf16_w, a.out}, stream);
+      a.scratch->release_to(mark);  // later work on the stream is ordered after the GEMM
+      return st;
+    }
     for (int64_t m0 = 0; m0 < M; m0 += kGemvMaxRows) {
       const int64_t rows = std::min<int64_t>(kGemvMaxRows, M - m0);
       const backend::GemmArgs part{a.x.narrow(0, m0, rows), a.w, a.out.narrow(0, m0, rows)};
       if (!gemv_eligible(part))
-        return invalid_argument("gemm [{} x {}] x [{} x {}]^T: this FP8 weight or its operands do not fit the FP8 "
-                                "GEMV (K % 8, 8-byte aligned rows, block columns a multiple of 8)",
-                                M, K, N, K);
+        return invalid_argument(
+            "gemm [{} x {}] x [{} x {}]^T: this FP8 weight or its operands do not fit the FP8 "
+            "GEMV (K % 8, 8-byte aligned rows, block columns a multiple of 8)",
+            M, K, N, K);
       RILL_TRY(launch_gemv(part, stream));
     }
+    return {};
+  }
+
+  bool fp8_native_on() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return fp8_native_;
+  }
+
+  // cuBLASLt's FP8 matmul, TN as the bf16 plans: A = the weight's E4M3 codes [K, N] (op T) with 128 x 128
+  // block scales (BLK128x128_32F), B = the staged codes [K, M] with one scale per 128 k of each token
+  // (VEC128_32F), C = D = out in bf16, fp32 accumulation. Sets `ran` when it enqueued the matmul; a shape
+  // cuBLASLt has no algorithm for is remembered and left to the caller's fallback.
+  Status run_fp8_native(const backend::GemmArgs& a, const Fp8NativeStage& s, cudaStream_t stream, bool& ran) {
+    const backend::LinearWeight& lw = *a.w;
+    PlanKey key;
+    key.m = a.x.size(0);
+    key.n = lw.out_features();
+    key.k = a.x.size(1);
+    key.ldx = key.k;
+    key.ldw = lw.weight.stride(0);
+    key.ldo = key.m == 1 ? std::max<int64_t>(a.out.stride(0), key.n) : a.out.stride(0);
+    key.out = a.out.dtype;
+    key.align_x = alignment_of(s.codes, key.ldx);
+    key.align_w = alignment_of(lw.weight.data, key.ldw);
+    key.align_o = alignment_of(a.out.data, key.ldo * 2);
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = fp8_plans_.find(key);
+    if (it == fp8_plans_.end()) {
+      auto plan = std::make_unique<Plan>();
+      if (!build_fp8(key, plan.get()).ok()) plan->chosen = -2;  // unsupported: the caller falls back
+      it = fp8_plans_.emplace(key, std::move(plan)).first;
+    }
+    Plan& p = *it->second;
+    if (p.chosen == -2) return {};
+    const void* w_scales = s.w_scales;
+    const void* x_scales = s.x_scales;
+    RILL_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &w_scales,
+                                                     sizeof(w_scales)),
+                      "fp8 gemm");
+    RILL_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &x_scales,
+                                                     sizeof(x_scales)),
+                      "fp8 gemm");
+    const float alpha = 1.0f, beta = 0.0f;
+    cublasStatus_t last = CUBLAS_STATUS_NOT_SUPPORTED;
+    const int first = p.chosen >= 0 ? p.chosen : 0,
+              end = p.chosen >= 0 ? p.chosen + 1 : int(p.candidates.size());
+    for (int i = first; i < end; ++i) {
+      last =
+          cublasLtMatmul(handle_, p.desc, &alpha, lw.weight.data, p.w, s.codes, p.x, &beta, a.out.data, p.y,
+                         a.out.data, p.y, &p.candidates[size_t(i)].algo, workspace_, kWorkspaceBytes, stream);
+      if (last == CUBLAS_STATUS_SUCCESS) {
+        p.chosen = i;
+        ran = true;
+        return {};
+      }
+    }
+    if (p.chosen >= 0)
+      return internal_error("{} (fp8): cublasLtMatmul failed: {}", shape_name(key, "BF16"),
+                            cublasLtGetStatusString(last));
+    p.chosen = -2;  // no candidate ran: fall back from now on
+    return {};
+  }
+
+  Status build_fp8(const PlanKey& k, Plan* p) {
+    RILL_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "fp8 plan");
+    const cublasOperation_t op_t = CUBLAS_OP_T, op_n = CUBLAS_OP_N;
+    RILL_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_t, sizeof(op_t)),
+        "fp8 plan");
+    RILL_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_n, sizeof(op_n)),
+        "fp8 plan");
+    const int32_t a_mode = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F,
+                  b_mode = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+    RILL_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &a_mode, sizeof(a_mode)),
+        "fp8 plan");
+    RILL_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &b_mode, sizeof(b_mode)),
+        "fp8 plan");
+    RILL_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->w, CUDA_R_8F_E4M3, uint64_t(k.k), uint64_t(k.n), k.ldw),
+                      "fp8 plan");
+    RILL_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->x, CUDA_R_8F_E4M3, uint64_t(k.k), uint64_t(k.m), k.ldx),
+                      "fp8 plan");
+    RILL_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->y, CUDA_R_16BF, uint64_t(k.n), uint64_t(k.m), k.ldo),
+                      "fp8 plan");
+    cublasLtMatmulPreference_t pref = nullptr;
+    RILL_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref), "fp8 plan");
+    std::unique_ptr<std::remove_pointer_t<cublasLtMatmulPreference_t>,
+                    decltype(&cublasLtMatmulPreferenceDestroy)>
+        pref_owner(pref, &cublasLtMatmulPreferenceDestroy);
+    const uint64_t ws = kWorkspaceBytes;
+    RILL_CUBLAS_CHECK(
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)),
+        "fp8 plan");
+    std::vector<cublasLtMatmulHeuristicResult_t> results(kHeuristicCandidates);
+    int n_results = 0;
+    RILL_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle_, p->desc, p->w, p->x, p->y, p->y, pref,
+                                                     kHeuristicCandidates, results.data(), &n_results),
+                      "fp8 plan");
+    for (int i = 0; i < n_results; ++i)
+      if (results[size_t(i)].state == CUBLAS_STATUS_SUCCESS &&
+          results[size_t(i)].workspaceSize <= kWorkspaceBytes)
+        p->candidates.push_back(results[size_t(i)]);
+    if (p->candidates.empty()) return internal_error("cuBLASLt has no FP8 algorithm for this shape");
     return {};
   }
 
@@ -276,8 +413,10 @@ class CublasLtRunner final : public GemmRunner {
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
   bool autotune_ = false;
+  bool fp8_native_ = false;
   std::mutex mu_;
   std::map<PlanKey, std::unique_ptr<Plan>> plans_;
+  std::map<PlanKey, std::unique_ptr<Plan>> fp8_plans_;  // chosen -2: no FP8 algorithm, the bf16 copy instead
 };
 
 }  // namespace

@@ -22,6 +22,10 @@ class GemmRunner {
   // times the heuristic's top candidates once and keeps the fastest. The backend option
   // gemm_autotune turns it on.
   virtual void set_autotune(bool on) = 0;
+  // FP8 weights at prefill-sized M (with scratch): off (default), the weight's bf16 copy and the bf16 GEMM;
+  // on, cuBLASLt's block-scaled FP8 matmul on activations quantised per token and 128 columns (128 x 128
+  // weight blocks only; other FP8 weights keep the copy). The backend option fp8_gemm = dequant | native.
+  virtual void set_fp8_native(bool on) = 0;
 };
 
 }  // namespace rill::cuda

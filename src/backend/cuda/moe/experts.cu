@@ -19,7 +19,8 @@
 //    its k slots in order (deterministic, no atomics). Compute-bound on tensor cores. MXFP4 experts take the
 //    same plan, scratch and combine with the MXFP4 grouped GEMMs (grouped_gemm_mxfp4.cu: packed bytes and
 //    scales into shared memory, dequantised there to a bf16 tile before the MMAs; no bf16 copy in global
-//    memory).
+//    memory), and FP8 experts with the same kernel body's Fp8Tile policy (E4M3 codes x F32 block scale).
+//    The cuBLAS grouped GEMM serves bf16 experts only.
 // Expert ids outside [0, E) contribute nothing (they cannot be reported from the device).
 #include <cub/block/block_scan.cuh>
 #include <cuda_fp8.h>
@@ -516,7 +517,7 @@ __global__ void moe_combine_kernel(const bf16* y, int64_t ldy, const int32_t* pa
 struct ExpertsPlan {
   bool grouped = false;
   bool mxfp4 = false;   // MXFP4 experts: the MXFP4 twins of the decode or grouped kernels
-  bool fp8 = false;     // FP8 experts: the bf16 decode GEMVs with the Fp8Rows load policy
+  bool fp8 = false;     // FP8 experts: the decode GEMVs' Fp8Rows policy or the grouped GEMM's Fp8Tile policy
   bool shared = false;  // the shared expert runs in the bf16 decode GEMVs (as pair T * k + t, slot k)
   int64_t T = 0, k = 0, pairs = 0, E = 0, I = 0, Hx = 0, Is = 0;
   int max_tiles = 0;
@@ -563,9 +564,16 @@ ExpertsPlan plan_experts(const backend::MoeExpertsArgs& a) {
   // (2026-12-01, before the integer FP4 decode made both paths faster): batch 8 (128 pairs) 17.9 -> 14.7 ms a
   // step on the GEMVs; batch 32 (512 pairs) 42.1 -> 49.7 ms, so it stays grouped. Not re-measured since.
   const bool sparse_mxfp4 = ex.format == backend::WeightFormat::Mxfp4 && 4 * s.pairs <= s.E;
-  // FP8 experts have no grouped GEMM yet (issue #35): every step takes the decode GEMVs, which loop over any
-  // number of pairs (correct; prefill-sized steps re-read each expert once per pair).
-  s.grouped = s.pairs > moe::kDecodeMaxPairs && shapes_ok && !sparse_mxfp4 && !s.fp8;
+  // FP8 experts take the grouped GEMM's Fp8Tile policy (grouped_gemm_mxfp4.cu) when its 32-column stages fit:
+  // Hx and I multiples of 32, code rows 16-byte aligned, and scale blocks of whole stages (block columns a
+  // multiple of 32 or whole rows). Other FP8 shapes stay on the decode GEMVs, which loop over any number of
+  // pairs (correct; prefill-sized steps re-read each expert once per pair).
+  const int64_t fp8_cols = ex.block.cols;
+  const bool fp8_grouped_ok =
+      s.fp8 && s.Hx % 32 == 0 && s.I % 32 == 0 && ex.gate_up.stride(0) % 16 == 0 &&
+      ex.gate_up.stride(1) % 16 == 0 && ex.down.stride(0) % 16 == 0 && ex.down.stride(1) % 16 == 0 &&
+      ex.block.rows > 0 && (fp8_cols % 32 == 0 || (fp8_cols >= s.Hx && fp8_cols >= s.I));
+  s.grouped = s.pairs > moe::kDecodeMaxPairs && shapes_ok && !sparse_mxfp4 && (!s.fp8 || fp8_grouped_ok);
   s.shared = fusable_shared_expert(a) && !s.grouped && !s.mxfp4 && !s.fp8 && s.k > 0 && s.E > 0 &&
              s.T <= kSharedFuseMaxTokens;
   s.Is = s.shared ? a.shared_down->in_features() : 0;
@@ -575,7 +583,7 @@ ExpertsPlan plan_experts(const backend::MoeExpertsArgs& a) {
     s.offsets = align256(size_t(s.E + 1) * 4);
     s.pair_slot = s.slot_token = align256(size_t(s.pairs) * 4);
     s.y = align256(size_t(s.pairs) * size_t(s.Hx) * 2);
-    if (!s.mxfp4) {
+    if (!s.mxfp4 && !s.fp8) {  // the cuBLAS grouped path (bf16 experts only)
       s.h = align256(size_t(s.pairs) * size_t(2 * s.I) * 2);
       s.pointers = align256(size_t(6 * s.E) * sizeof(void*));
     }
@@ -748,6 +756,16 @@ Status run_grouped(const backend::MoeExpertsArgs& a, const ExpertsPlan& s, char*
       g.w_scales = static_cast<const uint8_t*>(scales.data);
       g.s_expert_stride = scales.stride(0);
       g.lds = scales.stride(1);
+    } else if (s.fp8) {
+      g.w = nullptr;
+      g.w_packed = static_cast<const uint8_t*>(w.data);
+      g.w_fp8_scales = static_cast<const float*>(scales.data);
+      g.s_expert_stride = scales.stride(0);
+      g.lds = scales.stride(1);
+      g.fp8_block_rows = ex.block.rows;
+      // Stages of 32 columns per scale block; per-channel (one block per row): every stage reads scale 0.
+      const int64_t cols = ex.block.cols;
+      g.fp8_stages_per_block = cols >= int64_t(g.k) ? (1 << 30) : int(cols / moe::kBK);
     } else {
       g.w = static_cast<const bf16*>(w.data);
     }
@@ -773,7 +791,7 @@ Status run_grouped(const backend::MoeExpertsArgs& a, const ExpertsPlan& s, char*
   moe_plan_kernel<<<1, kPlanThreads, 0, cx.stream>>>(pl);
   RILL_CUDA_CHECK_LAUNCH("moe_plan");
 
-  bool cublas = !s.mxfp4 && cx.moe_grouped_gemm != nullptr && cx.options.moe_cublas_grouped &&
+  bool cublas = !s.mxfp4 && !s.fp8 && cx.moe_grouped_gemm != nullptr && cx.options.moe_cublas_grouped &&
                 s.pairs >= cx.options.moe_cublas_min_pairs;
   if (cublas) {  // it reads the slot counts back to the host: not inside a graph capture
     cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
@@ -791,11 +809,11 @@ Status run_grouped(const backend::MoeExpertsArgs& a, const ExpertsPlan& s, char*
   g.a = static_cast<const bf16*>(a.x.data);
   g.lda = a.x.stride(0);
   g.slot_row = pl.slot_token;
+  g.k = int(s.Hx);
   set_weights(g, ex.gate_up, ex.gate_up_scales);
   g.expert_offsets = pl.expert_offsets;
   g.tile_offsets = pl.tile_offsets;
   g.n_experts = int(s.E);
-  g.k = int(s.Hx);
   g.n = int(s.I);
   g.out = h;
   g.ldo = s.I;
@@ -803,17 +821,19 @@ Status run_grouped(const backend::MoeExpertsArgs& a, const ExpertsPlan& s, char*
   g.beta = a.beta;
   g.linear_beta = a.linear_beta;
   RILL_TRY(s.mxfp4 ? moe::launch_grouped_gate_up_mxfp4(g, s.max_tiles, cx.stream)
+           : s.fp8 ? moe::launch_grouped_gate_up_fp8(g, s.max_tiles, cx.stream)
                    : moe::launch_grouped_gate_up(g, s.max_tiles, cx.stream));
 
   g.a = h;
   g.lda = s.I;
   g.slot_row = nullptr;
-  set_weights(g, ex.down, ex.down_scales);
   g.k = int(s.I);
+  set_weights(g, ex.down, ex.down_scales);
   g.n = int(s.Hx);
   g.out = y;
   g.ldo = s.Hx;
   RILL_TRY(s.mxfp4 ? moe::launch_grouped_down_mxfp4(g, s.max_tiles, cx.stream)
+           : s.fp8 ? moe::launch_grouped_down_fp8(g, s.max_tiles, cx.stream)
                    : moe::launch_grouped_down(g, s.max_tiles, cx.stream));
 
   return launch_combine(a, s, y, pl.pair_slot, cx);

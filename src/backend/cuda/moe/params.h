@@ -49,7 +49,12 @@ struct GroupedGemmParams {
   // E8M0 scales (one per 32 columns). Packed strides are w_expert_stride / ldw above, in bytes.
   const uint8_t* w_packed;        // [E, rows, K/2]
   const uint8_t* w_scales;        // [E, rows, K/32]
-  int64_t s_expert_stride, lds;   // bytes
+  int64_t s_expert_stride, lds;   // bytes (MXFP4) or floats (FP8)
+  // FP8 experts (w unused): E4M3 codes in w_packed (one byte per column, strides above in bytes) and F32
+  // scales [E, rows / fp8_block_rows, k blocks]; a scale block spans fp8_stages_per_block 32-column stages
+  // (whole rows: any value >= K / 32).
+  const float* w_fp8_scales;
+  int fp8_block_rows, fp8_stages_per_block;
   const int32_t* expert_offsets;  // [E + 1]: expert e's slots are [offsets[e], offsets[e+1])
   const int32_t* tile_offsets;    // [E + 1]: expert e's first 64-slot tile
   int n_experts, k, n;            // n: output columns (gate_up: I, down: Hx)
@@ -110,5 +115,9 @@ Status launch_grouped_down(const GroupedGemmParams& p, int max_tiles, cudaStream
 // The same on MXFP4 experts (grouped_gemm_mxfp4.cu): K % 32 == 0.
 Status launch_grouped_gate_up_mxfp4(const GroupedGemmParams& p, int max_tiles, cudaStream_t stream);
 Status launch_grouped_down_mxfp4(const GroupedGemmParams& p, int max_tiles, cudaStream_t stream);
+// The same kernel body on FP8 experts (the Fp8Tile policy): K % 32 == 0, scale blocks of whole 32-column
+// stages.
+Status launch_grouped_gate_up_fp8(const GroupedGemmParams& p, int max_tiles, cudaStream_t stream);
+Status launch_grouped_down_fp8(const GroupedGemmParams& p, int max_tiles, cudaStream_t stream);
 
 }  // namespace rill::cuda::moe

@@ -1,0 +1,32 @@
+// Launcher: the staging of the native FP8 prefill GEMM (issue #35; cuBLASLt's block-scaled FP8 matmul on
+// Hopper, behind the backend option fp8_gemm=native): x quantised to E4M3 per token and 128-column group,
+// DeepSeek style (scale = amax / 448, so x ~ code * scale), and the weight's 128 x 128 block scales copied to
+// the layout cuBLASLt reads. Scratch layout (each piece 256-byte aligned): codes [M, K], x scales [K/128, M]
+// (M-major), weight scales [ceil(N/128), ld] with ld = K/128 rounded up to 4 (fp8_native.cu kPadScales).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "backend/backend.h"
+
+namespace rill::cuda {
+
+struct Fp8NativeStage {
+  void* codes = nullptr;      // E4M3 [M, K], row stride K
+  float* x_scales = nullptr;  // [K / 128, M]
+  float* w_scales = nullptr;  // [ceil(N / 128), w_scale_ld]
+  int64_t w_scale_ld = 0;
+  size_t bytes = 0;  // the three pieces
+};
+
+// What the native path takes: a 128 x 128 block-scaled weight, K % 128 == 0, N % 16 == 0, 16-byte aligned
+// weight rows, bf16 x with 16-byte aligned rows, bf16 out.
+bool fp8_native_eligible(const backend::GemmArgs& a);
+// The scratch layout for M rows of x against w, at `base` (nullptr in a dry run: sizes only).
+Fp8NativeStage fp8_native_stage(int64_t M, const backend::LinearWeight& w, void* base);
+Status launch_fp8_native_stage(const backend::GemmArgs& a, const Fp8NativeStage& s, cudaStream_t stream);
+
+}  // namespace rill::cuda
