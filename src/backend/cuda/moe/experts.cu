@@ -20,7 +20,9 @@
 //    same plan, scratch and combine with the MXFP4 grouped GEMMs (grouped_gemm_mxfp4.cu: packed bytes and
 //    scales into shared memory, dequantised there to a bf16 tile before the MMAs; no bf16 copy in global
 //    memory), and FP8 experts with the same kernel body's Fp8Tile policy (E4M3 codes x F32 block scale).
-//    The cuBLAS grouped GEMM serves bf16 experts only.
+//    bf16 steps of at least options.moe_cublas_min_pairs pairs outside a graph capture run the two GEMMs
+//    through cuBLAS's grouped GEMM instead (grouped_cublas_path.cu; faster at every size measured); FP8 and
+//    MXFP4 experts always take rill's kernels.
 // Expert ids outside [0, E) contribute nothing (they cannot be reported from the device).
 #include <cub/block/block_scan.cuh>
 #include <cuda_fp8.h>
