@@ -95,8 +95,10 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(std::unique_ptr<model::
   lim.max_seqs = o.max_batch_size;
   // Verify steps (speculative decoding) take logits at every draft position too.
   const int max_rows =
-      int(std::min<int64_t>(int64_t(o.max_batch_size) * (1 + std::max(o.num_speculative_tokens, 0)),
-                            std::max(o.max_batch_size, o.max_num_tokens)));
+      o.max_logit_rows > 0
+          ? o.max_logit_rows
+          : int(std::min<int64_t>(int64_t(o.max_batch_size) * (1 + std::max(o.num_speculative_tokens, 0)),
+                                  std::max(o.max_batch_size, o.max_num_tokens)));
   lim.max_logit_rows = max_rows;
   lim.max_context = want_len;
   RILL_TRY(model->reserve_workspace(lim));

@@ -40,6 +40,9 @@ struct RunnerOptions {
   // Prefix caching's host tier (vLLM's --kv-offloading-size, in bytes; 0: none): evicted MLA blocks and KDA
   // snapshots kept in host memory (pinned on CUDA). Memory that cannot be had is logged and the tier skipped.
   int64_t host_tier_bytes = 0;
+  // Logits rows a step may return (0: one per sequence, times 1 + num_speculative_tokens). Scoring tools (rill
+  // logits, perplexity) ask for every fed position's: max_num_tokens.
+  int max_logit_rows = 0;
 };
 
 // Applies a step's cache operations to `caches` (KDA slot copies, on the backend's stream, with the effect of

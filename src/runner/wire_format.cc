@@ -194,6 +194,7 @@ Bytes encode_runner_options(const RunnerOptions& o) {
   w.put<uint8_t>(o.enforce_eager);
   w.put<uint8_t>(o.capture_graphs);
   w.put<int32_t>(o.num_speculative_tokens);
+  w.put<int32_t>(o.max_logit_rows);
   return w.take();
 }
 
@@ -215,6 +216,7 @@ Result<RunnerOptions> decode_runner_options(std::span<const uint8_t> bytes) {
   RILL_TRY(r.get_bool(o.enforce_eager, "enforce_eager"));
   RILL_TRY(r.get_bool(o.capture_graphs, "capture_graphs"));
   RILL_TRY(r.get(o.num_speculative_tokens, "num_speculative_tokens"));
+  RILL_TRY(r.get(o.max_logit_rows, "max_logit_rows"));
   RILL_TRY(r.end());
   return o;
 }
