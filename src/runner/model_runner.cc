@@ -138,7 +138,8 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(std::unique_ptr<model::
   if (graphs) {
     RILL_ASSIGN_OR_RETURN(DecodeGraphs g,
                           DecodeGraphs::create(be, o.max_batch_size, r->max_model_len_, plan.block_size,
-                                               n_slots, plan.n_blocks, o.capture_graphs));
+                                               n_slots, plan.n_blocks, o.capture_graphs,
+                                               1 + std::max(o.num_speculative_tokens, 0)));
     r->graphs_ = std::move(g);
   }
   return r;

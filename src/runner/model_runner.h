@@ -82,6 +82,7 @@ class ModelRunner {
   bool graphs_enabled() const { return graphs_.has_value(); }
   int graphs_captured() const { return graphs_ ? graphs_->captured() : 0; }
   uint64_t graph_replays() const { return graphs_ ? graphs_->replays() : 0; }
+  uint64_t graph_steps() const { return graphs_ ? graphs_->steps() : 0; }
 
  private:
   ModelRunner(std::unique_ptr<model::Model> model, Sampler sampler)

@@ -1,4 +1,4 @@
-// Decode steps padded to their graph bucket (RunnerOptions::capture_graphs off: the padding and fixed inputs
+// Decode and verify steps padded to their graph bucket (RunnerOptions::capture_graphs off: the padding and fixed inputs
 // of decode graphs, run eagerly) against unpadded steps, on the CPU: the padding rows live in a state slot
 // and an MLA block no sequence owns, so the real rows' logits and greedy tokens are those of the unpadded
 // step, within fp32 summation-order noise. The schedule (decode_schedule.h) joins, leaves and interleaves
@@ -40,6 +40,10 @@ TEST(PaddedDecode, PaddedStepsEqualUnpaddedOnesAsSequencesJoinLeaveAndPrefill) {
   std::printf("[ padded ] %d steps, %zu decode buckets, worst rel-L2 vs unpadded %.2e\n", stats.steps,
               stats.decode_buckets.size(), worst);
   EXPECT_EQ(stats.decode_buckets.size(), decode_graph_buckets(testing::kMaxBatch).size());
+  EXPECT_EQ(stats.verify_buckets.size(), 2 * decode_graph_buckets(testing::kMaxBatch).size());
+  // Every decode-only and uniform verify step ran padded (the mixed verify step and the prefills did not).
+  EXPECT_EQ(padded->graph_steps(), uint64_t(stats.graphable_steps));
+  EXPECT_EQ(eager->graph_steps(), 0u);
 }
 
 }  // namespace
