@@ -50,6 +50,13 @@ constexpr int kPfLdK = kQk + 8, kPfLdV = kV + 8;
 constexpr size_t kPfSmemBytes =
     (size_t(kPfQ) * kPfLdK + size_t(2) * kPfK * kPfLdK + size_t(2) * kPfK * kPfLdV) * 2;
 
+// cuDNN prefill attention (cudnn_sdpa.h): at most this many prefill sequences per fused-attention call (more
+// take several calls), and the int32 batch arrays it reads (sequence lengths, ragged offsets) each padded to
+// 72 entries (288 B, so every array starts 16-byte aligned).
+constexpr int kSdpaMaxBatch = 64, kSdpaArrStride = 72;
+// Array order inside SdpaBatch / the scratch block: lengths first, then the four ragged offsets (elements).
+enum SdpaArray { kSdpaSeqQ, kSdpaSeqKv, kSdpaOffQ, kSdpaOffK, kSdpaOffV, kSdpaOffO, kSdpaArrays };
+
 RILL_MLA_HD inline int ceil_div(int a, int b) {
   return (a + b - 1) / b;
 }
@@ -112,7 +119,11 @@ struct Plan {
   int pf_tiles = 0, pf_rows = 0;
   std::vector<ExpandGroup> groups;  // the prefill sequences' expansion groups, in sequence order
   int group_rows = 0;               // ctx / kvx rows in the scratch: min(pf_rows, max(longest, kExpandRows))
+  // Prefill through cuDNN (mla_prefill = auto | cudnn where the build has cuDNN): K [group_rows, H, 192] and the
+  // batch arrays of one fused-attention call are in the scratch too.
+  bool sdpa = false;
   size_t off_ints = 0, off_q_lat = 0, off_part_o = 0, off_part_ml = 0, off_lat = 0, off_ctx = 0, off_kvx = 0;
+  size_t off_k = 0, off_sdpa = 0;
   size_t bytes = 0;
 };
 
@@ -187,6 +198,22 @@ struct GatherParams {
   const int32_t* pf_row_start;  // [n_seqs + 1]
   bf16* ctx;                    // bf16 [group rows, 576] contiguous
   int n_blocks, block_size, max_blocks_per_seq, n_seqs, row_begin, row_end;
+};
+
+// K of the cuDNN path: per context row and head [k_nope (from the expansion) ; k_pe (shared, from the latent)].
+struct KBuildParams {
+  const bf16* kvx;  // bf16 [rows, H * 256]: per head k_nope (128) | v (128)
+  const bf16* ctx;  // bf16 [rows, 576]: gathered latents, k_pe at +512
+  bf16* k;          // bf16 [rows, H, 192] contiguous
+  int rows, n_heads;
+};
+
+// One cuDNN call's batch arrays, filled on the host and written to the scratch by a one-block kernel (a kernel
+// parameter, so nothing waits on a host copy): a[kSdpaSeqQ][b] new tokens of batch entry b, a[kSdpaSeqKv][b]
+// its context rows, a[kSdpaOff*][b] element offsets of its first row in q, K, V and out (entry B: the end).
+// Entries past the real sequences (the batch is rounded up to a power of two) have length 0.
+struct SdpaBatch {
+  int32_t a[kSdpaArrays][kSdpaArrStride];
 };
 
 struct PrefillParams {
