@@ -172,17 +172,21 @@ inline ScheduleStats run_schedule(const std::vector<ModelRunner*>& runners, uint
     while (s.n_computed < prompt && !::testing::Test::HasFailure())
       step({{prefilling, std::min<int>(48, prompt - s.n_computed)}});
   }
-  std::shuffle(sizes.begin(), sizes.end(), rng);
-  for (int n : sizes) {
-    if (::testing::Test::HasFailure()) break;
+  // `n` sequences drawn at random, in order, each bringing `tokens`.
+  auto random_parts = [&](int n, int tokens) {
     std::vector<int> all(kMaxBatch);
     std::iota(all.begin(), all.end(), 0);
     std::shuffle(all.begin(), all.end(), rng);
     all.resize(size_t(n));
     std::sort(all.begin(), all.end());
     std::vector<std::pair<int, int>> parts;
-    for (int i : all) parts.push_back({i, 1});
-    step(parts);
+    for (int i : all) parts.push_back({i, tokens});
+    return parts;
+  };
+  std::shuffle(sizes.begin(), sizes.end(), rng);
+  for (int n : sizes) {
+    if (::testing::Test::HasFailure()) break;
+    step(random_parts(n, 1));
   }
   // Verify steps: every size for k = 1 and k = 3 (then sizes 1 and 2 again, so their buckets replay too), and
   // one step of mixed draft counts.
@@ -192,14 +196,7 @@ inline ScheduleStats run_schedule(const std::vector<ModelRunner*>& runners, uint
     verify_sizes.insert(verify_sizes.end(), {1, 2});
     for (int n : verify_sizes) {
       if (::testing::Test::HasFailure()) break;
-      std::vector<int> all(kMaxBatch);
-      std::iota(all.begin(), all.end(), 0);
-      std::shuffle(all.begin(), all.end(), rng);
-      all.resize(size_t(n));
-      std::sort(all.begin(), all.end());
-      std::vector<std::pair<int, int>> parts;
-      for (int i : all) parts.push_back({i, q});
-      step(parts, true);
+      step(random_parts(n, q), true);
     }
   }
   if (!::testing::Test::HasFailure()) {
