@@ -266,7 +266,7 @@ Result<std::vector<BenchRow>> bench_layer_kinds(backend::Backend& be, const mode
   }
   for (size_t i = 0; i < composed.size(); ++i) {
     const BenchRow& b = composed[i];
-    if (!composable[i] || (b.section != "prefill" && b.section != "decode")) continue;
+    if (!composable[i] || (b.section != "prefill" && b.section != "decode" && b.section != "verify")) continue;
     BenchRow r = b;
     r.section = "composed";
     r.name = fmt::format("{} {}", b.section, b.name);
