@@ -13,7 +13,7 @@ std::vector<int> decode_graph_buckets(int max_batch_size) {
 
 Result<DecodeGraphs> DecodeGraphs::create(backend::Backend& be, int max_batch_size, int max_context,
                                           int block_size, int32_t pad_slot, int32_t pad_block, bool capture,
-                                          int max_tokens_per_seq) {
+                                          int max_tokens_per_seq, int64_t max_step_tokens) {
   if (capture && !be.can_capture()) return unimplemented("the {} backend has no graphs", be.name());
   DecodeGraphs g;
   g.capture_ = capture;
@@ -22,6 +22,7 @@ Result<DecodeGraphs> DecodeGraphs::create(backend::Backend& be, int max_batch_si
   g.pad_block_ = pad_block;
   g.max_tokens_per_seq_ = std::max(1, max_tokens_per_seq);
   g.block_size_ = block_size;
+  g.max_step_tokens_ = max_step_tokens;
   g.block_table_stride_ = (max_context + block_size - 1) / block_size;
   RILL_ASSIGN_OR_RETURN(g.layout_, be.allocate(backend::Backend::fixed_layout_bytes(
                                        max_batch_size, max_batch_size * g.max_tokens_per_seq_,
@@ -44,10 +45,11 @@ int DecodeGraphs::tokens_per_seq(const model::StepBatch& batch) const {
 }
 
 int DecodeGraphs::bucket(const model::Model& m, const model::StepBatch& batch) const {
-  if (m.tapping() || tokens_per_seq(batch) == 0) return 0;
+  const int q = tokens_per_seq(batch);
+  if (m.tapping() || q == 0) return 0;
   const int n = int(batch.seqs.size());
   for (int b : buckets_)
-    if (b >= n) return b;
+    if (b >= n) return int64_t(b) * q <= max_step_tokens_ ? b : 0;
   return 0;
 }
 

@@ -14,6 +14,7 @@
 // kernels plan from the counts only (BatchLayoutHost::count_only_plan), so a replay is right for any context.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <utility>
@@ -32,10 +33,12 @@ class DecodeGraphs {
   // `max_context`: the longest sequence (it sets the block tables' fixed stride). `capture` false: every step
   // runs padded, with the fixed inputs, but eagerly — what a replay must reproduce bit for bit, on any
   // backend (RunnerOptions::capture_graphs).
-  // `max_tokens_per_seq`: the largest q (1 + the speculative tokens a sequence may bring).
+  // `max_tokens_per_seq`: the largest q (1 + the speculative tokens a sequence may bring); `max_step_tokens`:
+  // a padded step of more tokens (bucket x q) runs eagerly (the runner's Backend::graph_max_expert_pairs).
   static Result<DecodeGraphs> create(backend::Backend& be, int max_batch_size, int max_context,
                                      int block_size, int32_t pad_slot, int32_t pad_block,
-                                     bool capture = true, int max_tokens_per_seq = 1);
+                                     bool capture = true, int max_tokens_per_seq = 1,
+                                     int64_t max_step_tokens = INT64_MAX);
 
   // The bucket `batch` replays from, or 0 when it must run eagerly.
   int bucket(const model::Model& m, const model::StepBatch& batch) const;
@@ -61,6 +64,7 @@ class DecodeGraphs {
   std::map<std::pair<int, int>, Graph> graphs_;  // by (bucket, tokens per sequence)
   int32_t pad_slot_ = -1, pad_block_ = -1;
   int max_tokens_per_seq_ = 1, block_size_ = 0;
+  int64_t max_step_tokens_ = INT64_MAX;
   bool capture_ = true;
   int block_table_stride_ = 0;
   backend::DeviceAllocation layout_;

@@ -136,10 +136,20 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(std::unique_ptr<model::
   }
   r->max_model_len_ = std::min<int>(want_len, plan.n_blocks * plan.block_size);
   if (graphs) {
+    // Steps whose experts the backend runs faster eagerly than in a graph stay eager.
+    int64_t max_graph_tokens = INT64_MAX;
+    if (c.moe.n_experts_per_token > 0) {
+      const int64_t pairs = be.graph_max_expert_pairs(c.mxfp4_experts || c.fp8.source != model::Fp8Source::None);
+      if (pairs < INT64_MAX) {
+        max_graph_tokens = pairs / c.moe.n_experts_per_token;
+        RILL_LOG_INFO("decode graphs up to {} tokens a step (larger steps run eagerly: {} experts are faster "
+                      "there)", max_graph_tokens, be.name());
+      }
+    }
     RILL_ASSIGN_OR_RETURN(DecodeGraphs g,
                           DecodeGraphs::create(be, o.max_batch_size, r->max_model_len_, plan.block_size,
                                                n_slots, plan.n_blocks, o.capture_graphs,
-                                               1 + std::max(o.num_speculative_tokens, 0)));
+                                               1 + std::max(o.num_speculative_tokens, 0), max_graph_tokens));
     r->graphs_ = std::move(g);
   }
   return r;

@@ -449,6 +449,13 @@ class CudaGraph final : public backend::CapturedWork {
 
 }  // namespace
 
+// Measured on the H100 (docs/PERF.md, 2026-12-06): decode at batch 64 (512 pairs) takes 26.7 ms eagerly with
+// cuBLAS's grouped experts against 32.8 ms replayed from a graph with rill's kernel; at batch 8 the graph wins.
+int64_t CudaBackend::graph_max_expert_pairs(bool quantized_experts) const {
+  if (quantized_experts || !ctx_.options.moe_cublas_grouped || ctx_.moe_grouped_gemm == nullptr) return INT64_MAX;
+  return std::max(0, ctx_.options.moe_cublas_min_pairs - 1);
+}
+
 Result<std::unique_ptr<backend::CapturedWork>> CudaBackend::capture(const std::function<Status()>& body) {
   // Thread-local mode: a call on this thread that is unsafe during capture (a sync, a blocking copy) fails it
   // instead of silently running outside the graph.

@@ -57,6 +57,7 @@ class CudaBackend final : public backend::Backend {
                              void* dst, size_t bytes, backend::BatchLayout* out) override;
   Result<std::unique_ptr<backend::CapturedWork>> capture(const std::function<Status()>& body) override;
   bool can_capture() const override { return true; }
+  int64_t graph_max_expert_pairs(bool quantized_experts) const override;
   Status upload_async(void* dst, const void* host_src, size_t bytes) override;
   Status synchronize() override;
   Result<double> time_ms(const std::function<Status()>& body) override;
