@@ -14,6 +14,7 @@
 #include <set>
 
 #include "shared_data.h"
+#include "text/constraint/mask_reference.h"
 #include "test_seed.h"
 #include "text/constraint/counted_mask.h"
 #include "text/constraint/grammar_constraint.h"
@@ -49,15 +50,6 @@ Tokenizer random_tokenizer(std::mt19937& rng, const std::vector<std::string>& al
   return std::move(t).value();
 }
 
-std::vector<uint32_t> brute_force(const TokenMasker& tm, const Matcher& m) {
-  std::vector<uint32_t> mask(tm.mask_words(), 0);
-  for (int32_t id = 0; id < tm.vocab_size(); ++id) {
-    Matcher c = m;
-    if (tm.advance(c, id)) set_bit(mask, id);
-  }
-  return mask;
-}
-
 constexpr size_t kMaxStacks = 24;
 
 struct Tally {
@@ -80,7 +72,7 @@ void walk_and_compare(const std::shared_ptr<const Grammar>& g, const std::shared
     if (m.state().size() > kMaxStacks) return;
     tm->allowed(m, full);
     if (brute) {
-      ASSERT_EQ(full, brute_force(*tm, m));
+      ASSERT_EQ(full, mask_by_feeding_each_token(*tm, m));
     }
     ++tally.states;
     if (auto view = counted_view(m)) {
