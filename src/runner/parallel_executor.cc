@@ -286,6 +286,7 @@ Result<std::unique_ptr<ParallelExecutor>> set_up(const RankLoader& load, const P
     // Ranks plan their own host tiers (KDA heads split under -tp): not agreed between ranks yet.
     RILL_LOG_WARN("--kv-offloading-size: the host tier is not supported with several ranks yet; running without it");
     ro.host_tier_bytes = 0;
+    ro.disk_tier.dir.clear();  // below the host tier
   }
   backend::CommWorldOptions co = p.comm;
   co.first_rank = local.first;
