@@ -122,6 +122,18 @@ Status CacheManager::admit(SequenceCache* seq, const PrefixHit& hit, int first_s
   if (!can_admit(hit, first_step_tokens)) return resource_exhausted("no free state slot or cache blocks");
   RILL_ASSIGN_OR_RETURN(auto slot, slots_.allocate(1));
   index_.acquire(hit.entries);  // before allocating: held blocks are never evicted
+  // A host snapshot is copied into the slot before anything the allocation below pushes out of the host tier
+  // reuses its id (with a disk tier a held entry's host snapshot may go: it is on disk). Were the allocation to
+  // fail, the copy lands in a slot given back unused.
+  if (hit.snapshot < 0 && hit.host_snapshot >= 0) {
+    if (hit.host_snapshot >= host_snapshots_.capacity()) {
+      RILL_TRY(index_.release(hit.entries));
+      RILL_TRY(slots_.release(slot));
+      return internal_error("admit: prefix hit names host snapshot {} outside the tier of {}", hit.host_snapshot,
+                            host_snapshots_.capacity());
+    }
+    queue_tier(TierCopy::Kind::SnapshotToDevice, slot[0], hit.host_snapshot);
+  }
   // Blocks brought back from the host tier take fresh device blocks too (first).
   auto fresh = allocate_blocks(blocks_for(first_step_tokens) - int(hit.entries.size()) + hit.n_host);
   if (!fresh.ok()) {
@@ -142,15 +154,7 @@ Status CacheManager::admit(SequenceCache* seq, const PrefixHit& hit, int first_s
     ops_.kda_slot_copies.push_back({snapshots_.slot(hit.snapshot), slot[0]});
     snapshots_.touch(hit.snapshot);
   } else if (hit.host_snapshot >= 0) {
-    if (hit.host_snapshot >= host_snapshots_.capacity()) {
-      RILL_TRY(blocks_.release(*fresh));
-      RILL_TRY(index_.release(hit.entries));
-      RILL_TRY(slots_.release(slot));
-      return internal_error("admit: prefix hit names host snapshot {} outside the tier of {}", hit.host_snapshot,
-                            host_snapshots_.capacity());
-    }
-    queue_tier(TierCopy::Kind::SnapshotToDevice, slot[0], hit.host_snapshot);
-    tier_.snapshots_to_device++;
+    tier_.snapshots_to_device++;  // queued above
   }
   seq->slot = slot[0];
   seq->blocks = hit.blocks;

@@ -52,7 +52,7 @@ void PrefixIndex::relink(EntryId id, uint64_t old_last_use) {
   if (e.block >= 0 && e.refs == 0 && e.n_device_children == 0) evictable_.insert({e.last_use, id});
   if (e.host_block >= 0 && (e.block >= 0 || (e.refs == 0 && (spill_ || e.n_children == 0))))
     host_blocks_.insert({e.last_use, id});
-  if (e.host_snapshot >= 0 && e.refs == 0) host_snapshots_.insert({e.last_use, id});
+  if (e.host_snapshot >= 0 && (e.refs == 0 || spill_)) host_snapshots_.insert({e.last_use, id});
 }
 
 PrefixIndex::EntryId PrefixIndex::insert(EntryId parent, std::span<const int32_t> tokens, int32_t block) {

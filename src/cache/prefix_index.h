@@ -13,7 +13,8 @@
 //
 // Disk tier (issue #38): `disk_block` / `disk_snapshot` say a file holds the entry's block or snapshot. With a
 // disk tier below the host tier (`set_spill`), any unreferenced host block may leave the host (it goes to
-// disk), not only a host-only chain end.
+// disk), not only a host-only chain end, and so may the host snapshot of a held entry (a running sequence
+// restored it at its admission; a conversation's own snapshot would otherwise pin a small tier).
 #pragma once
 
 #include <cstdint>
@@ -104,7 +105,7 @@ class PrefixIndex {
   // The least recently used host block that may go: a copy of a block still on the device, or an
   // unreferenced host-only chain end (with a disk tier: any unreferenced one); 0 when none.
   EntryId host_lru_block() const;
-  // The least recently used host snapshot of an unreferenced entry, or 0.
+  // The least recently used host snapshot of an unreferenced entry (with a disk tier: of any entry), or 0.
   EntryId host_lru_snapshot() const;
   // Removes an unreferenced chain end, whatever its tiers; returns every id it held.
   Evicted erase(EntryId id);
