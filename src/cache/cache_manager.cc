@@ -579,7 +579,7 @@ Result<std::vector<DiskLoad>> CacheManager::stage_from_disk(std::span<const int3
 Status CacheManager::finish_disk_loads(const std::vector<DiskLoad>& loads, const std::vector<bool>& ok) {
   if (ok.size() != loads.size())
     return internal_error("finish_disk_loads: {} results for {} loads", ok.size(), loads.size());
-  std::vector<PrefixIndex::EntryId> cut;
+  std::vector<PrefixIndex::EntryId> cut, lost_snapshot;
   for (size_t i = 0; i < loads.size(); ++i) {
     const DiskLoad& l = loads[i];
     if (ok[i]) {
@@ -597,6 +597,7 @@ Status CacheManager::finish_disk_loads(const std::vector<DiskLoad>& loads, const
     RILL_TRY((l.snapshot ? host_snapshots_ : host_blocks_).release(std::span<const int32_t>(&l.host, 1)));
     if (l.snapshot) {
       index_.set_disk_snapshot(l.entry, false);
+      lost_snapshot.push_back(l.entry);
     } else {
       index_.set_disk_block(l.entry, false);
       cut.push_back(l.entry);
@@ -606,6 +607,9 @@ Status CacheManager::finish_disk_loads(const std::vector<DiskLoad>& loads, const
   staged_.clear();
   // The first block that failed cuts the chain: it and everything after it go (later ones are among those).
   if (!cut.empty()) RILL_TRY(cut_chain(cut.front()));
+  // Blocks past the chain's last snapshot left are of no use now (as when a host snapshot is evicted).
+  for (PrefixIndex::EntryId id : lost_snapshot)
+    if (index_.contains(id)) RILL_TRY(prune_upwards(id));
   return {};
 }
 

@@ -68,6 +68,7 @@ class PrefixIndex {
   // The longest cached chain equal to the first blocks of `tokens`, at most `max_blocks` long.
   std::vector<EntryId> match(std::span<const int32_t> tokens, int block_size, int max_blocks) const;
   const Entry& entry(EntryId id) const { return entries_.at(id); }
+  bool contains(EntryId id) const { return entries_.count(id) > 0; }
 
   // Adds `block`, full with `tokens` after the chain ending at `parent`, held once by the caller. Returns 0
   // (nothing added) when another block of other tokens already has this hash: a 64-bit collision, so the
