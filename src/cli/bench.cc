@@ -159,6 +159,9 @@ int run_bench(int argc, char** argv) {
                  "--prefix-reuse: GiB of host tier; adds the warm request brought back from it (and the host -> "
                  "device copy ceiling of its bytes)")
       ->check(CLI::Range(0.0, 1048576.0));
+  app.add_option("--kv-offloading-dir", po.disk_dir,
+                 "--prefix-reuse with --kv-offloading-size: a disk tier in this directory; adds the warm request read "
+                 "back from it (after everything cached went to disk)");
   add_device_options(app, dev);
   ParallelFlags parallel;
   if (int rc = parse_with_parallel_flags(app, argc, argv, "bench", dev, parallel); rc >= 0) return rc;

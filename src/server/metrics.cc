@@ -195,8 +195,8 @@ std::string Metrics::render(const engine::EngineStats* stats) const {
   counter("rill:kv_offload_bytes_to_disk_total", "Bytes of files written to the disk tier.", s.kv_offload_bytes_to_disk);
   counter("rill:kv_offload_bytes_from_disk_total", "Bytes read from the disk tier for prefix hits.",
           s.kv_offload_bytes_from_disk);
-  gauge("rill:disk_tier_files", "Files in the disk tier.", s.disk_tier_files);
-  gauge("rill:disk_tier_bytes", "Bytes of the disk tier's files.", s.disk_tier_bytes);
+  gauge("rill:disk_tier_files", "Files in the disk tier.", double(s.disk_tier_files));
+  gauge("rill:disk_tier_bytes", "Bytes of the disk tier's files.", double(s.disk_tier_bytes));
   counter("rill:disk_tier_write_errors_total", "Disk tier writes that failed (full or read-only disk, I/O errors).",
           s.disk_tier_write_errors);
   counter("rill:disk_tier_read_errors_total",
