@@ -18,26 +18,14 @@
 #include <fstream>
 
 #include "engine/prefix_cache_harness.h"
+#include "temp_dir.h"
 
 namespace rill::engine {
 namespace {
 
 namespace fs = std::filesystem;
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static int n = 0;
-    path = fs::temp_directory_path() / ("rill_disk_engine_" + std::to_string(::getpid()) + "_" + std::to_string(n++));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::permissions(path, fs::perms::owner_all, fs::perm_options::add, ec);
-    fs::remove_all(path, ec);
-  }
-};
+using rill::testing::TempDir;
 
 class PrefixCacheDisk : public ::testing::TestWithParam<std::string> {
  protected:
@@ -91,17 +79,7 @@ TEST_P(PrefixCacheDisk, ConversationsComeBackFromTheDiskTier) {
   Harness on(current_fixture, disk_options(dir.path));
   ASSERT_TRUE(on.engine().stats().disk_tier);
   ASSERT_GT(on.engine().stats().host_tier_snapshots_total, 0);
-  std::vector<std::vector<int32_t>> conversations;
-  for (int c = 0; c < 3; ++c) conversations.push_back(random_tokens(rng, 130 + 10 * size_t(c)));
-  int returning_hits = 0;
-  for (int turn = 0; turn < 3; ++turn)
-    for (size_t c = 0; c < conversations.size(); ++c) {
-      auto& conv = conversations[c];
-      const Outcome r = on.run(conv, 6);
-      expect_same(r, reference(conv, 6), "conversation " + std::to_string(c) + ", turn " + std::to_string(turn));
-      if (turn > 0) returning_hits += r.cached > 0;
-      conv = concat(concat(conv, r.ids), random_tokens(rng, 30));
-    }
+  const int returning_hits = interleaved_conversations(on, rng);
   ASSERT_TRUE(on.engine().persist_prefix_cache().ok());
   const EngineStats st = on.engine().stats();
   EXPECT_EQ(returning_hits, 6);  // every returning turn resumes from its previous one
@@ -283,7 +261,8 @@ TEST_P(PrefixCacheDisk, AReadOnlyDirectoryIsServedReadOnly) {
   int status = 0;
   ASSERT_EQ(::waitpid(pid, &status, 0), pid);
   ASSERT_TRUE(WIFEXITED(status));
-  EXPECT_EQ(WEXITSTATUS(status), 0) << "the child's checks failed (its output is above); 126: setuid, 127: exec";
+  if (WEXITSTATUS(status) == 126) GTEST_SKIP() << "root's rights cannot be dropped here (setuid)";
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "the child's checks failed (its output is above); 127: exec";
   EXPECT_TRUE(fs::exists(scratch.path / "passed")) << "the child did not run its checks";
   EXPECT_EQ(std::distance(fs::directory_iterator(dir.path), fs::directory_iterator()), n_files);
 }

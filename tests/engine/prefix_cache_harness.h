@@ -159,5 +159,24 @@ inline std::vector<int32_t> concat(std::vector<int32_t> a, const std::vector<int
   return a;
 }
 
+// Three conversations of three turns interleaved (130 to 150 tokens, then each turn adds its 6-token reply and
+// 30 new tokens), so that each one's blocks and snapshots are pushed off the device (and further) by the
+// others before it returns; every output is checked against the computation without caching. Returns how
+// many of the 6 returning turns found something cached.
+inline int interleaved_conversations(Harness& on, std::mt19937& rng) {
+  std::vector<std::vector<int32_t>> conversations;
+  for (int c = 0; c < 3; ++c) conversations.push_back(random_tokens(rng, 130 + 10 * size_t(c)));
+  int returning_hits = 0;
+  for (int turn = 0; turn < 3; ++turn)
+    for (size_t c = 0; c < conversations.size(); ++c) {
+      auto& conv = conversations[c];
+      const Outcome r = on.run(conv, 6);
+      expect_same(r, reference(conv, 6), "conversation " + std::to_string(c) + ", turn " + std::to_string(turn));
+      if (turn > 0) returning_hits += r.cached > 0;
+      conv = concat(concat(conv, r.ids), random_tokens(rng, 30));
+    }
+  return returning_hits;
+}
+
 }  // namespace
 }  // namespace rill::engine

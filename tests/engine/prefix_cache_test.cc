@@ -237,17 +237,7 @@ void conversations_through_the_host_tier(double gib, bool expect_host_hits) {
   o.kda_snapshot_budget_mib = 1;
   o.kv_offloading_gib = gib;
   Harness on(current_fixture, o);
-  std::vector<std::vector<int32_t>> conversations;
-  for (int c = 0; c < 3; ++c) conversations.push_back(random_tokens(rng, 130 + 10 * size_t(c)));
-  int returning_hits = 0;
-  for (int turn = 0; turn < 3; ++turn)
-    for (size_t c = 0; c < conversations.size(); ++c) {
-      auto& conv = conversations[c];
-      const Outcome r = on.run(conv, 6);
-      expect_same(r, reference(conv, 6), "conversation " + std::to_string(c) + ", turn " + std::to_string(turn));
-      if (turn > 0) returning_hits += r.cached > 0;
-      conv = concat(concat(conv, r.ids), random_tokens(rng, 30));
-    }
+  const int returning_hits = interleaved_conversations(on, rng);
   const EngineStats st = on.engine().stats();
   EXPECT_GT(st.prefix_cache_evicted_blocks, 0u);
   EXPECT_GT(st.host_tier_blocks_total, 0);

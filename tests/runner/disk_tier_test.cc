@@ -20,6 +20,7 @@
 #include "runner/crc32c.h"
 #include "runner/disk_file.h"
 #include "runner/disk_tier.h"
+#include "temp_dir.h"
 #include "test_seed.h"
 
 namespace rill::runner {
@@ -31,23 +32,7 @@ using rill::testing::test_seed;
 constexpr size_t kBlockBytes = 3000, kSnapshotBytes = 8000;
 constexpr uint64_t kFingerprint = 0x1234abcd5678ef01ull;
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    path = fs::temp_directory_path() / ("rill_disk_tier_" + std::to_string(::getpid()) + "_" + std::to_string(counter()++));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::permissions(path, fs::perms::owner_all, fs::perm_options::add, ec);
-    fs::remove_all(path, ec);
-  }
-  static int& counter() {
-    static int n = 0;
-    return n;
-  }
-};
+using rill::testing::TempDir;
 
 std::unique_ptr<DiskTier> open_tier(const fs::path& dir, uint64_t fp = kFingerprint, int64_t max_bytes = 0) {
   DiskTierOptions o;
@@ -302,7 +287,8 @@ TEST(DiskTier, AReadOnlyDirectoryIsReadButNotWritten) {
   int status = 0;
   ASSERT_EQ(::waitpid(pid, &status, 0), pid);
   ASSERT_TRUE(WIFEXITED(status));
-  EXPECT_EQ(WEXITSTATUS(status), 0) << "10: setuid, 11: open, 12: not read-only or files not found, 13: read, "
+  if (WEXITSTATUS(status) == 10) GTEST_SKIP() << "root's rights cannot be dropped here (setuid)";
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "11: open, 12: not read-only or files not found, 13: read, "
                                        "14: a write was not dropped";
 }
 
