@@ -415,7 +415,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const ExecutorFactory& make_execu
                         cache::CacheManager::create(impl->exec->memory_plan(), impl->exec->prefix_options()));
   impl->caches = std::make_unique<cache::CacheManager>(std::move(cm));
   if (impl->caches->disk_tier()) {
-    const std::vector<cache::DiskRecord> found = impl->exec->disk_records();
+    const std::vector<cache::DiskRecord> found = impl->exec->take_disk_records();
     const int n = impl->caches->index_disk(found);
     if (n < int(found.size()))
       RILL_LOG_INFO("disk tier {}: {} of its {} items indexed (the others continue chains whose first blocks are "

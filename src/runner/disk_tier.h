@@ -50,8 +50,10 @@ class DiskTier {
   DiskTier(const DiskTier&) = delete;
   DiskTier& operator=(const DiskTier&) = delete;
 
-  // The files found at start, blocks parents first.
+  // The files found at start (oldest first); `take_found` hands them over once (the cache manager indexes
+  // them; a large directory's token ids are not kept twice).
   const std::vector<cache::DiskRecord>& found() const { return found_; }
+  std::vector<cache::DiskRecord> take_found() { return std::move(found_); }
   // Queues a copy of `bytes` (block_bytes or snapshot_bytes of them) for the writer; never waits for the
   // disk unless `wait` (then it waits for room in the queue rather than drop the write: shutdown).
   void write(const cache::DiskWrite& w, const void* bytes, bool wait = false);

@@ -23,9 +23,10 @@ class Executor {
   // The prefix-caching options the caches were planned with (staging slots as the backend allows).
   virtual const cache::PrefixCacheOptions& prefix_options() const = 0;
   virtual int max_model_len() const = 0;
-  // The prefix cache's disk tier (issue #38; none by default): the files found at start, reading staged items
-  // into the host tier (one result per load), its counters, and waiting for its queued writes.
-  virtual std::vector<cache::DiskRecord> disk_records() const { return {}; }
+  // The prefix cache's disk tier (issue #38; none by default): the files found at start (handed over once),
+  // reading staged items into the host tier (one result per load), its counters, and waiting for its queued
+  // writes.
+  virtual std::vector<cache::DiskRecord> take_disk_records() { return {}; }
   virtual std::vector<bool> load_from_disk(const std::vector<cache::DiskLoad>& loads) {
     return std::vector<bool>(loads.size(), false);
   }

@@ -286,7 +286,12 @@ Result<std::unique_ptr<ParallelExecutor>> set_up(const RankLoader& load, const P
     // Ranks plan their own host tiers (KDA heads split under -tp): not agreed between ranks yet.
     RILL_LOG_WARN("--kv-offloading-size: the host tier is not supported with several ranks yet; running without it");
     ro.host_tier_bytes = 0;
-    ro.disk_tier.dir.clear();  // below the host tier
+  }
+  if (!ro.disk_tier.dir.empty()) {
+    // Its reads come through the Executor (load_from_disk), which only the local executor forwards yet.
+    RILL_LOG_WARN("--kv-offloading-dir {}: the disk tier runs with a single rank only yet; running without it",
+                  ro.disk_tier.dir.string());
+    ro.disk_tier.dir.clear();
   }
   backend::CommWorldOptions co = p.comm;
   co.first_rank = local.first;

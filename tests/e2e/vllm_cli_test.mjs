@@ -54,6 +54,8 @@ await run("e2e_vllm_cli", async (track) => {
        /--gpu-memory-utilization 0.8 and --kv-cache-fraction 0.5 both size the caches: give one/],
       [["--kv-offloading-backend", "lmcache", "--kv-offloading-size", "1"], /--kv-offloading-backend lmcache: .*use native/],
       [["--kv-offloading-backend", "native"], /--kv-offloading-backend native needs --kv-offloading-size/],
+      [["--kv-offloading-dir", "/tmp/rill-kv"], /--kv-offloading-dir \/tmp\/rill-kv: the disk tier sits below the host tier: it needs --kv-offloading-size/],
+      [["--kv-offloading-disk-size", "1"], /--kv-offloading-disk-size caps the --kv-offloading-dir files: give the directory/],
     ]) {
       const f = await serveFails(args);
       assertEq(f.code, 2, `${args.join(" ")} is refused as bad input`);
