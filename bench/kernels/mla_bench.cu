@@ -292,7 +292,9 @@ void bench_prefill(backend::Backend& be, const char* path, int T, int heads, int
 void bench_k_build(backend::Backend& be, int T, int heads, int reps, const Ceilings& c) {
   Buffer kvx = make_buffer(be, DType::BF16, {T, heads * (kNope + kV)});
   Buffer ctx = make_buffer(be, DType::BF16, {T, kWidth});
-  Buffer k = make_buffer(be, DType::BF16, {T, heads, kNope + kRope});
+  // K rows, then the zeroed tail the kernel writes after them (params.h kSdpaTailRows).
+  const int64_t tail = int64_t(cuda::mla::kSdpaTailRows) * heads * cuda::mla::kKvbRows;
+  Buffer k = make_buffer(be, DType::BF16, {int64_t(T) * heads * (kNope + kRope) + tail});
   BENCH_CHECK(be.fill_random(kvx.view, 31, -1, 1));
   BENCH_CHECK(be.fill_random(ctx.view, 32, -1, 1));
   cuda::mla::KBuildParams p{};
@@ -307,7 +309,8 @@ void bench_k_build(backend::Backend& be, int T, int heads, int reps, const Ceili
     const double t = value_or_die(be.time_ms([&] { return cuda::mla::launch_k_build(p, stream); }), "k build");
     if (i >= 2) ms.push_back(t);
   }
-  const double bytes = double(T) * heads * (kNope + kNope + kRope) * 2 + double(T) * kRope * 2;
+  const double bytes =
+      double(T) * heads * (kNope + kNope + kRope) * 2 + double(T) * kRope * 2 + double(tail) * 2;
   char name[64];
   std::snprintf(name, sizeof name, "cuDNN K copy T=%d H=%d", T, heads);
   print_row(name, median(ms), bytes, 0, c, "[in the cudnn prefill row]");

@@ -207,7 +207,8 @@ Status launch_mla_attention(const backend::MlaAttentionArgs& a, const CudaContex
                              .ctx = ctx,
                              .kvx = kvx,
                              .k = reinterpret_cast<bf16*>(base + plan.off_k),
-                             .arrays = reinterpret_cast<int32_t*>(base + plan.off_sdpa)};
+                             .arrays = base + plan.off_sdpa,
+                             .stats = reinterpret_cast<float*>(base + plan.off_stats)};
       RILL_ASSIGN_OR_RETURN(const bool done, run_prefill_sdpa(sg, cx));
       if (done) continue;
     }

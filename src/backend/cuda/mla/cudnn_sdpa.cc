@@ -3,12 +3,13 @@
 // emits):
 //   S = Q K^T (fp32)  ->  S * scale  ->  padding mask (row < seq_q[b] && col < seq_kv[b], else -inf)
 //   ->  bottom-right causal mask (row + seq_kv[b] - seq_q[b] >= col, else -inf)
-//   ->  softmax (max, sub, exp, sum, div; P in bf16)  ->  O = P V
-// Q, K, V and O are ragged: batch entry b starts at its ragged offset (elements), so the sequences of a step
-// lie packed as rill keeps them and the dims only bound them. Query row i of sequence b sits at absolute
-// position seq_kv[b] - seq_q[b] + i = start_pos + i, the alignment the causal mask above encodes.
-// Built only with cuDNN (RILL_HAVE_CUDNN); otherwise create() answers Unavailable and nothing else is
-// reached.
+//   ->  softmax (max, sub, exp, sum, div; P in bf16)  ->  O = P V;  stats = max + log(sum) (an output: see
+//   build_graph, cuDNN 9.14's engine writes it whether or not the graph asks)
+// Q, K, V and O are ragged: batch entry b starts at its ragged offset (int64 elements from the tensor's data
+// pointer), so the sequences of a step lie packed as rill keeps them and the dims only bound them. Query row
+// i of sequence b sits at absolute position seq_kv[b] - seq_q[b] + i = start_pos + i, the alignment the
+// causal mask above encodes. Built only with cuDNN (RILL_HAVE_CUDNN); otherwise create() answers Unavailable
+// and nothing else is reached.
 #include "backend/cuda/mla/cudnn_sdpa.h"
 
 #if RILL_HAVE_CUDNN
@@ -84,6 +85,8 @@ enum Uid : int64_t {
   kUidScale,
   kUidMaskPad,
   kUidMaskCausal,
+  kUidStats,
+  kUidOffStats,
   kUidCount,
   kFirstVirtual = 100,
 };
@@ -95,7 +98,7 @@ struct TensorSpec {
   cudnnDataType_t type;
   Dims dim, stride;
   bool is_virtual = false, by_value = false;
-  cudnnBackendDescriptor_t ragged = nullptr;  // ragged offset tensor (elements per batch entry)
+  cudnnBackendDescriptor_t ragged = nullptr;  // ragged offset tensor (int64 elements, [batch + 1])
 };
 
 // One plan: every descriptor it was built from (kept alive with it) and the finalised execution plan.
@@ -321,19 +324,32 @@ class GraphBuilder {
   int64_t next_virtual_ = kFirstVirtual;
 };
 
-// The graph of the file comment for shape `s` into `p`.
+// The graph of the file comment for shape `s` into `p` (without `ragged` / `padding`, the diagnostic forms of
+// cudnn_sdpa.h's SdpaShape).
 Status build_graph(cudnnHandle_t handle, const SdpaShape& s, CudnnPlan* p) {
+  if (!s.padding && s.max_q != s.max_kv)
+    return invalid_argument("mla prefill (cuDNN): a graph without padding needs max_q == max_kv ({} vs {})",
+                            s.max_q, s.max_kv);
   GraphBuilder g(handle, p);
   const int64_t B = s.batch, H = s.n_heads, Sq = s.max_q, Skv = s.max_kv;
   const Dims one{1, 1, 1, 1};
   const Dims seq_dim{B, 1, 1, 1}, off_dim{B + 1, 1, 1, 1};
-  // Lengths and ragged offsets: int32 device arrays of the call (SdpaBatch).
-  RILL_ASSIGN_OR_RETURN(auto seq_q, g.tensor({kUidSeqQ, CUDNN_DATA_INT32, seq_dim, one}));
-  RILL_ASSIGN_OR_RETURN(auto seq_kv, g.tensor({kUidSeqKv, CUDNN_DATA_INT32, seq_dim, one}));
-  RILL_ASSIGN_OR_RETURN(auto off_q, g.tensor({kUidOffQ, CUDNN_DATA_INT32, off_dim, one}));
-  RILL_ASSIGN_OR_RETURN(auto off_k, g.tensor({kUidOffK, CUDNN_DATA_INT32, off_dim, one}));
-  RILL_ASSIGN_OR_RETURN(auto off_v, g.tensor({kUidOffV, CUDNN_DATA_INT32, off_dim, one}));
-  RILL_ASSIGN_OR_RETURN(auto off_o, g.tensor({kUidOffO, CUDNN_DATA_INT32, off_dim, one}));
+  // Lengths (int32, cuDNN's seq_len type) and ragged offsets (int64 elements: the type cuDNN's frontend tests
+  // and TransformerEngine bind from cuDNN 9.5 on; int32 offsets are only exercised there on older releases).
+  cudnnBackendDescriptor_t seq_q = nullptr, seq_kv = nullptr;
+  cudnnBackendDescriptor_t off_q = nullptr, off_k = nullptr, off_v = nullptr, off_o = nullptr,
+                           off_stats = nullptr;
+  if (s.padding) {
+    RILL_ASSIGN_OR_RETURN(seq_q, g.tensor({kUidSeqQ, CUDNN_DATA_INT32, seq_dim, one}));
+    RILL_ASSIGN_OR_RETURN(seq_kv, g.tensor({kUidSeqKv, CUDNN_DATA_INT32, seq_dim, one}));
+  }
+  if (s.ragged) {
+    RILL_ASSIGN_OR_RETURN(off_q, g.tensor({kUidOffQ, CUDNN_DATA_INT64, off_dim, one}));
+    RILL_ASSIGN_OR_RETURN(off_k, g.tensor({kUidOffK, CUDNN_DATA_INT64, off_dim, one}));
+    RILL_ASSIGN_OR_RETURN(off_v, g.tensor({kUidOffV, CUDNN_DATA_INT64, off_dim, one}));
+    RILL_ASSIGN_OR_RETURN(off_o, g.tensor({kUidOffO, CUDNN_DATA_INT64, off_dim, one}));
+    RILL_ASSIGN_OR_RETURN(off_stats, g.tensor({kUidOffStats, CUDNN_DATA_INT64, off_dim, one}));
+  }
   // Q [B, H, Sq, 192] and O [B, H, Sq, 128] as rill's activations lie; K^T [B, H, 192, Skv] over the built K
   // [rows, H, 192] (the transpose is a stride swap); V [B, H, Skv, 128] read in place from kvx.
   const int64_t k_row = H * kQk, v_row = H * kKvbRows;
@@ -364,7 +380,6 @@ Status build_graph(cudnnHandle_t handle, const SdpaShape& s, CudnnPlan* p) {
                                           off_o}));
   // Scalars passed by value at execution (host pointers in the variant pack).
   RILL_ASSIGN_OR_RETURN(auto scale, g.tensor({kUidScale, CUDNN_DATA_FLOAT, one, one, false, true}));
-  RILL_ASSIGN_OR_RETURN(auto mask_pad, g.tensor({kUidMaskPad, CUDNN_DATA_FLOAT, one, one, false, true}));
   RILL_ASSIGN_OR_RETURN(auto mask_causal,
                         g.tensor({kUidMaskCausal, CUDNN_DATA_FLOAT, one, one, false, true}));
 
@@ -374,17 +389,25 @@ Status build_graph(cudnnHandle_t handle, const SdpaShape& s, CudnnPlan* p) {
   RILL_ASSIGN_OR_RETURN(auto s0, g.virt(f32, sdim));
   RILL_TRY(g.matmul(q, kt, s0, seq_q, seq_kv, nullptr));
   RILL_ASSIGN_OR_RETURN(auto s1, g.pw(CUDNN_POINTWISE_MUL, f32, f32, sdim, s0, scale));
-  // Padding mask: rows and columns past the batch entry's lengths.
-  RILL_ASSIGN_OR_RETURN(auto row, g.pw(CUDNN_POINTWISE_GEN_INDEX, i32, i32, sdim, s1, nullptr, nullptr, 2));
-  RILL_ASSIGN_OR_RETURN(auto col, g.pw(CUDNN_POINTWISE_GEN_INDEX, i32, i32, sdim, s1, nullptr, nullptr, 3));
-  RILL_ASSIGN_OR_RETURN(auto row_in, g.pw(CUDNN_POINTWISE_CMP_LT, b8, b8, sdim, row, seq_q));
-  RILL_ASSIGN_OR_RETURN(auto col_in, g.pw(CUDNN_POINTWISE_CMP_LT, b8, b8, sdim, col, seq_kv));
-  RILL_ASSIGN_OR_RETURN(auto in, g.pw(CUDNN_POINTWISE_LOGICAL_AND, b8, b8, sdim, row_in, col_in));
-  RILL_ASSIGN_OR_RETURN(auto s2, g.pw(CUDNN_POINTWISE_BINARY_SELECT, f32, f32, sdim, s1, mask_pad, in));
-  // Bottom-right causal mask: key col is visible to query row when row + seq_kv - seq_q >= col.
+  cudnnBackendDescriptor_t s2 = s1;
+  if (s.padding) {
+    // Padding mask: rows and columns past the batch entry's lengths.
+    RILL_ASSIGN_OR_RETURN(auto mask_pad, g.tensor({kUidMaskPad, CUDNN_DATA_FLOAT, one, one, false, true}));
+    RILL_ASSIGN_OR_RETURN(auto row, g.pw(CUDNN_POINTWISE_GEN_INDEX, i32, i32, sdim, s1, nullptr, nullptr, 2));
+    RILL_ASSIGN_OR_RETURN(auto col, g.pw(CUDNN_POINTWISE_GEN_INDEX, i32, i32, sdim, s1, nullptr, nullptr, 3));
+    RILL_ASSIGN_OR_RETURN(auto row_in, g.pw(CUDNN_POINTWISE_CMP_LT, b8, b8, sdim, row, seq_q));
+    RILL_ASSIGN_OR_RETURN(auto col_in, g.pw(CUDNN_POINTWISE_CMP_LT, b8, b8, sdim, col, seq_kv));
+    RILL_ASSIGN_OR_RETURN(auto in, g.pw(CUDNN_POINTWISE_LOGICAL_AND, b8, b8, sdim, row_in, col_in));
+    RILL_ASSIGN_OR_RETURN(s2, g.pw(CUDNN_POINTWISE_BINARY_SELECT, f32, f32, sdim, s1, mask_pad, in));
+  }
+  // Bottom-right causal mask: key col is visible to query row when row + seq_kv - seq_q >= col (without
+  // padding, max_q == max_kv: row >= col).
   RILL_ASSIGN_OR_RETURN(auto crow, g.pw(CUDNN_POINTWISE_GEN_INDEX, f32, i32, sdim, s2, nullptr, nullptr, 2));
-  RILL_ASSIGN_OR_RETURN(auto crow_kv, g.pw(CUDNN_POINTWISE_ADD, i32, i32, sdim, crow, seq_kv));
-  RILL_ASSIGN_OR_RETURN(auto crow_pos, g.pw(CUDNN_POINTWISE_SUB, i32, i32, sdim, crow_kv, seq_q));
+  cudnnBackendDescriptor_t crow_pos = crow;
+  if (s.padding) {
+    RILL_ASSIGN_OR_RETURN(auto crow_kv, g.pw(CUDNN_POINTWISE_ADD, i32, i32, sdim, crow, seq_kv));
+    RILL_ASSIGN_OR_RETURN(crow_pos, g.pw(CUDNN_POINTWISE_SUB, i32, i32, sdim, crow_kv, seq_q));
+  }
   RILL_ASSIGN_OR_RETURN(auto ccol, g.pw(CUDNN_POINTWISE_GEN_INDEX, f32, i32, sdim, s2, nullptr, nullptr, 3));
   RILL_ASSIGN_OR_RETURN(auto visible, g.pw(CUDNN_POINTWISE_CMP_GE, b8, b8, sdim, crow_pos, ccol));
   RILL_ASSIGN_OR_RETURN(auto s3,
@@ -396,6 +419,15 @@ Status build_graph(cudnnHandle_t handle, const SdpaShape& s, CudnnPlan* p) {
   RILL_ASSIGN_OR_RETURN(auto e, g.pw(CUDNN_POINTWISE_EXP, f32, f32, sdim, centred));
   RILL_ASSIGN_OR_RETURN(auto sum, g.virt(f32, rdim));
   RILL_TRY(g.reduction(CUDNN_REDUCE_TENSOR_ADD, e, sum));
+  // The softmax statistics (max + log(sum) per query row and head, fp32 [T, H] token-major, ragged like Q) as
+  // a real output: cuDNN 9.14's Hopper flash engine for d_qk 192 / d_v 128 writes them whether or not the
+  // graph asks (through an unset pointer when it does not: the illegal access of the first cuDNN runs, caught
+  // by compute-sanitizer as 4-byte stores one row apart from ..._flash_fprop_wgmma_f16_knob_7_64x128x192).
+  // TransformerEngine always builds this training-form graph.
+  RILL_ASSIGN_OR_RETURN(auto log_sum, g.pw(CUDNN_POINTWISE_LOG, f32, f32, rdim, sum));
+  RILL_ASSIGN_OR_RETURN(
+      auto stats, g.tensor({kUidStats, CUDNN_DATA_FLOAT, rdim, {Sq * H, 1, H, 1}, false, false, off_stats}));
+  RILL_TRY(g.pointwise(CUDNN_POINTWISE_ADD, f32, mx, log_sum, nullptr, stats));
   RILL_ASSIGN_OR_RETURN(auto prob, g.pw(CUDNN_POINTWISE_DIV, f32, CUDNN_DATA_BFLOAT16, sdim, e, sum));
   // O = P V over the real lengths (m, k overrides).
   RILL_TRY(g.matmul(prob, v, o, seq_q, nullptr, seq_kv));
@@ -474,9 +506,10 @@ Status CudnnSdpa::prepare(const SdpaShape& s) {
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     if (st.ok())
       RILL_LOG_INFO(
-          "mla prefill: cuDNN plan for {} heads, batch {}, queries <= {}, keys <= {} built in {:.0f} ms "
+          "mla prefill: cuDNN plan for {} heads, batch {}, queries <= {}, keys <= {}{}{} built in {:.0f} ms "
           "({} workspace bytes)",
-          s.n_heads, s.batch, s.max_q, s.max_kv, ms, plan->workspace);
+          s.n_heads, s.batch, s.max_q, s.max_kv, s.ragged ? "" : ", not ragged",
+          s.padding ? "" : ", no padding", ms, plan->workspace);
   }
   if (!st.ok()) {
     RILL_LOG_WARN("mla prefill: cuDNN has no plan for {} heads, batch {}, queries <= {}, keys <= {}: {}",
@@ -510,23 +543,24 @@ Status CudnnSdpa::run(const SdpaShape& s, const SdpaArgs& a, cudaStream_t stream
   const float masked = cudnnGetVersion() < 91000 ? std::numeric_limits<float>::lowest()
                                                  : -std::numeric_limits<float>::infinity();
   float scale = a.scale;
-  const int32_t* arr = a.arrays;
-  std::array<int64_t, kUidCount - 1> uids{kUidQ,     kUidK,       kUidV,         kUidO,    kUidSeqQ,
-                                          kUidSeqKv, kUidOffQ,    kUidOffK,      kUidOffV, kUidOffO,
-                                          kUidScale, kUidMaskPad, kUidMaskCausal};
-  std::array<void*, kUidCount - 1> ptrs{const_cast<void*>(a.q),
-                                        const_cast<void*>(a.k),
-                                        const_cast<void*>(a.v),
-                                        a.out,
-                                        const_cast<int32_t*>(arr + kSdpaSeqQ * kSdpaArrStride),
-                                        const_cast<int32_t*>(arr + kSdpaSeqKv * kSdpaArrStride),
-                                        const_cast<int32_t*>(arr + kSdpaOffQ * kSdpaArrStride),
-                                        const_cast<int32_t*>(arr + kSdpaOffK * kSdpaArrStride),
-                                        const_cast<int32_t*>(arr + kSdpaOffV * kSdpaArrStride),
-                                        const_cast<int32_t*>(arr + kSdpaOffO * kSdpaArrStride),
-                                        &scale,
-                                        const_cast<float*>(&masked),
-                                        const_cast<float*>(&masked)};
+  // The non-virtual tensors of this shape's graph (build_graph) and their data.
+  std::vector<int64_t> uids{kUidQ, kUidK, kUidV, kUidO, kUidStats, kUidScale, kUidMaskCausal};
+  std::vector<void*> ptrs{
+      const_cast<void*>(a.q),     const_cast<void*>(a.k), const_cast<void*>(a.v), a.out, a.stats, &scale,
+      const_cast<float*>(&masked)};
+  if (s.padding) {
+    uids.insert(uids.end(), {kUidSeqQ, kUidSeqKv, kUidMaskPad});
+    ptrs.insert(ptrs.end(),
+                {const_cast<int32_t*>(a.seq_q), const_cast<int32_t*>(a.seq_kv), const_cast<float*>(&masked)});
+  }
+  if (s.ragged) {
+    uids.insert(uids.end(), {kUidOffQ, kUidOffK, kUidOffV, kUidOffO, kUidOffStats});
+    ptrs.insert(ptrs.end(),
+                {const_cast<int64_t*>(a.off_q), const_cast<int64_t*>(a.off_k), const_cast<int64_t*>(a.off_v),
+                 const_cast<int64_t*>(a.off_o), const_cast<int64_t*>(a.off_stats)});
+  }
+  for (const void* ptr : ptrs)
+    if (!ptr) return internal_error("mla prefill (cuDNN): a tensor of the graph has no data pointer");
   cudnnBackendDescriptor_t vp = nullptr;
   RILL_CUDNN_CHECK(cudnnBackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &vp));
   const Desc owned(vp);

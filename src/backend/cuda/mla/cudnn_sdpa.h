@@ -17,13 +17,19 @@
 namespace rill::cuda::mla {
 
 // What a plan is built for. batch / max_q / max_kv are the bucketed sizes (sdpa_bucket), never the exact
-// ones.
+// ones. `ragged` and `padding` are on for every call rill makes; the diagnostic tests (tests/backend/
+// mla_cudnn_test.cc) turn them off to tell which feature of the graph a failure comes from: without `ragged`,
+// Q / K / V / O carry no ragged offsets (batch entry b starts max_q (max_kv) rows after entry b - 1); without
+// `padding`, no sequence-length tensors and no padding mask (every entry has exactly max_q queries and max_kv
+// keys, which must then be equal: the causal mask is row >= col).
 struct SdpaShape {
   int n_heads = 0, batch = 0, max_q = 0, max_kv = 0;
   int64_t q_row = 0, q_head = 0, out_row = 0;  // element strides of q (rows, heads) and out (rows)
+  bool ragged = true, padding = true;
   bool operator==(const SdpaShape& o) const {
     return n_heads == o.n_heads && batch == o.batch && max_q == o.max_q && max_kv == o.max_kv &&
-           q_row == o.q_row && q_head == o.q_head && out_row == o.out_row;
+           q_row == o.q_row && q_head == o.q_head && out_row == o.out_row && ragged == o.ragged &&
+           padding == o.padding;
   }
 };
 
@@ -39,12 +45,21 @@ inline int sdpa_bucket(int n, int floor) {
 }
 
 struct SdpaArgs {
-  const void* q;          // bf16 [T, H, 192], strides q_row / q_head
-  const void* k;          // bf16 [rows, H, 192] contiguous (launch_k_build)
-  const void* v;          // bf16 [rows, H, 128] = kvx + 128: rows H * 256, heads 256 apart
-  void* out;              // bf16 [T, H * 128], row stride out_row
-  const int32_t* arrays;  // int32 [kSdpaArrays][kSdpaArrStride] (params.h SdpaBatch), 16-byte aligned
-  float scale;            // softmax scale (MlaAttentionArgs::scale)
+  const void* q;  // bf16 [T, H, 192], strides q_row / q_head
+  const void* k;  // bf16 [rows, H, 192] contiguous (launch_k_build)
+  const void* v;  // bf16 [rows, H, 128] = kvx + 128: rows H * 256, heads 256 apart
+  void* out;      // bf16 [T, H * 128], row stride out_row
+  float* stats;   // fp32 [T, H]: the softmax statistics cuDNN writes (unused by rill), ragged like q
+  // Device arrays (params.h SdpaBatch), 16-byte aligned: int32 [batch] lengths (`padding`) and int64
+  // [batch + 1] ragged element offsets of Q, K, V, out and stats from the pointers above (`ragged`).
+  const int32_t* seq_q;
+  const int32_t* seq_kv;
+  const int64_t* off_q;
+  const int64_t* off_k;
+  const int64_t* off_v;
+  const int64_t* off_o;
+  const int64_t* off_stats;
+  float scale;  // softmax scale (MlaAttentionArgs::scale)
 };
 
 class CudnnSdpa {

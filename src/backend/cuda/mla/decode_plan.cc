@@ -137,8 +137,12 @@ Status make_plan(const backend::MlaAttentionArgs& a, const CudaContext& cx, Plan
   // option may take it: whether cuDNN plans the shape is only known at launch (auto then runs rill's kernel).
   p.sdpa = p.pf_rows > 0 && prefill_through_cudnn(a, cx);
   if (p.sdpa) {
-    p.off_k = take(size_t(p.group_rows) * H * kQk * 2);
-    p.off_sdpa = take(size_t(kSdpaArrays) * kSdpaArrStride * sizeof(int32_t));
+    // (K rows, then the zeroed tail every key tile read past the last row may touch: params.h kSdpaTailRows.)
+    p.off_k = take(size_t(p.group_rows) * H * kQk * 2 + size_t(kSdpaTailRows) * H * kKvbRows * 2);
+    p.off_sdpa = take(kSdpaBatchBytes);
+    // The softmax statistics cuDNN writes (fp32 [tokens, H], a call's from offset 0; cudnn_sdpa.cc), with a
+    // tail like K's for stores past the last row.
+    p.off_stats = take((size_t(a.layout->n_tokens) + kSdpaTailRows) * H * sizeof(float));
   }
   p.bytes = off;
   *out = p;

@@ -26,9 +26,9 @@ Status launch_decode_combine(const CombineParams& p, cudaStream_t stream);
 Status launch_gather(const GatherParams& p, cudaStream_t stream);
 Status launch_prefill(const PrefillParams& p, const CudaContext& cx);
 // The cuDNN path's inputs (sdpa_inputs.cu): K = [k_nope ; k_pe] per row and head, and one call's batch arrays
-// (`dst`: int32 [kSdpaArrays * kSdpaArrStride], 16-byte aligned).
+// (`dst`: kSdpaBatchBytes in SdpaBatch's layout, 16-byte aligned).
 Status launch_k_build(const KBuildParams& p, cudaStream_t stream);
-Status launch_sdpa_batch(const SdpaBatch& b, int32_t* dst, cudaStream_t stream);
+Status launch_sdpa_batch(const SdpaBatch& b, void* dst, cudaStream_t stream);
 
 // One expansion group's attention through cuDNN (prefill_sdpa.cc), after its gather and expansion: K build, then
 // a fused-attention call per kSdpaMaxBatch prefill sequences. false (nothing enqueued) where cuDNN has no plan
@@ -38,8 +38,9 @@ struct SdpaGroupArgs {
   const ExpandGroup* group;
   const bf16* ctx;  // bf16 [group rows, 576]: the group's gathered latents
   const bf16* kvx;  // bf16 [group rows, H * 256]: their expansion
-  bf16* k;          // bf16 [group rows, H, 192]: scratch for K
-  int32_t* arrays;  // int32 [kSdpaArrays * kSdpaArrStride]: scratch for one call's batch arrays
+  bf16* k;          // bf16 [group rows, H, 192] + the zeroed tail (kSdpaTailRows): scratch for K
+  void* arrays;     // kSdpaBatchBytes (SdpaBatch layout): scratch for one call's batch arrays
+  float* stats;     // fp32 [tokens + kSdpaTailRows, H]: scratch for the softmax stats cuDNN writes
 };
 Result<bool> run_prefill_sdpa(const SdpaGroupArgs& g, const CudaContext& cx);
 
