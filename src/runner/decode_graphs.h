@@ -47,7 +47,8 @@ class DecodeGraphs {
 
   int captured() const { return int(graphs_.size()); }
   uint64_t replays() const { return replays_; }
-  uint64_t steps() const { return steps_; }  // steps run through run(): replayed, captured or padded eagerly
+  uint64_t steps() const { return steps_; }
+  int64_t max_step_tokens() const { return max_step_tokens_; }  // steps run through run(): replayed, captured or padded eagerly
   void clear() { graphs_.clear(); }
 
  private:

@@ -99,6 +99,8 @@ class ModelRunner {
   int graphs_captured() const { return graphs_ ? graphs_->captured() : 0; }
   uint64_t graph_replays() const { return graphs_ ? graphs_->replays() : 0; }
   uint64_t graph_steps() const { return graphs_ ? graphs_->steps() : 0; }
+  // The most tokens a padded step may have and still replay (Backend::graph_max_expert_pairs).
+  int64_t graph_max_tokens() const { return graphs_ ? graphs_->max_step_tokens() : 0; }
 
  private:
   ModelRunner(std::unique_ptr<model::Model> model, Sampler sampler)
