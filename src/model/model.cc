@@ -85,7 +85,8 @@ Status Model::reserve_workspace(const StepLimits& limits) {
   //  - one long prefill chunk at the end of the longest context plus single-token sequences;
   //  - as many sequences as fit, each bringing n tokens at the end of the longest context, for n = 1..16 and
   //    every power of two up to max_tokens (decode, verify steps, short chunks after long cached prefixes,
-  //    batched prefill).
+  //    batched prefill); those of n <= 16 also planned from the counts only, as a replayed graph's decode or
+  //    verify step is (a backend may split differently then: CUDA's MLA decode takes a fixed split count).
   // Every row asks for logits while max_logit_rows lasts.
   const int block = 64;
   auto sequence = [&](int n_new, int n_logits) {
@@ -120,20 +121,27 @@ Status Model::reserve_workspace(const StepLimits& limits) {
   size_t high_water = 0;
   for (StepBatch& worst : shapes) {
     size_t n_tokens = 0;
-    for (const SequenceStep& q : worst.seqs) n_tokens += size_t(q.n_new);
+    bool graphable = true;
+    for (const SequenceStep& q : worst.seqs) {
+      n_tokens += size_t(q.n_new);
+      graphable = graphable && q.n_new <= 16;
+    }
     worst.token_ids.assign(n_tokens, 0);
-    Arena measure(nullptr, 0, be_->device());
-    ModelCaches none;
-    none.layers.resize(static_cast<size_t>(config_.n_layers));
-    none.block_size = block;
-    be_->set_dry_run(true);
-    TensorView logits;
-    Status st = upload_inputs(worst, none, measure, nullptr);
-    if (st.ok()) st = launch(none, measure, &logits);
-    be_->set_dry_run(false);
-    prepared_ = false;
-    RILL_TRY(st);
-    high_water = std::max(high_water, measure.high_water());
+    for (bool count_only : {false, true}) {
+      if (count_only && !graphable) continue;
+      Arena measure(nullptr, 0, be_->device());
+      ModelCaches none;
+      none.layers.resize(static_cast<size_t>(config_.n_layers));
+      none.block_size = block;
+      be_->set_dry_run(true);
+      TensorView logits;
+      Status st = upload_inputs(worst, none, measure, nullptr, count_only);
+      if (st.ok()) st = launch(none, measure, &logits);
+      be_->set_dry_run(false);
+      prepared_ = false;
+      RILL_TRY(st);
+      high_water = std::max(high_water, measure.high_water());
+    }
   }
   const size_t bytes = high_water + (1 << 20);
   RILL_TRY(be_->check_available(bytes, fmt::format("the step workspace ({} tokens, {} sequences, context {})",
@@ -186,8 +194,9 @@ Result<TensorView> Model::run_prepared(const ModelCaches& caches) {
 }
 
 Status Model::upload_inputs(const StepBatch& batch, const ModelCaches& caches, Arena& ws,
-                            const FixedInputs* fixed) {
+                            const FixedInputs* fixed, bool count_only) {
   RILL_TRY(batch.to_layout(caches.block_size, &layout_host_));
+  layout_host_.count_only_plan = count_only;
   if (fixed) {
     layout_host_.count_only_plan = true;
     RILL_TRY(be_->upload_layout_fixed(layout_host_, caches.block_size, fixed->block_table_stride, fixed->layout,

@@ -116,7 +116,10 @@ class Model {
   LoadedWeights weights_;
 
  private:
-  Status upload_inputs(const StepBatch& batch, const ModelCaches& caches, Arena& ws, const FixedInputs* fixed);
+  // `count_only`: plan from the counts only (BatchLayoutHost::count_only_plan) without fixed inputs: the dry
+  // runs measuring what a graph's step takes.
+  Status upload_inputs(const StepBatch& batch, const ModelCaches& caches, Arena& ws, const FixedInputs* fixed,
+                       bool count_only = false);
   Status launch(const ModelCaches& caches, Arena& ws, TensorView* logits);
 
   StepLimits limits_;
