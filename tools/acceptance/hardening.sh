@@ -7,7 +7,7 @@
 #   tools/acceptance/hardening.sh [BUILD_DIR | RILL_BINARY] [MODEL_DIR]
 #     BUILD_DIR  holds the rill binary (default: build)
 #     MODEL_DIR  the tiny model (default: a temporary one made with `rill tiny-model`)
-#   RILL_ACCEPT_ONLY=N1,N3  runs only the named rows (N1 N1s N2 N2b N3 N4 CORS)
+#   RILL_ACCEPT_ONLY=N1,N3  runs only the named rows (N1 N1s N2 N2b N2s N3 N4 CORS)
 # Needs node (>= 18), prlimit (util-linux) and tests/node/node_modules (scripts/setup_node.sh).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
