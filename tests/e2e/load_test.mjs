@@ -1,15 +1,17 @@
 // Load: 64 concurrent streaming clients for 60 s (RILL_E2E_LOAD_SECONDS), random prompt lengths, random
-// cancellations through AbortController. Every request that was not cancelled completes with a consistent
-// finish_reason and usage; afterwards /metrics shows no KV block and no state slot in use; a sample of the
-// completed greedy requests, re-run one at a time, gives exactly the same tokens and text (the CPU backend is
-// deterministic and batch-invariant, so batching, chunked prefill and cancellation of neighbours must not
-// change a result).
+// cancellations through AbortController (20% of requests, RILL_E2E_LOAD_CANCEL_SHARE; issue #32's 10-minute soak
+// is RILL_E2E_LOAD_SECONDS=600 RILL_E2E_LOAD_CANCEL_SHARE=0.25). Every request that was not cancelled completes
+// with a consistent finish_reason and usage (none is lost: an error fails the test); afterwards /metrics shows
+// no KV block and no state slot in use; a sample of the completed greedy requests, re-run one at a time, gives
+// exactly the same tokens and text (the CPU backend is deterministic and batch-invariant, so batching, chunked
+// prefill and cancellation of neighbours must not change a result).
 import { assert, makeRng, run, sleep, startServer } from "./lib/harness.mjs";
 import { expectCachesFreed, randomRequest, sameResult, streamRequest } from "./lib/traffic.mjs";
 
 const CLIENTS = 64;
 const SECONDS = Number(process.env.RILL_E2E_LOAD_SECONDS ?? 60);
 const SAMPLE = 24;
+const CANCEL_SHARE = Number(process.env.RILL_E2E_LOAD_CANCEL_SHARE ?? 0.2);
 
 await run("e2e_load", async (track) => {
   const rng = makeRng("e2e_load");
@@ -22,7 +24,7 @@ await run("e2e_load", async (track) => {
   async function worker() {
     while (Date.now() < deadline) {
       const req = randomRequest(rng);
-      const cancelAfter = rng.next() < 0.2 ? rng.int(0, 400) : -1;
+      const cancelAfter = rng.next() < CANCEL_SHARE ? rng.int(0, 400) : -1;
       const controller = new AbortController();
       const timer = cancelAfter >= 0 ? setTimeout(() => controller.abort(), cancelAfter) : null;
       started++;
@@ -38,7 +40,9 @@ await run("e2e_load", async (track) => {
     }
   }
   await Promise.all(Array.from({ length: CLIENTS }, worker));
-  console.log(`e2e_load: ${started} requests, ${done.length} completed, ${cancelled} cancelled`);
+  console.log(`e2e_load: ${started} requests in ${SECONDS} s, ${done.length} completed, ${cancelled} cancelled, ` +
+              `${started - done.length - cancelled} lost`);
+  assert(started === done.length + cancelled, "every request completed or was cancelled");
   assert(done.length >= CLIENTS, "enough requests completed");
   assert(cancelled > 0, "some requests were cancelled");
 
