@@ -10,6 +10,7 @@
 #include <string>
 #include <utility>
 
+#include "bench/driver/step_cost.h"
 #include "runner/decode_graphs.h"
 
 namespace rill::bench {
@@ -18,77 +19,6 @@ namespace {
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
-}
-
-// Parameter groups of the model's weight table: what a token touches (parameters, for FLOPs) and what a step
-// must read (bytes: 2 per dense parameter, as stored on the GPU; MXFP4 experts their packed codes and scales;
-// FP8 matrices 1 per parameter and their scales).
-struct ParamCounts {
-  double dense = 0;       // every matmul parameter outside routed experts, embedding and lm_head
-  double one_expert = 0;  // parameters of one routed expert
-  double lm_head = 0;
-  double dense_bytes = 0, one_expert_bytes = 0, lm_head_bytes = 0;
-};
-
-ParamCounts count_params(const model::Model& m) {
-  ParamCounts p;
-  double experts = 0, expert_bytes = 0;
-  for (const auto& s : m.weight_table().specs()) {
-    const double n = double(s.shape.numel());
-    // A packed MXFP4 tensor holds two weights per byte; its E8M0 scales are bytes without weights.
-    const bool packed = s.role == model::WeightRole::Packed;
-    if (s.role == model::WeightRole::Fp8Scale) continue;  // an FP8 checkpoint's scales: counted with their matrix
-    const double params = !packed ? n : s.name.ends_with(".weight_packed") ? 2 * n : 0;
-    // FP8 matrices (issue #35): one byte per weight plus their F32 block scales.
-    const double bytes = packed                                  ? n
-                         : s.role == model::WeightRole::Matrix ? double(m.weight_table().loaded_bytes_of(s, 2))
-                                                               : 2 * n;
-    if (s.name.find("embed_tokens") != std::string::npos) continue;
-    if (s.name.find("lm_head") != std::string::npos) {
-      p.lm_head += params;
-      p.lm_head_bytes += bytes;
-    } else if (s.name.find(".experts.") != std::string::npos && s.name.find("shared_experts") == std::string::npos) {
-      experts += params;
-      expert_bytes += bytes;
-    } else {
-      p.dense += params;
-      p.dense_bytes += bytes;
-    }
-  }
-  const auto& c = m.config();
-  const int moe_layers = int(std::count(c.ffn_kinds.begin(), c.ffn_kinds.end(), model::FfnKind::Moe));
-  if (moe_layers && c.moe.n_experts) {
-    p.one_expert = experts / (double(moe_layers) * c.moe.n_experts);
-    p.one_expert_bytes = expert_bytes / (double(moe_layers) * c.moe.n_experts);
-  }
-  return p;
-}
-
-// FLOPs of a prefill of `n_tokens` new tokens whose contexts (per sequence) are `contexts`.
-double prefill_flops(const model::Model& m, const ParamCounts& p, int64_t n_tokens, const std::vector<int>& contexts) {
-  const auto& c = m.config();
-  const int moe_layers = int(std::count(c.ffn_kinds.begin(), c.ffn_kinds.end(), model::FfnKind::Moe));
-  // dense holds the shared experts and every non-MoE matmul; routed experts: top_k per MoE layer.
-  double f = 2.0 * double(n_tokens) * (p.dense + double(c.moe.n_experts_per_token) * p.one_expert * moe_layers);
-  f += 2.0 * p.lm_head * double(contexts.size());  // one logits row per sequence
-  const double qk = c.mla.qk_head_dim(), v = c.mla.v_head_dim;
-  for (int ctx : contexts)  // causal attention: half the score matrix
-    f += c.n_layers_of(model::LayerKind::Mla) * double(c.mla.n_heads) * double(ctx) * double(ctx) / 2 * 2 * (qk + v);
-  const double d = c.kda.head_dim;  // KDA chunk math, ~6d^2 + 6Cd per token and head (anchors §3.5)
-  f += double(n_tokens) * c.n_layers_of(model::LayerKind::Kda) * c.kda.n_heads * (6 * d * d + 6 * 64 * d);
-  return f;
-}
-
-// Bytes a decode step of `batch` sequences at `ctx` must move.
-double decode_bytes(const model::Model& m, const ParamCounts& p, int batch, int ctx) {
-  const auto& c = m.config();
-  const int moe_layers = int(std::count(c.ffn_kinds.begin(), c.ffn_kinds.end(), model::FfnKind::Moe));
-  const double E = c.moe.n_experts, k = c.moe.n_experts_per_token;
-  const double unique = E > 0 ? E * (1.0 - std::pow(1.0 - k / E, batch)) : 0;  // uniform routing
-  double b = p.dense_bytes + p.lm_head_bytes + unique * p.one_expert_bytes * moe_layers;
-  b += 2.0 * double(batch) * double(c.kda_state_bytes_per_sequence());  // state read + write
-  b += double(batch) * double(ctx) * double(c.kv_bytes_per_token(2));
-  return b;
 }
 
 Status fill_caches(backend::Backend& be, const model::ModelCaches& caches) {
@@ -126,7 +56,8 @@ Result<std::vector<BenchRow>> bench_model(model::Model& m, const BenchOptions& o
   std::optional<runner::DecodeGraphs> graphs;
   if (be.can_capture()) {
     RILL_ASSIGN_OR_RETURN(runner::DecodeGraphs g,
-                          runner::DecodeGraphs::create(be, max_batch, lim.max_context, block, n_slots, n_blocks));
+                          runner::DecodeGraphs::create(be, max_batch, lim.max_context, block, n_slots, n_blocks,
+                                                               true, 1 + max_drafts));
     graphs = std::move(g);
   }
   const ParamCounts p = count_params(m);
@@ -237,8 +168,9 @@ Result<std::vector<BenchRow>> bench_model(model::Model& m, const BenchOptions& o
     }
   }
 
-  // Verify steps (eager, as the runner runs them) beside the plain decode step of the same batch, eager and
-  // replayed from its graph (what serving runs when nothing is drafted).
+  // Verify steps beside the plain decode step of the same batch, each replayed from its graph where the
+  // backend captures (what serving runs: a verify step whose sequences bring the same draft count replays
+  // its (batch bucket, k + 1) graph), eagerly otherwise; the note gives the eager times too.
   for (int batch : max_drafts > 0 ? o.verify_batches : std::vector<int>{}) {
     const model::StepBatch plain = decode_batch(batch, 0);
     const std::string at = fmt::format("batch {} at {} context", batch, o.decode_context);
@@ -252,19 +184,25 @@ Result<std::vector<BenchRow>> bench_model(model::Model& m, const BenchOptions& o
     for (int k : o.verify_drafts) {
       const model::StepBatch b = decode_batch(batch, k);
       const std::string what = fmt::format("k = {}, {}", k, at);
-      RILL_ASSIGN_OR_RETURN(const double ms, time_step(b, true, "verify " + what));
-      BenchRow r{"verify", what, ms, 0, 0, ""};
-      r.bytes = decode_bytes(m, p, batch * (k + 1), o.decode_context) -
-                double(batch) * k * (2.0 * double(c.kda_state_bytes_per_sequence()) +
-                                     double(o.decode_context) * double(c.kv_bytes_per_token(2)));
-      // The oracle bound: a drafter always right emits k + 1 tokens per verify step where decoding emits one
-      // per decode step (the drafter's own cost and scheduling not counted).
-      const double decode_ms = graph_ms > 0 ? graph_ms : *base;
-      const std::string bound = fmt::format("; oracle bound {:.2f}x", double(k + 1) * decode_ms / ms);
-      r.note = (graph_ms > 0 ? fmt::format("{:.2f}x the decode step ({:.3f} ms graph), {:.2f}x eager ({:.3f} ms)",
-                                           ms / graph_ms, graph_ms, ms / *base, *base)
-                             : fmt::format("{:.2f}x the eager decode step ({:.3f} ms)", ms / *base, *base)) +
-               bound;
+      const double bytes = decode_bytes(m, p, batch * (k + 1), o.decode_context) -
+                           double(batch) * k * (2.0 * double(c.kda_state_bytes_per_sequence()) +
+                                                double(o.decode_context) * double(c.kv_bytes_per_token(2)));
+      // Eager, then replayed from its (batch bucket, k + 1) graph where the backend captures (what the runner
+      // runs), each against the decode step run the same way. The oracle bound: a drafter always right emits
+      // k + 1 tokens per verify step where decoding emits one per decode step (the drafter's own cost and
+      // scheduling not counted).
+      RILL_ASSIGN_OR_RETURN(const double eager_ms, time_step(b, true, "verify " + what));
+      BenchRow r{"verify", what, eager_ms, bytes, 0,
+                 fmt::format("{:.2f}x the eager decode step ({:.3f} ms); oracle bound {:.2f}x", eager_ms / *base,
+                             *base, double(k + 1) * *base / eager_ms)};
+      if (graph_ms > 0 && graphs->bucket(m, b) > 0) {
+        rows.push_back(r);
+        RILL_ASSIGN_OR_RETURN(const double ms, time_step(b, true, "verify graph " + what, true));
+        r.name = what + ", graph";
+        r.ms = ms;
+        r.note = fmt::format("{:.2f}x the decode step's graph ({:.3f} ms); oracle bound {:.2f}x", ms / graph_ms,
+                             graph_ms, double(k + 1) * graph_ms / ms);
+      }
       rows.push_back(r);
     }
   }
@@ -328,7 +266,7 @@ Result<std::vector<BenchRow>> bench_layer_kinds(backend::Backend& be, const mode
   }
   for (size_t i = 0; i < composed.size(); ++i) {
     const BenchRow& b = composed[i];
-    if (!composable[i] || (b.section != "prefill" && b.section != "decode")) continue;
+    if (!composable[i] || (b.section != "prefill" && b.section != "decode" && b.section != "verify")) continue;
     BenchRow r = b;
     r.section = "composed";
     r.name = fmt::format("{} {}", b.section, b.name);

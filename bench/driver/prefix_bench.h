@@ -25,6 +25,9 @@ struct PrefixBenchOptions {
   // > 0: a host tier of this many GiB (--kv-offloading-size), and a third request per repeat: the warm one
   // again after every cached block went to the host tier (Engine::offload_prefix_cache).
   double host_tier_gib = 0;
+  // Non-empty (with a host tier): a disk tier in this directory (--kv-offloading-dir), and a fourth request per
+  // repeat: the warm one again after everything cached went to disk (Engine::persist_prefix_cache).
+  std::string disk_dir;
 };
 
 struct PrefixBenchResult {
@@ -35,6 +38,9 @@ struct PrefixBenchResult {
   // and the host -> device copy ceiling of the same bytes from pinned memory, measured in the same run.
   double host_ms = 0, host_bytes = 0, copy_ceiling_gbps = 0;
   int host_cached_tokens = 0;
+  // Disk tier: the warm prompt read back from disk (median) and the bytes one such request read.
+  double disk_ms = 0, disk_bytes = 0;
+  int disk_cached_tokens = 0;
   int cached_tokens = 0;  // what the warm requests reported as cached (the last one)
   std::string memory_plan;
   double ratio() const { return warm_ms > 0 ? cold_ms / warm_ms : 0; }

@@ -1,7 +1,9 @@
 // Kernel lab for MLA attention (style.md §7.4): validates the CUDA backend once against the CPU reference on
-// a small mixed batch, then times prefill (T = 2048, 8192; 32 heads; empty cache) and decode (B = 1..256 at
-// 4K context; 32 heads) through Backend::mla_attention, each against ceilings measured in the same run:
-// device-to-device copy bandwidth (bytes read + written) and a cuBLASLt bf16 8192^3 GEMM rate.
+// a small mixed batch (each prefill path), then times prefill (T = 2048, 8192; 32 heads; empty cache) through
+// each prefill attention path (mla_prefill = cudnn where the build has cuDNN, rill), the cuDNN path's K copy
+// alone, and decode (B = 1..256 at 4K context; 32 heads) through Backend::mla_attention, each against ceilings
+// measured in the same run: device-to-device copy bandwidth (bytes read + written) and a cuBLASLt bf16 8192^3
+// GEMM rate.
 // Usage: mla_bench [--quick]   (--quick: fewer repetitions, prefill T=2048 only, decode B in {1, 32})
 #include <algorithm>
 #include <cmath>
@@ -13,6 +15,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cuda/mla/phases.h"
 #include "core/arena.h"
 #include "model/step_batch.h"
 
@@ -106,6 +109,15 @@ Buffer plan_scratch(backend::Backend& be, backend::MlaAttentionArgs a) {
   return make_buffer(be, DType::U8, {int64_t(std::max<size_t>(measure.high_water(), 256))});
 }
 
+// The mla_prefill values to run: cuDNN's fused attention where the build has it (cudnn: no silent fallback),
+// and rill's flash kernel.
+std::vector<const char*> prefill_paths(backend::Backend& be) {
+  std::vector<const char*> paths;
+  if (be.set_option("mla_prefill", "cudnn").ok()) paths.push_back("cudnn");
+  paths.push_back("rill");
+  return paths;
+}
+
 // One mixed step (2 decode + 2 prefill sequences, 4 heads) on both backends over identical latents.
 bool validate(backend::Backend& dev, std::mt19937& rng) {
   auto cpu = backend::make_cpu_backend();
@@ -153,21 +165,29 @@ bool validate(backend::Backend& dev, std::mt19937& rng) {
   ad.layout = &ld;
   ad.out = out_d.view;
   BENCH_CHECK(cpu->mla_attention(ac));
-  Buffer scratch = plan_scratch(dev, ad);
-  Arena arena(scratch.alloc.data(), scratch.alloc.size(), dev.device());
-  ad.scratch = &arena;
-  BENCH_CHECK(dev.mla_attention(ad));
-  const std::vector<float> want = download(*cpu, out_c.view), got = download(dev, out_d.view);
-  double num = 0, den = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    const double d = double(got[i]) - want[i];
-    num += std::isnan(d) ? INFINITY : d * d;
-    den += double(want[i]) * want[i];
+  const std::vector<float> want = download(*cpu, out_c.view);
+  bool ok = true;
+  for (const char* path : prefill_paths(dev)) {
+    BENCH_CHECK(dev.set_option("mla_prefill", path));
+    BENCH_CHECK(dev.fill_zero(out_d.view));
+    Buffer scratch = plan_scratch(dev, ad);
+    Arena arena(scratch.alloc.data(), scratch.alloc.size(), dev.device());
+    ad.scratch = &arena;
+    BENCH_CHECK(dev.mla_attention(ad));
+    const std::vector<float> got = download(dev, out_d.view);
+    double num = 0, den = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+      const double d = double(got[i]) - want[i];
+      num += std::isnan(d) ? INFINITY : d * d;
+      den += double(want[i]) * want[i];
+    }
+    const double err = std::sqrt(num / den);
+    std::printf("validate: mixed batch (2 decode + 2 prefill, 4 heads), prefill %s, vs CPU: rel-L2 %.2e %s\n", path,
+                err, err <= 1e-2 ? "ok" : "FAIL");
+    ok = ok && err <= 1e-2;
   }
-  const double err = std::sqrt(num / den);
-  std::printf("validate: mixed batch (2 decode + 2 prefill, 4 heads) vs CPU: rel-L2 %.2e %s\n", err,
-              err <= 1e-2 ? "ok" : "FAIL");
-  return err <= 1e-2;
+  BENCH_CHECK(dev.set_option("mla_prefill", "auto"));
+  return ok;
 }
 
 struct Ceilings {
@@ -211,8 +231,10 @@ void print_row(const char* name, double ms, double bytes, double flops, const Ce
       anchor);
 }
 
-// Prefill of one T-token prompt from an empty cache (the cache already holds this step's latents).
-void bench_prefill(backend::Backend& be, int T, int heads, int reps, const Ceilings& c) {
+// Prefill of one T-token prompt from an empty cache (the cache already holds this step's latents), through the
+// prefill attention path `path` (mla_prefill).
+void bench_prefill(backend::Backend& be, const char* path, int T, int heads, int reps, const Ceilings& c) {
+  BENCH_CHECK(be.set_option("mla_prefill", path));
   model::StepBatch step;
   model::SequenceStep s;
   s.n_new = T;
@@ -250,7 +272,7 @@ void bench_prefill(backend::Backend& be, int T, int heads, int reps, const Ceili
   const double expand_flops = 2.0 * Td * kLora * H * (kNope + kV);
   const double bytes = Td * H * (2 * (kNope + kRope) + 2 * kV) * 2;  // q, k, v, o as SDPA sees them
   char name[64], anchor[96];
-  std::snprintf(name, sizeof name, "prefill T=%d H=%d", T, heads);
+  std::snprintf(name, sizeof name, "prefill %s T=%d H=%d", path, T, heads);
   std::snprintf(anchor, sizeof anchor, "[SDPA %s ms; incl. expand %.1f GFLOP]",
                 T == 2048   ? "0.106"
                 : T == 8192 ? "1.24"
@@ -262,6 +284,36 @@ void bench_prefill(backend::Backend& be, int T, int heads, int reps, const Ceili
               T == 2048   ? "403"
               : T == 8192 ? "554"
                           : "-");
+  BENCH_CHECK(be.set_option("mla_prefill", "auto"));
+}
+
+// The cuDNN path's K copy alone (sdpa_inputs.cu: [k_nope ; k_pe] per row and head) at a T-row prefill: part
+// of that path's prefill row above, and what rill's kernel does not pay.
+void bench_k_build(backend::Backend& be, int T, int heads, int reps, const Ceilings& c) {
+  Buffer kvx = make_buffer(be, DType::BF16, {T, heads * (kNope + kV)});
+  Buffer ctx = make_buffer(be, DType::BF16, {T, kWidth});
+  // K rows, then the zeroed tail the kernel writes after them (params.h kSdpaTailRows).
+  const int64_t tail = int64_t(cuda::mla::kSdpaTailRows) * heads * cuda::mla::kKvbRows;
+  Buffer k = make_buffer(be, DType::BF16, {int64_t(T) * heads * (kNope + kRope) + tail});
+  BENCH_CHECK(be.fill_random(kvx.view, 31, -1, 1));
+  BENCH_CHECK(be.fill_random(ctx.view, 32, -1, 1));
+  cuda::mla::KBuildParams p{};
+  p.kvx = static_cast<const cuda::mla::bf16*>(kvx.view.data);
+  p.ctx = static_cast<const cuda::mla::bf16*>(ctx.view.data);
+  p.k = static_cast<cuda::mla::bf16*>(k.view.data);
+  p.rows = T;
+  p.n_heads = heads;
+  const auto stream = static_cast<cudaStream_t>(be.native_stream());
+  std::vector<double> ms;
+  for (int i = 0; i < reps + 2; ++i) {
+    const double t = value_or_die(be.time_ms([&] { return cuda::mla::launch_k_build(p, stream); }), "k build");
+    if (i >= 2) ms.push_back(t);
+  }
+  const double bytes =
+      double(T) * heads * (kNope + kNope + kRope) * 2 + double(T) * kRope * 2 + double(tail) * 2;
+  char name[64];
+  std::snprintf(name, sizeof name, "cuDNN K copy T=%d H=%d", T, heads);
+  print_row(name, median(ms), bytes, 0, c, "[in the cudnn prefill row]");
 }
 
 // B decode tokens, each at context `ctx`; the cache pool is rotated across repetitions so the timed reads
@@ -340,8 +392,10 @@ int main(int argc, char** argv) {
   const Ceilings c = measure_ceilings(be, quick ? 3 : 5);
   std::printf("ceilings: D2D copy %.0f GB/s (read + write), cuBLASLt bf16 8192^3 %.0f TF/s\n", c.copy_gbps,
               c.gemm_tflops);
-  for (int T : quick ? std::vector<int>{2048} : std::vector<int>{2048, 8192})
-    bench_prefill(be, T, 32, reps, c);
+  for (int T : quick ? std::vector<int>{2048} : std::vector<int>{2048, 8192}) {
+    for (const char* path : prefill_paths(be)) bench_prefill(be, path, T, 32, reps, c);
+    bench_k_build(be, T, 32, reps, c);
+  }
   for (int B : quick ? std::vector<int>{1, 32} : std::vector<int>{1, 8, 32, 128, 256})
     bench_decode(be, B, 4096, 32, reps, c);
   return 0;

@@ -1,10 +1,11 @@
-// The prompts of `rill bench serve`: vLLM's random dataset (token ids, so input lengths are exact) or a file
-// of prompts (--dataset-name file).
+// The prompts of `rill bench serve`: vLLM's random dataset (token ids, so input lengths are exact), a file of
+// prompts (--dataset-name file), vLLM's ShareGPT JSON, or a downloaded Hugging Face dataset's JSON files (hf).
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -44,5 +45,17 @@ Result<std::vector<BenchPrompt>> file_dataset(const std::filesystem::path& path,
 Result<std::vector<BenchPrompt>> sharegpt_dataset(const std::filesystem::path& path, int n,
                                                   const std::function<int(const std::string&)>& count_tokens,
                                                   int fixed_output_len);
+
+// vLLM's --dataset-name hf, from files on disk: a Hugging Face dataset downloaded with
+// `huggingface-cli download --repo-type dataset NAME --local-dir DIR` (or one of its files). `path` is a
+// .jsonl/.json file or a directory searched for them (sorted by path; with `split`, only files whose name
+// holds it, as HF names its split files: train-*.jsonl, test.json, ...). A record's prompt is the first match
+// of: "messages" (OpenAI chat: the first user message's content), "conversations" (ShareGPT: the first human
+// or user turn), "prompt", "instruction" (with "input" appended after a blank line when non-empty),
+// "question", "problem", "text"; records with none are skipped. max_tokens: the record's "output_len" or
+// "max_tokens", else `default_output_len` (--hf-output-len). Parquet files are refused with how to convert
+// them (rill has no Parquet reader). The first `n` prompts, read again from the top while fewer were found.
+Result<std::vector<BenchPrompt>> hf_dataset(const std::filesystem::path& path, int n, int default_output_len,
+                                            const std::string& split);
 
 }  // namespace rill::bench::serve

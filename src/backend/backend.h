@@ -439,6 +439,11 @@ class Backend {
   // (CPU).
   virtual Result<std::unique_ptr<CapturedWork>> capture(const std::function<Status()>& body);
   virtual bool can_capture() const { return false; }
+  // The most MoE (token, expert) pairs a step replayed from a graph should carry: above it this backend's eager
+  // step takes a faster path that a capture cannot (CUDA: cuBLAS's grouped GEMM for bf16 experts, which reads
+  // the per-expert counts back to the host), so the runner runs such steps eagerly. `quantized_experts`: MXFP4
+  // or FP8 experts.
+  virtual int64_t graph_max_expert_pairs(bool /*quantized_experts*/) const { return INT64_MAX; }
   // Copies `bytes` of host data into device memory ordered with the compute stream (no host sync).
   virtual Status upload_async(void* dst, const void* host_src, size_t bytes) = 0;
   virtual Status synchronize() = 0;

@@ -13,9 +13,13 @@ Result<bool> parse_bool(std::string_view key, std::string_view v) {
 
 }  // namespace
 
+const char* mla_prefill_name(MlaPrefillPath p) {
+  return p == MlaPrefillPath::Cudnn ? "cudnn" : p == MlaPrefillPath::Rill ? "rill" : "auto";
+}
+
 std::string cuda_backend_option_keys() {
   return "pdl, kda_fused_decode, kda_recurrent_verify, moe_fuse_shared, mla_expand_rows, gemm_autotune, "
-         "moe_cublas_grouped, moe_cublas_min_pairs, fp8_gemm";
+         "moe_cublas_grouped, moe_cublas_min_pairs, fp8_gemm, mla_prefill";
 }
 
 Status set_cuda_backend_option(CudaBackendOptions& o, std::string_view key_value) {
@@ -39,6 +43,14 @@ Status set_cuda_backend_option(CudaBackendOptions& o, std::string_view key_value
     if (value != "dequant" && value != "native")
       return invalid_argument("backend option fp8_gemm: expected dequant or native, got \"{}\"", value);
     o.fp8_gemm_native = value == "native";
+    return {};
+  }
+  if (key == "mla_prefill") {
+    if (value != "auto" && value != "cudnn" && value != "rill")
+      return invalid_argument("backend option mla_prefill: expected auto, cudnn or rill, got \"{}\"", value);
+    o.mla_prefill = value == "auto"    ? MlaPrefillPath::Auto
+                    : value == "cudnn" ? MlaPrefillPath::Cudnn
+                                       : MlaPrefillPath::Rill;
     return {};
   }
   if (key == "moe_cublas_min_pairs") {

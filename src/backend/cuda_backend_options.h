@@ -15,6 +15,9 @@
 
 namespace rill::backend {
 
+// Which kernel runs the MLA prefill attention (mla/README.md): cuDNN 9's fused attention or rill's flash kernel.
+enum class MlaPrefillPath { Auto, Cudnn, Rill };
+
 struct CudaBackendOptions {
   // Programmatic dependent launch on every kernel launched through cuda::launch() (common/launch.h); off:
   // plain stream order (the kernels' waits become no-ops). `pdl`.
@@ -45,9 +48,19 @@ struct CudaBackendOptions {
   // (native; not measured yet). It changes the scratch a GEMM plans: Backend::set_option may change it only
   // before a step is planned. `fp8_gemm` = dequant | native.
   bool fp8_gemm_native = false;
+  // MLA prefill attention (mla/cudnn_sdpa.h): auto (the default) takes cuDNN's fused attention where the build
+  // has cuDNN (RILL_CUDNN) and cuDNN plans the step's shape, else rill's flash kernel (a refused shape is logged
+  // once); cudnn takes cuDNN or fails the step (tests and the benchmark's A/B, so a fallback cannot pass for
+  // cuDNN); rill takes rill's kernel. H100, cuDNN 9.14, T = 2048 x 32 heads: 0.198 ms against 0.365 ms. It changes the scratch a step plans (cuDNN's K copy): Backend::set_option
+  // may change it only before a step is planned. Prefill steps inside a CUDA graph capture take rill's kernel.
+  // `mla_prefill` = auto | cudnn | rill.
+  MlaPrefillPath mla_prefill = MlaPrefillPath::Auto;
   bool moe_cublas_grouped = true;
   int moe_cublas_min_pairs = 256;
 };
+
+// "auto", "cudnn" or "rill": the value of mla_prefill that selects `p`.
+const char* mla_prefill_name(MlaPrefillPath p);
 
 // Applies one "key=value" (keys as above; booleans 0/1/true/false/on/off); an error names the key or value
 // and lists the keys.

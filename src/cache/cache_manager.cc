@@ -1,6 +1,7 @@
 #include "cache/cache_manager.h"
 
 #include <algorithm>
+#include <unordered_map>
 
 namespace rill::cache {
 
@@ -15,9 +16,9 @@ std::string MemoryPlan::describe() const {
                      n_staging, double(snapshot_bytes) / (1 << 20));
   if (n_host_blocks > 0)
     s += fmt::format(
-        "; host tier{}: {} MLA blocks ({:.1f} MiB) and {} KDA snapshots ({:.1f} MiB)", pinned_host ? " (pinned)" : "",
+        "; host tier{}: {} MLA blocks ({:.1f} MiB) and {} KDA snapshots ({:.1f} MiB){}", pinned_host ? " (pinned)" : "",
         n_host_blocks, double(n_host_blocks) * double(host_block_bytes) / (1 << 20), n_host_snapshots,
-        double(n_host_snapshots) * double(host_snapshot_bytes) / (1 << 20));
+        double(n_host_snapshots) * double(host_snapshot_bytes) / (1 << 20), disk_tier ? ", a disk tier below" : "");
   if (n_checkpoints > 0)
     s += fmt::format(
         ", {} KDA checkpoint slots for speculative decoding ({:.1f} MiB, {:.2f} MiB per sequence)",
@@ -68,6 +69,12 @@ PrefixHit CacheManager::find_prefix(std::span<const int32_t> tokens) const {
   const int B = block_size();
   // At most up to the last token: it is always computed, since its logits sample the next one.
   std::vector<PrefixIndex::EntryId> chain = index_.match(tokens, B, (int(tokens.size()) - 1) / B);
+  // Up to the first entry on disk only (stage_from_disk brings those in first).
+  for (size_t i = 0; i < chain.size(); ++i)
+    if (index_.entry(chain[i]).block < 0 && index_.entry(chain[i]).host_block < 0) {
+      chain.resize(i);
+      break;
+    }
   auto has_snapshot = [&](PrefixIndex::EntryId id) {
     return index_.entry(id).snapshot >= 0 || index_.entry(id).host_snapshot >= 0;
   };
@@ -81,6 +88,7 @@ PrefixHit CacheManager::find_prefix(std::span<const int32_t> tokens) const {
     hit.blocks.push_back(e.block);
     hit.n_idle += e.refs == 0 && e.block >= 0;
     hit.n_host += e.block < 0;
+    hit.n_disk += e.block < 0 && e.from_disk;
   }
   hit.entries = std::move(chain);
   return hit;
@@ -114,6 +122,18 @@ Status CacheManager::admit(SequenceCache* seq, const PrefixHit& hit, int first_s
   if (!can_admit(hit, first_step_tokens)) return resource_exhausted("no free state slot or cache blocks");
   RILL_ASSIGN_OR_RETURN(auto slot, slots_.allocate(1));
   index_.acquire(hit.entries);  // before allocating: held blocks are never evicted
+  // A host snapshot is copied into the slot before anything the allocation below pushes out of the host tier
+  // reuses its id (with a disk tier a held entry's host snapshot may go: it is on disk). Were the allocation to
+  // fail, the copy lands in a slot given back unused.
+  if (hit.snapshot < 0 && hit.host_snapshot >= 0) {
+    if (hit.host_snapshot >= host_snapshots_.capacity()) {
+      RILL_TRY(index_.release(hit.entries));
+      RILL_TRY(slots_.release(slot));
+      return internal_error("admit: prefix hit names host snapshot {} outside the tier of {}", hit.host_snapshot,
+                            host_snapshots_.capacity());
+    }
+    queue_tier(TierCopy::Kind::SnapshotToDevice, slot[0], hit.host_snapshot);
+  }
   // Blocks brought back from the host tier take fresh device blocks too (first).
   auto fresh = allocate_blocks(blocks_for(first_step_tokens) - int(hit.entries.size()) + hit.n_host);
   if (!fresh.ok()) {
@@ -134,15 +154,7 @@ Status CacheManager::admit(SequenceCache* seq, const PrefixHit& hit, int first_s
     ops_.kda_slot_copies.push_back({snapshots_.slot(hit.snapshot), slot[0]});
     snapshots_.touch(hit.snapshot);
   } else if (hit.host_snapshot >= 0) {
-    if (hit.host_snapshot >= host_snapshots_.capacity()) {
-      RILL_TRY(blocks_.release(*fresh));
-      RILL_TRY(index_.release(hit.entries));
-      RILL_TRY(slots_.release(slot));
-      return internal_error("admit: prefix hit names host snapshot {} outside the tier of {}", hit.host_snapshot,
-                            host_snapshots_.capacity());
-    }
-    queue_tier(TierCopy::Kind::SnapshotToDevice, slot[0], hit.host_snapshot);
-    tier_.snapshots_to_device++;
+    tier_.snapshots_to_device++;  // queued above
   }
   seq->slot = slot[0];
   seq->blocks = hit.blocks;
@@ -372,7 +384,7 @@ Status CacheManager::forget(PrefixIndex::EntryId id) {
 Status CacheManager::prune_upwards(PrefixIndex::EntryId id) {
   while (id) {
     const PrefixIndex::Entry& e = index_.entry(id);
-    if (e.block >= 0 || e.refs > 0 || e.n_children > 0 || e.host_snapshot >= 0) return {};
+    if (e.block >= 0 || e.refs > 0 || e.n_children > 0 || e.host_snapshot >= 0 || e.disk_snapshot) return {};
     const PrefixIndex::EntryId parent = e.parent;
     RILL_TRY(give_back(index_.erase(id)));
     id = parent;
@@ -390,6 +402,12 @@ Result<int32_t> CacheManager::allocate_host_block() {
       index_.set_host_block(id, -1);
       RILL_TRY(host_blocks_.release(std::span<const int32_t>(&h, 1)));
       tier_.evicted_host_blocks++;
+    } else if (disk_) {  // host only: to disk, and the entry stays there
+      spill_block(id);
+      const int32_t h = e.host_block;
+      index_.set_host_block(id, -1);
+      RILL_TRY(host_blocks_.release(std::span<const int32_t>(&h, 1)));
+      tier_.evicted_host_blocks++;
     } else {  // a host-only chain end: with its snapshot
       RILL_TRY(forget(id));
     }
@@ -403,6 +421,7 @@ Result<int32_t> CacheManager::allocate_host_snapshot() {
     const PrefixIndex::EntryId id = index_.host_lru_snapshot();
     if (!id) return -1;
     const int32_t h = index_.entry(id).host_snapshot;
+    if (disk_) spill_snapshot(id);
     index_.set_host_snapshot(id, -1);
     RILL_TRY(host_snapshots_.release(std::span<const int32_t>(&h, 1)));
     tier_.evicted_host_snapshots++;
@@ -426,7 +445,7 @@ Status CacheManager::demote(PrefixIndex::EntryId id) {
   // Worth a host block: a snapshot here, or host entries continuing the chain (each chain of them ends in
   // one, prune_upwards sees to that).
   const PrefixIndex::Entry& e = index_.entry(id);
-  bool keep = e.n_children > 0 || e.snapshot >= 0 || e.host_snapshot >= 0;
+  bool keep = e.n_children > 0 || e.snapshot >= 0 || e.host_snapshot >= 0 || e.disk_snapshot;
   if (keep && e.host_block < 0) {
     RILL_ASSIGN_OR_RETURN(const int32_t h, allocate_host_block());
     if (h >= 0) {
@@ -434,7 +453,7 @@ Status CacheManager::demote(PrefixIndex::EntryId id) {
       index_.set_host_block(id, h);
       tier_.blocks_to_host++;
     } else {
-      keep = false;
+      keep = e.disk_block;  // no host block for it: it stays only where a file holds it
     }
   }
   if (keep && e.snapshot >= 0) RILL_TRY(offload_snapshot(id, e.snapshot));
@@ -450,6 +469,175 @@ Status CacheManager::demote(PrefixIndex::EntryId id) {
   // No host block for it: it and the host entries continuing its chain (unreachable without it) go.
   for (PrefixIndex::EntryId d : index_.descendants(id)) RILL_TRY(give_back(index_.erase(d)));
   return forget(id);
+}
+
+}  // namespace rill::cache
+
+namespace rill::cache {
+
+// --- disk tier ---------------------------------------------------------------------------------------------
+
+void CacheManager::spill_block(PrefixIndex::EntryId id) {
+  const PrefixIndex::Entry& e = index_.entry(id);
+  if (!disk_ || e.disk_block || e.host_block < 0) return;
+  const uint64_t parent_hash = e.parent ? index_.entry(e.parent).hash : 0;
+  ops_.disk_writes.push_back({false, e.host_block, e.hash, parent_hash, e.tokens, uint32_t(ops_.tier_copies.size())});
+  index_.set_disk_block(id, true);
+  tier_.blocks_to_disk++;
+}
+
+void CacheManager::spill_snapshot(PrefixIndex::EntryId id) {
+  const PrefixIndex::Entry& e = index_.entry(id);
+  if (!disk_ || e.disk_snapshot || e.host_snapshot < 0) return;
+  ops_.disk_writes.push_back({true, e.host_snapshot, e.hash, 0, {}, uint32_t(ops_.tier_copies.size())});
+  index_.set_disk_snapshot(id, true);
+  tier_.snapshots_to_disk++;
+}
+
+int CacheManager::index_disk(const std::vector<DiskRecord>& records) {
+  if (!disk_) return 0;
+  // Blocks parents first: a block enters once the block it continues is in the index.
+  std::unordered_map<uint64_t, std::vector<const DiskRecord*>> by_parent;
+  for (const DiskRecord& r : records)
+    if (!r.snapshot && int(r.tokens.size()) == block_size_) by_parent[r.parent_hash].push_back(&r);
+  int n = 0;
+  std::vector<std::pair<uint64_t, PrefixIndex::EntryId>> todo = {{0, 0}};  // (hash, entry) whose children go next
+  while (!todo.empty()) {
+    const auto [hash, parent] = todo.back();
+    todo.pop_back();
+    const auto it = by_parent.find(hash);
+    if (it == by_parent.end()) continue;
+    for (const DiskRecord* r : it->second) {
+      const PrefixIndex::EntryId id = index_.insert_cached(parent, r->tokens, r->hash);
+      if (!id) continue;
+      index_.set_disk_block(id, true);
+      ++n;
+      todo.emplace_back(r->hash, id);
+    }
+  }
+  for (const DiskRecord& r : records)
+    if (r.snapshot)
+      if (const PrefixIndex::EntryId id = index_.find_hash(r.hash)) {
+        index_.set_disk_snapshot(id, true);
+        ++n;
+      }
+  return n;
+}
+
+Result<std::vector<DiskLoad>> CacheManager::stage_from_disk(std::span<const int32_t> tokens) {
+  std::vector<DiskLoad> loads;
+  if (!disk_tier() || tokens.size() < 2 || !staged_.empty()) return loads;
+  const int B = block_size();
+  std::vector<PrefixIndex::EntryId> chain = index_.match(tokens, B, (int(tokens.size()) - 1) / B);
+  for (size_t i = 0; i < chain.size(); ++i) {
+    const PrefixIndex::Entry& e = index_.entry(chain[i]);
+    if (e.block < 0 && e.host_block < 0 && !e.disk_block) {
+      chain.resize(i);
+      break;
+    }
+  }
+  auto any_snapshot = [&](PrefixIndex::EntryId id) {
+    const PrefixIndex::Entry& e = index_.entry(id);
+    return e.snapshot >= 0 || e.host_snapshot >= 0 || e.disk_snapshot;
+  };
+  while (!chain.empty() && !any_snapshot(chain.back())) chain.pop_back();
+  if (chain.size() <= find_prefix(tokens).entries.size()) return loads;  // the disk adds nothing
+  index_.acquire(chain);  // nothing of it leaves the index or the host tier while it is read
+  staged_ = chain;
+  auto give_up = [&](Status st) -> Status {
+    for (const DiskLoad& l : loads)
+      RILL_TRY((l.snapshot ? host_snapshots_ : host_blocks_).release(std::span<const int32_t>(&l.host, 1)));
+    loads.clear();
+    RILL_TRY(index_.release(staged_));
+    staged_.clear();
+    return st;
+  };
+  for (PrefixIndex::EntryId id : chain) {
+    const PrefixIndex::Entry& e = index_.entry(id);
+    if (e.block >= 0 || e.host_block >= 0) continue;
+    Result<int32_t> h = allocate_host_block();
+    if (!h.ok()) return give_up(h.status());
+    if (*h < 0) {  // nothing may leave the host tier: no disk hit this time
+      RILL_TRY(give_up({}));
+      return loads;
+    }
+    loads.push_back({false, e.hash, *h, id});
+  }
+  const PrefixIndex::Entry& last = index_.entry(chain.back());
+  if (last.snapshot < 0 && last.host_snapshot < 0) {
+    Result<int32_t> h = allocate_host_snapshot();
+    if (!h.ok()) return give_up(h.status());
+    if (*h < 0) {
+      RILL_TRY(give_up({}));
+      return loads;
+    }
+    loads.push_back({true, last.hash, *h, chain.back()});
+  }
+  return loads;
+}
+
+Status CacheManager::finish_disk_loads(const std::vector<DiskLoad>& loads, const std::vector<bool>& ok) {
+  if (ok.size() != loads.size())
+    return internal_error("finish_disk_loads: {} results for {} loads", ok.size(), loads.size());
+  std::vector<PrefixIndex::EntryId> cut, lost_snapshot;
+  for (size_t i = 0; i < loads.size(); ++i) {
+    const DiskLoad& l = loads[i];
+    if (ok[i]) {
+      if (l.snapshot) {
+        index_.set_host_snapshot(l.entry, l.host);
+        tier_.snapshots_from_disk++;
+      } else {
+        index_.set_host_block(l.entry, l.host);
+        index_.set_from_disk(l.entry, true);
+        tier_.blocks_from_disk++;
+      }
+      continue;
+    }
+    tier_.disk_load_failures++;
+    RILL_TRY((l.snapshot ? host_snapshots_ : host_blocks_).release(std::span<const int32_t>(&l.host, 1)));
+    if (l.snapshot) {
+      index_.set_disk_snapshot(l.entry, false);
+      lost_snapshot.push_back(l.entry);
+    } else {
+      index_.set_disk_block(l.entry, false);
+      cut.push_back(l.entry);
+    }
+  }
+  RILL_TRY(index_.release(staged_));
+  staged_.clear();
+  // The first block that failed cuts the chain: it and everything after it go (later ones are among those).
+  if (!cut.empty()) RILL_TRY(cut_chain(cut.front()));
+  // Blocks past the chain's last snapshot left are of no use now (as when a host snapshot is evicted).
+  for (PrefixIndex::EntryId id : lost_snapshot)
+    if (index_.contains(id)) RILL_TRY(prune_upwards(id));
+  return {};
+}
+
+Status CacheManager::cut_chain(PrefixIndex::EntryId id) {
+  for (PrefixIndex::EntryId d : index_.descendants(id)) RILL_TRY(give_back(index_.erase(d)));
+  return forget(id);
+}
+
+Status CacheManager::persist_all() {
+  if (!disk_tier()) return {};
+  RILL_TRY(offload_all());
+  for (PrefixIndex::EntryId id : index_.all_entries()) {
+    const PrefixIndex::Entry& e = index_.entry(id);
+    if (e.refs > 0) continue;
+    spill_block(id);
+    spill_snapshot(id);
+    // Out of the host tier too (the writes read them before anything reuses the ids: the caller applies
+    // these ops next), so the next hit on them reads the disk.
+    if (const int32_t h = e.host_block; h >= 0 && e.block < 0 && e.disk_block) {
+      index_.set_host_block(id, -1);
+      RILL_TRY(host_blocks_.release(std::span<const int32_t>(&h, 1)));
+    }
+    if (const int32_t h = e.host_snapshot; h >= 0 && e.disk_snapshot) {
+      index_.set_host_snapshot(id, -1);
+      RILL_TRY(host_snapshots_.release(std::span<const int32_t>(&h, 1)));
+    }
+  }
+  return {};
 }
 
 }  // namespace rill::cache

@@ -17,6 +17,14 @@
 // host tier instead of being forgotten (TierCopy ops); a prefix hit may then take blocks and its snapshot from
 // there, brought back at admission into fresh device blocks and the sequence's slot. Which host items go when
 // the host tier is full is README.md's policy.
+//
+// Disk tier (issue #38, `MemoryPlan::disk_tier`, below the host tier): a host block or snapshot pushed out of
+// the full host tier is written to disk (DiskWrite ops; the runner's disk tier writes them in the background)
+// and its entry stays in the index, on disk only. `find_prefix` stops at the first entry on disk only;
+// `stage_from_disk` (the engine calls it for a waiting request before scheduling) takes host ids for the disk
+// part of a longer hit and holds its chain; the engine has the runner read the files into them and reports
+// back (`finish_disk_loads`): what was read is a host hit for the admission that follows, what failed leaves
+// the index (with every entry after it).
 #pragma once
 
 #include <optional>
@@ -67,6 +75,7 @@ struct PrefixHit {
   int32_t host_snapshot = -1;   // else the host tier snapshot restored into the slot
   int n_idle = 0;  // blocks of the hit no running sequence holds (they stop counting as evictable once taken)
   int n_host = 0;  // entries brought back from the host tier (each needs a fresh device block)
+  int n_disk = 0;  // of those, entries whose host block was read from the disk tier for it
   int n_tokens(int block_size) const { return int(entries.size()) * block_size; }
 };
 
@@ -80,6 +89,7 @@ struct MemoryPlan {
   int n_host_blocks = 0, n_host_snapshots = 0;
   int64_t host_block_bytes = 0, host_snapshot_bytes = 0;
   bool pinned_host = false;  // the host tier's memory is page-locked (asynchronous copies)
+  bool disk_tier = false;    // a disk tier below the host tier (the runner opened one)
   std::string describe() const;
 };
 
@@ -138,6 +148,24 @@ class CacheManager {
   // (benchmarks and tests: a returning request then comes back from the host). No-op without a host tier.
   Status offload_all();
 
+  // Disk tier.
+  bool disk_tier() const { return host_tier() && disk_; }
+  // Indexes the files a disk tier found at start (blocks continuing a chain whose first blocks are there too,
+  // and snapshots at those blocks); returns how many were indexed.
+  int index_disk(const std::vector<DiskRecord>& records);
+  // For a request about to be admitted: when its longest hit over every tier is longer than find_prefix's
+  // and reaches into the disk tier, host ids for the items to read (the chain held until
+  // finish_disk_loads); else none. Items it pushes out of the host tier queue their DiskWrites first, so the
+  // caller applies take_ops() before reading into those ids.
+  Result<std::vector<DiskLoad>> stage_from_disk(std::span<const int32_t> tokens);
+  // `ok[i]`: whether loads[i] was read and checked. Read items become host tier items; a failed one is
+  // forgotten on disk, and a block that is now nowhere takes every entry after it out of the index.
+  Status finish_disk_loads(const std::vector<DiskLoad>& loads, const std::vector<bool>& ok);
+  // Moves everything no running sequence holds to disk (shutdown: a restarted server finds it): device
+  // items through the host tier, then every host item (written unless on disk already, then out of the host
+  // tier). The caller applies take_ops() next.
+  Status persist_all();
+
   // Speculative decoding (rollback by checkpoint + re-feed): every sequence slot has its own checkpoint slot.
   bool has_checkpoints() const { return n_checkpoints_ > 0; }
   int32_t checkpoint_slot(int32_t slot) const { return first_checkpoint_ + slot; }
@@ -170,6 +198,8 @@ class CacheManager {
   struct TierCounters {
     uint64_t blocks_to_host = 0, blocks_to_device = 0, snapshots_to_host = 0, snapshots_to_device = 0;
     uint64_t evicted_host_blocks = 0, evicted_host_snapshots = 0;  // left the host tier for good
+    uint64_t blocks_to_disk = 0, snapshots_to_disk = 0, blocks_from_disk = 0, snapshots_from_disk = 0;
+    uint64_t disk_load_failures = 0;
   };
   const TierCounters& tier_counters() const { return tier_; }
   uint64_t tier_bytes_to_host() const;
@@ -190,7 +220,10 @@ class CacheManager {
         host_blocks_("host tier blocks", prefix.enabled ? plan.n_host_blocks : 0),
         host_snapshots_("host tier snapshots", prefix.enabled ? plan.n_host_snapshots : 0),
         host_block_bytes_(plan.host_block_bytes),
-        host_snapshot_bytes_(plan.host_snapshot_bytes) {}
+        host_snapshot_bytes_(plan.host_snapshot_bytes),
+        disk_(prefix.enabled && plan.n_host_blocks > 0 && plan.disk_tier) {
+    index_.set_spill(disk_);
+  }
   // n blocks, evicting unreferenced cached ones when too few are free.
   Result<std::vector<int32_t>> allocate_blocks(int n);
   Status evict_block();
@@ -213,6 +246,11 @@ class CacheManager {
   // Offloads the device snapshot of `id` to the host tier unless it has one there (a queued copy).
   Status offload_snapshot(PrefixIndex::EntryId id, int32_t snapshot);
   void queue_tier(TierCopy::Kind kind, int32_t device, int32_t host);
+  // Disk tier: queues the write of the entry's host block / host snapshot unless it is on disk already.
+  void spill_block(PrefixIndex::EntryId id);
+  void spill_snapshot(PrefixIndex::EntryId id);
+  // Takes `id` and every entry after it out of the index (a chain cut where `id` is nowhere now).
+  Status cut_chain(PrefixIndex::EntryId id);
 
   int block_size_;
   PrefixCacheOptions prefix_;
@@ -226,6 +264,8 @@ class CacheManager {
   uint64_t evicted_blocks_ = 0, evicted_snapshots_ = 0;
   IdPool host_blocks_, host_snapshots_;
   int64_t host_block_bytes_ = 0, host_snapshot_bytes_ = 0;
+  bool disk_ = false;
+  std::vector<PrefixIndex::EntryId> staged_;  // the chain stage_from_disk holds until finish_disk_loads
   TierCounters tier_;
 };
 

@@ -28,12 +28,44 @@ struct TierCopy {
   uint32_t after = 0;
 };
 
+// A host tier item that leaves the host tier for the disk tier (issue #38): its bytes are copied out of
+// host block or snapshot `host` when the ops are applied — after the tier copies issued before it, before any
+// later one reuses that host id — and written to a file in the background. Blocks carry what a restarted
+// server needs to put them back in its prefix index: their chain hash, their parent's and their tokens.
+struct DiskWrite {
+  bool snapshot = false;  // a KDA snapshot at the block with chain hash `hash`; else the MLA block itself
+  int32_t host = 0;
+  uint64_t hash = 0, parent_hash = 0;  // parent_hash 0: the first block of a prompt
+  std::vector<int32_t> tokens;         // blocks only
+  uint32_t after = 0;                  // how many tier_copies were issued before it
+};
+
+// A file of the disk tier as its start-up scan found it (header only, checked; payloads are checked when
+// read): what the cache manager indexes so a restarted server's lookups find it.
+struct DiskRecord {
+  bool snapshot = false;
+  uint64_t hash = 0, parent_hash = 0;
+  std::vector<int32_t> tokens;  // blocks only
+};
+
+// A disk tier item to read into host block or snapshot `host` before a request's admission
+// (CacheManager::stage_from_disk; the engine has the runner read it, then calls finish_disk_loads).
+struct DiskLoad {
+  bool snapshot = false;
+  uint64_t hash = 0;
+  int32_t host = 0;
+  uint64_t entry = 0;  // the PrefixIndex entry it belongs to
+};
+
 struct CacheOps {
   // In the order the cache manager issued them; applied before the step they travel with, so a copy issued
   // after step N (a snapshot of its state) runs before step N + 1 changes the slot.
   std::vector<KdaSlotCopy> kda_slot_copies;
   std::vector<TierCopy> tier_copies;  // in order, interleaved with the slot copies by `after`
-  bool empty() const { return kda_slot_copies.empty() && tier_copies.empty(); }
+  std::vector<DiskWrite> disk_writes;  // in order, interleaved with the tier copies by `after`
+  // The disk writes wait for room in the disk tier's queue instead of being dropped (persisting at shutdown).
+  bool disk_writes_wait = false;
+  bool empty() const { return kda_slot_copies.empty() && tier_copies.empty() && disk_writes.empty(); }
 };
 
 }  // namespace rill::cache

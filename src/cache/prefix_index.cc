@@ -50,9 +50,9 @@ void PrefixIndex::relink(EntryId id, uint64_t old_last_use) {
   const Entry& e = entries_.at(id);
   for (auto* set : {&evictable_, &host_blocks_, &host_snapshots_}) set->erase({old_last_use, id});
   if (e.block >= 0 && e.refs == 0 && e.n_device_children == 0) evictable_.insert({e.last_use, id});
-  if (e.host_block >= 0 && (e.block >= 0 || (e.refs == 0 && e.n_children == 0)))
+  if (e.host_block >= 0 && (e.block >= 0 || (e.refs == 0 && (spill_ || e.n_children == 0))))
     host_blocks_.insert({e.last_use, id});
-  if (e.host_snapshot >= 0 && e.refs == 0) host_snapshots_.insert({e.last_use, id});
+  if (e.host_snapshot >= 0 && (e.refs == 0 || spill_)) host_snapshots_.insert({e.last_use, id});
 }
 
 PrefixIndex::EntryId PrefixIndex::insert(EntryId parent, std::span<const int32_t> tokens, int32_t block) {
@@ -74,6 +74,28 @@ PrefixIndex::EntryId PrefixIndex::insert(EntryId parent, std::span<const int32_t
     relink(parent, at(parent).last_use);
   }
   return id;
+}
+
+PrefixIndex::EntryId PrefixIndex::insert_cached(EntryId parent, std::span<const int32_t> tokens, uint64_t hash) {
+  if (hash_(parent ? entries_.at(parent).hash : 0, tokens) != hash || by_hash_.count(hash)) return 0;
+  const EntryId id = next_id_++;
+  Entry e;
+  e.hash = hash;
+  e.parent = parent;
+  e.tokens.assign(tokens.begin(), tokens.end());
+  e.last_use = ++clock_;
+  entries_.emplace(id, std::move(e));
+  by_hash_.emplace(hash, id);
+  if (parent) {
+    at(parent).n_children++;
+    relink(parent, at(parent).last_use);
+  }
+  return id;
+}
+
+PrefixIndex::EntryId PrefixIndex::find_hash(uint64_t hash) const {
+  const auto it = by_hash_.find(hash);
+  return it == by_hash_.end() ? 0 : it->second;
 }
 
 void PrefixIndex::acquire(std::span<const EntryId> ids) {
@@ -141,6 +163,7 @@ void PrefixIndex::set_device_block(EntryId id, int32_t block) {
   Entry& e = at(id);
   if (e.block >= 0) return;
   e.block = block;
+  e.from_disk = false;
   if (e.refs == 0) n_idle_++;
   relink(id, e.last_use);
   if (e.parent) {
@@ -151,6 +174,7 @@ void PrefixIndex::set_device_block(EntryId id, int32_t block) {
 
 void PrefixIndex::set_host_block(EntryId id, int32_t host_block) {
   at(id).host_block = host_block;
+  if (host_block < 0) at(id).from_disk = false;
   relink(id, at(id).last_use);
 }
 
@@ -172,6 +196,12 @@ PrefixIndex::Evicted PrefixIndex::erase(EntryId id) {
   }
   by_hash_.erase(e.hash);
   entries_.erase(id);
+  return out;
+}
+
+std::vector<PrefixIndex::EntryId> PrefixIndex::all_entries() const {
+  std::vector<EntryId> out;
+  for (const auto& [id, e] : entries_) out.push_back(id);
   return out;
 }
 

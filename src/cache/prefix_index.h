@@ -10,6 +10,11 @@
 // with `block` -1 once its device block went. Device residency is closed under parents (a chain is evicted
 // from the device tail first and brought back head first), so a device chain end is an entry with no device
 // children; the index as a whole is closed under parents too (entries leave only as chain ends).
+//
+// Disk tier (issue #38): `disk_block` / `disk_snapshot` say a file holds the entry's block or snapshot. With a
+// disk tier below the host tier (`set_spill`), any unreferenced host block may leave the host (it goes to
+// disk), not only a host-only chain end, and so may the host snapshot of a held entry (a running sequence
+// restored it at its admission; a conversation's own snapshot would otherwise pin a small tier).
 #pragma once
 
 #include <cstdint>
@@ -39,6 +44,8 @@ class PrefixIndex {
     int32_t snapshot = -1;        // KDA snapshot of the state right after this block, or -1
     int32_t host_block = -1;      // host tier copy of the block, or -1
     int32_t host_snapshot = -1;   // host tier copy of a snapshot at this block, or -1
+    bool disk_block = false, disk_snapshot = false;  // in the disk tier
+    bool from_disk = false;  // its host block was read from the disk tier (and has not been on the device since)
     uint64_t last_use = 0;
   };
 
@@ -61,11 +68,18 @@ class PrefixIndex {
   // The longest cached chain equal to the first blocks of `tokens`, at most `max_blocks` long.
   std::vector<EntryId> match(std::span<const int32_t> tokens, int block_size, int max_blocks) const;
   const Entry& entry(EntryId id) const { return entries_.at(id); }
+  bool contains(EntryId id) const { return entries_.count(id) > 0; }
 
   // Adds `block`, full with `tokens` after the chain ending at `parent`, held once by the caller. Returns 0
   // (nothing added) when another block of other tokens already has this hash: a 64-bit collision, so the
   // block just stays private.
   EntryId insert(EntryId parent, std::span<const int32_t> tokens, int32_t block);
+  // Adds a block known only from the disk tier (a restart): no device or host block, nobody holding it.
+  // Returns 0 when `hash` is not what this index's hash gives those tokens after `parent` (another hash
+  // function wrote it) or another block already has it.
+  EntryId insert_cached(EntryId parent, std::span<const int32_t> tokens, uint64_t hash);
+  // The entry with chain hash `hash`, or 0.
+  EntryId find_hash(uint64_t hash) const;
   void acquire(std::span<const EntryId> ids);
   // Gives back one hold of each id; one not held that often (a double release) is a bug: Internal error,
   // nothing released.
@@ -84,13 +98,20 @@ class PrefixIndex {
   void set_device_block(EntryId id, int32_t block);
   void set_host_block(EntryId id, int32_t host_block);
   void set_host_snapshot(EntryId id, int32_t host_snapshot);
+  void set_disk_block(EntryId id, bool on_disk) { at(id).disk_block = on_disk; }
+  void set_disk_snapshot(EntryId id, bool on_disk) { at(id).disk_snapshot = on_disk; }
+  void set_from_disk(EntryId id, bool from_disk) { at(id).from_disk = from_disk; }
+  // A disk tier below the host tier: host blocks may leave from anywhere in a chain (see above).
+  void set_spill(bool spill) { spill_ = spill; }
   // The least recently used host block that may go: a copy of a block still on the device, or an
-  // unreferenced host-only chain end; 0 when none.
+  // unreferenced host-only chain end (with a disk tier: any unreferenced one); 0 when none.
   EntryId host_lru_block() const;
-  // The least recently used host snapshot of an unreferenced entry, or 0.
+  // The least recently used host snapshot of an unreferenced entry (with a disk tier: of any entry), or 0.
   EntryId host_lru_snapshot() const;
   // Removes an unreferenced chain end, whatever its tiers; returns every id it held.
   Evicted erase(EntryId id);
+  // Every entry (no particular order).
+  std::vector<EntryId> all_entries() const;
   // Unreferenced chain ends (for evicting everything).
   std::vector<EntryId> idle_chain_ends() const;
   // The entries whose chain continues through `id`, deepest first (each a chain end once those after it go).
@@ -114,6 +135,7 @@ class PrefixIndex {
   EntryId next_id_ = 1;
   uint64_t clock_ = 0;
   int n_idle_ = 0;
+  bool spill_ = false;
 };
 
 }  // namespace rill::cache

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <string_view>
 
+#include "bench/driver/executor_bench.h"
 #include "bench/driver/model_bench.h"
 #include "bench/driver/prefix_bench.h"
 #include "cli/commands.h"
@@ -158,11 +159,17 @@ int run_bench(int argc, char** argv) {
                  "--prefix-reuse: GiB of host tier; adds the warm request brought back from it (and the host -> "
                  "device copy ceiling of its bytes)")
       ->check(CLI::Range(0.0, 1048576.0));
+  app.add_option("--kv-offloading-dir", po.disk_dir,
+                 "--prefix-reuse with --kv-offloading-size: a disk tier in this directory; adds the warm request read "
+                 "back from it (after everything cached went to disk)");
   add_device_options(app, dev);
   ParallelFlags parallel;
   if (int rc = parse_with_parallel_flags(app, argc, argv, "bench", dev, parallel); rc >= 0) return rc;
-  if (Status st = refuse_ranks(parallel, "bench", "measure a sharded server with `rill bench serve` against `rill serve -tp N`"); !st.ok())
-    return report_error("bench", st);
+  if (parallel.ranks() > 1 && (layer_types || composed || prefix_reuse))
+    return report_error("bench", invalid_argument("--tensor-parallel-size {} --pipeline-parallel-size {}: the "
+                                                  "sharded run measures whole steps; --layer-types, --composed and "
+                                                  "--prefix-reuse run one unsplit model",
+                                                  parallel.tensor_parallel_size, parallel.pipeline_parallel_size));
   apply_preset_defaults(preset, app, o, layer_types);
   if (print_config) {
     auto json = model::preset_config(preset);
@@ -200,6 +207,18 @@ int run_bench(int argc, char** argv) {
   auto ceil = bench::measure_ceilings(**be);
   if (!ceil.ok()) return report_error("bench", ceil.status());
   std::vector<bench::BenchRow> rows;
+  if (parallel.ranks() > 1) {  // whole steps through the sharded executor, as serve runs them
+    const std::string label = fmt::format("tp {} x pp {}, ep {}", parallel.tensor_parallel_size,
+                                          parallel.pipeline_parallel_size, expert_parallel_size(parallel));
+    std::fprintf(stderr, "loading %d ranks (%s) ...\n", parallel.ranks(), label.c_str());
+    auto opened = open_local_executor(dir, dev, parallel, bench::executor_bench_runner_options(o),
+                                      load_format == "dummy" ? &*cfg : nullptr);
+    if (!opened.ok()) return report_error("bench", opened.status());
+    auto steps = bench::bench_executor_steps(*opened->executor, o, label);
+    if (!steps.ok()) return report_error("bench", steps.status());
+    rows.insert(rows.end(), steps->begin(), steps->end());
+    skip_ops = skip_model = true;  // per-op and single-model rows are `rill bench` without -tp
+  }
   if (!skip_ops) {
     std::fprintf(stderr, "per-op benchmarks ...\n");
     auto ops = bench::bench_ops(**be, *cfg, o);

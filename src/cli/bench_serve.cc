@@ -50,6 +50,9 @@ struct ServeFlags {
   std::string backend, result_dir, result_filename, percentile_metrics = "ttft,tpot,itl";
   bool save_result = false;
   int sharegpt_output_len = 0;
+  // vLLM's --dataset-name hf, from a downloaded dataset: --hf-subset (a subfolder), --hf-split, --hf-output-len.
+  std::string hf_subset, hf_split;
+  int hf_output_len = 256;
 };
 
 Result<std::vector<double>> parse_rates(const std::vector<std::string>& items) {
@@ -146,6 +149,14 @@ Result<std::vector<bs::BenchPrompt>> load_prompts(const ServeFlags& f, const std
     RILL_TRY(need_tokenizer());  // output lengths are the replies' token counts, as vLLM's
     auto count = [&](const std::string& text) { return int(tokenizer->encode(text, false).size()); };
     RILL_ASSIGN_OR_RETURN(prompts, bs::sharegpt_dataset(f.dataset_path, f.num_prompts, count, f.sharegpt_output_len));
+  } else if (f.dataset_name == "hf") {
+    if (f.dataset_path.empty())
+      return invalid_argument("--dataset-name hf needs --dataset-path DIR: a dataset downloaded with "
+                              "`huggingface-cli download --repo-type dataset NAME --local-dir DIR` (rill does not "
+                              "fetch from the Hub)");
+    const std::filesystem::path where =
+        f.hf_subset.empty() ? std::filesystem::path(f.dataset_path) : std::filesystem::path(f.dataset_path) / f.hf_subset;
+    RILL_ASSIGN_OR_RETURN(prompts, bs::hf_dataset(where, f.num_prompts, f.hf_output_len, f.hf_split));
   } else {
     if (f.dataset_path.empty())
       return invalid_argument("--dataset-name {} needs --dataset-path FILE", f.dataset_name);
@@ -243,8 +254,9 @@ int run_bench_serve(int argc, char** argv) {
   app.add_option("--dataset-name", f.dataset_name,
                  "random (token ids, exact input lengths), sharegpt (vLLM's ShareGPT JSON in --dataset-path: "
                  "first turn the prompt, the reply's token count max_tokens) or file (--dataset-path, one "
-                 "prompt a line; 'custom' is vLLM's name)")
-      ->check(CLI::IsMember({"random", "sharegpt", "file", "custom"}))
+                 "prompt a line; 'custom' is vLLM's name) or hf (a Hugging Face dataset downloaded to "
+                 "--dataset-path: its .jsonl/.json files)")
+      ->check(CLI::IsMember({"random", "sharegpt", "file", "custom", "hf"}))
       ->capture_default_str();
   app.add_option(
       "--dataset-path", f.dataset_path,
@@ -262,6 +274,11 @@ int run_bench_serve(int argc, char** argv) {
       ->check(CLI::Range(0.0, 0.999999));
   app.add_option("--custom-output-len", f.custom_output_len,
                  "file dataset: max_tokens of prompts without their own output_len")
+      ->capture_default_str()
+      ->check(CLI::Range(1, kMaxContextFlag));
+  app.add_option("--hf-subset", f.hf_subset, "hf dataset: the subset (a subfolder of --dataset-path)");
+  app.add_option("--hf-split", f.hf_split, "hf dataset: only the files whose name holds this split (default: all)");
+  app.add_option("--hf-output-len", f.hf_output_len, "hf dataset: max_tokens of records without their own")
       ->capture_default_str()
       ->check(CLI::Range(1, kMaxContextFlag));
   app.add_option("--num-prompts", f.num_prompts, "requests per run")
@@ -339,7 +356,7 @@ int run_bench_serve(int argc, char** argv) {
   if (!f.dataset_path.empty() && !app.count("--dataset-name")) f.dataset_name = "file";
   if (!f.dataset_path.empty() && f.dataset_name == "random")
     return report_error("bench serve",
-                        invalid_argument("--dataset-path is read only with --dataset-name file"));
+                        invalid_argument("--dataset-path is read only with --dataset-name file, sharegpt or hf"));
   if (!f.host.empty() || f.port) {
     if (f.host.empty() || !f.port)
       return report_error("bench serve", invalid_argument("--host and --port go together (or give --url)"));

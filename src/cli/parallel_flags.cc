@@ -72,12 +72,66 @@ int parse_with_parallel_flags(CLI::App& app, int argc, char** argv, const char* 
   return -1;
 }
 
-Status refuse_ranks(const ParallelFlags& f, const char* command, const char* instead) {
-  if (f.ranks() == 1 && expert_parallel_size(f) == 1) return {};
-  return invalid_argument(
-      "--tensor-parallel-size {} --pipeline-parallel-size {}: rill {} runs one unsplit model (its sharded run "
-      "is not built yet); {}",
-      f.tensor_parallel_size, f.pipeline_parallel_size, command, instead);
+namespace {
+
+// `rill bench`'s dummy weights (its single-model rows load with the same seed).
+constexpr uint64_t kDummySeed = 1234;
+
+struct ShardedLoad {
+  runner::RankLoader load;
+  runner::ParallelOptions placement;
+};
+
+// The same placement as rill serve's single-process -tp N (serve.cc parallel_options): ranks as threads on the
+// CPU, a GPU each from the --device one, or all on it with --ranks-on-one-gpu.
+Result<ShardedLoad> sharded_load(const std::string& dir, const DeviceOptions& dev, const ParallelFlags& f,
+                                 const backend::Backend& be, const model::ModelConfig* dummy = nullptr) {
+  ShardedLoad out;
+  runner::ParallelOptions& p = out.placement;
+  p.sizes = {.world = f.ranks(),
+             .tp = f.tensor_parallel_size,
+             .ep = expert_parallel_size(f),
+             .pp = f.pipeline_parallel_size};
+  const bool cpu = be.device() == Device::Cpu;
+  if (!cpu) {
+    RILL_ASSIGN_OR_RETURN(p.comm.first_gpu, backend::parse_cuda_device(be.name()));
+  }
+  RILL_ASSIGN_OR_RETURN(p.comm.cuda, backend::parse_cuda_backend_options(dev.backend_options));
+  p.comm.kind = cpu                  ? backend::CommKind::Threads
+                : f.ranks_on_one_gpu ? backend::CommKind::SharedGpu
+                                     : backend::CommKind::Nccl;
+  if (dummy) {
+    out.load = [config = *dummy](backend::Backend& rank_be, const model::ModelShard& shard) {
+      return model::load_dummy_model(config, rank_be, kDummySeed, shard);
+    };
+  } else {
+    out.load = [dir, quantization = dev.quantization](backend::Backend& rank_be, const model::ModelShard& shard) {
+      model::LoadOptions lo;
+      lo.shard = shard;
+      lo.quantization = quantization;
+      return model::load_model(dir, rank_be, lo);
+    };
+  }
+  RILL_LOG_INFO("{} ranks (tp {} x pp {}, ep {}) on {}", f.ranks(), f.tensor_parallel_size,
+                f.pipeline_parallel_size, expert_parallel_size(f), be.name());
+  return out;
+}
+
+}  // namespace
+
+Result<LocalExecutor> open_local_executor(const std::string& dir, const DeviceOptions& dev, const ParallelFlags& f,
+                                          const runner::RunnerOptions& options, const model::ModelConfig* dummy) {
+  LocalExecutor out;
+  RILL_ASSIGN_OR_RETURN(out.be, open_backend(dev));
+  if (f.ranks() == 1) {
+    RILL_ASSIGN_OR_RETURN(auto m, dummy ? model::load_dummy_model(*dummy, *out.be, kDummySeed)
+                                        : load_model_with_progress(dir, *out.be, dev.quantization));
+    RILL_ASSIGN_OR_RETURN(out.executor, runner::make_local_executor(std::move(m), options));
+    return out;
+  }
+  RILL_ASSIGN_OR_RETURN(ShardedLoad sharded, sharded_load(dir, dev, f, *out.be, dummy));
+  RILL_ASSIGN_OR_RETURN(out.executor, runner::make_parallel_executor(sharded.load, sharded.placement, options));
+  return out;
 }
 
 Result<LocalEngine> open_local_engine(const std::string& dir, const DeviceOptions& dev, const ParallelFlags& f,
@@ -94,31 +148,9 @@ Result<LocalEngine> open_local_engine(const std::string& dir, const DeviceOption
     RILL_ASSIGN_OR_RETURN(out.engine, engine::Engine::create(std::move(m), std::move(tokenizer), options));
     return out;
   }
-  // The same placement as rill serve's single-process -tp N (serve.cc parallel_options).
-  runner::ParallelOptions p;
-  p.sizes = {.world = f.ranks(),
-             .tp = f.tensor_parallel_size,
-             .ep = expert_parallel_size(f),
-             .pp = f.pipeline_parallel_size};
-  const bool cpu = out.be->device() == Device::Cpu;
-  if (!cpu) {
-    RILL_ASSIGN_OR_RETURN(p.comm.first_gpu, backend::parse_cuda_device(out.be->name()));
-  }
-  RILL_ASSIGN_OR_RETURN(p.comm.cuda, backend::parse_cuda_backend_options(dev.backend_options));
-  p.comm.kind = cpu                  ? backend::CommKind::Threads
-                : f.ranks_on_one_gpu ? backend::CommKind::SharedGpu
-                                     : backend::CommKind::Nccl;
-  runner::RankLoader load = [dir, quantization = dev.quantization](backend::Backend& be,
-                                                                    const model::ModelShard& shard) {
-    model::LoadOptions lo;
-    lo.shard = shard;
-    lo.quantization = quantization;
-    return model::load_model(dir, be, lo);
-  };
-  RILL_LOG_INFO("{} ranks (tp {} x pp {}, ep {}) on {}", f.ranks(), f.tensor_parallel_size,
-                f.pipeline_parallel_size, expert_parallel_size(f), out.be->name());
-  auto make_executor = [load, p](const runner::RunnerOptions& ro) {
-    return runner::make_parallel_executor(load, p, ro);
+  RILL_ASSIGN_OR_RETURN(ShardedLoad sharded, sharded_load(dir, dev, f, *out.be));
+  auto make_executor = [sharded](const runner::RunnerOptions& ro) {
+    return runner::make_parallel_executor(sharded.load, sharded.placement, ro);
   };
   RILL_ASSIGN_OR_RETURN(out.engine, engine::Engine::create(make_executor, std::move(tokenizer), options));
   return out;

@@ -1,7 +1,7 @@
 // vLLM's parallel flags (-tp / -ep / -pp / -dp, --enable-expert-parallel, --ranks-on-one-gpu) with one meaning
 // and one set of checks for every command that runs the model: serve (serve_vllm_flags.cc adds the rest of
-// vLLM's surface), generate and chat (the engine over runner/parallel_executor), and the commands that drive a
-// single model directly (logits, perplexity, bench), which take the flags and refuse more than one rank.
+// vLLM's surface), generate and chat (the engine over runner/parallel_executor), and the commands that drive
+// steps without the engine (logits, perplexity, bench's step rows) through an Executor of one or more ranks.
 #pragma once
 
 #include <functional>
@@ -14,6 +14,7 @@
 #include "cli/common.h"
 #include "core/status.h"
 #include "engine/engine.h"
+#include "runner/executor.h"
 #include "text/tokenizer/tokenizer.h"
 
 namespace rill::cli {
@@ -44,9 +45,16 @@ Status check_parallel_flags(const ParallelFlags& f, const DeviceOptions& device)
 // The expert-parallel size the flags ask for: -ep M, or vLLM's --enable-expert-parallel (= the tp size).
 int expert_parallel_size(const ParallelFlags& f);
 
-// For commands that run one unsplit model (logits, perplexity, bench): more than one rank is refused, naming
-// the command and what to use instead.
-Status refuse_ranks(const ParallelFlags& f, const char* command, const char* instead);
+// The model of MODEL_DIR behind an Executor on `dev`: one rank, or the sharded world the flags describe (the
+// same placement as serve's single-process -tp N). `dummy` (optional): `--load-format dummy`, seeded random
+// weights of that config instead of MODEL_DIR's. `be` is the --device backend and must outlive `executor`.
+struct LocalExecutor {
+  std::unique_ptr<backend::Backend> be;
+  std::unique_ptr<runner::Executor> executor;
+};
+Result<LocalExecutor> open_local_executor(const std::string& dir, const DeviceOptions& dev, const ParallelFlags& f,
+                                          const runner::RunnerOptions& options,
+                                          const model::ModelConfig* dummy = nullptr);
 
 // An engine over MODEL_DIR on `dev`: one model, or with several ranks the sharded executor (threads on the CPU,
 // a GPU each from the --device one, or all on it with --ranks-on-one-gpu). `be` is the --device backend: it

@@ -20,7 +20,7 @@
 #include "cli/common.h"
 #include "cli/parallel_flags.h"
 #include "model/config.h"
-#include "model/sequence_session.h"
+#include "runner/executor_session.h"
 #include "text/tokenizer/tokenizer.h"
 
 namespace rill::cli {
@@ -102,8 +102,6 @@ int run_perplexity(int argc, char** argv) {
       ->excludes(app.get_option("--device"));
   ParallelFlags parallel;
   if (int rc = parse_with_parallel_flags(app, argc, argv, "perplexity", dev, parallel); rc >= 0) return rc;
-  if (Status st = refuse_ranks(parallel, "perplexity", "run it on one device (the CPU holds what one GPU cannot)"); !st.ok())
-    return report_error("perplexity", st);
   if (stride == 0) stride = context;
   if (stride > context)
     return report_error(
@@ -138,32 +136,26 @@ int run_perplexity(int argc, char** argv) {
   if (max_windows > 0 && int(windows.size()) > max_windows) windows.resize(max_windows);
   const int longest = int(windows.front().end - windows.front().begin);
 
-  auto be = open_backend(dev);
-  if (!be.ok()) return report_error("perplexity", be.status());
-  auto m = load_model_with_progress(dir, **be, dev.quantization);
-  if (!m.ok()) return report_error("perplexity", m.status());
-  model::Model& model = **m;
-  model::StepLimits limits;
-  // Long windows are fed in pieces (as rill logits does) so the workspace's logit rows stay bounded.
-  limits.max_tokens = std::min({chunk > 0 ? chunk : longest, longest, 4096});
-  limits.max_seqs = 1;
-  limits.max_logit_rows = limits.max_tokens;
-  limits.max_context = longest;
-  if (Status st = model.reserve_workspace(limits); !st.ok()) return report_error("perplexity", st);
-  const int64_t V = model.config().vocab_size;
+  // Through an Executor, so -tp/-pp/-ep shard the model exactly as `rill serve` does. Long windows are fed in
+  // pieces (as rill logits does) so the workspace's logit rows stay bounded.
+  auto opened = open_local_executor(dir, dev, parallel, runner::scoring_runner_options(longest, chunk));
+  if (!opened.ok()) return report_error("perplexity", opened.status());
+  runner::Executor& ex = *opened->executor;
+  auto session = runner::ExecutorSession::create(ex, longest);
+  if (!session.ok()) return report_error("perplexity", session.status());
+  const int64_t V = ex.model().config().vocab_size;
 
   std::fprintf(stderr, "perplexity: %zu tokens, %zu window(s) of up to %d tokens, stride %d, on %s\n",
-               ids.size(), windows.size(), context, stride, model.backend().name().c_str());
+               ids.size(), windows.size(), context, stride, opened->be->name().c_str());
   double nll = 0.0;
   int64_t scored = 0;
   for (size_t k = 0; k < windows.size(); ++k) {
     const Window& w = windows[k];
     const int n = int(w.end - w.begin);
-    auto session = model::SequenceSession::create(model, n);
-    if (!session.ok()) return report_error("perplexity", session.status());
+    session->restart();
     // The last fed token predicts nothing inside the window, so it is not fed.
     const std::span<const int32_t> fed(ids.data() + w.begin, size_t(n - 1));
-    auto logits = session->feed(fed, chunk, /*all_logits=*/true);
+    auto logits = session->feed(fed, chunk);
     if (!logits.ok()) return report_error("perplexity", logits.status());
     for (int64_t t = w.score_from; t < w.end; ++t) {
       const float* row = logits->data() + (t - 1 - w.begin) * V;
@@ -184,7 +176,7 @@ int run_perplexity(int argc, char** argv) {
                                 {"windows", windows.size()},
                                 {"context", context},
                                 {"stride", stride},
-                                {"device", model.backend().name()}};
+                                {"device", opened->be->name()}};
     std::printf("%s\n", j.dump().c_str());
   } else {
     std::printf("perplexity %.6f over %lld tokens (%zu windows, context %d, stride %d)\n", ppl,

@@ -1,5 +1,9 @@
 #include "cli/serve_vllm_flags.h"
 
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
 #include "core/log.h"
 #include "model/config.h"
 
@@ -29,6 +33,17 @@ void add_vllm_flags(CLI::App& app, server::ServerOptions& o, VllmFlags& f) {
                  "GiB of host memory (pinned on CUDA) that keep MLA blocks and KDA snapshots evicted from the "
                  "GPU prefix cache; a returning conversation is copied back instead of recomputed (turns on "
                  "--enable-prefix-caching)")
+      ->check(CLI::Range(0.0, 1048576.0))
+      ->group(group);
+  app.add_option("--kv-offloading-dir", f.kv_offloading_dir,
+                 "a directory (created if missing) below the --kv-offloading-size host tier: MLA blocks and KDA "
+                 "snapshots pushed out of host memory are written there in the background, and a restarted "
+                 "server answers returning conversations from the files (tied to this model, config and cache "
+                 "layout; others' are left alone). Needs --kv-offloading-size")
+      ->group(group);
+  app.add_option("--kv-offloading-disk-size", f.kv_offloading_disk_size,
+                 "GiB the --kv-offloading-dir files may take (the least recently used go first); 0: no cap but "
+                 "the disk's")
       ->check(CLI::Range(0.0, 1048576.0))
       ->group(group);
   app.add_option("--tool-call-parser", f.tool_call_parser,
@@ -123,6 +138,21 @@ Status apply_vllm_flags(const VllmFlags& f, const DeviceOptions& device, server:
       notice("--kv-offloading-size", "turns on --enable-prefix-caching (the host tier keeps its evicted blocks)");
     o.engine.enable_prefix_caching = true;
     o.engine.kv_offloading_gib = f.kv_offloading_size;
+  }
+  if (!f.kv_offloading_dir.empty() && f.kv_offloading_size <= 0)
+    return invalid_argument("--kv-offloading-dir {}: the disk tier sits below the host tier: it needs "
+                            "--kv-offloading-size GiB", f.kv_offloading_dir);
+  if (f.kv_offloading_disk_size > 0 && f.kv_offloading_dir.empty())
+    return invalid_argument("--kv-offloading-disk-size caps the --kv-offloading-dir files: give the directory");
+  if (!f.kv_offloading_dir.empty()) {
+    o.engine.kv_offloading_dir = f.kv_offloading_dir;
+    o.engine.kv_offloading_disk_gib = f.kv_offloading_disk_size;
+    // The checkpoint's config.json goes into the files' fingerprint (with what the runner sees of the
+    // weights and caches), so another checkpoint or an edited config never reads them.
+    std::ifstream config(std::filesystem::path(o.model_dir) / "config.json", std::ios::binary);
+    std::ostringstream bytes;
+    bytes << config.rdbuf();
+    o.engine.model_identity = bytes.str();
   }
   o.engine.enforce_eager = f.enforce_eager;
   o.engine.gpu_memory_utilization = f.gpu_memory_utilization;

@@ -33,6 +33,10 @@ struct VllmFlags : ParallelFlags {
   // --kv-offloading-size (GiB of host memory).
   std::string kv_offloading_backend;
   double kv_offloading_size = 0;
+  // Its disk tier below (rill's; named after them): a directory for items pushed out of the host tier, and
+  // a cap on what it keeps there (GiB; 0: none but the disk's).
+  std::string kv_offloading_dir;
+  double kv_offloading_disk_size = 0;
 };
 
 void add_vllm_flags(CLI::App& app, server::ServerOptions& o, VllmFlags& flags);

@@ -43,9 +43,16 @@ struct Engine::Impl {
   EngineStats published;  // the scheduler's and caches' state as the engine thread last saw it
   // reset_prefix_cache requests, served by the engine thread (it owns the caches).
   uint64_t resets_asked = 0, resets_done = 0;
-  bool reset_to_host = false;  // the pending reset is offload_prefix_cache's (they are not mixed: tests, benches)
+  // What the pending reset does (resets of different kinds are not mixed: tests, benches).
+  enum class Reset { Evict, ToHost, ToDisk };
+  Reset reset_kind = Reset::Evict;
   Status reset_status;
-  Status cache_reset(bool to_host);
+  Status cache_reset(Reset kind);
+  Status do_reset(Reset kind);
+  // Disk tier: reads the prefixes of the requests about to be admitted in from disk (before schedule()).
+  void stage_disk_hits();
+  // Disk tier: everything cached to disk, then waits for the writes (shutdown, persist_prefix_cache).
+  Status persist_to_disk();
   std::mutex join_mu;  // one shutdown joins the thread; a concurrent one waits for it
   std::thread thread;
 
@@ -92,6 +99,17 @@ void Engine::Impl::publish_locked() {
   s.host_tier_blocks_total = caches->host_blocks().capacity();
   s.host_tier_snapshots = caches->host_snapshots().used_count();
   s.host_tier_snapshots_total = caches->host_snapshots().capacity();
+  s.prefix_cache_hits_disk = sched->prefix_hits_disk();
+  if (const std::optional<runner::DiskTierStats> d = exec->disk_stats()) {
+    s.disk_tier = true;
+    s.kv_offload_bytes_to_disk = d->bytes_written;
+    s.kv_offload_bytes_from_disk = d->bytes_read;
+    s.disk_tier_files = d->files;
+    s.disk_tier_bytes = d->bytes_on_disk;
+    s.disk_tier_write_errors = d->write_errors;
+    s.disk_tier_read_errors = d->read_errors;
+    s.disk_tier_writes_dropped = d->writes_dropped;
+  }
   const SpecDecodeStats& sd = sched->spec_decode();
   s.spec_num_drafts = sd.n_drafts;
   s.spec_num_draft_tokens = sd.n_draft_tokens;
@@ -145,7 +163,43 @@ void Engine::Impl::finish_all(FinishReason reason, const Status& error) {
   emit_finished(none);
 }
 
+// A waiting request whose longest hit reaches into the disk tier has those items read into the host tier now,
+// on this thread, before it is scheduled; the admission then finds them there like any host hit. A read that
+// fails (logged by the disk tier) only shortens the hit. Running requests wait for the reads: a read-ahead
+// thread is not done yet.
+void Engine::Impl::stage_disk_hits() {
+  if (!caches->disk_tier()) return;
+  for (Sequence* s : sched->waiting_head(opts.max_batch_size)) {
+    if (s->disk_staged) continue;
+    s->disk_staged = true;
+    Result<std::vector<cache::DiskLoad>> loads = caches->stage_from_disk(s->tokens);
+    if (!loads.ok()) {
+      RILL_LOG_ERROR("disk tier: request {}: {}", s->id, loads.status().message());
+      continue;
+    }
+    if (loads->empty()) continue;
+    // The ops staging queued first (items it pushed out of the host tier, to disk): they free the ids read into.
+    Result<runner::StepOutput> applied = exec->execute(model::StepBatch{}, runner::SamplingBatch{}, caches->take_ops());
+    if (!applied.ok()) RILL_LOG_ERROR("disk tier: request {}: {}", s->id, applied.status().message());
+    const std::vector<bool> ok =
+        applied.ok() ? exec->load_from_disk(*loads) : std::vector<bool>(loads->size(), false);
+    if (Status st = caches->finish_disk_loads(*loads, ok); !st.ok())
+      RILL_LOG_ERROR("disk tier: request {}: {}", s->id, st.message());
+  }
+}
+
+Status Engine::Impl::persist_to_disk() {
+  if (!caches->disk_tier()) return {};
+  RILL_TRY(caches->persist_all());
+  cache::CacheOps ops = caches->take_ops();
+  ops.disk_writes_wait = true;  // every item, however far behind the writer is
+  RILL_TRY(exec->execute(model::StepBatch{}, runner::SamplingBatch{}, ops).status());
+  exec->drain_disk();
+  return {};
+}
+
 void Engine::Impl::step() {
+  stage_disk_hits();
   StepPlan plan = sched->schedule();
   publish();  // admissions and preemptions: submit's queue check counts what is still waiting
   std::map<uint64_t, StreamEvent> pending;
@@ -243,8 +297,12 @@ void Engine::Impl::loop() {
                resets_asked > resets_done;
       });
       if (resets_asked > resets_done) {
-        reset_status = reset_to_host ? caches->offload_all() : caches->evict_all();
-        resets_done = resets_asked;
+        const uint64_t asked = resets_asked;
+        lock.unlock();  // persisting waits for the disk
+        Status st = do_reset(reset_kind);
+        lock.lock();
+        reset_status = std::move(st);
+        resets_done = asked;
         cv.notify_all();
       }
       while (!incoming.empty()) {
@@ -257,9 +315,14 @@ void Engine::Impl::loop() {
       if (stopping && !drain) {
         lock.unlock();
         finish_all(FinishReason::Cancelled, {});
+        if (Status st = persist_to_disk(); !st.ok()) RILL_LOG_ERROR("disk tier: at shutdown: {}", st.message());
         return;
       }
-      if (stopping && sched->idle()) return;
+      if (stopping && sched->idle()) {
+        lock.unlock();
+        if (Status st = persist_to_disk(); !st.ok()) RILL_LOG_ERROR("disk tier: at shutdown: {}", st.message());
+        return;
+      }
     }
     if (sched->idle()) {
       std::map<uint64_t, StreamEvent> none;
@@ -289,6 +352,11 @@ Result<std::unique_ptr<Engine>> Engine::create(const ExecutorFactory& make_execu
   if (o.kv_offloading_gib < 0) return invalid_argument("--kv-offloading-size {} must be 0 or more", o.kv_offloading_gib);
   if (o.kv_offloading_gib > 0 && !o.enable_prefix_caching)
     return invalid_argument("--kv-offloading-size keeps evicted prefix-cache blocks: it needs --enable-prefix-caching");
+  if (!o.kv_offloading_dir.empty() && o.kv_offloading_gib <= 0)
+    return invalid_argument("--kv-offloading-dir {}: the disk tier sits below the host tier: it needs --kv-offloading-size GiB",
+                            o.kv_offloading_dir);
+  if (o.kv_offloading_disk_gib < 0)
+    return invalid_argument("--kv-offloading-disk-size {} must be 0 (no cap) or more", o.kv_offloading_disk_gib);
   if (o.gpu_memory_utilization < 0 || o.gpu_memory_utilization > 1)
     return invalid_argument("--gpu-memory-utilization {} must be in (0, 1]", o.gpu_memory_utilization);
   RILL_TRY(o.speculative.validate());
@@ -324,6 +392,9 @@ Result<std::unique_ptr<Engine>> Engine::create(const ExecutorFactory& make_execu
   ro.capture_graphs = o.capture_graphs;
   ro.num_speculative_tokens = o.speculative.enabled() ? o.speculative.num_speculative_tokens : 0;
   ro.host_tier_bytes = int64_t(o.kv_offloading_gib * double(1ll << 30));
+  ro.disk_tier.dir = o.kv_offloading_dir;
+  ro.disk_tier.max_bytes = int64_t(o.kv_offloading_disk_gib * double(1ll << 30));
+  ro.model_identity = o.model_identity;
   cache::PrefixCacheOptions& prefix = ro.prefix;
   prefix.enabled = o.enable_prefix_caching;
   prefix.snapshot_interval = o.kda_snapshot_interval;
@@ -343,6 +414,13 @@ Result<std::unique_ptr<Engine>> Engine::create(const ExecutorFactory& make_execu
   RILL_ASSIGN_OR_RETURN(cache::CacheManager cm,
                         cache::CacheManager::create(impl->exec->memory_plan(), impl->exec->prefix_options()));
   impl->caches = std::make_unique<cache::CacheManager>(std::move(cm));
+  if (impl->caches->disk_tier()) {
+    const std::vector<cache::DiskRecord> found = impl->exec->take_disk_records();
+    const int n = impl->caches->index_disk(found);
+    if (n < int(found.size()))
+      RILL_LOG_INFO("disk tier {}: {} of its {} items indexed (the others continue chains whose first blocks are "
+                    "gone)", o.kv_offloading_dir, n, found.size());
+  }
   // One sequence must always fit in the cache on its own, so recompute preemption always makes progress.
   impl->max_model_len = impl->exec->max_model_len();
   SchedulerLimits sl{o.max_batch_size, o.max_num_tokens, impl->max_model_len, o.chunked_prefill,
@@ -429,20 +507,36 @@ EngineStats Engine::stats() const {
 }
 
 Status Engine::reset_prefix_cache() {
-  return impl_->cache_reset(false);
+  return impl_->cache_reset(Impl::Reset::Evict);
 }
 
 Status Engine::offload_prefix_cache() {
-  return impl_->cache_reset(true);
+  return impl_->cache_reset(Impl::Reset::ToHost);
 }
 
-Status Engine::Impl::cache_reset(bool to_host) {
+Status Engine::persist_prefix_cache() {
+  return impl_->cache_reset(Impl::Reset::ToDisk);
+}
+
+Status Engine::Impl::do_reset(Reset kind) {
+  switch (kind) {
+    case Reset::Evict:
+      return caches->evict_all();
+    case Reset::ToHost:
+      return caches->offload_all();
+    case Reset::ToDisk:
+      return persist_to_disk();
+  }
+  return {};
+}
+
+Status Engine::Impl::cache_reset(Reset kind) {
   Status st;
   {
     std::unique_lock lock(mu);
     if (stopping) return unavailable("the engine is shutting down");
     const uint64_t ticket = ++resets_asked;
-    reset_to_host = to_host;
+    reset_kind = kind;
     cv.notify_all();
     cv.wait(lock, [&] { return resets_done >= ticket || stopping; });
     if (resets_done < ticket) return unavailable("the engine is shutting down");

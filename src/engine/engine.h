@@ -142,6 +142,14 @@ struct EngineOptions {
   // MLA blocks and KDA snapshots evicted from the device go to this much host memory (pinned on CUDA) and
   // come back for a prefix hit (cache/README.md). Needs enable_prefix_caching.
   double kv_offloading_gib = 0;
+  // Its disk tier (issue #38; --kv-offloading-dir DIR, --kv-offloading-disk-size GiB; "": none): items pushed
+  // out of the host tier are written to files in this directory in the background and read back for a hit
+  // (also after a restart: the files are indexed at start). 0 GiB: no cap but the disk's. Needs
+  // kv_offloading_gib. What identifies the checkpoint goes into the files' fingerprint (`model_identity`,
+  // rill serve: config.json), with the config, weights and cache layout the runner sees.
+  std::string kv_offloading_dir;
+  double kv_offloading_disk_gib = 0;
+  std::string model_identity;
   // Take KDA snapshots inside prefill steps where the backend can (else chunks end at every snapshot
   // position). Tests turn it off to cover the chunk-cutting path on the CPU.
   bool kda_snapshots_in_step = true;
@@ -194,6 +202,14 @@ struct EngineStats {
   uint64_t kv_offload_bytes_to_host = 0, kv_offload_bytes_to_device = 0;
   double kv_offload_wait_seconds = 0;
   int host_tier_blocks = 0, host_tier_blocks_total = 0, host_tier_snapshots = 0, host_tier_snapshots_total = 0;
+  // Disk tier (kv_offloading_dir): prompt tokens of hits read from it (not in prefix_cache_hits_host); bytes
+  // written and read; its files and bytes; writes that failed, reads that failed their checks (or the file
+  // was gone), writes dropped (the writer behind, the tier read-only or off after a failure).
+  bool disk_tier = false;
+  uint64_t prefix_cache_hits_disk = 0;
+  uint64_t kv_offload_bytes_to_disk = 0, kv_offload_bytes_from_disk = 0;
+  int64_t disk_tier_files = 0, disk_tier_bytes = 0;
+  uint64_t disk_tier_write_errors = 0, disk_tier_read_errors = 0, disk_tier_writes_dropped = 0;
   // vLLM's iteration_tokens_total histogram, kept by the engine thread: per step, the prompt tokens it
   // computed plus the tokens it sampled (so the sum is prompt_tokens_total + generation_tokens_total).
   // iteration_tokens_counts[i] counts steps with tokens <= kIterationTokenBuckets[i] (and above the bucket
@@ -246,6 +262,9 @@ class Engine {
   // With a host tier (kv_offloading_gib): moves every cached block and snapshot no running request holds
   // from the device to the host tier, as memory pressure would (benchmarks, tests); returns once done.
   Status offload_prefix_cache();
+  // With a disk tier (kv_offloading_dir): moves every cached block and snapshot no running request holds to
+  // the disk tier and waits until the files are written (tests, benchmarks; shutdown does the same).
+  Status persist_prefix_cache();
   // Stops accepting; with `drain`, lets running and waiting requests finish, else cancels them; joins the
   // thread.
   void shutdown(bool drain);

@@ -29,6 +29,12 @@ model::StepBatch StepPlan::to_batch() const {
   return b;
 }
 
+std::vector<Sequence*> Scheduler::waiting_head(int n) const {
+  std::vector<Sequence*> out;
+  for (size_t i = 0; i < waiting_.size() && int(out.size()) < n; ++i) out.push_back(waiting_[i].get());
+  return out;
+}
+
 Sequence* Scheduler::find(uint64_t id) {
   for (auto& s : running_)
     if (s->id == id) return s.get();
@@ -50,6 +56,7 @@ bool Scheduler::preempt_newest(const std::function<bool(const Sequence*)>& may_p
     }
     s->n_computed = 0;
     s->rolled_back = false;  // it recomputes everything from position 0
+    s->disk_staged = false;
     s->n_preemptions++;
     ++preemptions_;
     waiting_.push_front(std::move(s));
@@ -225,7 +232,10 @@ StepPlan Scheduler::schedule() {
       s->n_cached = std::min(start, s->n_prompt);
       prefix_queries_ += uint64_t(s->n_prompt);
       prefix_hits_ += uint64_t(s->n_cached);
-      prefix_hits_host_ += uint64_t(std::min(hit.n_host * caches_.block_size(), s->n_cached));
+      const int host = std::min(hit.n_host * caches_.block_size(), s->n_cached);
+      const int disk = std::min(hit.n_disk * caches_.block_size(), host);
+      prefix_hits_host_ += uint64_t(host - disk);
+      prefix_hits_disk_ += uint64_t(disk);
     }
     running_.push_back(std::move(waiting_[i]));
     waiting_.erase(waiting_.begin() + long(i));

@@ -119,8 +119,12 @@ class Scheduler {
   // Prompt tokens of admitted requests, and how many of them came from the prefix cache.
   uint64_t prefix_queries() const { return prefix_queries_; }
   uint64_t prefix_hits() const { return prefix_hits_; }
-  // Of those, the tokens of blocks brought back from the host tier.
+  // Of those, the tokens of blocks brought back from the host tier, and those read from the disk tier into it
+  // for the admission (not counted as host hits).
   uint64_t prefix_hits_host() const { return prefix_hits_host_; }
+  uint64_t prefix_hits_disk() const { return prefix_hits_disk_; }
+  // The first `n` waiting requests, in admission order (the disk tier reads their prefixes in first).
+  std::vector<Sequence*> waiting_head(int n) const;
   const SpecDecodeStats& spec_decode() const { return spec_; }
   // Speculative decoding of a constrained sequence: the drafts its next step may feed, proposed now (its
   // tokens are final until that step) so that its mask computation can cut them at the first the grammar
@@ -151,7 +155,7 @@ class Scheduler {
   std::deque<std::unique_ptr<Sequence>> waiting_;
   std::vector<std::unique_ptr<Sequence>> running_;  // admission order (newest last)
   std::vector<Finished> finished_;
-  uint64_t preemptions_ = 0, prefix_queries_ = 0, prefix_hits_ = 0, prefix_hits_host_ = 0;
+  uint64_t preemptions_ = 0, prefix_queries_ = 0, prefix_hits_ = 0, prefix_hits_host_ = 0, prefix_hits_disk_ = 0;
 };
 
 }  // namespace rill::engine

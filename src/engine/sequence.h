@@ -40,6 +40,8 @@ struct Sequence {
   // token.
   std::shared_ptr<ConstraintMask> constraint;
   int32_t n_preemptions = 0;
+  // Disk tier: its prefix was looked up past the host tier (and read in) for its coming admission.
+  bool disk_staged = false;
   // Speculative decoding: drafts are proposed for it (the engine has a drafter; engine/README.md), until its
   // acceptance stays below break-even (spec::AcceptanceAverage).
   bool speculates = false;

@@ -15,6 +15,19 @@ class LocalExecutor final : public Executor {
   const cache::MemoryPlan& memory_plan() const override { return runner_->memory_plan(); }
   const cache::PrefixCacheOptions& prefix_options() const override { return runner_->prefix_options(); }
   int max_model_len() const override { return runner_->max_model_len(); }
+  std::vector<cache::DiskRecord> take_disk_records() override {
+    return runner_->disk_tier() ? runner_->disk_tier()->take_found() : std::vector<cache::DiskRecord>{};
+  }
+  std::vector<bool> load_from_disk(const std::vector<cache::DiskLoad>& loads) override {
+    return runner_->load_from_disk(loads);
+  }
+  std::optional<DiskTierStats> disk_stats() const override {
+    if (!runner_->disk_tier()) return std::nullopt;
+    return runner_->disk_tier()->stats();
+  }
+  void drain_disk() override {
+    if (runner_->disk_tier()) runner_->disk_tier()->drain();
+  }
   std::unique_ptr<model::Model> release_model() override { return runner_->release_model(); }
 
  private:

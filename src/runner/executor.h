@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 
 #include "runner/model_runner.h"
 
@@ -22,6 +23,15 @@ class Executor {
   // The prefix-caching options the caches were planned with (staging slots as the backend allows).
   virtual const cache::PrefixCacheOptions& prefix_options() const = 0;
   virtual int max_model_len() const = 0;
+  // The prefix cache's disk tier (issue #38; none by default): the files found at start (handed over once),
+  // reading staged items into the host tier (one result per load), its counters, and waiting for its queued
+  // writes.
+  virtual std::vector<cache::DiskRecord> take_disk_records() { return {}; }
+  virtual std::vector<bool> load_from_disk(const std::vector<cache::DiskLoad>& loads) {
+    return std::vector<bool>(loads.size(), false);
+  }
+  virtual std::optional<DiskTierStats> disk_stats() const { return std::nullopt; }
+  virtual void drain_disk() {}
   // Hands the model back (benchmarks comparing engine settings on one loaded model); nothing runs after.
   virtual std::unique_ptr<model::Model> release_model() = 0;
 };

@@ -48,6 +48,13 @@ Result<HostTier> HostTier::create(backend::Backend& be, const model::ModelCaches
   return h;
 }
 
+char* HostTier::item(bool snapshot, int32_t id) const {
+  if (id < 0 || id >= (snapshot ? n_snapshots : n_blocks)) return nullptr;
+  char* base = static_cast<char*>(memory.data());
+  return snapshot ? base + size_t(n_blocks) * block_bytes + size_t(id) * snapshot_bytes
+                  : base + size_t(id) * block_bytes;
+}
+
 Status HostTier::append_copies(const model::ModelCaches& caches, const cache::TierCopy& c,
                                std::vector<backend::HostCopy>* out) const {
   using Kind = cache::TierCopy::Kind;

@@ -27,6 +27,11 @@ struct HostTier {
   // runner then runs without the tier.
   static Result<HostTier> create(backend::Backend& be, const model::ModelCaches& caches, int64_t bytes);
 
+  // Host block or snapshot `id`: every layer's rows of it, contiguous (what the disk tier writes and reads);
+  // nullptr outside the tier.
+  char* item(bool snapshot, int32_t id) const;
+  size_t item_bytes(bool snapshot) const { return snapshot ? snapshot_bytes : block_bytes; }
+
   // Appends the per-layer copies of `c` to `out`.
   Status append_copies(const model::ModelCaches& caches, const cache::TierCopy& c,
                        std::vector<backend::HostCopy>* out) const;

@@ -7,6 +7,7 @@
 #include "core/log.h"
 #include "core/sizes.h"
 
+#include "runner/cache_fingerprint.h"
 #include "runner/memory_plan.h"
 
 namespace rill::runner {
@@ -49,12 +50,14 @@ Status apply_slot_copies(backend::Backend& be, const model::ModelCaches& caches,
 }  // namespace
 
 Status apply_cache_ops(backend::Backend& be, const model::ModelCaches& caches, const cache::CacheOps& ops,
-                       const HostTier* host, double* tier_seconds) {
+                       const HostTier* host, double* tier_seconds, DiskTier* disk) {
   for (const cache::KdaSlotCopy& c : ops.kda_slot_copies)
     if (c.from < 0 || c.to < 0 || c.from >= caches.n_slots || c.to >= caches.n_slots)
       return internal_error("KDA slot copy {} -> {} outside [0, {})", c.from, c.to, caches.n_slots);
   if (!ops.tier_copies.empty() && (!host || !host->enabled()))
     return internal_error("{} host tier copies but the runner has no host tier", ops.tier_copies.size());
+  if (!ops.disk_writes.empty() && (!host || !host->enabled() || !disk))
+    return internal_error("{} disk tier writes but the runner has no disk tier", ops.disk_writes.size());
   const auto& slot = ops.kda_slot_copies;
   size_t done = 0;  // slot copies applied
   // Slot copies up to `upto`, then each run of host tier copies placed there.
@@ -65,17 +68,37 @@ Status apply_cache_ops(backend::Backend& be, const model::ModelCaches& caches, c
     done = upto;
     return {};
   };
+  const auto& spills = ops.disk_writes;
+  size_t spilled = 0;
+  const auto spill_due = [&](size_t tier_index) { return spilled < spills.size() && spills[spilled].after <= tier_index; };
+  // Disk writes issued before tier copy `tier_index`: their host items are final once the copies queued so
+  // far have run (on CUDA they may still be in flight on the tier's stream).
+  auto spills_until = [&](size_t tier_index) -> Status {
+    if (!spill_due(tier_index)) return {};
+    RILL_TRY(be.synchronize());
+    for (; spill_due(tier_index); ++spilled) {
+      const cache::DiskWrite& w = spills[spilled];
+      const char* src = host->item(w.snapshot, w.host);
+      if (!src) return internal_error("disk tier write of host {} {} outside the tier", w.snapshot ? "snapshot" : "block", w.host);
+      disk->write(w, src, ops.disk_writes_wait);
+    }
+    return {};
+  };
   for (size_t i = 0; i < ops.tier_copies.size();) {
     const uint32_t at = ops.tier_copies[i].after;
     RILL_TRY(slots_until(at));
+    RILL_TRY(spills_until(i));
     std::vector<backend::HostCopy> batch;
-    for (; i < ops.tier_copies.size() && ops.tier_copies[i].after == at; ++i)
+    do {
       RILL_TRY(host->append_copies(caches, ops.tier_copies[i], &batch));
+      ++i;
+    } while (i < ops.tier_copies.size() && ops.tier_copies[i].after == at && !spill_due(i));
     const auto t0 = std::chrono::steady_clock::now();
     RILL_TRY(be.copy_host_tier_batch(batch));
     if (tier_seconds)
       *tier_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
+  RILL_TRY(spills_until(ops.tier_copies.size()));
   return slots_until(slot.size());
 }
 
@@ -95,8 +118,10 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(std::unique_ptr<model::
   lim.max_seqs = o.max_batch_size;
   // Verify steps (speculative decoding) take logits at every draft position too.
   const int max_rows =
-      int(std::min<int64_t>(int64_t(o.max_batch_size) * (1 + std::max(o.num_speculative_tokens, 0)),
-                            std::max(o.max_batch_size, o.max_num_tokens)));
+      o.max_logit_rows > 0
+          ? o.max_logit_rows
+          : int(std::min<int64_t>(int64_t(o.max_batch_size) * (1 + std::max(o.num_speculative_tokens, 0)),
+                                  std::max(o.max_batch_size, o.max_num_tokens)));
   lim.max_logit_rows = max_rows;
   lim.max_context = want_len;
   RILL_TRY(model->reserve_workspace(lim));
@@ -132,11 +157,41 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(std::unique_ptr<model::
                      format_bytes(double(o.host_tier_bytes)), host.status().message());
     }
   }
+  if (!o.disk_tier.dir.empty() && prefix.enabled) {
+    if (!r->host_.enabled()) {
+      RILL_LOG_ERROR("--kv-offloading-dir {}: the disk tier sits below the host tier, which this server runs "
+                     "without; running without the disk tier", o.disk_tier.dir.string());
+    } else {
+      Result<std::unique_ptr<DiskTier>> disk = [&]() -> Result<std::unique_ptr<DiskTier>> {
+        RILL_ASSIGN_OR_RETURN(const uint64_t fp,
+                              cache_fingerprint(*r->model_, r->caches_, plan.block_size, o.model_identity));
+        return DiskTier::open(o.disk_tier, fp, r->host_.block_bytes, r->host_.snapshot_bytes);
+      }();
+      if (disk.ok()) {
+        r->disk_ = std::move(disk).value();
+        r->plan_.disk_tier = true;
+      } else {
+        RILL_LOG_ERROR("--kv-offloading-dir {}: {}; running without the disk tier", o.disk_tier.dir.string(),
+                       disk.status().message());
+      }
+    }
+  }
   r->max_model_len_ = std::min<int>(want_len, plan.n_blocks * plan.block_size);
   if (graphs) {
+    // Steps whose experts the backend runs faster eagerly than in a graph stay eager.
+    int64_t max_graph_tokens = INT64_MAX;
+    if (c.moe.n_experts_per_token > 0) {
+      const int64_t pairs = be.graph_max_expert_pairs(c.mxfp4_experts || c.fp8.source != model::Fp8Source::None);
+      if (pairs < INT64_MAX) {
+        max_graph_tokens = pairs / c.moe.n_experts_per_token;
+        RILL_LOG_INFO("decode graphs up to {} tokens a step (larger steps run eagerly: {} experts are faster "
+                      "there)", max_graph_tokens, be.name());
+      }
+    }
     RILL_ASSIGN_OR_RETURN(DecodeGraphs g,
                           DecodeGraphs::create(be, o.max_batch_size, r->max_model_len_, plan.block_size,
-                                               n_slots, plan.n_blocks, o.capture_graphs));
+                                               n_slots, plan.n_blocks, o.capture_graphs,
+                                               1 + std::max(o.num_speculative_tokens, 0), max_graph_tokens));
     r->graphs_ = std::move(g);
   }
   return r;
@@ -144,7 +199,7 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(std::unique_ptr<model::
 
 Result<TensorView> ModelRunner::forward(const model::StepBatch& batch, const cache::CacheOps& ops) {
   tier_seconds_ = 0;
-  RILL_TRY(apply_cache_ops(model_->backend(), caches_, ops, &host_, &tier_seconds_));
+  RILL_TRY(apply_cache_ops(model_->backend(), caches_, ops, &host_, &tier_seconds_, disk_.get()));
   if (batch.seqs.empty()) return TensorView{};
   if (graphs_ && graphs_->bucket(*model_, batch) > 0) return graphs_->run(*model_, caches_, batch);
   return model_->forward(batch, caches_);
@@ -166,7 +221,23 @@ Result<StepOutput> ModelRunner::execute(const model::StepBatch& batch, const Sam
   return out;
 }
 
+std::vector<bool> ModelRunner::load_from_disk(const std::vector<cache::DiskLoad>& loads) {
+  std::vector<bool> ok(loads.size(), false);
+  if (!disk_ || loads.empty()) return ok;
+  // The host ids may still be read by copies to the device queued before (CUDA: in flight).
+  if (Status st = model_->backend().synchronize(); !st.ok()) {
+    RILL_LOG_ERROR("disk tier: {}; its items are computed instead", st.message());
+    return ok;
+  }
+  for (size_t i = 0; i < loads.size(); ++i) {
+    char* dst = host_.item(loads[i].snapshot, loads[i].host);
+    ok[i] = dst && disk_->read(loads[i].snapshot, loads[i].hash, dst).ok();
+  }
+  return ok;
+}
+
 std::unique_ptr<model::Model> ModelRunner::release_model() {
+  disk_.reset();
   graphs_.reset();
   caches_ = {};
   host_ = {};

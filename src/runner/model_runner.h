@@ -12,6 +12,7 @@
 #include "cache/cache_manager.h"
 #include "model/model.h"
 #include "runner/decode_graphs.h"
+#include "runner/disk_tier.h"
 #include "runner/host_tier.h"
 #include "runner/sampler.h"
 #include "runner/step_io.h"
@@ -40,14 +41,27 @@ struct RunnerOptions {
   // Prefix caching's host tier (vLLM's --kv-offloading-size, in bytes; 0: none): evicted MLA blocks and KDA
   // snapshots kept in host memory (pinned on CUDA). Memory that cannot be had is logged and the tier skipped.
   int64_t host_tier_bytes = 0;
+  // Its disk tier (issue #38; `--kv-offloading-dir`, `--kv-offloading-disk-size`): items leaving the host tier
+  // go to files in `disk_tier.dir` (empty: none). Needs the host tier; a directory that cannot be had is
+  // logged and the tier skipped.
+  DiskTierOptions disk_tier;
+  // What the caller knows of the checkpoint (rill serve: config.json), folded into the disk tier's files'
+  // fingerprint (cache_fingerprint.h).
+  std::string model_identity;
+  // Logits rows a step may return (0: one per sequence, times 1 + num_speculative_tokens). Scoring tools (rill
+  // logits, perplexity) ask for every fed position's: max_num_tokens.
+  int max_logit_rows = 0;
 };
 
 // Applies a step's cache operations to `caches` (KDA slot copies, on the backend's stream, with the effect of
 // running them in order): every layer's copies of a wave go out as one Backend::copy_device_to_device_batch;
 // the host tier's copies (`host`; required when there are any) as Backend::copy_host_tier_batch between them,
-// where their `after` places them. `tier_seconds` (optional) adds the host time spent issuing those.
+// where their `after` places them. `tier_seconds` (optional) adds the host time spent issuing those. The
+// disk writes (`disk`; required when there are any) copy their host items out where their `after` places
+// them, once the copies before them are done (Backend::synchronize), and queue them for the disk tier's
+// writer.
 Status apply_cache_ops(backend::Backend& be, const model::ModelCaches& caches, const cache::CacheOps& ops,
-                       const HostTier* host = nullptr, double* tier_seconds = nullptr);
+                       const HostTier* host = nullptr, double* tier_seconds = nullptr, DiskTier* disk = nullptr);
 
 // The copies split into consecutive waves that may each run in any order (a batch's copies are unordered):
 // a copy that reads a slot an earlier copy of the wave writes, or writes a slot one of them reads or writes (a
@@ -72,6 +86,11 @@ class ModelRunner {
   const cache::MemoryPlan& memory_plan() const { return plan_; }
   const cache::PrefixCacheOptions& prefix_options() const { return prefix_; }
   const HostTier& host_tier() const { return host_; }
+  // The disk tier, or null.
+  DiskTier* disk_tier() const { return disk_.get(); }
+  // Reads disk tier items into the host tier ids the cache manager staged (after the ops that freed those ids
+  // were applied); one result per load (a failure is logged by the disk tier).
+  std::vector<bool> load_from_disk(const std::vector<cache::DiskLoad>& loads);
   // The longest sequence: the requested context, capped so that one sequence always fits in the cache alone.
   int max_model_len() const { return max_model_len_; }
   std::unique_ptr<model::Model> release_model();
@@ -79,6 +98,9 @@ class ModelRunner {
   bool graphs_enabled() const { return graphs_.has_value(); }
   int graphs_captured() const { return graphs_ ? graphs_->captured() : 0; }
   uint64_t graph_replays() const { return graphs_ ? graphs_->replays() : 0; }
+  uint64_t graph_steps() const { return graphs_ ? graphs_->steps() : 0; }
+  // The most tokens a padded step may have and still replay (Backend::graph_max_expert_pairs).
+  int64_t graph_max_tokens() const { return graphs_ ? graphs_->max_step_tokens() : 0; }
 
  private:
   ModelRunner(std::unique_ptr<model::Model> model, Sampler sampler)
@@ -90,6 +112,7 @@ class ModelRunner {
   cache::PrefixCacheOptions prefix_;
   model::ModelCaches caches_;
   HostTier host_;
+  std::unique_ptr<DiskTier> disk_;
   double tier_seconds_ = 0;  // host time in the host tier's copies of the last step
   int max_model_len_ = 0;
   std::optional<DecodeGraphs> graphs_;  // see RunnerOptions::enforce_eager and capture_graphs

@@ -287,6 +287,12 @@ Result<std::unique_ptr<ParallelExecutor>> set_up(const RankLoader& load, const P
     RILL_LOG_WARN("--kv-offloading-size: the host tier is not supported with several ranks yet; running without it");
     ro.host_tier_bytes = 0;
   }
+  if (!ro.disk_tier.dir.empty()) {
+    // Its reads come through the Executor (load_from_disk), which only the local executor forwards yet.
+    RILL_LOG_WARN("--kv-offloading-dir {}: the disk tier runs with a single rank only yet; running without it",
+                  ro.disk_tier.dir.string());
+    ro.disk_tier.dir.clear();
+  }
   backend::CommWorldOptions co = p.comm;
   co.first_rank = local.first;
   std::vector<Rank> ranks(static_cast<size_t>(local.count));

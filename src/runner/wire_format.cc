@@ -218,7 +218,8 @@ Status runner_options_fields(IO& io, Options& o) {
   RILL_TRY(io.field(o.prefix.staging_slots, "prefix.staging_slots"));
   RILL_TRY(io.field(o.enforce_eager, "enforce_eager"));
   RILL_TRY(io.field(o.capture_graphs, "capture_graphs"));
-  return io.field(o.num_speculative_tokens, "num_speculative_tokens");
+  RILL_TRY(io.field(o.num_speculative_tokens, "num_speculative_tokens"));
+  return io.field(o.max_logit_rows, "max_logit_rows");
 }
 template <typename IO, typename Report>
 Status setup_report_fields(IO& io, Report& rep) {

@@ -146,7 +146,7 @@ std::optional<ApiError> handle_chat(ServingContext& ctx, const HttpRequest& req,
     RILL_API_TRY(job->submit(std::move(r), std::move(decoder)));
   }
   ResponseHeader header{make_response_id("chatcmpl-"), unix_now(), response_model_name(ctx, request.model)};
-  job->set_request_id(header.id, req.method, req.path);
+  job->set_request_id(header.id, req.method, req.path, req.client);
   if (!request.sampling.stream) return respond_whole(*job, request, header, ctx.tokenizer(), req, res);
 
   stream->job = job;

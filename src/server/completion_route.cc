@@ -156,7 +156,7 @@ std::optional<ApiError> handle_completion(ServingContext& ctx, const HttpRequest
     }
   }
   ResponseHeader header{make_response_id("cmpl-"), unix_now(), response_model_name(ctx, request.model)};
-  job->set_request_id(header.id, req.method, req.path);
+  job->set_request_id(header.id, req.method, req.path, req.client);
   if (!request.sampling.stream) return respond_whole(*job, request, n, states, header, tokenizer, req, res);
 
   auto stream = std::make_shared<CompletionStream>();

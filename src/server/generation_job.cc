@@ -25,7 +25,7 @@ void GenerationJob::cancel() {
                                                 .completion_tokens = c.tokens_received});
     if (ctx_.config().log_requests)
       log_finished_request(FinishedRequest{request_id_, int(i), 499, "abort", c.prompt_tokens, -1,
-                                           c.tokens_received, c.first_token_s, now, method_, path_});
+                                           c.tokens_received, c.first_token_s, now, method_, path_, client_});
   }
 }
 
@@ -71,7 +71,7 @@ void GenerationJob::take(int i, const engine::StreamEvent& ev, std::vector<JobFr
                                                                        : 200;
           log_finished_request(FinishedRequest{request_id_, i, status, f.finish_reason, f.usage.prompt_tokens,
                                                f.usage.cached_tokens, f.usage.completion_tokens,
-                                               c.first_token_s, now, method_, path_});
+                                               c.first_token_s, now, method_, path_, client_});
         }
       }
     }

@@ -44,11 +44,12 @@ class GenerationJob {
   void wake_on_event(const std::function<void()>& wake);
   // Cancels every unfinished engine request now.
   void cancel();
-  // The response id the request log names (chatcmpl-..., cmpl-...), with the HTTP method and path.
-  void set_request_id(std::string id, std::string method = "", std::string path = "") {
+  // The response id the request log names (chatcmpl-..., cmpl-...), with the HTTP method, path and client.
+  void set_request_id(std::string id, std::string method = "", std::string path = "", std::string client = "") {
     request_id_ = std::move(id);
     method_ = std::move(method);
     path_ = std::move(path);
+    client_ = std::move(client);
   }
 
  private:
@@ -68,7 +69,7 @@ class GenerationJob {
   std::vector<Choice> choices_;
   int n_finished_ = 0;
   size_t next_ = 0;  // round-robin start for n > 1
-  std::string request_id_, method_, path_;
+  std::string request_id_, method_, path_, client_;
 };
 
 }  // namespace rill::server

@@ -43,7 +43,7 @@ void run_route(ServingContext& ctx, const Route& route, const HttpRequest& req, 
   write_error(res, *error);
   // The API routes' refusals; /health's 503 while loading is polled, not a refused request.
   if (route.needs_model && ctx.config().log_requests)
-    log_rejected_request(req.method, req.path, error->http_status, error->message);
+    log_rejected_request(req.method, req.path, req.client, error->http_status, error->message);
 }
 
 }  // namespace
@@ -77,7 +77,7 @@ HttpServer::HttpServer(ServingContext& ctx, const HttpLimits& limits)
                             [this](HttpRequest& req, HttpResponse& res) { handle(req, res); },
                             [this](int status, const std::string& message) {
                               if (ctx_.config().log_requests)
-                                log_rejected_request("HTTP", "-", status, message);
+                                log_rejected_request("HTTP", "-", "", status, message);
                               HttpResponse res;
                               write_error(res, ApiError{status, message});
                               return res;
@@ -110,14 +110,14 @@ void HttpServer::handle(HttpRequest& req, HttpResponse& res) {
   if (cors_origin_refused(cors, req)) {
     const ApiError error{403, fmt::format("Origin '{}' is not allowed (--allowed-origins)", req.header("Origin"))};
     if (ctx_.config().log_requests)
-      log_rejected_request(req.method, req.path, error.http_status, error.message);
+      log_rejected_request(req.method, req.path, req.client, error.http_status, error.message);
     return write_error(res, error);
   }
   add_cors_headers(cors, req, res);
   if (!authorized(req)) {
     const ApiError error{401, "Invalid or missing API key: send `Authorization: Bearer <key>`"};
     if (ctx_.config().log_requests)
-      log_rejected_request(req.method, req.path, error.http_status, error.message);
+      log_rejected_request(req.method, req.path, req.client, error.http_status, error.message);
     return write_error(res, error);
   }
   if (req.path.size() > kMaxRoutedPathBytes)

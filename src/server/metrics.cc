@@ -189,6 +189,22 @@ std::string Metrics::render(const engine::EngineStats* stats) const {
   gauge("rill:host_tier_blocks_total", "MLA block capacity of the host tier.", s.host_tier_blocks_total);
   gauge("rill:host_tier_snapshots", "KDA snapshots in the host tier.", s.host_tier_snapshots);
   gauge("rill:host_tier_snapshots_total", "KDA snapshot capacity of the host tier.", s.host_tier_snapshots_total);
+  // Disk tier (--kv-offloading-dir): hits read from it, bytes each way, its files, and its faults.
+  counter("rill:prefix_cache_hits_disk_total",
+          "Prompt tokens of prefix-cache hits whose blocks were read from the disk tier.", s.prefix_cache_hits_disk);
+  counter("rill:kv_offload_bytes_to_disk_total", "Bytes of files written to the disk tier.", s.kv_offload_bytes_to_disk);
+  counter("rill:kv_offload_bytes_from_disk_total", "Bytes read from the disk tier for prefix hits.",
+          s.kv_offload_bytes_from_disk);
+  gauge("rill:disk_tier_files", "Files in the disk tier.", double(s.disk_tier_files));
+  gauge("rill:disk_tier_bytes", "Bytes of the disk tier's files.", double(s.disk_tier_bytes));
+  counter("rill:disk_tier_write_errors_total", "Disk tier writes that failed (full or read-only disk, I/O errors).",
+          s.disk_tier_write_errors);
+  counter("rill:disk_tier_read_errors_total",
+          "Disk tier files that failed their checks when read (corrupt, truncated) or could not be read.",
+          s.disk_tier_read_errors);
+  counter("rill:disk_tier_writes_dropped_total",
+          "Items not written to the disk tier: its writer behind, the tier read-only or off after a failure.",
+          s.disk_tier_writes_dropped);
   {  // EngineStats keeps per-bucket counts; Prometheus wants them cumulative
     const char* name = "rill:iteration_tokens_total";
     header(out, name, "histogram",

@@ -21,6 +21,7 @@ std::string format_finished_request(const FinishedRequest& r) {
       r.id.empty() ? "-" : r.id, r.choice, r.http_status, r.finish_reason, r.prompt_tokens, cached,
       r.completion_tokens, ttft, tpot, r.e2e_s);
   if (!r.method.empty()) line += fmt::format(" method={} path={}", r.method, r.path);
+  if (!r.client.empty()) line += fmt::format(" client={}", r.client);
   return line;
 }
 
@@ -28,9 +29,10 @@ void log_finished_request(const FinishedRequest& r) {
   RILL_LOG_INFO("{}", format_finished_request(r));
 }
 
-void log_rejected_request(const std::string& method, const std::string& path, int status,
-                          const std::string& reason) {
-  RILL_LOG_INFO("request rejected: {} {} status={} reason={}", method, path, status, reason);
+void log_rejected_request(const std::string& method, const std::string& path, const std::string& client,
+                          int status, const std::string& reason) {
+  RILL_LOG_INFO("request rejected: {} {} status={} client={} reason={}", method, path, status,
+                client.empty() ? "-" : client, reason);
 }
 
 }  // namespace rill::server

@@ -73,7 +73,7 @@ std::optional<ApiError> handle_responses(ServingContext& ctx, const HttpRequest&
                     ctx.chat().constraint(prompt, request.sampling.params.stop_token_ids)};
   RILL_API_TRY(job->submit(std::move(r), std::move(decoder)));
   const std::string id = make_response_id("resp_");
-  job->set_request_id(id, req.method, req.path);
+  job->set_request_id(id, req.method, req.path, req.client);
   auto pump = std::make_shared<ResponsesPump>(ResponsesPump{
       job, ResponseBuilder(id, unix_now(), response_model_name(ctx, request.model), parsed.echo),
       std::move(opening)});

@@ -1,13 +1,19 @@
 // Cross-backend tests of latent attention (src/backend/{cpu,cuda}/mla*): the paged cache write, and attention
-// through the decode split-KV path (n_new <= 8), the prefill flash path and mixed batches, against the CPU
-// reference. Block tables are shuffled block ids; unwritten cache rows and outputs are NaN-poisoned, and the
-// scratch is filled with NaN bytes so a read of anything the kernels did not write shows up.
+// through the decode split-KV path (n_new <= 16), the prefill paths and mixed batches, against the CPU
+// reference. Every step with a prefill sequence runs through both prefill attention paths (backend option
+// mla_prefill): cuDNN's fused attention (mla_prefill=cudnn: cuDNN or a failed step, so a silent fallback cannot
+// pass; skipped where the build has no cuDNN) and rill's flash kernel. Block tables are shuffled block ids;
+// unwritten cache rows and outputs are NaN-poisoned, and the scratch is filled with NaN bytes so a read of
+// anything the kernels did not write shows up.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <numeric>
+#include <string>
+#include <vector>
 
 #include "backend/op_harness.h"
+#include "test_backend_options.h"
 
 namespace rill::testing {
 namespace {
@@ -95,8 +101,28 @@ void run_dev_attention(OpHarness& h, backend::MlaAttentionArgs a) {
   EXPECT_EQ(arena.used(), 0u);
 }
 
+// The backend-option values mla_prefill takes in check_attention for a step with prefill sequences: cuDNN's
+// fused attention where this build has it, and rill's flash kernel; a step without any runs once as it is.
+std::vector<std::string> prefill_paths(OpHarness& h, const std::vector<Seq>& seqs) {
+  const bool prefill = std::any_of(seqs.begin(), seqs.end(), [](const Seq& s) { return s.n_new > 16; });
+  if (!prefill) return {""};
+  std::vector<std::string> paths;
+  if (h.dev().set_option("mla_prefill", "cudnn").ok())
+    paths.push_back("cudnn");
+  else
+    std::printf("[ mla      ] no cuDNN in this build: rill's prefill kernel only\n");
+  paths.push_back("rill");
+  return paths;
+}
+
+// Back to this run's mla_prefill (test_backend_options.h) after a check set it.
+void restore_prefill_path(OpHarness& h) {
+  (void)h.dev().set_option("mla_prefill", backend::mla_prefill_name(cuda_backend_options().mla_prefill));
+}
+
 // History write, step write, then attention on both backends over identical latents (the CPU cache is
-// overwritten with the CUDA cache, so only attention is compared; mla_cache_write has its own test).
+// overwritten with the CUDA cache, so only attention is compared; mla_cache_write has its own test). Steps
+// with a prefill sequence run once per prefill path (prefill_paths).
 void check_attention(OpHarness& h, const std::vector<Seq>& seqs, int heads, int block_size,
                      bool strided_q = false) {
   SCOPED_TRACE(::testing::Message() << "heads " << heads << " block " << block_size << " strided_q "
@@ -126,7 +152,6 @@ void check_attention(OpHarness& h, const std::vector<Seq>& seqs, int heads, int 
                         DType::BF16, {int64_t(heads) * (kNope + kV), kLora});
   const backend::LinearWeight w_cpu{kvb.first.view}, w_dev{kvb.second.view};
   const BackendTensor out_cpu = h.empty(h.cpu(), DType::F32, {T, int64_t(heads) * kV});
-  const BackendTensor out_dev = h.empty(h.dev(), DType::BF16, {T, int64_t(heads) * kV});
 
   backend::BatchLayout lc, ld;
   h.layouts(steps.step, block_size, &lc, &ld);
@@ -147,14 +172,23 @@ void check_attention(OpHarness& h, const std::vector<Seq>& seqs, int heads, int 
   ad.cache = c.dev.view;
   ad.kv_b = &w_dev;
   ad.layout = &ld;
-  ad.out = out_dev.view;
   ASSERT_TRUE(h.cpu().mla_attention(ac).ok());
-  run_dev_attention(h, ad);
-  const std::vector<float> want = h.get(h.cpu(), out_cpu.view), got = h.get(h.dev(), out_dev.view);
-  const double err = rel_l2(got, want);
-  EXPECT_LE(err, kAttnTol) << "max |d| " << max_abs(got, want);
-  std::printf("[ mla      ] %zu seqs, %lld tokens, heads %d: rel-L2 %.2e\n", seqs.size(), (long long)T, heads,
-              err);
+  const std::vector<float> want = h.get(h.cpu(), out_cpu.view);
+  for (const std::string& path : prefill_paths(h, seqs)) {
+    SCOPED_TRACE("mla_prefill " + (path.empty() ? std::string("(no prefill)") : path));
+    if (!path.empty()) {
+      ASSERT_TRUE(h.dev().set_option("mla_prefill", path).ok());
+    }
+    const BackendTensor out_dev = h.empty(h.dev(), DType::BF16, {T, int64_t(heads) * kV});  // NaN-poisoned
+    ad.out = out_dev.view;
+    run_dev_attention(h, ad);
+    const std::vector<float> got = h.get(h.dev(), out_dev.view);
+    const double err = rel_l2(got, want);
+    EXPECT_LE(err, kAttnTol) << "max |d| " << max_abs(got, want);
+    std::printf("[ mla      ] %zu seqs, %lld tokens, heads %d%s%s: rel-L2 %.2e\n", seqs.size(), (long long)T,
+                heads, path.empty() ? "" : ", prefill ", path.c_str(), err);
+  }
+  restore_prefill_path(h);
 }
 
 TEST(MlaCuda, CacheWriteShuffledBlocks) {
@@ -270,6 +304,43 @@ TEST(MlaCuda, PrefillSequencesExpandedInGroups) {
   const std::vector<Seq> seqs = {{0, 20}, {50, 30}, {5, 12}, {3, 1}, {200, 40}, {64, 9}, {0, 70}};
   check_attention(h, seqs, 2, 16);
   check_attention(h, seqs, 32, 64, /*strided_q=*/true);
+}
+
+// Prefill shapes at the edges of the cuDNN path's buckets and batching (cudnn_sdpa.h): a 17-token chunk (the
+// smallest prefill) from empty and after a long cached prefix, lengths either side of the 64-row bucket floor
+// and of a power of two in one batch (padding entries), and a query block much shorter than its context.
+TEST(MlaCuda, PrefillOddShapes) {
+  OpHarness h("cuda");
+  RILL_REQUIRE_BACKEND(h);
+  check_attention(h, {{0, 17}}, 2, 64);
+  check_attention(h, {{1000, 17}}, 32, 64);
+  check_attention(h, {{4000, 33}}, 2, 16);
+  check_attention(h, {{0, 63}, {0, 64}, {0, 65}, {1, 127}, {0, 129}}, 2, 64);
+  check_attention(h, {{63, 65}, {2047, 18}, {5, 200}}, 32, 64, /*strided_q=*/true);
+}
+
+// More prefill sequences than one cuDNN call takes (kSdpaMaxBatch = 64): 70 chunks of 17..48 tokens after
+// cached prefixes, with decode sequences between them, in one step (two calls per group; a 6-sequence call
+// padded to 8).
+TEST(MlaCuda, PrefillManySequences) {
+  OpHarness h("cuda");
+  RILL_REQUIRE_BACKEND(h);
+  std::vector<Seq> seqs;
+  std::uniform_int_distribution<int> n_new(17, 48), start(0, 90);
+  for (int i = 0; i < 70; ++i) {
+    seqs.push_back({start(h.rng()), n_new(h.rng())});
+    if (i % 20 == 7) seqs.push_back({start(h.rng()) + 10, 1});
+  }
+  check_attention(h, seqs, 2, 16);
+}
+
+TEST(MlaCuda, PrefillPathOption) {
+  OpHarness h("cuda");
+  RILL_REQUIRE_BACKEND(h);
+  EXPECT_FALSE(h.dev().set_option("mla_prefill", "fast").ok());
+  EXPECT_TRUE(h.dev().set_option("mla_prefill", "rill").ok());
+  EXPECT_TRUE(h.dev().set_option("mla_prefill", "auto").ok());
+  restore_prefill_path(h);
 }
 
 TEST(MlaCuda, K3HeadCount) {

@@ -75,6 +75,55 @@ TEST(FileDataset, LineFormsAndWrapAround) {
   EXPECT_EQ(file_dataset(path, 1, 16).status().code(), StatusCode::NotFound);
 }
 
+// A downloaded Hugging Face dataset (the layouts `huggingface-cli download --repo-type dataset` leaves): records'
+// prompt fields by the documented order, the split filter, the subset folder, Parquet refused with a way out.
+TEST(HfDataset, RecordFieldsSplitsAndParquet) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("rill_hf_" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir / "data");
+  fs::create_directories(dir / ".cache");
+  std::ofstream(dir / "data" / "train-00000.jsonl")
+      << R"({"messages": [{"role": "system", "content": "sys"}, {"role": "user", "content": "chat prompt"}]})" "\n"
+      << R"({"conversations": [{"from": "human", "value": "sharegpt prompt"}, {"from": "gpt", "value": "r"}]})" "\n"
+      << R"({"instruction": "Fix it.", "input": "x = 1 +", "output": "x = 1 + 1"})" "\n"
+      << R"({"id": 7})" "\n"  // no prompt field: skipped
+      << R"({"question": "2 + 2?", "max_tokens": 5})" "\n";
+  std::ofstream(dir / "data" / "test.json") << R"([{"problem": "test problem"}, {"prompt": "p", "output_len": 3}])";
+  std::ofstream(dir / ".cache" / "train-junk.jsonl") << "not json\n";  // hidden folders are not read
+  auto train = hf_dataset(dir, 5, 64, "train");
+  ASSERT_TRUE(train.ok()) << train.status().to_string();
+  ASSERT_EQ(train->size(), 5u);
+  EXPECT_EQ((*train)[0].prompt, "chat prompt");
+  EXPECT_EQ((*train)[1].prompt, "sharegpt prompt");
+  EXPECT_EQ((*train)[2].prompt, "Fix it.\n\nx = 1 +");
+  EXPECT_EQ((*train)[3].prompt, "2 + 2?");
+  EXPECT_EQ((*train)[3].output_len, 5);
+  EXPECT_EQ((*train)[0].output_len, 64);
+  EXPECT_EQ((*train)[4].prompt, "chat prompt");  // read again from the top
+  auto all = hf_dataset(dir / "data", 6, 64, "");  // sorted: test.json before train-00000.jsonl
+  ASSERT_TRUE(all.ok()) << all.status().to_string();
+  EXPECT_EQ((*all)[0].prompt, "test problem");
+  EXPECT_EQ((*all)[1].output_len, 3);
+  EXPECT_EQ((*all)[2].prompt, "chat prompt");
+  EXPECT_FALSE(hf_dataset(dir, 1, 64, "validation").ok());
+
+  const fs::path pq = fs::temp_directory_path() / ("rill_hf_pq_" + std::to_string(getpid()));
+  fs::create_directories(pq);
+  std::ofstream(pq / "train-00000-of-00001.parquet") << "PAR1";
+  auto parquet = hf_dataset(pq, 1, 64, "");
+  ASSERT_FALSE(parquet.ok());
+  EXPECT_NE(parquet.status().message().find("Parquet"), std::string::npos) << parquet.status().message();
+  EXPECT_NE(parquet.status().message().find("read_parquet"), std::string::npos) << parquet.status().message();
+  EXPECT_EQ(hf_dataset(pq / "missing", 1, 64, "").status().code(), StatusCode::NotFound);
+  std::ofstream(dir / "data" / "test.json") << "[1, 2]";
+  auto bad = hf_dataset(dir / "data", 1, 64, "test");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("test.json[0]"), std::string::npos) << bad.status().message();
+  fs::remove_all(dir);
+  fs::remove_all(pq);
+}
+
 // ShareGPT (vLLM's sample_sharegpt_requests): the first turn is the prompt, the reply's token count max_tokens;
 // short, long and one-turn entries are skipped. Tokens here are words (the counting function is the caller's).
 TEST(ShareGptDataset, FirstTurnPromptReplyLengthAndVllmsFilters) {

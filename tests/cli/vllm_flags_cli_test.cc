@@ -1,11 +1,14 @@
 // vLLM's command-line surface on the built binary (issue #34): every flag of `vllm serve --help=all`
 // (tests/data/vllm/serve_flags.txt, transcribed from vLLM) works, is accepted with a notice or is refused with a
 // reason — never "unknown"; usage errors exit 2 with a "did you mean"; `rill --version`; the parallel flags on
-// the commands that run the model, with `rill generate -tp 2` against the single-rank run.
+// the commands that run the model, with `rill generate`, `logits`, `perplexity` at -tp 2 (and -pp 2) against the
+// single-rank run, and `rill bench -tp 2`'s sharded step rows.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -14,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/run_rill.h"
+#include "io/safetensors.h"
 
 namespace rill {
 namespace {
@@ -155,10 +159,93 @@ TEST(ParallelFlags, SameChecksOnEveryCommand) {
     EXPECT_EQ(r.code, 2) << cmd << "\n" << r.out;
     EXPECT_NE(r.out.find("--data-parallel-size 2: not built yet"), std::string::npos) << cmd << "\n" << r.out;
   }
-  // The commands that drive one unsplit model say so, and what to use.
-  const auto r = run_rill("logits " + dir + " --prompt-ids 1 --out x --device cpu -tp 2");
+}
+
+std::vector<float> read_logits(const fs::path& file, int64_t* vocab) {
+  auto f = io::SafetensorsFile::open(file);
+  EXPECT_TRUE(f.ok()) << file;
+  if (!f.ok()) return {};
+  const io::TensorInfo* t = f->find("logits");
+  EXPECT_NE(t, nullptr);
+  if (t == nullptr) return {};
+  *vocab = t->shape[1];
+  const float* x = static_cast<const float*>(f->view(*t).data);
+  return std::vector<float>(x, x + t->shape[0] * t->shape[1]);
+}
+
+// The sharded logits against the single-rank ones: the same function summed in another order (all-reduces), so
+// close in relative L2 and with the same best token at every position (the random tiny model's margins are far
+// above the CPU's fp32 reordering error).
+TEST(ParallelFlags, LogitsShardedMatchesOneRank) {
+  const fs::path dir = fs::temp_directory_path() / ("rill_tp_logits_" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  const std::string base = "logits " + tiny_model().string() +
+                           " --device cpu --prompt-ids 1,2,3,40,5,6,7,8,9,10,11,12,13,14,15,16,17 --out ";
+  auto one = run_rill(base + (dir / "one.safetensors").string());
+  ASSERT_EQ(one.code, 0) << one.out;
+  int64_t V = 0;
+  const std::vector<float> ref = read_logits(dir / "one.safetensors", &V);
+  ASSERT_FALSE(ref.empty());
+  for (const char* mapping : {"-tp 2", "-tp 2 -pp 2 --chunk 5", "-tp 2 --enable-expert-parallel"}) {
+    const fs::path out = dir / "sharded.safetensors";
+    const auto r = run_rill(base + out.string() + " " + mapping);
+    ASSERT_EQ(r.code, 0) << mapping << "\n" << r.out;
+    int64_t v2 = 0;
+    const std::vector<float> got = read_logits(out, &v2);
+    ASSERT_EQ(got.size(), ref.size()) << mapping;
+    double num = 0, den = 0;
+    for (size_t i = 0; i < ref.size(); ++i) {
+      num += (double(got[i]) - ref[i]) * (double(got[i]) - ref[i]);
+      den += double(ref[i]) * ref[i];
+    }
+    EXPECT_LT(std::sqrt(num / den), 1e-4) << mapping;
+    for (size_t row = 0; row * size_t(V) < ref.size(); ++row) {
+      auto best = [&](const std::vector<float>& x) {
+        return std::max_element(x.begin() + row * V, x.begin() + (row + 1) * V) - (x.begin() + row * V);
+      };
+      EXPECT_EQ(best(got), best(ref)) << mapping << " position " << row;
+    }
+  }
+  fs::remove_all(dir);
+}
+
+TEST(ParallelFlags, PerplexityShardedMatchesOneRank) {
+  const fs::path text = fs::temp_directory_path() / ("rill_tp_ppl_" + std::to_string(getpid()) + ".txt");
+  {
+    std::ofstream f(text);
+    for (int i = 0; i < 40; ++i) f << "The quick brown fox " << i << " jumps over the lazy dog. ";
+  }
+  const std::string base = "perplexity " + tiny_model().string() + " " + text.string() +
+                           " --device cpu --context 48 --stride 32 --json";
+  auto figure = [](const std::string& out) {
+    const size_t brace = out.rfind("{\"perplexity\"");
+    if (brace == std::string::npos) return -1.0;
+    return nlohmann::json::parse(out.substr(brace))["perplexity"].get<double>();
+  };
+  const auto one = run_rill(base);
+  ASSERT_EQ(one.code, 0) << one.out;
+  for (const char* mapping : {"-tp 2", "-tp 2 -pp 2"}) {
+    const auto r = run_rill(base + " " + mapping);
+    ASSERT_EQ(r.code, 0) << mapping << "\n" << r.out;
+    EXPECT_NEAR(figure(r.out), figure(one.out), 1e-5 * figure(one.out)) << mapping;
+    EXPECT_GT(figure(one.out), 1.0);
+  }
+  fs::remove(text);
+}
+
+// rill bench -tp 2: the steps through the sharded executor (section "sharded"); the single-model slices refuse.
+TEST(ParallelFlags, BenchRunsShardedSteps) {
+  const std::string base = "bench " + tiny_model().string() +
+                           " --device cpu --prefill-tokens 64 --decode-context 64 --decode-batches 1 2 --repeats 1";
+  auto r = run_rill(base + " -tp 2");
+  ASSERT_EQ(r.code, 0) << r.out;
+  for (const char* row : {"sharded  prefill 1 x 64 tokens, tp 2 x pp 1, ep 1",
+                          "sharded  decode batch 1 at 64 context, tp 2 x pp 1, ep 1",
+                          "sharded  decode batch 2 at 64 context, tp 2 x pp 1, ep 1"})
+    EXPECT_NE(r.out.find(row), std::string::npos) << row << "\n" << r.out;
+  r = run_rill(base + " -tp 2 --composed");
   EXPECT_EQ(r.code, 2) << r.out;
-  EXPECT_NE(r.out.find("rill logits runs one unsplit model"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("run one unsplit model"), std::string::npos) << r.out;
 }
 
 // Without a mapping, inspect says how many GPUs of the given size a model needs when one cannot hold it (the

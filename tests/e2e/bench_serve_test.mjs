@@ -103,6 +103,17 @@ await run("e2e_bench_serve", async (track) => {
     assert(r2.err.includes("gnuplot is not installed"), "the plot is skipped with a notice:\n" + r2.err);
   }
 
+  // A downloaded Hugging Face dataset (--dataset-name hf): its JSON lines' chat prompts, the record's own length.
+  const hf = path.join(dir, "hf", "data");
+  fs.mkdirSync(hf, { recursive: true });
+  fs.writeFileSync(path.join(hf, "train-00000-of-00001.jsonl"),
+    '{"messages": [{"role": "user", "content": "Name a color."}], "max_tokens": 2}\n{"instruction": "Add.", "input": "1 + 1"}\n');
+  const results3 = path.join(dir, "hf.json");
+  const r3 = await bench(["--url", server.url, "--dataset-name", "hf", "--dataset-path", path.join(dir, "hf"),
+    "--hf-split", "train", "--hf-output-len", "4", "--num-prompts", "3", "--ignore-eos", "--result-file", results3]);
+  assertEq(r3.code, 0, "hf dataset bench exit code\n" + r3.out + r3.err);
+  assertEq([].concat(JSON.parse(fs.readFileSync(results3, "utf8")))[0].output_lens, [2, 4, 2], "hf record lengths, else --hf-output-len");
+
   // Bad input names the flag; an unreachable server names the URL.
   const bad = await bench(["--url", server.url, "--request-rate", "0"]);
   assert(bad.code === 2 && bad.err.includes("--request-rate"), "bad rate: " + bad.err);

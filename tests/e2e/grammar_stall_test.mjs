@@ -8,9 +8,8 @@
 //  - several such constrained requests at once are served too, their masks computed off the engine thread;
 // and through all of it the stream's largest gap stays under 1 s (on today's CPU tiny model a gap is a
 // few ms; the frozen stream's was 30 s). The server answers a normal request after.
-import { isMainThread, parentPort, Worker, workerData } from "worker_threads";
-
-import { Ajv, assert, assertEq, OpenAI, run, startServer } from "./lib/harness.mjs";
+import { Ajv, assert, assertEq, run, startServer } from "./lib/harness.mjs";
+import { startRecordedStream } from "./lib/recorded_stream.mjs";
 
 const MAX_GAP_MS = 1000;
 
@@ -18,22 +17,7 @@ function stringEnum(n, tag) {
   return Array.from({ length: n }, (_, i) => `${tag}-${i}-${(i * 2654435761 >>> 0).toString(36)}`);
 }
 
-// The victim runs in a worker thread with its own event loop, so the arrival times it records are the
-// server's pace, not this thread's (which builds and sends megabytes of JSON meanwhile).
-if (!isMainThread) {
-  const { url, model } = workerData;
-  const controller = new AbortController();
-  parentPort.on("message", () => controller.abort());
-  const client = new OpenAI({ apiKey: "none", baseURL: url + "/v1", maxRetries: 0, timeout: 120000 });
-  try {
-    const s = await client.completions.create(
-      { model, prompt: [1, 2, 3], max_tokens: 8000, ignore_eos: true, stream: true }, { signal: controller.signal });
-    for await (const ch of s) if (ch.choices[0]?.text !== undefined) parentPort.postMessage({ at: Date.now() });
-    parentPort.postMessage({ done: controller.signal.aborted ? "aborted" : "the stream ended early" });
-  } catch (e) {
-    parentPort.postMessage({ done: controller.signal.aborted ? "aborted" : String(e) });
-  }
-} else run("e2e_grammar_stall", async (track) => {
+run("e2e_grammar_stall", async (track) => {
   // The 6 MB body must reach the schema-size check: the default --max-request-bytes (4 MiB) would refuse it
   // in the HTTP layer first.
   const server = track(await startServer(["--max-request-bytes", String(16 << 20)]));
@@ -51,19 +35,14 @@ if (!isMainThread) {
       properties: { city: { type: "string", enum: stringEnum(5000, "city") } }, required: ["city"] } } } });
   assert(bodyBytes > 4e6, `the attack body is over 4 MB (${bodyBytes})`);
 
-  // The victim: an endless stream whose chunk arrival times are recorded until it is aborted.
-  const arrivals = [];
-  let victimDone = null;
-  const worker = new Worker(new URL(import.meta.url), { argv: process.argv.slice(2), workerData: { url: server.url, model } });
-  const victim = new Promise((resolve) => worker.on("message", (m) => {
-    if (m.at) arrivals.push(m.at);
-    if (m.done) victimDone = m.done, resolve();
-  }));
-  const victimError = () => (victimDone === "aborted" ? null : victimDone);
+  // The victim: an endless stream whose chunk arrival times are recorded (in a worker thread) until stopped.
+  const victim = startRecordedStream(server.url, { model, prompt: [1, 2, 3], max_tokens: 8000, ignore_eos: true });
+  const { arrivals } = victim;
+  const victimError = () => victim.error();
   const waitForChunks = async (n) => {
     const want = arrivals.length + n;
     while (arrivals.length < want) {
-      assert(victimDone === null, `the stream ended early: ${victimDone}`);
+      assert(victim.done === null, `the stream ended early: ${victim.done}`);
       await new Promise((r) => setTimeout(r, 5));
     }
   };
@@ -91,9 +70,7 @@ if (!isMainThread) {
   }
   await waitForChunks(20);
   const attackEnd = Date.now();
-  worker.postMessage("stop");
-  await victim;
-  await worker.terminate();
+  await victim.stop();
 
   const gaps = [];
   for (let i = 1; i < arrivals.length; ++i)

@@ -33,10 +33,10 @@ function serveFails(args) {
 }
 
 function parseFinished(line) {
-  const m = /request (\S+) finished: choice=(\d+) status=(\d+) finish=(\S+) prompt_tokens=(-?\d+) cached_tokens=(-|\d+) completion_tokens=(\d+) ttft=(\S+) tpot=(\S+) e2e=([\d.]+)s(?: method=(\S+) path=(\S+))?/.exec(line);
+  const m = /request (\S+) finished: choice=(\d+) status=(\d+) finish=(\S+) prompt_tokens=(-?\d+) cached_tokens=(-|\d+) completion_tokens=(\d+) ttft=(\S+) tpot=(\S+) e2e=([\d.]+)s(?: method=(\S+) path=(\S+))?(?: client=(\S+))?/.exec(line);
   if (!m) return null;
   return { id: m[1], choice: +m[2], status: +m[3], finish: m[4], prompt: +m[5], cached: m[6] === "-" ? null : +m[6], completion: +m[7],
-           ttft: m[8] === "-" ? null : parseFloat(m[8]), e2e: parseFloat(m[10]), method: m[11], path: m[12] };
+           ttft: m[8] === "-" ? null : parseFloat(m[8]), e2e: parseFloat(m[10]), method: m[11], path: m[12], client: m[13] };
 }
 
 await run("e2e_vllm_cli", async (track) => {
@@ -54,6 +54,8 @@ await run("e2e_vllm_cli", async (track) => {
        /--gpu-memory-utilization 0.8 and --kv-cache-fraction 0.5 both size the caches: give one/],
       [["--kv-offloading-backend", "lmcache", "--kv-offloading-size", "1"], /--kv-offloading-backend lmcache: .*use native/],
       [["--kv-offloading-backend", "native"], /--kv-offloading-backend native needs --kv-offloading-size/],
+      [["--kv-offloading-dir", "/tmp/rill-kv"], /--kv-offloading-dir \/tmp\/rill-kv: the disk tier sits below the host tier: it needs --kv-offloading-size/],
+      [["--kv-offloading-disk-size", "1"], /--kv-offloading-disk-size caps the --kv-offloading-dir files: give the directory/],
     ]) {
       const f = await serveFails(args);
       assertEq(f.code, 2, `${args.join(" ")} is refused as bad input`);
@@ -131,8 +133,9 @@ await run("e2e_vllm_cli", async (track) => {
              `${g.id}: the logged status, finish reason and token counts are the client's`);
     assert(f.ttft !== null && f.ttft >= 0 && f.ttft <= f.e2e, `${g.id}: 0 <= ttft <= e2e (${f.ttft}, ${f.e2e})`);
     assertEq([f.method, f.path], ["POST", "/v1/chat/completions"], `${g.id}: the line names the method and path`);
+    assert(/^127\.0\.0\.1:\d+$/.test(f.client ?? ""), `${g.id}: the line names the client's address and port: ${f.client}`);
   }
-  assert(lines.some((l) => /request rejected: POST \/v1\/chat\/completions status=404 reason=.*c/.test(l)),
+  assert(lines.some((l) => /request rejected: POST \/v1\/chat\/completions status=404 client=127\.0\.0\.1:\d+ reason=.*c/.test(l)),
          "the refused request has a line with its status");
 
   let prompt = 0, generated = 0;

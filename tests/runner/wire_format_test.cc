@@ -143,6 +143,7 @@ TEST(WireFormat, RunnerOptionsComeBackFieldForField) {
   o.enforce_eager = true;
   o.capture_graphs = false;
   o.num_speculative_tokens = 4;
+  o.max_logit_rows = 512;
   auto got = decode_runner_options(encode_runner_options(o));
   ASSERT_TRUE(got.ok()) << got.status().to_string();
   EXPECT_EQ(got->max_batch_size, 17);
@@ -159,6 +160,7 @@ TEST(WireFormat, RunnerOptionsComeBackFieldForField) {
   EXPECT_TRUE(got->enforce_eager);
   EXPECT_FALSE(got->capture_graphs);
   EXPECT_EQ(got->num_speculative_tokens, 4);
+  EXPECT_EQ(got->max_logit_rows, 512);
 }
 
 TEST(WireFormat, SetupReportsAndVerdictsCarryTheFailure) {

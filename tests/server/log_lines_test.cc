@@ -23,6 +23,8 @@ TEST(RequestLog, PrintsTheCountsAndVllmsTpot) {
   r.method = "POST";
   r.path = "/v1/completions";
   EXPECT_TRUE(format_finished_request(r).ends_with(" method=POST path=/v1/completions"));
+  r.client = "[::1]:51234";
+  EXPECT_TRUE(format_finished_request(r).ends_with(" method=POST path=/v1/completions client=[::1]:51234"));
 }
 
 TEST(StatsLine, ThroughputIsTheCountersDeltaOverTheInterval) {

@@ -42,6 +42,15 @@ TEST(Metrics, EngineGaugesAndCounters) {
   s.host_tier_blocks_total = 64;
   s.host_tier_snapshots = 3;
   s.host_tier_snapshots_total = 8;
+  s.disk_tier = true;
+  s.prefix_cache_hits_disk = 12;
+  s.kv_offload_bytes_to_disk = 8192;
+  s.kv_offload_bytes_from_disk = 1024;
+  s.disk_tier_files = 6;
+  s.disk_tier_bytes = 9000;
+  s.disk_tier_write_errors = 1;
+  s.disk_tier_read_errors = 2;
+  s.disk_tier_writes_dropped = 4;
   const std::string text = m.render(&s);
   const std::string l = "{model_name=\"tiny\"}";
   EXPECT_EQ(sample(text, "rill:num_requests_running" + l), 3);
@@ -67,6 +76,14 @@ TEST(Metrics, EngineGaugesAndCounters) {
   EXPECT_EQ(sample(text, "rill:host_tier_blocks_total" + l), 64);
   EXPECT_EQ(sample(text, "rill:host_tier_snapshots" + l), 3);
   EXPECT_EQ(sample(text, "rill:host_tier_snapshots_total" + l), 8);
+  EXPECT_EQ(sample(text, "rill:prefix_cache_hits_disk_total" + l), 12);
+  EXPECT_EQ(sample(text, "rill:kv_offload_bytes_to_disk_total" + l), 8192);
+  EXPECT_EQ(sample(text, "rill:kv_offload_bytes_from_disk_total" + l), 1024);
+  EXPECT_EQ(sample(text, "rill:disk_tier_files" + l), 6);
+  EXPECT_EQ(sample(text, "rill:disk_tier_bytes" + l), 9000);
+  EXPECT_EQ(sample(text, "rill:disk_tier_write_errors_total" + l), 1);
+  EXPECT_EQ(sample(text, "rill:disk_tier_read_errors_total" + l), 2);
+  EXPECT_EQ(sample(text, "rill:disk_tier_writes_dropped_total" + l), 4);
   EXPECT_NE(text.find("# TYPE rill:num_requests_running gauge\n"), std::string::npos);
   EXPECT_NE(text.find("# TYPE rill:prompt_tokens_total counter\n"), std::string::npos);
 }

@@ -11,6 +11,9 @@ class GemmRunner;
 namespace moe {
 class CublasGroupedGemm;
 }
+namespace mla {
+class CudnnSdpa;
+}
 
 struct CudaContext {
   cudaStream_t stream = nullptr;
@@ -26,6 +29,8 @@ struct CudaContext {
   backend::CudaBackendOptions options;
   // cuBLAS's grouped GEMM for the bf16 experts of prefill-sized MoE steps (options.moe_cublas_grouped).
   moe::CublasGroupedGemm* moe_grouped_gemm = nullptr;
+  // cuDNN's fused attention for MLA prefill (options.mla_prefill); null where the build has no cuDNN.
+  mla::CudnnSdpa* mla_sdpa = nullptr;
 };
 
 }  // namespace rill::cuda

@@ -20,6 +20,7 @@
 #include "backend/cuda/kda/config.h"
 #include "backend/cuda/kda/kda.h"
 #include "backend/cuda/make_cuda_backend.h"
+#include "backend/cuda/mla/cudnn_sdpa.h"
 #include "backend/cuda/mla/mla.h"
 #include "backend/cuda/mla/params.h"
 #include "backend/cuda/moe/cublas_grouped.h"
@@ -69,16 +70,26 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::create(int device,
                              size_t(kGemvMaxRows) * moe::kMaxExperts * sizeof(float)));
   RILL_ASSIGN_OR_RETURN(b->moe_grouped_, moe::CublasGroupedGemm::create(moe::kMaxExperts));
   b->ctx_.moe_grouped_gemm = b->moe_grouped_.get();
+  // cuDNN's fused attention for MLA prefill: no cuDNN call until a prefill step uses it.
+  auto sdpa = mla::CudnnSdpa::create(device);
+  if (sdpa.ok()) {
+    b->mla_sdpa_ = std::move(sdpa).value();
+    b->ctx_.mla_sdpa = b->mla_sdpa_.get();
+  } else if (options.mla_prefill == backend::MlaPrefillPath::Cudnn) {
+    return invalid_argument("backend option mla_prefill=cudnn: {}", sdpa.status().message());
+  }
   return b;
 }
 
 Status CudaBackend::set_option(const std::string& key, const std::string& value) {
   // Only switches that change neither a step's planned scratch nor the stream's launch attributes may change
   // after the backend is made; the rest are fixed by make_cuda_backend's options (--backend-option).
-  // (fp8_gemm changes a GEMM's planned scratch: tests set it before planning.)
-  if (key != "moe_cublas_grouped" && key != "moe_cublas_min_pairs" && key != "fp8_gemm")
+  // (fp8_gemm and mla_prefill change a step's planned scratch: tests and the benchmark set them before planning.)
+  if (key != "moe_cublas_grouped" && key != "moe_cublas_min_pairs" && key != "fp8_gemm" && key != "mla_prefill")
     return invalid_argument("backend option {} is fixed when the backend is made (--backend-option {}={})", key,
                             key, value);
+  if (key == "mla_prefill" && value == "cudnn" && !mla_sdpa_)
+    return unavailable("backend option mla_prefill=cudnn: this build has no cuDNN (RILL_CUDNN)");
   RILL_TRY(backend::set_cuda_backend_option(ctx_.options, key + "=" + value));
   gemm_->set_fp8_native(ctx_.options.fp8_gemm_native);
   return {};
@@ -111,6 +122,7 @@ CudaBackend::~CudaBackend() {
   if (tier_stream_) cudaStreamDestroy(tier_stream_);
   gemm_.reset();
   moe_grouped_.reset();
+  mla_sdpa_.reset();
   for (auto& ev : pinned_free_)
     if (ev) cudaEventDestroy(ev);
   if (pinned_) cudaFreeHost(pinned_);
@@ -437,6 +449,13 @@ class CudaGraph final : public backend::CapturedWork {
 };
 
 }  // namespace
+
+// Measured on the H100 (docs/PERF.md, 2026-12-06): decode at batch 64 (512 pairs) takes 26.7 ms eagerly with
+// cuBLAS's grouped experts against 32.8 ms replayed from a graph with rill's kernel; at batch 8 the graph wins.
+int64_t CudaBackend::graph_max_expert_pairs(bool quantized_experts) const {
+  if (quantized_experts || !ctx_.options.moe_cublas_grouped || ctx_.moe_grouped_gemm == nullptr) return INT64_MAX;
+  return std::max(0, ctx_.options.moe_cublas_min_pairs - 1);
+}
 
 Result<std::unique_ptr<backend::CapturedWork>> CudaBackend::capture(const std::function<Status()>& body) {
   // Thread-local mode: a call on this thread that is unsafe during capture (a sync, a blocking copy) fails it

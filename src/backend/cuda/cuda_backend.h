@@ -11,6 +11,9 @@
 namespace rill::cuda::moe {
 class CublasGroupedGemm;
 }
+namespace rill::cuda::mla {
+class CudnnSdpa;
+}
 
 namespace rill::cuda {
 
@@ -31,8 +34,8 @@ class CudaBackend final : public backend::Backend {
   bool kda_snapshots_in_step() const override { return true; }  // the chunk recurrence writes them
   bool kda_fuses_decode(const backend::KdaDecodeArgs& a) const override;
   const CudaContext& context() const { return ctx_; }
-  // moe_cublas_grouped and moe_cublas_min_pairs (backend/cuda_backend_options.h) between steps; the other
-  // options are fixed when the backend is made.
+  // moe_cublas_grouped and moe_cublas_min_pairs (backend/cuda_backend_options.h) between steps, fp8_gemm and
+  // mla_prefill before a step is planned; the other options are fixed when the backend is made.
   Status set_option(const std::string& key, const std::string& value) override;
 
   Result<backend::DeviceAllocation> allocate(size_t bytes) override;
@@ -54,6 +57,7 @@ class CudaBackend final : public backend::Backend {
                              void* dst, size_t bytes, backend::BatchLayout* out) override;
   Result<std::unique_ptr<backend::CapturedWork>> capture(const std::function<Status()>& body) override;
   bool can_capture() const override { return true; }
+  int64_t graph_max_expert_pairs(bool quantized_experts) const override;
   Status upload_async(void* dst, const void* host_src, size_t bytes) override;
   Status synchronize() override;
   Result<double> time_ms(const std::function<Status()>& body) override;
@@ -102,6 +106,7 @@ class CudaBackend final : public backend::Backend {
   CudaContext ctx_;
   std::unique_ptr<GemmRunner> gemm_;
   std::unique_ptr<moe::CublasGroupedGemm> moe_grouped_;
+  std::unique_ptr<mla::CudnnSdpa> mla_sdpa_;
   void* pinned_ = nullptr;                    // staging ring, kPinnedBytes
   size_t pinned_half_ = 0, pinned_head_ = 0;  // current half, and the next free byte in it
   cudaEvent_t pinned_free_[2] = {nullptr, nullptr};

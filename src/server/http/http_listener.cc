@@ -119,7 +119,11 @@ class Session : public std::enable_shared_from_this<Session> {
     server_.connections.fetch_add(1);
     error_code ec;
     const auto peer = socket_.remote_endpoint(ec);
-    if (!ec) client_ = peer.address().to_string();
+    if (!ec) {
+      client_ = peer.address().to_string();
+      client_endpoint_ = peer.address().is_v6() ? "[" + client_ + "]:" + std::to_string(peer.port())
+                                                : client_ + ":" + std::to_string(peer.port());
+    }
   }
   ~Session() {
     {
@@ -350,6 +354,7 @@ class Session : public std::enable_shared_from_this<Session> {
     busy_ = true;
     disarm_read_deadline();
     req.gone_ = gone_;
+    req.client = client_endpoint_;
     auto self = shared_from_this();
     HandlerPool& pool = reserved ? server_.reserved_pool : server_.pool;
     const size_t charge = std::exchange(charged_, 0);  // returned once the route is done with the body
@@ -723,6 +728,7 @@ class Session : public std::enable_shared_from_this<Session> {
   bool probing_ = false;  // a peer-close probe is pending
   std::shared_ptr<std::atomic<bool>> gone_;
   std::string client_;          // the peer's address (the per-client cap's key)
+  std::string client_endpoint_;  // address:port, for the request log (HttpRequest::client)
   size_t charged_ = 0;          // bytes of the memory budget held for the request being read
   bool counted_ = true;         // holds a slot of the connection caps (until refused or destroyed)
   bool reserved_only_ = false;  // accepted past --max-connections: only reserved routes are served

@@ -21,6 +21,7 @@ struct HttpRequest {
   int version = 11;        // 10 | 11
   bool keep_alive = true;  // the client did not ask to close (HTTP/1.1's default, 1.0's keep-alive)
   std::vector<std::pair<std::string, std::string>> headers;
+  std::string client;      // the peer as "address:port" ("[v6]:port"; "" when the socket could not say)
   std::string body;                  // the decoded body (the limits apply to it)
   std::vector<std::string> matches;  // the route pattern's capture groups (filled by the router)
 

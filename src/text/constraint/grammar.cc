@@ -154,6 +154,7 @@ Result<std::shared_ptr<const Grammar>> GrammarBuilder::build(NodeId root) {
   }
   auto g = std::make_shared<Grammar>();
   g->nodes_ = nodes_;
+  g->nullable_ = nullable;
   g->root_ = root;
   std::shared_ptr<const Grammar> grammar = std::move(g);
   if (Matcher(grammar).truncated())
@@ -212,8 +213,32 @@ Matcher Matcher::borrow() const {
   Matcher m;
   m.g_ = g_;
   m.stacks_ = stacks_;
+  m.base_ = base_;
   m.truncated_ = truncated_;
   return m;
+}
+
+std::optional<Matcher> Matcher::counting(NodeId repeat, int32_t count) const {
+  if (is_counting()) return std::nullopt;
+  Matcher m = *this;
+  m.base_ = 1;
+  for (Stack& s : m.stacks_) {
+    int marked = 0;
+    for (Frame& f : s)
+      if (f.node == repeat && f.pos == count) f.pos = kCountedPos, ++marked;
+    if (marked > 1) return std::nullopt;
+    s.insert(s.begin(), Frame{kCounterNode, 0});
+  }
+  // Marking maps distinct stacks to distinct stacks (only frames at `count` change), so the order is the
+  // only thing to restore.
+  std::sort(m.stacks_.begin(), m.stacks_.end());
+  return m;
+}
+
+int32_t Matcher::min_started() const {
+  int32_t n = INT32_MAX;
+  for (const Stack& s : stacks_) n = std::min(n, s[0].pos);
+  return n;
 }
 
 // Replaces non-terminal tops until every stack's top is a terminal or the stack is empty (complete).
@@ -221,7 +246,7 @@ void Matcher::expand(Stack s, std::vector<Stack>& out, int depth, size_t& work) 
   if (depth > kMaxExpandDepth) return;
   for (;;) {
     if (++work > kMaxExpandWork) return;
-    if (s.empty()) {
+    if (done(s)) {
       out.push_back(std::move(s));
       return;
     }
@@ -254,6 +279,16 @@ void Matcher::expand(Stack s, std::vector<Stack>& out, int depth, size_t& work) 
         continue;
       case Node::Kind::Repeat: {
         s.pop_back();
+        if (f.pos == kCountedPos) {
+          // Counting: another repetition whatever the count (the stack's counter says how many were started;
+          // the owner of the count compares it with what was left), or stop here.
+          Stack more = s;
+          more.push_back(f);
+          more.push_back({n.children[0], 0});
+          ++more[0].pos;
+          expand(std::move(more), out, depth + 1, work);
+          continue;
+        }
         const int32_t done = f.pos;
         if (n.max < 0 || done < n.max) {
           Stack more = s;
@@ -272,11 +307,11 @@ void Matcher::expand(Stack s, std::vector<Stack>& out, int depth, size_t& work) 
   }
 }
 
-bool Matcher::step(Symbol sym, std::vector<Stack>& out) const {
+bool Matcher::step(Symbol sym, std::vector<Stack>& out, bool& over_work) const {
   out.clear();
   size_t work = 0;
   for (const Stack& st : stacks_) {
-    if (st.empty()) continue;
+    if (done(st)) continue;
     const Frame f = st.back();
     const Node& n = g_->node(f.node);
     bool ok = false;
@@ -304,7 +339,7 @@ bool Matcher::step(Symbol sym, std::vector<Stack>& out) const {
     expand(std::move(next), out, 0, work);
     // Past the budget the new state would be missing parses: the symbol is refused instead (tokens that
     // lead there are not offered), so a mask's cost stays bounded whatever the grammar.
-    if (work > kMaxExpandWork) return false;
+    if (work > kMaxExpandWork) return over_work = true, false;
   }
   if (out.empty()) return false;
   std::sort(out.begin(), out.end());
@@ -314,7 +349,7 @@ bool Matcher::step(Symbol sym, std::vector<Stack>& out) const {
 
 bool Matcher::advance(Symbol s) {
   std::vector<Stack> next;
-  if (!step(s, next)) return false;
+  if (!step(s, next, over_work_)) return false;
   stacks_ = std::move(next);
   return true;
 }
@@ -329,7 +364,7 @@ bool Matcher::advance_bytes(std::string_view text) {
 
 bool Matcher::can_advance(Symbol s) const {
   for (const Stack& st : stacks_) {
-    if (st.empty()) continue;
+    if (done(st)) continue;
     const Frame f = st.back();
     const Node& n = g_->node(f.node);
     switch (n.kind) {
@@ -354,11 +389,11 @@ bool Matcher::can_advance(Symbol s) const {
 }
 
 bool Matcher::is_complete() const {
-  return std::any_of(stacks_.begin(), stacks_.end(), [](const Stack& s) { return s.empty(); });
+  return std::any_of(stacks_.begin(), stacks_.end(), [&](const Stack& s) { return done(s); });
 }
 
 bool Matcher::is_finished() const {
-  return std::all_of(stacks_.begin(), stacks_.end(), [](const Stack& s) { return s.empty(); });
+  return std::all_of(stacks_.begin(), stacks_.end(), [&](const Stack& s) { return done(s); });
 }
 
 }  // namespace rill::text::constraint

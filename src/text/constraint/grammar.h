@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -41,10 +42,13 @@ class Grammar {
   const Node& node(NodeId id) const { return nodes_[size_t(id)]; }
   NodeId root() const { return root_; }
   size_t size() const { return nodes_.size(); }
+  // Whether the node can match the empty string.
+  bool nullable(NodeId id) const { return nullable_[size_t(id)]; }
 
  private:
   friend class GrammarBuilder;
   std::vector<Node> nodes_;
+  std::vector<bool> nullable_;
   NodeId root_ = -1;
 };
 
@@ -132,6 +136,20 @@ class Matcher {
   // Sorted, without duplicates: equal states give equal vectors (a mask cache's key).
   const std::vector<Stack>& state() const { return stacks_; }
 
+  const Grammar& grammar() const { return *g_; }
+
+  // Counting matchers (counted_mask.h): a copy in which every frame of the bounded repeat `repeat` at count
+  // `count` (>= the repeat's min) may repeat without bound, each stack counting the repetitions it starts
+  // there. Its state is the same for every such count, so it serves as a cache key; a stack is valid for the
+  // original matcher iff its count is at most max - count. Fails (nullopt) when one stack holds two such
+  // frames: one count per stack could not tell which of them a repetition belongs to.
+  std::optional<Matcher> counting(NodeId repeat, int32_t count) const;
+  bool is_counting() const { return base_ != 0; }
+  // Counting: the fewest repetitions any stack has started (INT32_MAX when no stack is left).
+  int32_t min_started() const;
+  // A step refused its symbol because it passed kMaxExpandWork (kept after that failed advance).
+  bool over_work() const { return over_work_; }
+
   // A copy that does not share ownership of the grammar: valid while this matcher (or another owner) lives.
   // Copying the owning pointer is an atomic count on one shared cache line, which threads walking the
   // vocabulary together would fight over (TokenMasker's walk copies a matcher per byte).
@@ -141,13 +159,20 @@ class Matcher {
 
  private:
   Matcher() = default;
+  static constexpr NodeId kCounterNode = -1;
+  static constexpr int32_t kCountedPos = -1;  // a Repeat frame's pos is otherwise a count >= 0
   void expand(Stack s, std::vector<Stack>& out, int depth, size_t& work) const;
-  bool step(Symbol s, std::vector<Stack>& out) const;
+  bool step(Symbol s, std::vector<Stack>& out, bool& over_work) const;
+  // No frame of the grammar left above the stack's base (the counter of a counting matcher).
+  bool done(const Stack& s) const { return s.size() == base_; }
 
   std::shared_ptr<const Grammar> owner_;  // empty in a borrowed copy
   const Grammar* g_ = nullptr;
-  std::vector<Stack> stacks_;  // each top is a terminal (Bytes / Special / ByteClass / Utf8Char), or empty
-  bool truncated_ = false;
+  // Each top is a terminal (Bytes / Special / ByteClass / Utf8Char), or the stack is done. A counting
+  // matcher's stacks start with {kCounterNode, repetitions started}; its counted frames have pos kCountedPos.
+  std::vector<Stack> stacks_;
+  size_t base_ = 0;
+  bool truncated_ = false, over_work_ = false;
 };
 
 }  // namespace rill::text::constraint

@@ -5,6 +5,7 @@
 // spread over the process's thread pool (core/thread_pool.h); the result does not depend on the split.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <span>
 #include <string_view>
@@ -24,10 +25,24 @@ class TokenMasker {
   // Sets the bit of every token whose bytes (rank tokens) or whose special symbol (special tokens) the
   // matcher accepts from its state; clears all others. `parallel`: may use the thread pool.
   void allowed(const Matcher& m, std::span<uint32_t> mask, bool parallel = true) const;
+  // For a counting matcher (Matcher::counting, counted_mask.h): as allowed(), and per allowed token the
+  // fewest repetitions of the counted frame any of its parses starts, in started[token] (others untouched).
+  // False when the counts are not exact: a step passed kMaxExpandWork (the counting matcher has more stacks
+  // than the one it stands for, so it can refuse a symbol that one accepts) or a count passed 65534.
+  bool allowed_counted(const Matcher& m, std::span<uint32_t> mask, std::span<uint16_t> started,
+                       bool parallel = true) const;
   // The symbols of one token, fed to a Matcher in order.
   bool advance(Matcher& m, int32_t token) const;
 
  private:
+  // Where a walk writes: the mask, and for a counting walk the counts and whether they are exact.
+  struct Out {
+    std::span<uint32_t> mask;
+    std::span<uint16_t> started;  // empty unless counting
+    std::atomic<bool>* inexact = nullptr;
+  };
+  void mark(const Matcher& m, int32_t token, const Out& out) const;
+  void walk_all(const Matcher& m, const Out& out, bool parallel) const;
   // The tokens sorted_[lo, hi), which all start with `depth` bytes that `m` has just consumed.
   struct Subtree {
     Matcher m;
@@ -36,11 +51,11 @@ class TokenMasker {
   // Sets the bits of the subtree's tokens that end at its depth, then calls visit(child) for each next byte
   // the matcher accepts, with the child's matcher advanced by it (borrowed: valid while s.m lives).
   template <typename Visit>
-  void for_each_child(const Subtree& s, std::span<uint32_t> mask, Visit&& visit) const;
-  void walk(const Subtree& s, std::span<uint32_t> mask) const;
-  // Cuts the walk from `root` into subtrees of at most `limit` tokens (or at kMaxSplitDepth), in `out`;
-  // tokens that end above a cut are set in `mask` here.
-  void split(const Subtree& root, size_t limit, std::vector<Subtree>& out, std::span<uint32_t> mask) const;
+  void for_each_child(const Subtree& s, const Out& out, Visit&& visit) const;
+  void walk(const Subtree& s, const Out& out) const;
+  // Cuts the walk from `root` into subtrees of at most `limit` tokens (or at kMaxSplitDepth), in `parts`;
+  // tokens that end above a cut are marked in `out` here.
+  void split(const Subtree& root, size_t limit, std::vector<Subtree>& parts, const Out& out) const;
 
   int32_t vocab_size_ = 0;
   std::vector<std::string_view> bytes_;  // per id: a rank token's bytes (the tokenizer owns them)

@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "shared_data.h"
+#include "text/constraint/mask_reference.h"
 #include "text/constraint/grammar_constraint.h"
 #include "text/constraint/token_mask.h"
 
@@ -18,15 +19,6 @@ const Tokenizer& kimi() {
   static const Tokenizer t =
       std::move(Tokenizer::load(rill::testing::shared_path(rill::testing::kKimiTokenizerDir))).value();
   return t;
-}
-
-std::vector<uint32_t> brute_force(const TokenMasker& tm, const Matcher& m) {
-  std::vector<uint32_t> mask(tm.mask_words(), 0);
-  for (int32_t id = 0; id < tm.vocab_size(); ++id) {
-    Matcher c = m;
-    if (tm.advance(c, id)) set_bit(mask, id);
-  }
-  return mask;
 }
 
 int count(std::span<const uint32_t> mask) {
@@ -57,7 +49,7 @@ TEST(TokenMask, EqualsFeedingEveryTokenAlone) {
   auto check = [&](const char* where) {
     tm.allowed(m, mask);  // split over the thread pool where the walk is large (inside the string)
     tm.allowed(m, serial, /*parallel=*/false);
-    const std::vector<uint32_t> expected = brute_force(tm, m);
+    const std::vector<uint32_t> expected = mask_by_feeding_each_token(tm, m);
     EXPECT_EQ(mask, expected) << where;
     EXPECT_EQ(serial, expected) << where;
     EXPECT_GT(count(mask), 0) << where;

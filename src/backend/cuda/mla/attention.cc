@@ -1,6 +1,7 @@
 // launch_mla_attention: validates the call, plans it (decode_plan.cc), carves the scratch and runs the phases
 // on the compute stream: device plan; decode sequences (n_new <= kDecodeMaxNew) through absorb -> split-KV ->
-// combine -> W_UV; prefill sequences through gather -> kv_b expansion (cuBLASLt via GemmRunner) -> flash.
+// combine -> W_UV; prefill sequences through gather -> kv_b expansion (cuBLASLt via GemmRunner) -> attention,
+// cuDNN's fused attention (prefill_sdpa.cc, mla_prefill = auto | cudnn) or rill's flash kernel.
 #include <cstdint>
 
 #include "backend/cuda/common/align.h"
@@ -200,6 +201,17 @@ Status launch_mla_attention(const backend::MlaAttentionArgs& a, const CudaContex
     const TensorView x = TensorView::make(ctx, DType::BF16, {rows, kLatK}, Device::Cuda).narrow(1, 0, kLora);
     const TensorView y = TensorView::make(kvx, DType::BF16, {rows, int64_t(H) * kKvbRows}, Device::Cuda);
     RILL_TRY(cx.gemm->run(backend::GemmArgs{x, a.kv_b, y}, cx.stream));
+    if (plan.sdpa) {
+      const SdpaGroupArgs sg{.a = &a,
+                             .group = &g,
+                             .ctx = ctx,
+                             .kvx = kvx,
+                             .k = reinterpret_cast<bf16*>(base + plan.off_k),
+                             .arrays = base + plan.off_sdpa,
+                             .stats = reinterpret_cast<float*>(base + plan.off_stats)};
+      RILL_ASSIGN_OR_RETURN(const bool done, run_prefill_sdpa(sg, cx));
+      if (done) continue;
+    }
     const PrefillParams pp{.q = q,
                            .q_row = a.q.stride(0),
                            .q_head = a.q.stride(1),

@@ -56,6 +56,12 @@ int expand_rows_cap(const CudaContext& cx) {
 
 }  // namespace
 
+bool prefill_through_cudnn(const backend::MlaAttentionArgs& a, const CudaContext& cx) {
+  // Count-only plans are replayed graphs: the cuDNN call's batch arrays come from this step's host layout.
+  return cx.mla_sdpa != nullptr && cx.options.mla_prefill != backend::MlaPrefillPath::Rill &&
+         !a.layout->host->count_only_plan;
+}
+
 Status make_plan(const backend::MlaAttentionArgs& a, const CudaContext& cx, Plan* out) {
   const int sm_count = cx.sm_count;
   const backend::BatchLayoutHost& h = *a.layout->host;
@@ -127,6 +133,17 @@ Status make_plan(const backend::MlaAttentionArgs& a, const CudaContext& cx, Plan
   p.off_lat = take(size_t(p.dec_tokens) * H * kLora * 2);
   p.off_ctx = take(size_t(p.group_rows) * kLatK * 2);
   p.off_kvx = take(size_t(p.group_rows) * H * kKvbRows * 2);
+  // The cuDNN path's K [group_rows, H, 192] (sdpa_inputs.cu) and one call's batch arrays, reserved whenever the
+  // option may take it: whether cuDNN plans the shape is only known at launch (auto then runs rill's kernel).
+  p.sdpa = p.pf_rows > 0 && prefill_through_cudnn(a, cx);
+  if (p.sdpa) {
+    // (K rows, then the zeroed tail every key tile read past the last row may touch: params.h kSdpaTailRows.)
+    p.off_k = take(size_t(p.group_rows) * H * kQk * 2 + size_t(kSdpaTailRows) * H * kKvbRows * 2);
+    p.off_sdpa = take(kSdpaBatchBytes);
+    // The softmax statistics cuDNN writes (fp32 [tokens, H], a call's from offset 0; cudnn_sdpa.cc), with a
+    // tail like K's for stores past the last row.
+    p.off_stats = take((size_t(a.layout->n_tokens) + kSdpaTailRows) * H * sizeof(float));
+  }
   p.bytes = off;
   *out = p;
   return {};

@@ -50,6 +50,21 @@ constexpr int kPfLdK = kQk + 8, kPfLdV = kV + 8;
 constexpr size_t kPfSmemBytes =
     (size_t(kPfQ) * kPfLdK + size_t(2) * kPfK * kPfLdK + size_t(2) * kPfK * kPfLdV) * 2;
 
+// cuDNN prefill attention (cudnn_sdpa.h): at most this many prefill sequences per fused-attention call (more
+// take several calls), and the batch arrays it reads: the sequence lengths (int32, cuDNN's seq_len tensors)
+// and the ragged offsets (int64, elements: the type cuDNN's own tests and TransformerEngine bind on cuDNN
+// >= 9.5), each padded to 72 entries (every array starts 16-byte aligned).
+constexpr int kSdpaMaxBatch = 64, kSdpaArrStride = 72;
+// Array order inside SdpaBatch: the five ragged offsets (off), then the lengths (len).
+enum SdpaLen { kSdpaSeqQ, kSdpaSeqKv, kSdpaLens };
+enum SdpaOff { kSdpaOffQ, kSdpaOffK, kSdpaOffV, kSdpaOffO, kSdpaOffStats, kSdpaOffs };
+// Zeroed rows after the K copy (each H * kKvbRows wide, so they also cover V rows read past kvx's end, which
+// land in the K copy and then here). A precaution, not a measured need: a kernel that loads whole key tiles past
+// seq_kv masks their scores, but a masked probability (0) times a non-finite V element is still NaN, so every
+// row such a tile could touch past the group's last context row is kept finite (cuDNN's own ragged tests pad
+// their buffers to 64-token multiples).
+constexpr int kSdpaTailRows = 128;
+
 RILL_MLA_HD inline int ceil_div(int a, int b) {
   return (a + b - 1) / b;
 }
@@ -112,7 +127,12 @@ struct Plan {
   int pf_tiles = 0, pf_rows = 0;
   std::vector<ExpandGroup> groups;  // the prefill sequences' expansion groups, in sequence order
   int group_rows = 0;               // ctx / kvx rows in the scratch: min(pf_rows, max(longest, kExpandRows))
+  // Prefill through cuDNN (mla_prefill = auto | cudnn where the build has cuDNN): K [group_rows, H, 192] (+
+  // its zeroed tail), the batch arrays of one fused-attention call and the softmax stats cuDNN writes are in
+  // the scratch too.
+  bool sdpa = false;
   size_t off_ints = 0, off_q_lat = 0, off_part_o = 0, off_part_ml = 0, off_lat = 0, off_ctx = 0, off_kvx = 0;
+  size_t off_k = 0, off_sdpa = 0, off_stats = 0;
   size_t bytes = 0;
 };
 
@@ -188,6 +208,26 @@ struct GatherParams {
   bf16* ctx;                    // bf16 [group rows, 576] contiguous
   int n_blocks, block_size, max_blocks_per_seq, n_seqs, row_begin, row_end;
 };
+
+// K of the cuDNN path: per context row and head [k_nope (from the expansion) ; k_pe (shared, from the latent)].
+struct KBuildParams {
+  const bf16* kvx;  // bf16 [rows, H * 256]: per head k_nope (128) | v (128)
+  const bf16* ctx;  // bf16 [rows, 576]: gathered latents, k_pe at +512
+  bf16* k;          // bf16 [rows, H, 192] contiguous, then kSdpaTailRows * H * 256 zeros (kSdpaTailRows)
+  int rows, n_heads;
+};
+
+// One cuDNN call's batch arrays, filled on the host and written to the scratch by a one-block kernel (a
+// kernel parameter, so nothing waits on a host copy): len[kSdpaSeqQ][b] new tokens of batch entry b,
+// len[kSdpaSeqKv][b] its context rows, off[kSdpaOff*][b] element offsets of its first row in q, K, V, out and
+// the softmax stats (fp32 [tokens, H]), relative to the call's base pointers (entry B: the end). Entries past
+// the real sequences (the batch is rounded up to a power of two) have length 0. Device layout: the five int64
+// offset arrays, then the two int32 length arrays.
+struct SdpaBatch {
+  int64_t off[kSdpaOffs][kSdpaArrStride];
+  int32_t len[kSdpaLens][kSdpaArrStride];
+};
+constexpr size_t kSdpaBatchBytes = sizeof(SdpaBatch);
 
 struct PrefillParams {
   const bf16* q;  // act [T, H, 192], strides q_row / q_head
