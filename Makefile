@@ -55,11 +55,11 @@ test: build
 	@./scripts/skipped_tests.sh $(BUILD)
 	$(MAKE) --no-print-directory test-tsan
 
-# Line tables only (-g1): TSan's reports keep file:line, and the build that exists only to run under TSan skips
-# the full debug info's compile and link time.
+# Line tables only (RILL_DEBUG_INFO=lines, -g1): TSan's reports keep file:line, and the build that exists only
+# to run under TSan skips the full debug info's compile and link time.
 $(TSAN_BUILD)/build.ninja:
 	cmake -S . -B $(TSAN_BUILD) -G Ninja $(CMAKE_FLAGS) -DRILL_CUDA=OFF -DRILL_SANITIZE=thread \
-	  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG"
+	  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRILL_DEBUG_INFO=lines
 
 test-tsan: setup-test $(TSAN_BUILD)/build.ninja
 	./scripts/setup_node.sh

@@ -216,21 +216,22 @@ static Status check_fp8_weight(const LinearWeight& w, const char* op) {
   return {};
 }
 
-Status Backend::gemm(const GemmArgs& a) {
-  if (dry_run_) return a.scratch ? reserve_scratch(a.scratch, gemm_scratch_bytes(a)) : Status{};
-  Check c("gemm");
-  c.that(a.w != nullptr, "weight is null")
-      .tensor(a.x, "x", 2)
-      .tensor(a.out, "out", 2)
-      .dtype(a.x, "x", act_dtype());
+// One GEMM's operands (gemm, and each part of gemm_group), the failure naming `op`.
+static Status check_gemm(const GemmArgs& a, DType act, const char* op) {
+  Check c(op);
+  c.that(a.w != nullptr, "weight is null").tensor(a.x, "x", 2).tensor(a.out, "out", 2).dtype(a.x, "x", act);
   RILL_TRY(c.done());
-  RILL_TRY(check_fp8_weight(*a.w, "gemm"));
+  RILL_TRY(check_fp8_weight(*a.w, op));
   c.dim(a.x, "x", 1, a.w->in_features())
       .dim(a.out, "out", 0, a.x.size(0))
       .dim(a.out, "out", 1, a.w->out_features())
-      .that(a.out.dtype == act_dtype() || a.out.dtype == DType::F32,
-            "out must be the activation dtype or F32");
-  RILL_TRY(c.done());
+      .that(a.out.dtype == act || a.out.dtype == DType::F32, "out must be the activation dtype or F32");
+  return c.done();
+}
+
+Status Backend::gemm(const GemmArgs& a) {
+  if (dry_run_) return a.scratch ? reserve_scratch(a.scratch, gemm_scratch_bytes(a)) : Status{};
+  RILL_TRY(check_gemm(a, act_dtype(), "gemm"));
   return gemm_impl(a);
 }
 
@@ -242,22 +243,7 @@ Status Backend::gemm_group(const GemmGroupArgs& a) {
   }
   if (a.parts.empty() || int(a.parts.size()) > kMaxGemmGroup)
     return invalid_argument("gemm_group: {} parts (1 to {})", a.parts.size(), kMaxGemmGroup);
-  for (size_t i = 0; i < a.parts.size(); ++i) {
-    const GemmArgs& p = a.parts[i];
-    Check c("gemm_group");
-    c.that(p.w != nullptr, "weight is null")
-        .tensor(p.x, "x", 2)
-        .tensor(p.out, "out", 2)
-        .dtype(p.x, "x", act_dtype());
-    RILL_TRY(c.done());
-    RILL_TRY(check_fp8_weight(*p.w, "gemm_group"));
-    c.dim(p.x, "x", 1, p.w->in_features())
-        .dim(p.out, "out", 0, p.x.size(0))
-        .dim(p.out, "out", 1, p.w->out_features())
-        .that(p.out.dtype == act_dtype() || p.out.dtype == DType::F32,
-              "out must be the activation dtype or F32");
-    RILL_TRY(c.done());
-  }
+  for (const GemmArgs& p : a.parts) RILL_TRY(check_gemm(p, act_dtype(), "gemm_group"));
   return gemm_group_impl(a);
 }
 

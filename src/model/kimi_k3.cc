@@ -40,38 +40,10 @@ void KimiK3Model::declare_weights() {
       continue;
     }
     K3LayerWeights& L = layers_[size_t(i)];
-    table_.vector(p + "input_layernorm.weight", {H}, &L.input_norm);
-    table_.vector(p + "post_attention_layernorm.weight", {H}, &L.post_norm);
+    declare_decoder_layer(table_, p, i, c, shard_, L);
     declare_attn_res_weights(table_, p, "self_attention_res", H, L.attn_res);
     declare_attn_res_weights(table_, p, "mlp_res", H, L.mlp_res);
-    // KDA and MLA layers both have a `self_attn.g_proj.weight`; the layer kind says which gate it is.
-    if (c.layer_kinds[size_t(i)] == LayerKind::Kda)
-      declare_kda_weights(table_, p + "self_attn.", c, shard_, L.kda);
-    else
-      declare_mla_weights(table_, p + "self_attn.", c, shard_, L.mla);
-    if (c.ffn_kinds[size_t(i)] == FfnKind::Dense)
-      declare_mlp_weights(table_, p + "mlp.", H, c.intermediate_size, shard_.tp_rank, shard_.tp_size, L.mlp);
-    else
-      declare_moe_weights(table_, p + "block_sparse_moe.", c, shard_, L.moe);
   }
-}
-
-// Each sublayer's output is this rank's partial sum under tensor parallelism; one all-reduce completes it.
-Status KimiK3Model::mixer(ForwardContext& cx, int i, TensorView u, const ModelCaches& caches, TensorView out) {
-  const LayerCache& cache = caches.layers[size_t(i)];
-  if (config_.layer_kinds[size_t(i)] == LayerKind::Kda)
-    RILL_TRY(kda_forward(cx, config_, layers_[size_t(i)].kda, u, cache, out));
-  else
-    RILL_TRY(mla_forward(cx, config_, layers_[size_t(i)].mla, u, cache, out));
-  return cx.reduce(out);
-}
-
-Status KimiK3Model::ffn(ForwardContext& cx, int i, TensorView x, TensorView out) {
-  if (config_.ffn_kinds[size_t(i)] == FfnKind::Dense)
-    RILL_TRY(mlp_forward(cx, layers_[size_t(i)].mlp, glu_spec(config_), x, out));
-  else
-    RILL_TRY(moe_forward(cx, config_, shard_, layers_[size_t(i)].moe, x, out));
-  return cx.reduce(out);
 }
 
 // Spec §3.11, per layer L with block size S:
@@ -105,14 +77,14 @@ Status KimiK3Model::forward_impl(ForwardContext& cx, TensorView ids, TensorView 
     if (i % c.attn_res_block_size == 0) RILL_TRY(res.push());
     RILL_TRY(be.rms_norm({in, L.input_norm, c.rms_norm_eps, normed}));
     cx.tap("input_norm", normed);
-    RILL_TRY(mixer(cx, i, normed, caches, delta));
+    RILL_TRY(mixer_forward(cx, c, i, L, normed, caches.layers[size_t(i)], delta));
     cx.tap("mixer_out", delta);
     RILL_TRY(res.accumulate(delta));
     RILL_TRY(res.mix(L.mlp_res, h));
     cx.tap("mlp_res", h);
     RILL_TRY(be.rms_norm({h, L.post_norm, c.rms_norm_eps, normed}));
     cx.tap("post_norm", normed);
-    RILL_TRY(ffn(cx, i, normed, delta));
+    RILL_TRY(ffn_forward(cx, c, shard_, i, L, normed, delta));
     cx.tap("ffn_out", delta);
     RILL_TRY(res.accumulate(delta));
     cx.tap("partial", res.partial());

@@ -7,23 +7,14 @@
 #include <vector>
 
 #include "model/blocks/attn_res.h"
-#include "model/blocks/kda.h"
-#include "model/blocks/mla.h"
-#include "model/blocks/mlp.h"
-#include "model/blocks/moe.h"
+#include "model/blocks/decoder_layer.h"
 #include "model/model.h"
 
 namespace rill::model {
 
-struct K3LayerWeights {
-  TensorView input_norm;    // F32 [H]
-  TensorView post_norm;     // F32 [H]
+struct K3LayerWeights : DecoderLayerWeights {
   AttnResWeights attn_res;  // self_attention_res_{norm,proj}: mixes the mixer's input
   AttnResWeights mlp_res;   // mlp_res_{norm,proj}: mixes the FFN's input
-  KdaWeights kda;
-  MlaWeights mla;
-  MlpWeights mlp;  // dense layers
-  MoeWeights moe;  // MoE layers
 };
 
 class KimiK3Model final : public Model {
@@ -34,8 +25,6 @@ class KimiK3Model final : public Model {
   void declare_weights() override;
   Status forward_impl(ForwardContext& cx, TensorView ids, TensorView rows, const ModelCaches& caches,
                       TensorView logits) override;
-  Status mixer(ForwardContext& cx, int layer, TensorView u, const ModelCaches& caches, TensorView out);
-  Status ffn(ForwardContext& cx, int layer, TensorView x, TensorView out);
 
   backend::LinearWeight embed_;    // [V, H]
   TensorView final_norm_;          // F32 [H]

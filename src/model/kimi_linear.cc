@@ -27,32 +27,8 @@ void KimiLinearModel::declare_weights() {
       table_.ignore_prefix(p);
       continue;
     }
-    DecoderLayerWeights& L = layers_[size_t(i)];
-    table_.vector(p + "input_layernorm.weight", {H}, &L.input_norm);
-    table_.vector(p + "post_attention_layernorm.weight", {H}, &L.post_norm);
-    if (c.layer_kinds[size_t(i)] == LayerKind::Kda) declare_kda_weights(table_, p + "self_attn.", c, shard_, L.kda);
-    else declare_mla_weights(table_, p + "self_attn.", c, shard_, L.mla);
-    if (c.ffn_kinds[size_t(i)] == FfnKind::Dense) declare_mlp_weights(table_, p + "mlp.", H, c.intermediate_size, shard_.tp_rank, shard_.tp_size, L.mlp);
-    else declare_moe_weights(table_, p + "block_sparse_moe.", c, shard_, L.moe);
+    declare_decoder_layer(table_, p, i, c, shard_, layers_[size_t(i)]);
   }
-}
-
-// Each sublayer's output is this rank's partial sum under tensor parallelism; one all-reduce completes it.
-Status KimiLinearModel::mixer(ForwardContext& cx, int i, TensorView u, const ModelCaches& caches, TensorView out) {
-  const LayerCache& cache = caches.layers[size_t(i)];
-  if (config_.layer_kinds[size_t(i)] == LayerKind::Kda)
-    RILL_TRY(kda_forward(cx, config_, layers_[size_t(i)].kda, u, cache, out));
-  else
-    RILL_TRY(mla_forward(cx, config_, layers_[size_t(i)].mla, u, cache, out));
-  return cx.reduce(out);
-}
-
-Status KimiLinearModel::ffn(ForwardContext& cx, int i, TensorView x, TensorView out) {
-  if (config_.ffn_kinds[size_t(i)] == FfnKind::Dense)
-    RILL_TRY(mlp_forward(cx, layers_[size_t(i)].mlp, glu_spec(config_), x, out));
-  else
-    RILL_TRY(moe_forward(cx, config_, shard_, layers_[size_t(i)].moe, x, out));
-  return cx.reduce(out);
 }
 
 // x is the residual stream, kept in fp32 on every backend (the bf16 CUDA path rounded it at every add, and
@@ -80,11 +56,11 @@ Status KimiLinearModel::forward_impl(ForwardContext& cx, TensorView ids, TensorV
     const DecoderLayerWeights& L = layers_[size_t(i)];
     cx.layer = i;
     cx.tap("input_norm", h);
-    RILL_TRY(mixer(cx, i, h, caches, delta));
+    RILL_TRY(mixer_forward(cx, c, i, L, h, caches.layers[size_t(i)], delta));
     cx.tap("mixer_out", delta);
     RILL_TRY(be.add_rms_norm({x, delta, L.post_norm, c.rms_norm_eps, h}));
     cx.tap("post_norm", h);
-    RILL_TRY(ffn(cx, i, h, delta));
+    RILL_TRY(ffn_forward(cx, c, shard_, i, L, h, delta));
     cx.tap("ffn_out", delta);
     if (i + 1 < end) RILL_TRY(be.add_rms_norm({x, delta, layers_[size_t(i + 1)].input_norm, c.rms_norm_eps, h}));
   }

@@ -4,22 +4,10 @@
 
 #include <vector>
 
-#include "model/blocks/kda.h"
-#include "model/blocks/mla.h"
-#include "model/blocks/mlp.h"
-#include "model/blocks/moe.h"
+#include "model/blocks/decoder_layer.h"
 #include "model/model.h"
 
 namespace rill::model {
-
-struct DecoderLayerWeights {
-  TensorView input_norm;  // F32 [H]
-  TensorView post_norm;   // F32 [H]
-  KdaWeights kda;
-  MlaWeights mla;
-  MlpWeights mlp;  // dense layers
-  MoeWeights moe;  // MoE layers
-};
 
 class KimiLinearModel final : public Model {
  public:
@@ -29,8 +17,6 @@ class KimiLinearModel final : public Model {
   void declare_weights() override;
   Status forward_impl(ForwardContext& cx, TensorView ids, TensorView rows, const ModelCaches& caches,
                       TensorView logits) override;
-  Status mixer(ForwardContext& cx, int layer, TensorView u, const ModelCaches& caches, TensorView out);
-  Status ffn(ForwardContext& cx, int layer, TensorView x, TensorView out);
 
   backend::LinearWeight embed_;  // [V, H]
   TensorView final_norm_;        // F32 [H]

@@ -39,6 +39,17 @@ class Writer {
     put<uint32_t>(uint32_t(st.message().size()));
     out_.insert(out_.end(), st.message().begin(), st.message().end());
   }
+  // One field of a fixed message (the *_fields lists below): bools as one byte, statuses as put_status.
+  template <typename T>
+  Status field(const T& v, const char*) {
+    if constexpr (std::is_same_v<T, bool>)
+      put<uint8_t>(v);
+    else if constexpr (std::is_same_v<T, Status>)
+      put_status(v);
+    else
+      put<T>(v);
+    return {};
+  }
   Bytes take() { return std::move(out_); }
 
  private:
@@ -100,6 +111,16 @@ class Reader {
     at_ += n;
     st = code == 0 ? Status{} : Status(StatusCode(code), std::move(message));
     return {};
+  }
+  // One field of a fixed message, read as Writer::field wrote it.
+  template <typename T>
+  Status field(T& v, const char* name) {
+    if constexpr (std::is_same_v<T, bool>)
+      return get_bool(v, name);
+    else if constexpr (std::is_same_v<T, Status>)
+      return get_status(v, name);
+    else
+      return get(v, name);
   }
   Status end() const {
     if (at_ != in_.size())
@@ -178,85 +199,85 @@ Result<StepMessage> decode_step(std::span<const uint8_t> bytes) {
   return m;
 }
 
-Bytes encode_runner_options(const RunnerOptions& o) {
-  Writer w(kOptionsTag);
-  w.put<int32_t>(o.max_batch_size);
-  w.put<int32_t>(o.max_num_tokens);
-  w.put<int32_t>(o.max_model_len);
-  w.put<double>(o.kv_cache_fraction);
-  w.put<double>(o.gpu_memory_utilization);
-  w.put<int32_t>(o.num_kv_blocks);
-  w.put<int32_t>(o.block_size);
-  w.put<uint8_t>(o.prefix.enabled);
-  w.put<int32_t>(o.prefix.snapshot_interval);
-  w.put<int64_t>(o.prefix.snapshot_budget_bytes);
-  w.put<int32_t>(o.prefix.staging_slots);
-  w.put<uint8_t>(o.enforce_eager);
-  w.put<uint8_t>(o.capture_graphs);
-  w.put<int32_t>(o.num_speculative_tokens);
-  w.put<int32_t>(o.max_logit_rows);
+namespace {
+
+// The fixed messages' fields in wire order, one list for both directions: `io` is a Writer (the message
+// const) or a Reader.
+template <typename IO, typename Options>
+Status runner_options_fields(IO& io, Options& o) {
+  RILL_TRY(io.field(o.max_batch_size, "max_batch_size"));
+  RILL_TRY(io.field(o.max_num_tokens, "max_num_tokens"));
+  RILL_TRY(io.field(o.max_model_len, "max_model_len"));
+  RILL_TRY(io.field(o.kv_cache_fraction, "kv_cache_fraction"));
+  RILL_TRY(io.field(o.gpu_memory_utilization, "gpu_memory_utilization"));
+  RILL_TRY(io.field(o.num_kv_blocks, "num_kv_blocks"));
+  RILL_TRY(io.field(o.block_size, "block_size"));
+  RILL_TRY(io.field(o.prefix.enabled, "prefix.enabled"));
+  RILL_TRY(io.field(o.prefix.snapshot_interval, "prefix.snapshot_interval"));
+  RILL_TRY(io.field(o.prefix.snapshot_budget_bytes, "prefix.snapshot_budget_bytes"));
+  RILL_TRY(io.field(o.prefix.staging_slots, "prefix.staging_slots"));
+  RILL_TRY(io.field(o.enforce_eager, "enforce_eager"));
+  RILL_TRY(io.field(o.capture_graphs, "capture_graphs"));
+  RILL_TRY(io.field(o.num_speculative_tokens, "num_speculative_tokens"));
+  return io.field(o.max_logit_rows, "max_logit_rows");
+}
+template <typename IO, typename Report>
+Status setup_report_fields(IO& io, Report& rep) {
+  RILL_TRY(io.field(rep.status, "status"));
+  RILL_TRY(io.field(rep.n_blocks, "n_blocks"));
+  RILL_TRY(io.field(rep.n_slots, "n_slots"));
+  return io.field(rep.n_snapshots, "n_snapshots");
+}
+template <typename IO, typename Verdict>
+Status setup_verdict_fields(IO& io, Verdict& v) {
+  RILL_TRY(io.field(v.status, "status"));
+  return io.field(v.n_blocks, "n_blocks");
+}
+
+// A fixed message: its tag, then `fields` (writing cannot fail).
+template <typename Message, typename Fields>
+Bytes encode_fixed(uint32_t tag, const Message& m, Fields fields) {
+  Writer w(tag);
+  (void)fields(w, m);
   return w.take();
+}
+template <typename Message, typename Fields>
+Result<Message> decode_fixed(std::span<const uint8_t> bytes, const char* what, uint32_t tag, Fields fields) {
+  Reader r(bytes, what);
+  RILL_TRY(r.header(tag));
+  Message m;
+  RILL_TRY(fields(r, m));
+  RILL_TRY(r.end());
+  return m;
+}
+
+}  // namespace
+
+Bytes encode_runner_options(const RunnerOptions& o) {
+  return encode_fixed(kOptionsTag, o, [](auto& io, auto& m) { return runner_options_fields(io, m); });
 }
 
 Result<RunnerOptions> decode_runner_options(std::span<const uint8_t> bytes) {
-  Reader r(bytes, "runner options message");
-  RILL_TRY(r.header(kOptionsTag));
-  RunnerOptions o;
-  RILL_TRY(r.get(o.max_batch_size, "max_batch_size"));
-  RILL_TRY(r.get(o.max_num_tokens, "max_num_tokens"));
-  RILL_TRY(r.get(o.max_model_len, "max_model_len"));
-  RILL_TRY(r.get(o.kv_cache_fraction, "kv_cache_fraction"));
-  RILL_TRY(r.get(o.gpu_memory_utilization, "gpu_memory_utilization"));
-  RILL_TRY(r.get(o.num_kv_blocks, "num_kv_blocks"));
-  RILL_TRY(r.get(o.block_size, "block_size"));
-  RILL_TRY(r.get_bool(o.prefix.enabled, "prefix.enabled"));
-  RILL_TRY(r.get(o.prefix.snapshot_interval, "prefix.snapshot_interval"));
-  RILL_TRY(r.get(o.prefix.snapshot_budget_bytes, "prefix.snapshot_budget_bytes"));
-  RILL_TRY(r.get(o.prefix.staging_slots, "prefix.staging_slots"));
-  RILL_TRY(r.get_bool(o.enforce_eager, "enforce_eager"));
-  RILL_TRY(r.get_bool(o.capture_graphs, "capture_graphs"));
-  RILL_TRY(r.get(o.num_speculative_tokens, "num_speculative_tokens"));
-  RILL_TRY(r.get(o.max_logit_rows, "max_logit_rows"));
-  RILL_TRY(r.end());
-  return o;
+  return decode_fixed<RunnerOptions>(bytes, "runner options message", kOptionsTag,
+                                     [](auto& io, auto& m) { return runner_options_fields(io, m); });
 }
 
 Bytes encode_setup_report(const SetupReport& rep) {
-  Writer w(kReportTag);
-  w.put_status(rep.status);
-  w.put<int32_t>(rep.n_blocks);
-  w.put<int32_t>(rep.n_slots);
-  w.put<int32_t>(rep.n_snapshots);
-  return w.take();
+  return encode_fixed(kReportTag, rep, [](auto& io, auto& m) { return setup_report_fields(io, m); });
 }
 
 Result<SetupReport> decode_setup_report(std::span<const uint8_t> bytes) {
-  Reader r(bytes, "setup report");
-  RILL_TRY(r.header(kReportTag));
-  SetupReport rep;
-  RILL_TRY(r.get_status(rep.status, "status"));
-  RILL_TRY(r.get(rep.n_blocks, "n_blocks"));
-  RILL_TRY(r.get(rep.n_slots, "n_slots"));
-  RILL_TRY(r.get(rep.n_snapshots, "n_snapshots"));
-  RILL_TRY(r.end());
-  return rep;
+  return decode_fixed<SetupReport>(bytes, "setup report", kReportTag,
+                                   [](auto& io, auto& m) { return setup_report_fields(io, m); });
 }
 
 Bytes encode_setup_verdict(const SetupVerdict& v) {
-  Writer w(kVerdictTag);
-  w.put_status(v.status);
-  w.put<int32_t>(v.n_blocks);
-  return w.take();
+  return encode_fixed(kVerdictTag, v, [](auto& io, auto& m) { return setup_verdict_fields(io, m); });
 }
 
 Result<SetupVerdict> decode_setup_verdict(std::span<const uint8_t> bytes) {
-  Reader r(bytes, "setup verdict");
-  RILL_TRY(r.header(kVerdictTag));
-  SetupVerdict v;
-  RILL_TRY(r.get_status(v.status, "status"));
-  RILL_TRY(r.get(v.n_blocks, "n_blocks"));
-  RILL_TRY(r.end());
-  return v;
+  return decode_fixed<SetupVerdict>(bytes, "setup verdict", kVerdictTag,
+                                    [](auto& io, auto& m) { return setup_verdict_fields(io, m); });
 }
 
 }  // namespace rill::runner

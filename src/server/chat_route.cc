@@ -97,33 +97,23 @@ std::optional<ApiError> respond_whole(GenerationJob& job, const ChatRequest& req
                                       const ResponseHeader& header, const text::Tokenizer& tokenizer,
                                       const HttpRequest& req, HttpResponse& res) {
   const int n = job.size();
+  WholeJob whole;
+  if (auto err = wait_whole(job, req, &whole)) return err;
   std::vector<ChatChoice> choices(static_cast<size_t>(n));
-  std::vector<std::vector<engine::TokenLogprob>> logprobs(static_cast<size_t>(n));
   Usage total;
-  while (!job.done()) {
-    if (req.client_gone()) return client_gone(job);
-    for (JobFrame& jf : job.poll(std::chrono::milliseconds(200))) {
-      auto& lp = logprobs[size_t(jf.choice)];
-      lp.insert(lp.end(), jf.frame.logprobs.begin(), jf.frame.logprobs.end());
-      if (!jf.frame.finish) continue;
-      const ChoiceFrame& f = jf.frame;
-      if (f.finish_reason == "error") return error_from_status(f.error);
-      if (f.finish_reason == "server_interrupted")
-        return ApiError{503, "The server shut down before this request finished"};
-      choices[size_t(jf.choice)].finish_reason = f.finish_reason;
-      if (jf.choice == 0) {
-        total.prompt_tokens = f.usage.prompt_tokens;
-        total.cached_tokens = f.usage.cached_tokens;
-      }
-      total.completion_tokens += f.usage.completion_tokens;
-      total.reasoning_tokens += f.usage.reasoning_tokens;
-    }
-  }
   for (int i = 0; i < n; ++i) {
+    const ChoiceFrame& f = whole.finished[size_t(i)];
+    if (i == 0) {  // the choices share the prompt
+      total.prompt_tokens = f.usage.prompt_tokens;
+      total.cached_tokens = f.usage.cached_tokens;
+    }
+    total.completion_tokens += f.usage.completion_tokens;
+    total.reasoning_tokens += f.usage.reasoning_tokens;
     ChatChoice& c = choices[size_t(i)];
+    c.finish_reason = f.finish_reason;
     c.index = i;
     c.parsed = job.decoder(i).result();
-    if (request.logprobs) c.logprobs = chat_logprobs_json(logprob_entries(logprobs[size_t(i)], tokenizer));
+    if (request.logprobs) c.logprobs = chat_logprobs_json(logprob_entries(whole.logprobs[size_t(i)], tokenizer));
   }
   res.set_header("X-Msh-Usage-Prompt-Tokens", std::to_string(total.prompt_tokens));
   res.set_header("X-Msh-Usage-Cached-Tokens", std::to_string(total.cached_tokens));

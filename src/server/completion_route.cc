@@ -81,35 +81,26 @@ std::optional<ApiError> respond_whole(GenerationJob& job, const CompletionReques
                                       const ResponseHeader& header, const text::Tokenizer& tokenizer,
                                       const HttpRequest& req, HttpResponse& res) {
   const int count = job.size();
-  std::vector<std::string> finish(static_cast<size_t>(count));
-  std::vector<std::vector<engine::TokenLogprob>> logprobs(static_cast<size_t>(count));
+  WholeJob whole;
+  if (auto err = wait_whole(job, req, &whole)) return err;
   Usage total;
-  while (!job.done()) {
-    if (req.client_gone()) return client_gone(job);
-    for (JobFrame& jf : job.poll(std::chrono::milliseconds(200))) {
-      auto& lp = logprobs[size_t(jf.choice)];
-      lp.insert(lp.end(), jf.frame.logprobs.begin(), jf.frame.logprobs.end());
-      if (!jf.frame.finish) continue;
-      const ChoiceFrame& f = jf.frame;
-      if (f.finish_reason == "error") return error_from_status(f.error);
-      if (f.finish_reason == "server_interrupted")
-        return ApiError{503, "The server shut down before this request finished"};
-      finish[size_t(jf.choice)] = f.finish_reason;
-      if (jf.choice % n == 0) {
-        total.prompt_tokens += f.usage.prompt_tokens;
-        total.cached_tokens += f.usage.cached_tokens;
-      }
-      total.completion_tokens += f.usage.completion_tokens;
+  for (int i = 0; i < count; ++i) {
+    const Usage& u = whole.finished[size_t(i)].usage;
+    if (i % n == 0) {  // the prompts' choices share their prompt
+      total.prompt_tokens += u.prompt_tokens;
+      total.cached_tokens += u.cached_tokens;
     }
+    total.completion_tokens += u.completion_tokens;
   }
   Json choices = Json::array();
   for (int i = 0; i < count; ++i) {
     const std::string& echo = states[size_t(i)].echo;
     Json lp = nullptr;
     if (request.logprobs >= 0)
-      lp = completion_logprobs_json(logprob_entries(logprobs[size_t(i)], tokenizer), int64_t(echo.size()));
+      lp = completion_logprobs_json(logprob_entries(whole.logprobs[size_t(i)], tokenizer), int64_t(echo.size()));
     choices.push_back(
-        completion_choice_json(i, echo + job.decoder(i).result().content, finish[size_t(i)], std::move(lp)));
+        completion_choice_json(i, echo + job.decoder(i).result().content, whole.finished[size_t(i)].finish_reason,
+                               std::move(lp)));
   }
   res.set_header("X-Msh-Usage-Prompt-Tokens", std::to_string(total.prompt_tokens));
   res.set_header("X-Msh-Usage-Cached-Tokens", std::to_string(total.cached_tokens));

@@ -196,6 +196,25 @@ ApiError client_gone(GenerationJob& job) {
                   "The client closed the connection before the response was ready: generation cancelled"};
 }
 
+std::optional<ApiError> wait_whole(GenerationJob& job, const HttpRequest& req, WholeJob* out) {
+  out->finished.assign(size_t(job.size()), ChoiceFrame{});
+  out->logprobs.assign(size_t(job.size()), {});
+  while (!job.done()) {
+    if (req.client_gone()) return client_gone(job);
+    for (JobFrame& jf : job.poll(std::chrono::milliseconds(200))) {
+      auto& lp = out->logprobs[size_t(jf.choice)];
+      lp.insert(lp.end(), jf.frame.logprobs.begin(), jf.frame.logprobs.end());
+      if (!jf.frame.finish) continue;
+      const ChoiceFrame& f = jf.frame;
+      if (f.finish_reason == "error") return error_from_status(f.error);
+      if (f.finish_reason == "server_interrupted")
+        return ApiError{503, "The server shut down before this request finished"};
+      out->finished[size_t(jf.choice)] = std::move(jf.frame);
+    }
+  }
+  return std::nullopt;
+}
+
 void stream_sse(HttpResponse& res, std::shared_ptr<GenerationJob> job, SsePump pump) {
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");

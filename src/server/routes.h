@@ -6,6 +6,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "server/generation_job.h"
 #include "server/http_server.h"
@@ -46,6 +47,16 @@ engine::SamplingParams choice_params(const SamplingRequest& sampling, int i);
 // A whole (non-streamed) generation whose client closed its side of the connection: cancel it and answer
 // 499 (it is not read; a half-closed client gets it, see README.md).
 ApiError client_gone(GenerationJob& job);
+
+// A whole (non-streamed) job's outcome: each choice's finishing frame (finish_reason, usage) and the logprobs
+// of all its frames.
+struct WholeJob {
+  std::vector<ChoiceFrame> finished;
+  std::vector<std::vector<engine::TokenLogprob>> logprobs;
+};
+// Polls `job` until every choice has finished. An error frame, a shutdown or a client that went away ends the
+// wait with the ApiError to answer.
+std::optional<ApiError> wait_whole(GenerationJob& job, const HttpRequest& req, WholeJob* out);
 
 // Streams `next(timeout)` as text/event-stream: each call returns SSE text (maybe empty) and sets `done`
 // when the stream is complete. A failed write (the client went away) cancels the job.

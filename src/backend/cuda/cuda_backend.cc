@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "backend/cuda/attn_res.h"
+#include "backend/cuda/common/align.h"
 #include "backend/cuda/common/check.h"
 #include "backend/cuda/common/launch.h"
 #include "backend/cuda/elementwise.h"
@@ -339,7 +340,7 @@ Status CudaBackend::stage(const void* host_src, size_t bytes, void* dst) {
   char* slot = static_cast<char*>(pinned_) + pinned_half_ * kHalf + pinned_head_;
   std::memcpy(slot, host_src, bytes);
   RILL_CUDA_CHECK(cudaMemcpyAsync(dst, slot, bytes, cudaMemcpyHostToDevice, ctx_.stream));
-  pinned_head_ += (bytes + 255) / 256 * 256;
+  pinned_head_ += align256(bytes);
   return {};
 }
 
@@ -361,7 +362,7 @@ Status CudaBackend::upload_layout(const backend::BatchLayoutHost& host, int bloc
                               &l.kda_snap_start,  &l.kda_snap_pos,  &l.kda_snap_slot};
   const size_t n_arrays = snaps ? 9 : 6;
   size_t total = 0;
-  for (size_t i = 0; i < n_arrays; ++i) total += (arrays[i]->size() * 4 + 255) / 256 * 256;
+  for (size_t i = 0; i < n_arrays; ++i) total += align256(arrays[i]->size() * 4);
   if (total > layout_cap_) {
     if (layout_dev_) {
       RILL_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));  // the old buffer may still be read
@@ -374,7 +375,7 @@ Status CudaBackend::upload_layout(const backend::BatchLayoutHost& host, int bloc
   for (size_t i = 0; i < n_arrays; ++i) {
     RILL_TRY(stage(arrays[i]->data(), arrays[i]->size() * 4, p));
     *fields[i] = reinterpret_cast<const int32_t*>(p);
-    p += (arrays[i]->size() * 4 + 255) / 256 * 256;
+    p += align256(arrays[i]->size() * 4);
   }
   return {};
 }
@@ -400,7 +401,7 @@ Status CudaBackend::upload_layout_fixed(const backend::BatchLayoutHost& host, in
   for (size_t i = 0; i < 5; ++i) {
     RILL_TRY(stage(arrays[i]->data(), arrays[i]->size() * 4, p));
     *fields[i] = reinterpret_cast<const int32_t*>(p);
-    p += (arrays[i]->size() * 4 + 255) / 256 * 256;
+    p += align256(arrays[i]->size() * 4);
   }
   // Block tables: each row's used entries, at the fixed stride (entries past a row's context are never read).
   const size_t width = size_t(host.max_blocks_per_seq) * 4, rows = size_t(host.n_seqs());
@@ -427,7 +428,7 @@ Status CudaBackend::stage_pitched(const void* host_src, size_t width, size_t row
   std::memcpy(slot, host_src, bytes);
   RILL_CUDA_CHECK(
       cudaMemcpy2DAsync(dst, dst_pitch, slot, width, width, rows, cudaMemcpyHostToDevice, ctx_.stream));
-  pinned_head_ += (bytes + 255) / 256 * 256;
+  pinned_head_ += align256(bytes);
   return {};
 }
 
@@ -525,7 +526,7 @@ Status CudaBackend::gemm_impl(const backend::GemmArgs& a) {
 }
 // Decode-sized groups in one GEMV launch; anything else part by part (cuBLASLt or the GEMV).
 Status CudaBackend::gemm_group_impl(const backend::GemmGroupArgs& a) {
-  if (gemv_group_eligible(a)) return launch_gemv_group(a, ctx_.stream);
+  if (gemv_group_eligible(a)) return launch_gemv_group(a, ctx_.sm_count, ctx_.stream);
   for (const backend::GemmArgs& p : a.parts) RILL_TRY(gemm_->run(p, ctx_.stream));
   return {};
 }

@@ -63,32 +63,6 @@ std::vector<Value> sorted_by(std::vector<Value> items, const std::vector<Value>&
   return out;
 }
 
-std::string html_escape(std::string_view s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&#34;";
-        break;
-      case '\'':
-        out += "&#39;";
-        break;
-      default:
-        out.push_back(c);
-    }
-  }
-  return out;
-}
-
 // Python's round(x, n) for floats: exact decimal expansion, then round half to even on it.
 double round_float(double x, int64_t n) {
   if (!std::isfinite(x) || n > 400) return x;

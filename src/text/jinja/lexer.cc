@@ -87,39 +87,15 @@ std::string unescape_string(std::string_view raw) {
       if (cp > 0x10FFFF || (cp >= 0xD800 && cp < 0xE000)) fail("illegal Unicode character in string literal");
       unicode::append_utf8(out, cp);
     };
+    // Python's one-character escapes: \\ \' \" \a \b \f \n \r \t \v.
+    constexpr std::string_view kEscaped = "\\'\"abfnrtv", kMeaning = "\\'\"\a\b\f\n\r\t\v";
+    if (const size_t e = kEscaped.find(c); e != std::string_view::npos) {
+      out.push_back(kMeaning[e]);
+      continue;
+    }
     switch (c) {
       case '\n':
         break;  // line continuation
-      case '\\':
-        out.push_back('\\');
-        break;
-      case '\'':
-        out.push_back('\'');
-        break;
-      case '"':
-        out.push_back('"');
-        break;
-      case 'a':
-        out.push_back('\a');
-        break;
-      case 'b':
-        out.push_back('\b');
-        break;
-      case 'f':
-        out.push_back('\f');
-        break;
-      case 'n':
-        out.push_back('\n');
-        break;
-      case 'r':
-        out.push_back('\r');
-        break;
-      case 't':
-        out.push_back('\t');
-        break;
-      case 'v':
-        out.push_back('\v');
-        break;
       case 'x':
         hex(2);
         break;

@@ -113,32 +113,6 @@ bool concatenable(const Value& v) {
   return v.is_flavor(SeqFlavor::List) || v.is_flavor(SeqFlavor::Tuple);
 }
 
-// markupsafe.escape for str operands joined to a Markup string.
-std::string html_escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&#34;";
-        break;
-      case '\'':
-        out += "&#39;";
-        break;
-      default:
-        out.push_back(c);
-    }
-  }
-  return out;
-}
 
 Value add_strings(Interpreter& in, const Value& a, const Value& b) {
   in.check_size(a.as_string().size() + b.as_string().size());
@@ -185,6 +159,32 @@ Value unary_op(char op, const Value& v) {
   }
   if (v.is_undefined()) fail(v.as_undefined().message);
   fail("bad operand type for unary {}: '{}'", op, type_name(v));
+}
+
+std::string html_escape(std::string_view s) {
+  std::string out;
+  for (char c : s) {
+    switch (c) {
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&#34;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default:
+        out.push_back(c);
+    }
+  }
+  return out;
 }
 
 }  // namespace rill::text::jinja

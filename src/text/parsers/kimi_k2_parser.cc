@@ -108,7 +108,6 @@ class KimiK2Parser final : public OutputParser {
   int call_ = -1;           // CallArgs: index of the open call
   bool args_started_ = false;
   std::string args_space_;     // CallArgs: whitespace held back; dropped if <|tool_call_end|> follows
-  size_t trailing_bytes_ = 0;  // Done: text after the stop marker
 };
 
 void KimiK2Parser::on_text(std::string_view text) {
@@ -133,10 +132,7 @@ void KimiK2Parser::on_text(std::string_view text) {
       args_text(text);
       return;
     case State::Done:
-      if (config_.stop_at_end_of_message)
-        trailing_bytes_ += text.size();
-      else
-        emit_content(text);
+      after_stop(text, config_.stop_at_end_of_message);
       return;
   }
 }
@@ -168,10 +164,8 @@ void KimiK2Parser::on_marker(int marker) {
       call_args_marker(marker);
       return;
     case State::Done:
-      if (!config_.stop_at_end_of_message)
-        emit_content(spelling(marker));
-      else if (!is_stop(marker))
-        trailing_bytes_ += spelling(marker).size();
+      if (!config_.stop_at_end_of_message || !is_stop(marker))
+        after_stop(spelling(marker), config_.stop_at_end_of_message);
       return;
   }
 }
@@ -310,12 +304,7 @@ void KimiK2Parser::close_call(bool complete) {
 }
 
 void KimiK2Parser::flush_garbage() {
-  if (!is_blank(garbage_)) {
-    report(ParseErrorKind::UnexpectedText, -1,
-           fmt::format("text between tool calls, emitted as content: {}", quote_excerpt(garbage_)));
-    emit_content(garbage_);
-  }
-  garbage_.clear();
+  flush_unexpected_text(garbage_, "between tool calls");
 }
 
 void KimiK2Parser::flush_bad_call(ParseErrorKind kind, std::string_view reason) {
@@ -348,10 +337,7 @@ void KimiK2Parser::on_finish() {
       close_call(false);
       return;
     case State::Done:
-      if (trailing_bytes_ > 0) {
-        report(ParseErrorKind::TextAfterStop, -1,
-               fmt::format("{} bytes after the end of the message were dropped", trailing_bytes_));
-      }
+      report_after_stop();
       return;
   }
 }

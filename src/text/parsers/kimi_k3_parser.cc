@@ -48,7 +48,6 @@ class KimiK3Parser final : public OutputParser {
   State state_;
   std::string garbage_;  // Body / Tools: text since the last marker, checked when the next one arrives
   std::optional<XtmlCall> call_;
-  size_t trailing_bytes_ = 0;  // Done: text after the end of the message
 };
 
 void KimiK3Parser::on_text(std::string_view text) {
@@ -67,10 +66,7 @@ void KimiK3Parser::on_text(std::string_view text) {
       call_->text(text);
       return;
     case State::Done:
-      if (config_.stop_at_end_of_message)
-        trailing_bytes_ += text.size();
-      else
-        emit_content(text);
+      after_stop(text, config_.stop_at_end_of_message);
       return;
   }
 }
@@ -94,10 +90,8 @@ void KimiK3Parser::on_marker(int marker) {
       return;
     case State::Done:
       // <|close|>message<|sep|> is normally followed by <|end_of_msg|>: that is not trailing text.
-      if (!config_.stop_at_end_of_message)
-        emit_content(spelling(marker));
-      else if (!is_stop(marker))
-        trailing_bytes_ += spelling(marker).size();
+      if (!config_.stop_at_end_of_message || !is_stop(marker))
+        after_stop(spelling(marker), config_.stop_at_end_of_message);
       return;
   }
 }
@@ -218,12 +212,7 @@ void KimiK3Parser::finish_call(bool cut_off) {
 }
 
 void KimiK3Parser::flush_garbage() {
-  if (!is_blank(garbage_)) {
-    report(ParseErrorKind::UnexpectedText, -1,
-           fmt::format("text outside the XTML channels, emitted as content: {}", quote_excerpt(garbage_)));
-    emit_content(garbage_);
-  }
-  garbage_.clear();
+  flush_unexpected_text(garbage_, "outside the XTML channels");
 }
 
 void KimiK3Parser::on_finish() {
@@ -242,10 +231,7 @@ void KimiK3Parser::on_finish() {
       finish_call(true);
       return;
     case State::Done:
-      if (trailing_bytes_ > 0) {
-        report(ParseErrorKind::TextAfterStop, -1,
-               fmt::format("{} bytes after the end of the message were dropped", trailing_bytes_));
-      }
+      report_after_stop();
       return;
   }
 }

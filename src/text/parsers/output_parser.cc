@@ -126,6 +126,29 @@ void OutputParser::report(ParseErrorKind kind, int tool_index, std::string messa
   result_.errors.push_back({.kind = kind, .tool_index = tool_index, .message = std::move(message)});
 }
 
+void OutputParser::after_stop(std::string_view text, bool drop) {
+  if (drop)
+    dropped_after_stop_ += text.size();
+  else
+    emit_content(text);
+}
+
+void OutputParser::report_after_stop() {
+  if (dropped_after_stop_ > 0) {
+    report(ParseErrorKind::TextAfterStop, -1,
+           fmt::format("{} bytes after the end of the message were dropped", dropped_after_stop_));
+  }
+}
+
+void OutputParser::flush_unexpected_text(std::string& garbage, std::string_view where) {
+  if (!is_blank(garbage)) {
+    report(ParseErrorKind::UnexpectedText, -1,
+           fmt::format("text {}, emitted as content: {}", where, quote_excerpt(garbage)));
+    emit_content(garbage);
+  }
+  garbage.clear();
+}
+
 Result<std::unique_ptr<OutputParser>> make_output_parser(const ParserConfig& config) {
   RILL_TRY(config.validate());
   switch (config.family) {

@@ -142,6 +142,13 @@ class OutputParser {
   void emit_tool_call_arguments(int index, std::string_view piece);
   void report(ParseErrorKind kind, int tool_index, std::string message);
   void mark_stop() { result_.stop_seen = true; }
+  // What follows the message's stop marker: counted and dropped when `drop` (ParserConfig::
+  // stop_at_end_of_message; report_after_stop says how much, at the end), else content.
+  void after_stop(std::string_view text, bool drop);
+  void report_after_stop();
+  // Text between markers that the family does not expect there (`garbage`, then cleared): unless blank,
+  // reported as "text {where}" and emitted as content.
+  void flush_unexpected_text(std::string& garbage, std::string_view where);
 
  private:
   // The family's state machine, driven by the marker scanner in text order.
@@ -154,6 +161,7 @@ class OutputParser {
   ParseResult result_;
   std::vector<OutputDelta> pending_;
   bool finished_ = false;
+  size_t dropped_after_stop_ = 0;  // bytes after_stop dropped
 };
 
 // Builds the parser for one request; fails on a contradictory config.

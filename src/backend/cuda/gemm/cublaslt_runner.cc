@@ -16,6 +16,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -81,7 +82,8 @@ class CublasLtRunner final : public GemmRunner {
     if (handle_) cublasLtDestroy(handle_);
   }
 
-  Status init() {
+  Status init(int device) {
+    RILL_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device));
     RILL_CUBLAS_CHECK(cublasLtCreate(&handle_), "gemm runner");
     RILL_CUDA_CHECK(cudaMalloc(&workspace_, kWorkspaceBytes));
     return {};  // autotuning: set_autotune (CudaBackendOptions::gemm_autotune)
@@ -116,7 +118,7 @@ class CublasLtRunner final : public GemmRunner {
       return invalid_argument("gemm [{} x {}] x [{} x {}]^T: weight rows must be contiguous", M, K, N, K);
     if (M == 0) return {};
     if (N == 0 || K == 0) return invalid_argument("gemm [{} x {}] x [{} x {}]^T: empty operand", M, K, N, K);
-    if (gemv_eligible(a)) return launch_gemv(a, stream);  // decode-sized M: the bandwidth-bound kernel
+    if (gemv_eligible(a)) return launch_gemv(a, sm_count_, stream);  // decode-sized M: the bandwidth-bound kernel
 
     const size_t out_size = dtype_size(a.out.dtype);
     PlanKey key;
@@ -190,7 +192,7 @@ class CublasLtRunner final : public GemmRunner {
             "gemm [{} x {}] x [{} x {}]^T: this FP8 weight or its operands do not fit the FP8 "
             "GEMV (K % 8, 8-byte aligned rows, block columns a multiple of 8)",
             M, K, N, K);
-      RILL_TRY(launch_gemv(part, stream));
+      RILL_TRY(launch_gemv(part, sm_count_, stream));
     }
     return {};
   }
@@ -256,14 +258,7 @@ class CublasLtRunner final : public GemmRunner {
   }
 
   Status build_fp8(const PlanKey& k, Plan* p) {
-    RILL_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "fp8 plan");
-    const cublasOperation_t op_t = CUBLAS_OP_T, op_n = CUBLAS_OP_N;
-    RILL_CUBLAS_CHECK(
-        cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_t, sizeof(op_t)),
-        "fp8 plan");
-    RILL_CUBLAS_CHECK(
-        cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_n, sizeof(op_n)),
-        "fp8 plan");
+    RILL_TRY(describe(k, CUDA_R_8F_E4M3, CUDA_R_16BF, p, "fp8 plan"));
     const int32_t a_mode = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F,
                   b_mode = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
     RILL_CUBLAS_CHECK(
@@ -272,32 +267,7 @@ class CublasLtRunner final : public GemmRunner {
     RILL_CUBLAS_CHECK(
         cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &b_mode, sizeof(b_mode)),
         "fp8 plan");
-    RILL_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->w, CUDA_R_8F_E4M3, uint64_t(k.k), uint64_t(k.n), k.ldw),
-                      "fp8 plan");
-    RILL_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->x, CUDA_R_8F_E4M3, uint64_t(k.k), uint64_t(k.m), k.ldx),
-                      "fp8 plan");
-    RILL_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->y, CUDA_R_16BF, uint64_t(k.n), uint64_t(k.m), k.ldo),
-                      "fp8 plan");
-    cublasLtMatmulPreference_t pref = nullptr;
-    RILL_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref), "fp8 plan");
-    std::unique_ptr<std::remove_pointer_t<cublasLtMatmulPreference_t>,
-                    decltype(&cublasLtMatmulPreferenceDestroy)>
-        pref_owner(pref, &cublasLtMatmulPreferenceDestroy);
-    const uint64_t ws = kWorkspaceBytes;
-    RILL_CUBLAS_CHECK(
-        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)),
-        "fp8 plan");
-    std::vector<cublasLtMatmulHeuristicResult_t> results(kHeuristicCandidates);
-    int n_results = 0;
-    RILL_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle_, p->desc, p->w, p->x, p->y, p->y, pref,
-                                                     kHeuristicCandidates, results.data(), &n_results),
-                      "fp8 plan");
-    for (int i = 0; i < n_results; ++i)
-      if (results[size_t(i)].state == CUBLAS_STATUS_SUCCESS &&
-          results[size_t(i)].workspaceSize <= kWorkspaceBytes)
-        p->candidates.push_back(results[size_t(i)]);
-    if (p->candidates.empty()) return internal_error("cuBLASLt has no FP8 algorithm for this shape");
-    return {};
+    return find_candidates(p, {}, "fp8 plan", "FP8 ");
   }
 
   static std::string shape_name(const PlanKey& k, const char* out_name) {
@@ -306,48 +276,55 @@ class CublasLtRunner final : public GemmRunner {
   }
 
   Status build(const PlanKey& k, Plan* p) {
-    const cudaDataType_t out_type = k.out == DType::F32 ? CUDA_R_32F : CUDA_R_16BF;
-    RILL_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "plan");
+    RILL_TRY(describe(k, CUDA_R_16BF, k.out == DType::F32 ? CUDA_R_32F : CUDA_R_16BF, p, "plan"));
+    // A = W, B = x, C = D = y in cuBLASLt's naming.
+    const Preference aligns[] = {{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, k.align_w},
+                                 {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, k.align_x},
+                                 {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, k.align_o},
+                                 {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, k.align_o}};
+    return find_candidates(p, aligns, "plan", "");
+  }
+
+  // A plan's descriptor (fp32 compute; W transposed: y = x W^T) and its layouts, column-major: A = W [K x N] and
+  // B = x [K x M] of type `in`, C = D = y [N x M] of type `out`.
+  static Status describe(const PlanKey& k, cudaDataType_t in, cudaDataType_t out, Plan* p, const char* what) {
+    RILL_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), what);
     const cublasOperation_t op_t = CUBLAS_OP_T, op_n = CUBLAS_OP_N;
     RILL_CUBLAS_CHECK(
-        cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_t, sizeof(op_t)), "plan");
+        cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_t, sizeof(op_t)), what);
     RILL_CUBLAS_CHECK(
-        cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_n, sizeof(op_n)), "plan");
-    RILL_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->w, CUDA_R_16BF, uint64_t(k.k), uint64_t(k.n), k.ldw),
-                      "plan");
-    RILL_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->x, CUDA_R_16BF, uint64_t(k.k), uint64_t(k.m), k.ldx),
-                      "plan");
-    RILL_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->y, out_type, uint64_t(k.n), uint64_t(k.m), k.ldo),
-                      "plan");
+        cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_n, sizeof(op_n)), what);
+    RILL_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->w, in, uint64_t(k.k), uint64_t(k.n), k.ldw), what);
+    RILL_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->x, in, uint64_t(k.k), uint64_t(k.m), k.ldx), what);
+    RILL_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->y, out, uint64_t(k.n), uint64_t(k.m), k.ldo), what);
+    return {};
+  }
 
+  using Preference = std::pair<cublasLtMatmulPreferenceAttributes_t, uint32_t>;
+  // The algorithms cuBLASLt's heuristic offers for the described plan that fit the workspace, given the
+  // workspace size and `prefs`; none is an error (`kind`: "FP8 " or "").
+  Status find_candidates(Plan* p, std::span<const Preference> prefs, const char* what, const char* kind) {
     cublasLtMatmulPreference_t pref = nullptr;
-    RILL_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref), "plan");
+    RILL_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref), what);
     std::unique_ptr<std::remove_pointer_t<cublasLtMatmulPreference_t>,
                     decltype(&cublasLtMatmulPreferenceDestroy)>
         pref_owner(pref, &cublasLtMatmulPreferenceDestroy);
     const uint64_t ws = kWorkspaceBytes;
     RILL_CUBLAS_CHECK(
         cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)),
-        "plan");
-    // A = W, B = x, C = D = y in cuBLASLt's naming.
-    const std::pair<cublasLtMatmulPreferenceAttributes_t, uint32_t> aligns[] = {
-        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, k.align_w},
-        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, k.align_x},
-        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, k.align_o},
-        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, k.align_o}};
-    for (const auto& [attr, value] : aligns)
-      RILL_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &value, sizeof(value)), "plan");
-
+        what);
+    for (const auto& [attr, value] : prefs)
+      RILL_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &value, sizeof(value)), what);
     std::vector<cublasLtMatmulHeuristicResult_t> results(kHeuristicCandidates);
     int n_results = 0;
     RILL_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle_, p->desc, p->w, p->x, p->y, p->y, pref,
                                                      kHeuristicCandidates, results.data(), &n_results),
-                      "plan");
+                      what);
     for (int i = 0; i < n_results; ++i)
       if (results[size_t(i)].state == CUBLAS_STATUS_SUCCESS &&
           results[size_t(i)].workspaceSize <= kWorkspaceBytes)
         p->candidates.push_back(results[size_t(i)]);
-    if (p->candidates.empty()) return internal_error("cuBLASLt has no algorithm for this shape");
+    if (p->candidates.empty()) return internal_error("cuBLASLt has no {}algorithm for this shape", kind);
     return {};
   }
 
@@ -413,6 +390,7 @@ class CublasLtRunner final : public GemmRunner {
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
   bool autotune_ = false;
+  int sm_count_ = 0;  // the device's multiprocessors (the decode GEMV's split)
   bool fp8_native_ = false;
   std::mutex mu_;
   std::map<PlanKey, std::unique_ptr<Plan>> plans_;
@@ -427,7 +405,7 @@ Result<std::unique_ptr<GemmRunner>> GemmRunner::create(int device) {
   if (current != device)
     return internal_error("GemmRunner::create: device {} is not current ({})", device, current);
   auto r = std::make_unique<CublasLtRunner>();
-  RILL_TRY(r->init());
+  RILL_TRY(r->init(device));
   return std::unique_ptr<GemmRunner>(std::move(r));
 }
 

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "backend/cuda/common/align.h"
 #include "backend/cuda/common/check.h"
 #include "backend/cuda/common/launch.h"
 #include "backend/cuda/common/pdl.cuh"
@@ -68,8 +69,7 @@ __global__ void __launch_bounds__(kThreads) fp8_dequant_kernel(const DequantPara
 }  // namespace
 
 size_t fp8_dequant_bytes(const backend::LinearWeight& w) {
-  const size_t bytes = size_t(w.out_features()) * size_t(w.in_features()) * 2;
-  return (bytes + 255) / 256 * 256;
+  return align256(size_t(w.out_features()) * size_t(w.in_features()) * 2);
 }
 
 Status launch_fp8_dequant_bf16(const backend::LinearWeight& w, void* out, cudaStream_t stream) {
@@ -89,7 +89,7 @@ Status launch_fp8_dequant_bf16(const backend::LinearWeight& w, void* out, cudaSt
   if (w.scales.size(1) > 1 && w.scales.stride(1) != 1)
     return invalid_argument("fp8_dequant: scale rows must be contiguous, got {}", w.scales.describe());
   const bool vec = p.K % 8 == 0 && p.ldw % 8 == 0 && (reinterpret_cast<uintptr_t>(p.w) & 7) == 0 &&
-                   (reinterpret_cast<uintptr_t>(out) & 15) == 0 &&
+                   aligned16(out) &&
                    (p.block_cols % 8 == 0 || p.block_cols >= p.K);
   const int64_t work = int64_t(p.N) * (vec ? p.K / 8 : p.K);
   const dim3 grid(unsigned(std::min<int64_t>((work + kThreads - 1) / kThreads, kMaxBlocks)));

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstdlib>
 
+#include "backend/cuda/common/align.h"
 #include "backend/cuda/common/check.h"
 #include "backend/cuda/common/launch.h"
 #include "backend/cuda/common/pdl.cuh"
@@ -64,10 +65,6 @@ __global__ void __launch_bounds__(256) fp8_copy_scales_kernel(const ScaleCopyPar
   }
 }
 
-size_t align256(size_t v) {
-  return (v + 255) / 256 * 256;
-}
-
 // The weight scales' row stride rounded up to 4 blocks, as PyTorch's _scaled_mm checks ask for cuBLASLt's
 // BLK128x128_32F scales (not yet checked on the GPU here: PrefillNativeFp8 at K = 2304, 18 blocks, is the case).
 constexpr bool kPadScales = true;
@@ -81,7 +78,6 @@ bool pad_scales() {
 bool fp8_native_eligible(const backend::GemmArgs& a) {
   const backend::LinearWeight& w = *a.w;
   const int64_t K = a.x.size(1), N = w.out_features();
-  auto aligned16 = [](const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15) == 0; };
   return w.format == backend::WeightFormat::Fp8 && w.weight.dtype == DType::F8E4M3 && w.block.rows == 128 &&
          w.block.cols == 128 && w.scales.dtype == DType::F32 &&
          (w.scales.size(1) <= 1 || w.scales.stride(1) == 1) && K % kGroup == 0 && N % 16 == 0 &&

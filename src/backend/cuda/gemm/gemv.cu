@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "backend/cuda/common/align.h"
 #include "backend/cuda/common/check.h"
 #include "backend/cuda/common/launch.h"
 #include "backend/cuda/common/pdl.cuh"
@@ -174,13 +175,9 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvGroup g) {
   }
 }
 
-bool aligned16(const void* p) {
-  return (reinterpret_cast<uintptr_t>(p) & 15) == 0;
-}
-
 bool fp8(const backend::GemmArgs& a) { return a.w->format == backend::WeightFormat::Fp8; }
 
-GemvPart make_part(const backend::GemmArgs& a) {
+GemvPart make_part(const backend::GemmArgs& a, int sm_count) {
   GemvPart p{};
   p.x = static_cast<const __nv_bfloat16*>(a.x.data);
   p.ldx = a.x.stride(0);
@@ -198,22 +195,22 @@ GemvPart make_part(const backend::GemmArgs& a) {
   p.N = int(a.w->out_features());
   p.K = int(a.x.size(1));
   p.out_f32 = a.out.dtype == DType::F32;
-  p.split = gemv_split(p.N, p.K);
+  p.split = gemv_split(p.N, p.K, sm_count);
   p.first_block = 0;
   return p;
 }
 
 }  // namespace
 
-int gemv_split(int64_t N, int64_t K) {
-  // Split while the warps still fit one wave of a 132-SM part at 64 warps per SM (a second, partial wave
+int gemv_split(int64_t N, int64_t K, int sm_count) {
+  // Split while the warps still fit one wave of the device at 64 warps per SM (a second, partial wave
   // costs a whole latency round) and every warp keeps at least two 16-byte loads per lane (a warp with a
   // single load spends its life on launch and reduction). Measured with ncu on the 48B decode step: one warp
   // per row left the 32- and 128-row projections at 5.5-6 us; eight warps per row on 2048 rows was slower
   // than one.
-  constexpr int64_t kWaveWarps = 132 * 64;
+  const int64_t wave_warps = int64_t(std::max(sm_count, 1)) * 64;
   int split = 1;
-  while (split < kWarps && N * split * 2 <= kWaveWarps && (K / 8) / (split * 2) >= 64) split *= 2;
+  while (split < kWarps && N * split * 2 <= wave_warps && (K / 8) / (split * 2) >= 64) split *= 2;
   return split;
 }
 
@@ -238,12 +235,12 @@ bool gemv_group_eligible(const backend::GemmGroupArgs& a) {
   return true;
 }
 
-Status launch_gemv_group(const backend::GemmGroupArgs& a, cudaStream_t stream) {
+Status launch_gemv_group(const backend::GemmGroupArgs& a, int sm_count, cudaStream_t stream) {
   GemvGroup g{};
   g.n_parts = int(a.parts.size());
   int blocks = 0;
   for (int i = 0; i < g.n_parts; ++i) {
-    g.part[i] = make_part(a.parts[size_t(i)]);
+    g.part[i] = make_part(a.parts[size_t(i)], sm_count);
     g.part[i].first_block = blocks;
     const int rows = kWarps / g.part[i].split;
     blocks += (g.part[i].N + rows - 1) / rows;
@@ -262,8 +259,8 @@ Status launch_gemv_group(const backend::GemmGroupArgs& a, cudaStream_t stream) {
   return fp8(a.parts[0]) ? run(Fp8Weights{}) : run(Bf16Weights{});
 }
 
-Status launch_gemv(const backend::GemmArgs& a, cudaStream_t stream) {
-  return launch_gemv_group(backend::GemmGroupArgs{{a}}, stream);
+Status launch_gemv(const backend::GemmArgs& a, int sm_count, cudaStream_t stream) {
+  return launch_gemv_group(backend::GemmGroupArgs{{a}}, sm_count, stream);
 }
 
 }  // namespace rill::cuda

@@ -13,11 +13,13 @@ inline constexpr int kGemvMaxRows = 4;
 
 // True when `a` fits the GEMV: M <= kGemvMaxRows, dense bf16 weight, 16-byte aligned rows, K % 8 == 0.
 bool gemv_eligible(const backend::GemmArgs& a);
-Status launch_gemv(const backend::GemmArgs& a, cudaStream_t stream);
+// sm_count: the device's multiprocessors (CudaContext::sm_count), which bound how far short rows are split.
+Status launch_gemv(const backend::GemmArgs& a, int sm_count, cudaStream_t stream);
 // Every part GEMV-eligible with the same M: then launch_gemv_group runs them all in one launch.
 bool gemv_group_eligible(const backend::GemmGroupArgs& a);
-Status launch_gemv_group(const backend::GemmGroupArgs& a, cudaStream_t stream);
-// Warps per output row (1, 2, 4 or 8) for an [N, K] weight: more for short N, never below one 32-lane pass.
-int gemv_split(int64_t N, int64_t K);
+Status launch_gemv_group(const backend::GemmGroupArgs& a, int sm_count, cudaStream_t stream);
+// Warps per output row (1, 2, 4 or 8) for an [N, K] weight on a device of `sm_count` multiprocessors: more for
+// short N while the warps fit one wave, never below one 32-lane pass.
+int gemv_split(int64_t N, int64_t K, int sm_count);
 
 }  // namespace rill::cuda

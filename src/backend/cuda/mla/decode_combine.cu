@@ -16,30 +16,36 @@ namespace {
 constexpr int kWarps = 8;
 constexpr int kWideRowsBelow = 1024;  // 32 heads x 32 decode tokens
 
-__global__ void __launch_bounds__(kWarps * 32) decode_combine_wide_kernel(const CombineParams p) {
-  pdl_prologue();
-  __shared__ float4 part_o[kWarps][kLora / 4];
-  __shared__ float part_l[kWarps];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int q = blockIdx.x;
+// Row q's partials: `base` its slot in split 0, `stride` the slots between splits, `n` its sequence's splits.
+struct CombineRow {
+  int64_t base;
+  int stride, n;
+};
+__device__ __forceinline__ CombineRow combine_row(const CombineParams& p, int q) {
   const int H = p.n_heads, d = q / H, h = q % H;
   const int s = p.token_seq[p.plan.dec_tokens[d]];
-  const int rows = (p.seq_token_start[s + 1] - p.seq_token_start[s]) * H;
-  const int r = (d - p.plan.dec_tok_start[s]) * H + h;
-  const int n = p.plan.dec_splits[s];
-  const int64_t base = int64_t(p.plan.dec_slot_start[s]) + r;
+  CombineRow row;
+  row.stride = (p.seq_token_start[s + 1] - p.seq_token_start[s]) * H;
+  row.n = p.plan.dec_splits[s];
+  row.base = int64_t(p.plan.dec_slot_start[s]) + (d - p.plan.dec_tok_start[s]) * H + h;
+  return row;
+}
 
-  float M = -INFINITY;  // every warp finds the same maximum (cheap: 8 bytes per split)
-  for (int j = lane; j < n; j += 32) M = fmaxf(M, p.part_ml[(base + int64_t(j) * rows) * 2]);
+// Splits j = first, first + step, ... of the row, each weighted by 2^(m_j - M), M the largest m of all its
+// splits (every warp finds the same maximum: cheap, 8 bytes per split): returns the weighted sum of l and
+// leaves that of o in acc (this lane's four float4 of the kLora columns).
+__device__ __forceinline__ float accumulate_splits(const CombineParams& p, const CombineRow& row, int first,
+                                                   int step, int lane, float4 (&acc)[4]) {
+  float M = -INFINITY;
+  for (int j = lane; j < row.n; j += 32) M = fmaxf(M, p.part_ml[(row.base + int64_t(j) * row.stride) * 2]);
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
 
-  float4 acc[4];
 #pragma unroll
   for (int c = 0; c < 4; ++c) acc[c] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   float L = 0.0f;
-  for (int j = warp; j < n; j += kWarps) {
-    const int64_t slot = base + int64_t(j) * rows;
+  for (int j = first; j < row.n; j += step) {
+    const int64_t slot = row.base + int64_t(j) * row.stride;
     const float2 ml = *reinterpret_cast<const float2*>(p.part_ml + slot * 2);
     if (ml.x == -INFINITY) continue;  // nothing of this row in the split (same for the whole warp)
     const float wgt = exp2f(ml.x - M);
@@ -54,6 +60,17 @@ __global__ void __launch_bounds__(kWarps * 32) decode_combine_wide_kernel(const 
       acc[c].w += wgt * v.w;
     }
   }
+  return L;
+}
+
+__global__ void __launch_bounds__(kWarps * 32) decode_combine_wide_kernel(const CombineParams p) {
+  pdl_prologue();
+  __shared__ float4 part_o[kWarps][kLora / 4];
+  __shared__ float part_l[kWarps];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int q = blockIdx.x;
+  float4 acc[4];
+  const float L = accumulate_splits(p, combine_row(p, q), warp, kWarps, lane, acc);
 #pragma unroll
   for (int c = 0; c < 4; ++c) part_o[warp][lane + 32 * c] = acc[c];
   if (lane == 0) part_l[warp] = L;
@@ -83,38 +100,8 @@ __global__ void __launch_bounds__(kWarps * 32) decode_combine_narrow_kernel(cons
   const int lane = threadIdx.x & 31;
   const int q = blockIdx.x * kWarps + (threadIdx.x >> 5);
   if (q >= p.n_rows) return;
-  const int H = p.n_heads, d = q / H, h = q % H;
-  const int s = p.token_seq[p.plan.dec_tokens[d]];
-  const int rows = (p.seq_token_start[s + 1] - p.seq_token_start[s]) * H;
-  const int r = (d - p.plan.dec_tok_start[s]) * H + h;
-  const int n = p.plan.dec_splits[s];
-  const int64_t base = int64_t(p.plan.dec_slot_start[s]) + r;
-
-  float M = -INFINITY;
-  for (int j = lane; j < n; j += 32) M = fmaxf(M, p.part_ml[(base + int64_t(j) * rows) * 2]);
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
-
   float4 acc[4];
-#pragma unroll
-  for (int c = 0; c < 4; ++c) acc[c] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-  float L = 0.0f;
-  for (int j = 0; j < n; ++j) {
-    const int64_t slot = base + int64_t(j) * rows;
-    const float2 ml = *reinterpret_cast<const float2*>(p.part_ml + slot * 2);
-    if (ml.x == -INFINITY) continue;  // nothing of this row in the split (same for the whole warp)
-    const float wgt = exp2f(ml.x - M);
-    L += wgt * ml.y;
-    const float4* src = reinterpret_cast<const float4*>(p.part_o + slot * kLora);
-#pragma unroll
-    for (int c = 0; c < 4; ++c) {
-      const float4 v = src[lane + 32 * c];
-      acc[c].x += wgt * v.x;
-      acc[c].y += wgt * v.y;
-      acc[c].z += wgt * v.z;
-      acc[c].w += wgt * v.w;
-    }
-  }
+  const float L = accumulate_splits(p, combine_row(p, q), 0, 1, lane, acc);
   const float inv = L > 0.0f ? 1.0f / L : 0.0f;
   bf16* dst = p.lat + int64_t(q) * kLora;
 #pragma unroll

@@ -32,10 +32,12 @@
 #include <cstdlib>
 #include <string_view>
 
+#include "backend/cuda/common/align.h"
 #include "backend/cuda/common/check.h"
 #include "backend/cuda/common/launch.h"
 #include "backend/cuda/common/mma.cuh"
 #include "backend/cuda/common/pdl.cuh"
+#include "backend/cuda/common/smem.h"
 #include "backend/cuda/moe/device.cuh"
 #include "backend/cuda/moe/grouped_cublas_path.h"
 #include "backend/cuda/moe/moe.h"
@@ -59,13 +61,6 @@ constexpr int kDownMaxThreads = 512;
 // its weights, where the separate GEMV reads them once for up to kGemvMaxRows tokens.
 constexpr int64_t kSharedFuseMaxTokens = 2;
 constexpr int kPlanThreads = 1024;
-
-size_t align256(size_t b) {
-  return (b + 255) / 256 * 256;
-}
-bool aligned16(const void* p) {
-  return (reinterpret_cast<uintptr_t>(p) & 15) == 0;
-}
 
 // ---------------------------------------------------------------------------------------------- decode path
 
@@ -203,6 +198,29 @@ __global__ void __launch_bounds__(kGemvThreads) moe_gate_up_gemv_kernel(const De
   }
 }
 
+// The two down GEMVs' ends. A warp's kRows sums for expert slot j, reduced over its lanes and rounded to bf16
+// (the unfused GEMM's output) into part[j * kRows + r].
+template <int kRows>
+__device__ __forceinline__ void store_down_rows(const float (&s)[kRows], int lane, int j, float* part) {
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    const float sum = moe::warp_sum_f(s[r]);
+    if (lane == 0) part[j * kRows + r] = moe::round_bf16(sum);
+  }
+}
+// Output row r of token t: its k routed experts' rows in order j = 0, 1, ... times their weights, in fp32 (an
+// id outside [0, E), another rank's expert, adds nothing).
+template <int kRows>
+__device__ __forceinline__ float sum_routed_rows(const DecodeParams& p, int t, int r, const float* part) {
+  float acc = 0.0f;
+  for (int j = 0; j < p.k; ++j) {
+    const int e = p.ids[int64_t(t) * p.ld_ids + j];
+    if (e < 0 || e >= p.E) continue;
+    acc += p.weights[int64_t(t) * p.ld_weights + j] * part[j * kRows + r];
+  }
+  return acc;
+}
+
 // grid (Hx / kDownRows, min(T, 65535)); blocks loop over tokens when there are more. Warp w computes the
 // kDownRows output rows for the token's experts j = w, w + 8, ... (all of a warp's loads for one expert are
 // in flight together), each expert's row rounded to bf16 into shared memory; then one thread per row adds
@@ -254,21 +272,12 @@ __global__ void __launch_bounds__(kDownMaxThreads) moe_down_gemv_kernel(const De
 #pragma unroll
           for (int v = 0; v < kVec; ++v) s[r] = fmaf(wv[r][v], hv[v], s[r]);
       }
-#pragma unroll
-      for (int r = 0; r < kDownRows; ++r) {
-        const float sum = moe::warp_sum_f(s[r]);
-        if (lane == 0) part[j * kDownRows + r] = moe::round_bf16(sum);
-      }
+      store_down_rows<kDownRows>(s, lane, j, part);
     }
     __syncthreads();
     const int r = threadIdx.x;
     if (r < kDownRows && o0 + r < p.Hx) {
-      float acc = 0.0f;
-      for (int j = 0; j < p.k; ++j) {
-        const int e = p.ids[int64_t(t) * p.ld_ids + j];
-        if (e < 0 || e >= p.E) continue;
-        acc += p.weights[int64_t(t) * p.ld_weights + j] * part[j * kDownRows + r];
-      }
+      float acc = sum_routed_rows<kDownRows>(p, t, r, part);
       // The shared expert joins as the unfused ops would: bf16(bf16(routed) + bf16(shared)).
       if (p.sh_down) acc = moe::round_bf16(acc) + part[p.k * kDownRows + r];
       p.out[int64_t(t) * p.ldo + o0 + r] = __float2bfloat16_rn(acc);
@@ -418,23 +427,12 @@ __global__ void __launch_bounds__(kGemvThreads, kMxDownBlocksPerSm)
 #pragma unroll
         for (int r = 0; r < kMxDownRows; ++r) s[r] = fmaf(fp4_dot16(wv[r], hv[0], hv[1]), sc[r], s[r]);
       }
-#pragma unroll
-      for (int r = 0; r < kMxDownRows; ++r) {
-        const float sum = moe::warp_sum_f(s[r]);
-        if (lane == 0) part[j * kMxDownRows + r] = moe::round_bf16(sum);
-      }
+      store_down_rows<kMxDownRows>(s, lane, j, part);
     }
     __syncthreads();
     const int r = threadIdx.x;
-    if (r < kMxDownRows && o0 + r < p.Hx) {
-      float acc = 0.0f;
-      for (int j = 0; j < p.k; ++j) {
-        const int e = p.ids[int64_t(t) * p.ld_ids + j];
-        if (e < 0 || e >= p.E) continue;
-        acc += p.weights[int64_t(t) * p.ld_weights + j] * part[j * kMxDownRows + r];
-      }
-      p.out[int64_t(t) * p.ldo + o0 + r] = __float2bfloat16_rn(acc);
-    }
+    if (r < kMxDownRows && o0 + r < p.Hx)
+      p.out[int64_t(t) * p.ldo + o0 + r] = __float2bfloat16_rn(sum_routed_rows<kMxDownRows>(p, t, r, part));
   }
 }
 
@@ -594,15 +592,6 @@ ExpertsPlan plan_experts(const backend::MoeExpertsArgs& a) {
   return s;
 }
 
-Status set_smem(const void* kernel, size_t bytes, const CudaContext& cx, const char* name) {
-  if (bytes > cx.max_smem_per_block)
-    return invalid_argument("{}: needs {} bytes of shared memory, the device allows {}", name, bytes,
-                            cx.max_smem_per_block);
-  if (bytes > 48 * 1024)
-    RILL_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
-  return {};
-}
-
 // The decode kernels' parameters shared by the bf16 and MXFP4 variants (weight pointers set by the caller).
 DecodeParams decode_params(const backend::MoeExpertsArgs& a, const ExpertsPlan& s, bf16* h) {
   const backend::ExpertWeights& ex = *a.experts;
@@ -648,8 +637,8 @@ Status launch_decode(const DecodeParams& p, const ExpertsPlan& s, bool vec, cons
   const unsigned down_threads =
       unsigned(32 * std::clamp<int64_t>(s.k + (s.shared ? 1 : 0), kGemvWarps, kDownMaxThreads / 32));
   auto run = [&](auto gate_up, auto down) -> Status {
-    RILL_TRY(set_smem(reinterpret_cast<const void*>(gate_up), x_smem, cx, "moe_experts"));
-    RILL_TRY(set_smem(reinterpret_cast<const void*>(down), h_smem, cx, "moe_experts"));
+    RILL_TRY(opt_in_smem("moe_experts", reinterpret_cast<const void*>(gate_up), x_smem, cx, nullptr));
+    RILL_TRY(opt_in_smem("moe_experts", reinterpret_cast<const void*>(down), h_smem, cx, nullptr));
     RILL_TRY(launch("moe_gate_up_gemv", {grid1, dim3(kGemvThreads), x_smem}, cx.stream, gate_up, p));
     return launch("moe_down_gemv", {grid2, dim3(down_threads), h_smem}, cx.stream, down, p);
   };
@@ -723,8 +712,10 @@ Status run_decode_mxfp4(const backend::MoeExpertsArgs& a, const ExpertsPlan& s, 
   const dim3 grid1(unsigned((s.I + kGemvWarps * kMxMmaRows - 1) / (kGemvWarps * kMxMmaRows)),
                    unsigned(std::min<int64_t>(s.pairs, 65535)));
   const dim3 grid2(unsigned((s.Hx + kMxDownRows - 1) / kMxDownRows), unsigned(std::min<int64_t>(s.T, 65535)));
-  RILL_TRY(set_smem(reinterpret_cast<const void*>(moe_gate_up_mma_mxfp4_kernel), x_smem, cx, "moe_experts"));
-  RILL_TRY(set_smem(reinterpret_cast<const void*>(moe_down_gemv_mxfp4_kernel), h_smem, cx, "moe_experts"));
+  RILL_TRY(opt_in_smem("moe_experts", reinterpret_cast<const void*>(moe_gate_up_mma_mxfp4_kernel), x_smem, cx,
+                       nullptr));
+  RILL_TRY(
+      opt_in_smem("moe_experts", reinterpret_cast<const void*>(moe_down_gemv_mxfp4_kernel), h_smem, cx, nullptr));
   RILL_TRY(launch("moe_gate_up_mma_mxfp4", {grid1, dim3(kGemvThreads), x_smem}, cx.stream,
                   moe_gate_up_mma_mxfp4_kernel, p));
   RILL_TRY(launch("moe_down_gemv_mxfp4", {grid2, dim3(kGemvThreads), h_smem}, cx.stream,

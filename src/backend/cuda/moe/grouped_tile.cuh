@@ -1,39 +1,20 @@
 // Pieces shared by the grouped expert GEMM kernels (grouped_gemm.cu: bf16 experts, grouped_gemm_mxfp4.cu:
-// MXFP4 experts), which differ only in how the B (weight) tile reaches shared memory: cp.async, ldmatrix and
-// mma.sync wrappers, the tile -> expert lookup, the gate/up row interleave of B tiles, the 64 x 128 x 32 MMA
-// step of 8 warps, and the epilogues (gate_up: bf16 gate and up, activation in fp32; down: bf16 output).
+// MXFP4 experts), which differ only in how the B (weight) tile reaches shared memory: the tile -> expert
+// lookup, the gate/up row interleave of B tiles, the 64 x 128 x 32 MMA step of 8 warps, and the epilogues
+// (gate_up: bf16 gate and up, activation in fp32; down: bf16 output). cp.async and ldmatrix:
+// common/cp_async.cuh.
 #pragma once
 
 #include <cuda_bf16.h>
 
 #include <cstdint>
 
+#include "backend/cuda/common/cp_async.cuh"
 #include "backend/cuda/common/mma.cuh"
 #include "backend/cuda/moe/device.cuh"
 #include "backend/cuda/moe/params.h"
 
 namespace rill::cuda::moe {
-
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
-  const unsigned s = unsigned(__cvta_generic_to_shared(smem));
-  const int src_bytes = valid ? 16 : 0;  // 0: fill the 16 bytes with zeros, read nothing
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(src_bytes));
-}
-__device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;\n" ::);
-}
-template <int kPending>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
-}
-
-__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const void* smem) {
-  const unsigned s = unsigned(__cvta_generic_to_shared(smem));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(s));
-}
-
 
 // One CTA's 64-slot tile: its expert e and slots [seg + m0, seg + m0 + m_valid).
 struct GroupedTile {
@@ -94,10 +75,10 @@ __device__ __forceinline__ void mma_k_tile(GroupedAcc& acc, const bf16 (*As)[kLd
     unsigned af[2][4], bf[2][4];
 #pragma unroll
     for (int i = 0; i < 2; ++i)
-      ldmatrix_x4(af[i], &As[wm * 32 + i * 16 + (lane & 15)][kk * 16 + (lane >> 4) * 8]);
+      ldsm_x4(af[i], &As[wm * 32 + i * 16 + (lane & 15)][kk * 16 + (lane >> 4) * 8]);
 #pragma unroll
     for (int q = 0; q < 2; ++q)
-      ldmatrix_x4(bf[q],
+      ldsm_x4(bf[q],
                   &Bs[wn * 32 + q * 16 + (lane >> 4) * 8 + (lane & 7)][kk * 16 + ((lane >> 3) & 1) * 8]);
 #pragma unroll
     for (int i = 0; i < 2; ++i)

@@ -20,9 +20,11 @@
 #include <climits>
 #include <cstdint>
 
+#include "backend/cuda/common/align.h"
 #include "backend/cuda/common/check.h"
 #include "backend/cuda/common/launch.h"
 #include "backend/cuda/common/pdl.cuh"
+#include "backend/cuda/common/smem.h"
 #include "backend/cuda/gemm/gemv.h"
 #include "backend/cuda/moe/device.cuh"
 #include "backend/cuda/moe/moe.h"
@@ -299,7 +301,7 @@ Status launch_moe_route(const backend::MoeRouteArgs& a, const CudaContext& cx) {
   const backend::GemmArgs logits_gemm{a.x, &gate,
                                       TensorView::make(cx.route_logits, DType::F32, {T, E}, Device::Cuda)};
   const bool small = T <= kGemvMaxRows && cx.route_logits != nullptr && gemv_eligible(logits_gemm);
-  if (small) RILL_TRY(launch_gemv(logits_gemm, cx.stream));
+  if (small) RILL_TRY(launch_gemv(logits_gemm, cx.sm_count, cx.stream));
   RouteParams p;
   p.x = static_cast<const bf16*>(a.x.data);
   p.ldx = a.x.stride(0);
@@ -330,21 +332,14 @@ Status launch_moe_route(const backend::MoeRouteArgs& a, const CudaContext& cx) {
   if (smem > cx.max_smem_per_block)
     return invalid_argument("moe_route: hidden {} x {} experts needs {} bytes of shared memory (device: {})",
                             H, E, smem, cx.max_smem_per_block);
-  const bool vec = H % 8 == 0 && p.ldx % 8 == 0 && p.ldw % 8 == 0 &&
-                   (reinterpret_cast<uintptr_t>(p.x) & 15) == 0 &&
-                   (reinterpret_cast<uintptr_t>(p.w) & 15) == 0;
+  const bool vec = H % 8 == 0 && p.ldx % 8 == 0 && p.ldw % 8 == 0 && aligned16(p.x) && aligned16(p.w);
   const dim3 grid(kRouteTokens, unsigned((T + kRouteTokens - 1) / kRouteTokens));
   // Above 48 KB (K3's 7168 x 896 router, not Kimi Linear's) the kernel must opt in to more shared memory.
-  constexpr size_t kDefaultSmem = 48 * 1024;
   if (vec) {
-    if (smem > kDefaultSmem)
-      RILL_CUDA_CHECK(
-          cudaFuncSetAttribute(moe_route_kernel<8>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    RILL_TRY(opt_in_smem("moe_route", reinterpret_cast<const void*>(moe_route_kernel<8>), smem, cx, nullptr));
     moe_route_kernel<8><<<grid, kRouteThreads, smem, cx.stream>>>(p);
   } else {
-    if (smem > kDefaultSmem)
-      RILL_CUDA_CHECK(
-          cudaFuncSetAttribute(moe_route_kernel<1>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    RILL_TRY(opt_in_smem("moe_route", reinterpret_cast<const void*>(moe_route_kernel<1>), smem, cx, nullptr));
     moe_route_kernel<1><<<grid, kRouteThreads, smem, cx.stream>>>(p);
   }
   RILL_CUDA_CHECK_LAUNCH("moe_route");
