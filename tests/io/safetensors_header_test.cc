@@ -19,7 +19,11 @@ std::string error_of(std::string_view header, uint64_t data_bytes = 1 << 20) {
   EXPECT_FALSE(r.ok()) << "accepted: " << header;
   if (r.ok()) return {};
   EXPECT_EQ(r.status().code(), StatusCode::InvalidArgument);
-  EXPECT_THAT(r.status().message(), StartsWith(std::string(kLabel) + ": "));
+  // (the prefix built by append: GCC 12 at -O2 flags std::string(kLabel) + ": " with a false -Warray-bounds
+  // once the string headers come from the precompiled header)
+  std::string prefix(kLabel);
+  prefix.append(": ");
+  EXPECT_THAT(r.status().message(), StartsWith(prefix));
   return r.status().message();
 }
 
