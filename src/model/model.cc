@@ -76,6 +76,27 @@ Result<ModelCaches> ModelCaches::allocate(backend::Backend& be, const ModelConfi
   return out;
 }
 
+ModelCaches Model::null_caches(int block_size) const {
+  const CacheShapes s = cache_shapes(config_, 1, 1, block_size);
+  const DType act = be_->act_dtype();
+  ModelCaches out;
+  out.n_slots = 1;
+  out.n_blocks = 1;
+  out.block_size = block_size;
+  for (int i = 0; i < config_.n_layers; ++i) {
+    LayerCache L;
+    if (!config_.holds_layer(i)) {
+    } else if (config_.layer_kinds[size_t(i)] == LayerKind::Kda) {
+      L.kda_state = TensorView::make(nullptr, DType::F32, s.state, be_->device());
+      L.kda_conv = TensorView::make(nullptr, act, s.conv, be_->device());
+    } else {
+      L.mla_kv = TensorView::make(nullptr, act, s.kv, be_->device());
+    }
+    out.layers.push_back(L);
+  }
+  return out;
+}
+
 Status Model::reserve_workspace(const StepLimits& limits) {
   if (limits.max_tokens < 1 || limits.max_seqs < 1 || limits.max_logit_rows < 1 || limits.max_context < 1)
     return invalid_argument("step limits must be positive");
@@ -130,9 +151,10 @@ Status Model::reserve_workspace(const StepLimits& limits) {
     for (bool count_only : {false, true}) {
       if (count_only && !graphable) continue;
       Arena measure(nullptr, 0, be_->device());
-      ModelCaches none;
-      none.layers.resize(static_cast<size_t>(config_.n_layers));
-      none.block_size = block;
+      // Caches of the right dtypes and shapes with no memory (one slot, one block): a backend's scratch query
+      // validates its arguments as a launch would, and an empty view there (wrong dtype) once made CUDA's MLA
+      // plan 0 bytes, so a replayed verify graph overran the workspace.
+      const ModelCaches none = null_caches(block);
       be_->set_dry_run(true);
       TensorView logits;
       Status st = upload_inputs(worst, none, measure, nullptr, count_only);

@@ -116,6 +116,8 @@ class Model {
   LoadedWeights weights_;
 
  private:
+  // Caches of the right dtypes and shapes that hold no memory (the workspace's dry runs).
+  ModelCaches null_caches(int block_size) const;
   // `count_only`: plan from the counts only (BatchLayoutHost::count_only_plan) without fixed inputs: the dry
   // runs measuring what a graph's step takes.
   Status upload_inputs(const StepBatch& batch, const ModelCaches& caches, Arena& ws, const FixedInputs* fixed,
