@@ -7,10 +7,22 @@
 
 namespace rill::cuda {
 
-// kVec consecutive bf16 widened to fp32: kVec 8 is one 16-byte load, 4 one 8-byte load, else scalar loads.
+// kVec consecutive bf16 widened to fp32: a multiple of 8 is 16-byte loads, 4 one 8-byte load, else scalar loads.
 template <int kVec>
 __device__ __forceinline__ void load_bf16(const __nv_bfloat16* p, float (&f)[kVec]) {
-  if constexpr (kVec == 8 || kVec == 4) {
+  if constexpr (kVec > 8 && kVec % 8 == 0) {
+#pragma unroll
+    for (int h = 0; h < kVec / 8; ++h) {
+      const uint4 v = *reinterpret_cast<const uint4*>(p + 8 * h);
+      const __nv_bfloat162* b = reinterpret_cast<const __nv_bfloat162*>(&v);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float2 t = __bfloat1622float2(b[i]);
+        f[8 * h + 2 * i] = t.x;
+        f[8 * h + 2 * i + 1] = t.y;
+      }
+    }
+  } else if constexpr (kVec == 8 || kVec == 4) {
     using Word = std::conditional_t<kVec == 8, uint4, uint2>;
     const Word v = *reinterpret_cast<const Word*>(p);
     const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&v);

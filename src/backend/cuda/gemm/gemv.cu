@@ -8,8 +8,10 @@
 // two loads in flight per lane.
 //
 // Weight formats are load policies of the one kernel body (style.md §7.10): Bf16Weights reads 8 bf16 weights
-// as one 16-byte chunk; Fp8Weights reads 8 E4M3 codes as one 8-byte chunk (half the bytes of a decode step's
-// weight stream) and multiplies them by their block's F32 scale (exact: codes widen to fp32 without rounding).
+// as one 16-byte chunk; Fp8Weights<16> reads 16 E4M3 codes as one 16-byte chunk (half the bytes of a decode
+// step's weight stream in the same loads in flight: the 8-byte chunks it read before left the FP8 step as slow
+// as bf16's, ncu on the H200: the GEMVs at 0.9-1.2 TB/s) and multiplies them by their block's F32 scale (exact:
+// codes widen to fp32 without rounding); Fp8Weights<8> (8-byte chunks) serves rows that are not 16-byte aligned.
 //
 // Launched with PDL (common/launch.h): before waiting for the kernel that produces x, each warp asks L2 for
 // its slice of W (prefetch.global.L2, one request per 128-byte line), so the weight stream of this projection
@@ -19,6 +21,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "backend/cuda/common/align.h"
 #include "backend/cuda/common/check.h"
@@ -67,26 +70,29 @@ struct Bf16Weights {
   using Chunk = uint4;  // 8 bf16
   static constexpr int kChunkBytes = 16;
   static constexpr int kElemBytes = 2;
+  static constexpr int kElems = 8;  // weights per chunk
   struct Row {
     __device__ Row(const GemvPart&, int) {}
-    __device__ void widen(const Chunk& u, int, float f[8]) const { unpack(u, f); }
+    __device__ void widen(const Chunk& u, int, float f[kElems]) const { unpack(u, f); }
   };
 };
 
+template <int kCodes>  // 16: one 16-byte chunk; 8: one 8-byte chunk
 struct Fp8Weights {
-  using Chunk = uint2;  // 8 E4M3 codes
-  static constexpr int kChunkBytes = 8;
+  using Chunk = std::conditional_t<kCodes == 16, uint4, uint2>;
+  static constexpr int kChunkBytes = kCodes;
   static constexpr int kElemBytes = 1;
+  static constexpr int kElems = kCodes;
   struct Row {  // the scales of output row n
     const float* scales;
     int block_cols;
     __device__ Row(const GemvPart& p, int n)
         : scales(p.scales + int64_t(n / p.block_rows) * p.lds), block_cols(p.block_cols) {}
-    __device__ void widen(const Chunk& u, int chunk, float f[8]) const {
-      const float s = __ldg(scales + (chunk * 8) / block_cols);
+    __device__ void widen(const Chunk& u, int chunk, float f[kElems]) const {
+      const float s = __ldg(scales + (chunk * kElems) / block_cols);  // a chunk never spans two blocks
       const __nv_fp8x2_storage_t* q = reinterpret_cast<const __nv_fp8x2_storage_t*>(&u);
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
+      for (int i = 0; i < kElems / 2; ++i) {
         const float2 t = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(q[i], __NV_E4M3)));
         f[2 * i] = t.x * s;
         f[2 * i + 1] = t.y * s;
@@ -95,7 +101,7 @@ struct Fp8Weights {
   };
 };
 
-// Warp `part` of a row covers chunks (8 weights each) [part * span, (part + 1) * span) of it.
+// Warp `part` of a row covers chunks (W::kElems weights each) [part * span, (part + 1) * span) of it.
 template <int M, class W>
 __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvGroup g) {
   __shared__ float partial[kWarps][M];
@@ -105,7 +111,7 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvGroup g) {
   const int split = p.split, rows = kWarps / split;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int n = (int(blockIdx.x) - p.first_block) * rows + warp / split, part = warp % split;
-  const int chunks = p.K / 8;
+  const int chunks = p.K / W::kElems;
   const int span = (chunks + split - 1) / split;
   const int c_begin = part * span, c_end = min(chunks, c_begin + span);
   // W is never written during a step, so it may be read before the wait; x and out may not.
@@ -134,14 +140,18 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvGroup g) {
       for (int u = 0; u < kUnroll; ++u) {
         const int c = c0 + u * 32;
         if (c >= c_end) break;
-        float wf[8];
+        float wf[W::kElems];
         row.widen(wv[u], c, wf);
 #pragma unroll
         for (int m = 0; m < M; ++m) {
-          float xf[8];
-          unpack(__ldg(reinterpret_cast<const uint4*>(p.x + int64_t(m) * p.ldx) + c), xf);
+          const uint4* xrow = reinterpret_cast<const uint4*>(p.x + int64_t(m) * p.ldx) + c * (W::kElems / 8);
 #pragma unroll
-          for (int i = 0; i < 8; ++i) acc[m] = fmaf(wf[i], xf[i], acc[m]);
+          for (int h = 0; h < W::kElems / 8; ++h) {
+            float xf[8];
+            unpack(__ldg(xrow + h), xf);
+#pragma unroll
+            for (int i = 0; i < 8; ++i) acc[m] = fmaf(wf[8 * h + i], xf[i], acc[m]);
+          }
         }
       }
     }
@@ -177,6 +187,14 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvGroup g) {
 
 bool fp8(const backend::GemmArgs& a) { return a.w->format == backend::WeightFormat::Fp8; }
 
+// FP8 rows read as 16-code chunks when every row starts 16-byte aligned and a chunk stays inside one scale block.
+bool fp8_wide(const backend::GemmArgs& a) {
+  const backend::LinearWeight& w = *a.w;
+  const int64_t K = a.x.size(1);
+  return K % 16 == 0 && aligned16(w.weight.data) && w.weight.stride(0) % 16 == 0 &&
+         (w.block.cols % 16 == 0 || w.block.cols >= K);
+}
+
 GemvPart make_part(const backend::GemmArgs& a, int sm_count) {
   GemvPart p{};
   p.x = static_cast<const __nv_bfloat16*>(a.x.data);
@@ -195,14 +213,14 @@ GemvPart make_part(const backend::GemmArgs& a, int sm_count) {
   p.N = int(a.w->out_features());
   p.K = int(a.x.size(1));
   p.out_f32 = a.out.dtype == DType::F32;
-  p.split = gemv_split(p.N, p.K, sm_count);
+  p.split = gemv_split(p.N, p.K / (fp8(a) && fp8_wide(a) ? 16 : 8), sm_count);
   p.first_block = 0;
   return p;
 }
 
 }  // namespace
 
-int gemv_split(int64_t N, int64_t K, int sm_count) {
+int gemv_split(int64_t N, int64_t chunks, int sm_count) {
   // Split while the warps still fit one wave of the device at 64 warps per SM (a second, partial wave
   // costs a whole latency round) and every warp keeps at least two 16-byte loads per lane (a warp with a
   // single load spends its life on launch and reduction). Measured with ncu on the 48B decode step: one warp
@@ -210,7 +228,7 @@ int gemv_split(int64_t N, int64_t K, int sm_count) {
   // than one.
   const int64_t wave_warps = int64_t(std::max(sm_count, 1)) * 64;
   int split = 1;
-  while (split < kWarps && N * split * 2 <= wave_warps && (K / 8) / (split * 2) >= 64) split *= 2;
+  while (split < kWarps && N * split * 2 <= wave_warps && chunks / (split * 2) >= 64) split *= 2;
   return split;
 }
 
@@ -231,7 +249,9 @@ bool gemv_eligible(const backend::GemmArgs& a) {
 bool gemv_group_eligible(const backend::GemmGroupArgs& a) {
   if (a.parts.empty() || int(a.parts.size()) > backend::kMaxGemmGroup) return false;
   for (const backend::GemmArgs& p : a.parts)  // one launch runs one weight policy
-    if (!gemv_eligible(p) || p.x.size(0) != a.parts[0].x.size(0) || fp8(p) != fp8(a.parts[0])) return false;
+    if (!gemv_eligible(p) || p.x.size(0) != a.parts[0].x.size(0) || fp8(p) != fp8(a.parts[0]) ||
+        (fp8(p) && fp8_wide(p) != fp8_wide(a.parts[0])))
+      return false;
   return true;
 }
 
@@ -256,7 +276,8 @@ Status launch_gemv_group(const backend::GemmGroupArgs& a, int sm_count, cudaStre
       default: return launch("gemv_kernel", shape, stream, gemv_kernel<4, W>, g);
     }
   };
-  return fp8(a.parts[0]) ? run(Fp8Weights{}) : run(Bf16Weights{});
+  if (!fp8(a.parts[0])) return run(Bf16Weights{});
+  return fp8_wide(a.parts[0]) ? run(Fp8Weights<16>{}) : run(Fp8Weights<8>{});
 }
 
 Status launch_gemv(const backend::GemmArgs& a, int sm_count, cudaStream_t stream) {

@@ -18,8 +18,8 @@ Status launch_gemv(const backend::GemmArgs& a, int sm_count, cudaStream_t stream
 // Every part GEMV-eligible with the same M: then launch_gemv_group runs them all in one launch.
 bool gemv_group_eligible(const backend::GemmGroupArgs& a);
 Status launch_gemv_group(const backend::GemmGroupArgs& a, int sm_count, cudaStream_t stream);
-// Warps per output row (1, 2, 4 or 8) for an [N, K] weight on a device of `sm_count` multiprocessors: more for
-// short N while the warps fit one wave, never below one 32-lane pass.
-int gemv_split(int64_t N, int64_t K, int sm_count);
+// Warps per output row (1, 2, 4 or 8) for N rows of `chunks` 16-byte loads each on a device of `sm_count`
+// multiprocessors: more for short N while the warps fit one wave, never below one 32-lane pass.
+int gemv_split(int64_t N, int64_t chunks, int sm_count);
 
 }  // namespace rill::cuda

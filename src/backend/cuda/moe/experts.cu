@@ -67,7 +67,9 @@ constexpr int kPlanThreads = 1024;
 // How the bf16-path decode GEMVs read an expert row: kVec weights from column c, widened to fp32 (style.md
 // §7.10: one kernel body, a load policy per weight format). Bf16Rows reads bf16. Fp8Rows reads E4M3 codes (half
 // the bytes; issue #35) times the F32 scale of their block, exact in fp32 like the CPU's dequantisation; a
-// kVec chunk never spans two blocks (block columns are a multiple of 8, checked on the host).
+// kVec chunk never spans two blocks (block columns are a multiple of 8, checked on the host, and of 16 for the
+// 16-code loads, which keep as many bytes in flight per lane as bf16's 16-byte loads: with 8-byte loads the FP8
+// GEMVs took as long as bf16's, ncu on the H200).
 struct Bf16Rows {
   static constexpr bool kFp8 = false;
   struct Row {
@@ -94,7 +96,16 @@ struct Fp8Rows {
     template <int kVec>
     __device__ __forceinline__ void load(int c, float (&wv)[kVec]) const {
       const float s = __ldg(scales + c / block_cols);
-      if constexpr (kVec == 8) {
+      if constexpr (kVec == 16) {
+        const uint4 u = __ldg(reinterpret_cast<const uint4*>(w + c));
+        const __nv_fp8x2_storage_t* q = reinterpret_cast<const __nv_fp8x2_storage_t*>(&u);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          const float2 t = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(q[i], __NV_E4M3)));
+          wv[2 * i] = t.x * s;
+          wv[2 * i + 1] = t.y * s;
+        }
+      } else if constexpr (kVec == 8) {
         const uint2 u = __ldg(reinterpret_cast<const uint2*>(w + c));
         const __nv_fp8x2_storage_t* q = reinterpret_cast<const __nv_fp8x2_storage_t*>(&u);
 #pragma unroll
@@ -137,9 +148,11 @@ __global__ void __launch_bounds__(kGemvThreads) moe_gate_up_gemv_kernel(const De
     const bf16* x = p.x + int64_t(t) * p.ldx;
     __syncthreads();  // the previous pair's readers of xs are done
     for (int c = threadIdx.x * kVec; c < p.Hx; c += kGemvThreads * kVec) {
-      if constexpr (kVec == 8)
-        *reinterpret_cast<uint4*>(xs + c) = *reinterpret_cast<const uint4*>(x + c);
-      else
+      if constexpr (kVec % 8 == 0) {
+#pragma unroll
+        for (int h = 0; h < kVec / 8; ++h)
+          *reinterpret_cast<uint4*>(xs + c + 8 * h) = *reinterpret_cast<const uint4*>(x + c + 8 * h);
+      } else
         xs[c] = x[c];
     }
     __syncthreads();
@@ -627,8 +640,9 @@ DecodeParams decode_params(const backend::MoeExpertsArgs& a, const ExpertsPlan& 
   return p;
 }
 
+// vec: the weights' load width in elements (16: FP8 codes only; 8; 1: unaligned rows).
 template <class W>
-Status launch_decode(const DecodeParams& p, const ExpertsPlan& s, bool vec, const CudaContext& cx) {
+Status launch_decode(const DecodeParams& p, const ExpertsPlan& s, int vec, const CudaContext& cx) {
   const size_t x_smem = size_t(s.Hx) * 2, h_smem = size_t(s.k + (s.shared ? 1 : 0)) * kDownRows * 4;
   const int64_t rows_per_block = kGemvWarps * kGateUpRowsPerWarp;
   const dim3 grid1(unsigned((std::max(s.I, s.Is) + rows_per_block - 1) / rows_per_block),
@@ -642,8 +656,10 @@ Status launch_decode(const DecodeParams& p, const ExpertsPlan& s, bool vec, cons
     RILL_TRY(launch("moe_gate_up_gemv", {grid1, dim3(kGemvThreads), x_smem}, cx.stream, gate_up, p));
     return launch("moe_down_gemv", {grid2, dim3(down_threads), h_smem}, cx.stream, down, p);
   };
-  return vec ? run(moe_gate_up_gemv_kernel<8, W>, moe_down_gemv_kernel<8, W>)
-             : run(moe_gate_up_gemv_kernel<1, W>, moe_down_gemv_kernel<1, W>);
+  if constexpr (W::kFp8)
+    if (vec == 16) return run(moe_gate_up_gemv_kernel<16, W>, moe_down_gemv_kernel<16, W>);
+  return vec >= 8 ? run(moe_gate_up_gemv_kernel<8, W>, moe_down_gemv_kernel<8, W>)
+                  : run(moe_gate_up_gemv_kernel<1, W>, moe_down_gemv_kernel<1, W>);
 }
 
 Status run_decode(const backend::MoeExpertsArgs& a, const ExpertsPlan& s, bf16* h, const CudaContext& cx) {
@@ -660,12 +676,17 @@ Status run_decode(const backend::MoeExpertsArgs& a, const ExpertsPlan& s, bf16* 
     p.dn8s_ld = ex.down_scales.stride(1);
     p.fp8_block_rows = ex.block.rows;
     p.fp8_block_cols = int(std::min<int64_t>(ex.block.cols, backend::Fp8Blocks::kWholeRow));
-    // 8-byte code loads: rows and experts 8 codes apart, 8-byte aligned bases.
+    // 8-byte code loads: rows and experts 8 codes apart, 8-byte aligned bases; 16-byte loads: 16 apart, 16-byte
+    // aligned, scale blocks a multiple of 16 columns.
     const bool vec = div8(s.Hx) && div8(s.I) && div8(p.ldx) && div8(p.gu_expert_stride) && div8(p.gu_ld) &&
                      div8(p.dn_expert_stride) && div8(p.dn_ld) && aligned16(p.x) && aligned16(h) &&
                      (reinterpret_cast<uintptr_t>(p.gu_fp8) & 7) == 0 &&
                      (reinterpret_cast<uintptr_t>(p.dn_fp8) & 7) == 0;
-    return launch_decode<Fp8Rows>(p, s, vec, cx);
+    const auto div16 = [](int64_t v) { return v % 16 == 0; };
+    const bool wide = vec && div16(s.Hx) && div16(s.I) && div16(p.gu_expert_stride) && div16(p.gu_ld) &&
+                      div16(p.dn_expert_stride) && div16(p.dn_ld) && aligned16(p.gu_fp8) && aligned16(p.dn_fp8) &&
+                      p.fp8_block_cols % 16 == 0;
+    return launch_decode<Fp8Rows>(p, s, wide ? 16 : vec ? 8 : 1, cx);
   }
   p.gate_up = static_cast<const bf16*>(ex.gate_up.data);
   p.down = static_cast<const bf16*>(ex.down.data);
@@ -675,7 +696,7 @@ Status run_decode(const backend::MoeExpertsArgs& a, const ExpertsPlan& s, bf16* 
       aligned16(p.down) && aligned16(h) &&
       (!s.shared || (div8(s.Is) && div8(p.sh_gu_ld) && div8(p.sh_dn_ld) && aligned16(p.sh_gate_up) &&
                      aligned16(p.sh_down) && aligned16(h + s.pairs * s.I)));
-  return launch_decode<Bf16Rows>(p, s, vec, cx);
+  return launch_decode<Bf16Rows>(p, s, vec ? 8 : 1, cx);
 }
 
 // Both MXFP4 paths read packed rows in 16-byte pieces.
