@@ -3,7 +3,8 @@
 // widths are multiples of 32; other shapes stay on the GEMVs at any T) against the CPU, which dequantizes
 // exactly: identical E4M3 codes and F32 block scales on both backends (fill_random is bit-identical across
 // backends), 128 x 128 blocks, per-channel scales and 64-row blocks (64-wide experts), Kimi-Linear-48B's
-// expert shape, decode and prefill-sized T.
+// expert shape, decode and prefill-sized T; an FP8 shared expert beside them (fused into CUDA's decode GEMVs for
+// one or two tokens, separate ops otherwise and on the CPU).
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -57,11 +58,51 @@ std::unique_ptr<Fp8Experts> make_fp8_experts(OpHarness& h, int64_t E, int64_t Hx
   return ex;
 }
 
+// A shared expert in FP8 (gate_up [2 Is, Hx], down [Hx, Is], the experts' blocks), the same codes and scales on
+// both backends.
+struct Fp8Shared {
+  BackendTensor c[4], d[4];  // gate_up, its scales, down, its scales
+  backend::LinearWeight gu_cpu, dn_cpu, gu_dev, dn_dev;
+};
+
+std::unique_ptr<Fp8Shared> make_fp8_shared(OpHarness& h, int64_t Hx, int64_t Is, backend::Fp8Blocks b) {
+  auto sh = std::make_unique<Fp8Shared>();
+  const Shape shapes[4] = {{2 * Is, Hx}, {b.scale_rows(2 * Is), b.scale_cols(Hx)}, {Hx, Is},
+                           {b.scale_rows(Hx), b.scale_cols(Is)}};
+  auto fill = [&](backend::Backend& be, BackendTensor& t, int i, uint64_t seed) {
+    const bool scales = i % 2 == 1;
+    auto m = be.allocate(size_t(shapes[i].numel()) * (scales ? 4 : 1));
+    ASSERT_TRUE(m.ok());
+    t.alloc = std::move(m).value();
+    const float c = 1.0f / (100.0f * std::sqrt(float(i < 2 ? Hx : Is)));
+    const TensorView f = TensorView::make(t.alloc.data(), DType::F32, shapes[i], be.device());
+    const TensorView u8 = TensorView::make(t.alloc.data(), DType::U8, shapes[i], be.device());
+    ASSERT_TRUE((scales ? be.fill_random(f, seed, -c, c) : be.fill_random(u8, seed, 0.0f, 126.0f)).ok());
+    t.view = scales ? f : TensorView::make(t.alloc.data(), DType::F8E4M3, shapes[i], be.device());
+  };
+  for (int i = 0; i < 4; ++i) {
+    fill(h.cpu(), sh->c[i], i, h.seed() + 41 + uint64_t(i));
+    fill(h.dev(), sh->d[i], i, h.seed() + 41 + uint64_t(i));
+  }
+  auto set = [&](backend::LinearWeight& w, const BackendTensor& codes, const BackendTensor& scales) {
+    w.weight = codes.view;
+    w.scales = scales.view;
+    w.format = backend::WeightFormat::Fp8;
+    w.block = b;
+  };
+  set(sh->gu_cpu, sh->c[0], sh->c[1]);
+  set(sh->dn_cpu, sh->c[2], sh->c[3]);
+  set(sh->gu_dev, sh->d[0], sh->d[1]);
+  set(sh->dn_dev, sh->d[2], sh->d[3]);
+  return sh;
+}
+
 void run_fp8_experts(OpHarness& h, const Fp8Experts& ex, int64_t T, int k,
-                     backend::Activation act = backend::Activation::Silu) {
+                     backend::Activation act = backend::Activation::Silu, int64_t Is = 0) {
   const int64_t E = ex.cpu.n_experts(), Hx = ex.cpu.width();
   SCOPED_TRACE(::testing::Message() << "T " << T << " Hx " << Hx << " I " << ex.cpu.intermediate() << " E " << E
-                                    << " k " << k << " blocks " << ex.cpu.block.rows << " x " << ex.cpu.block.cols);
+                                    << " k " << k << " blocks " << ex.cpu.block.rows << " x " << ex.cpu.block.cols
+                                    << " shared " << Is);
   std::vector<float> ids, w;
   std::vector<int> perm(static_cast<size_t>(E));
   std::iota(perm.begin(), perm.end(), 0);
@@ -79,8 +120,23 @@ void run_fp8_experts(OpHarness& h, const Fp8Experts& ex, int64_t T, int k,
   BackendTensor yc = h.empty(h.cpu(), DType::F32, {T, Hx}), yd = h.empty(h.dev(), DType::BF16, {T, Hx});
   const float beta = act == backend::Activation::Situ ? 4.0f : 0.0f;
   const float lbeta = act == backend::Activation::Situ ? 25.0f : 0.0f;
-  ASSERT_TRUE(h.cpu().moe_experts({xc.view, ic.view, gc.view, &ex.cpu, act, beta, lbeta, yc.view, nullptr}).ok());
+  backend::MoeExpertsArgs ca{xc.view, ic.view, gc.view, &ex.cpu, act, beta, lbeta, yc.view, nullptr};
   backend::MoeExpertsArgs a{xd.view, id.view, gd.view, &ex.dev, act, beta, lbeta, yd.view, nullptr};
+  std::unique_ptr<Fp8Shared> sh;
+  std::vector<char> cpu_scratch;
+  Arena cpu_arena;
+  if (Is > 0) {  // the CPU runs the shared expert as separate ops in its scratch (fp32: 4 bytes a value)
+    sh = make_fp8_shared(h, Hx, Is, ex.cpu.block);
+    ca.shared_gate_up = &sh->gu_cpu;
+    ca.shared_down = &sh->dn_cpu;
+    a.shared_gate_up = &sh->gu_dev;
+    a.shared_down = &sh->dn_dev;
+    cpu_scratch.resize(size_t(T * (3 * Is + Hx)) * 4 + 4096);
+    cpu_arena = Arena(cpu_scratch.data(), cpu_scratch.size(), Device::Cpu);
+    ca.scratch = &cpu_arena;
+  }
+  const Status cst = h.cpu().moe_experts(ca);
+  ASSERT_TRUE(cst.ok()) << cst.to_string();
   Arena measure(nullptr, 0, Device::Cuda);  // scratch from a planning dry run, as the model reserves it
   a.scratch = &measure;
   h.dev().set_dry_run(true);
@@ -140,6 +196,25 @@ TEST_P(Fp8ExpertsTest, KimiLinear48bShapePrefill) {
   for (int64_t T : {9, 100}) run_fp8_experts(h, *ex, T, 8);
   auto pc = make_fp8_experts(h, 16, 2304, 1024, {1, backend::Fp8Blocks::kWholeRow});
   run_fp8_experts(h, *pc, 37, 8);
+}
+
+// The shared expert in FP8 beside FP8 experts: 16-code loads (widths multiples of 16), 8-code loads (Hx 136, a
+// partial block), per-channel scales, a shared expert wider and narrower than the routed ones, three tokens
+// (not fused), and the 48B shape (k + 1 = 9 down slots).
+TEST_P(Fp8ExpertsTest, SharedExpertBesideFp8Experts) {
+  OpHarness h(GetParam());
+  RILL_REQUIRE_BACKEND(h);
+  auto a = make_fp8_experts(h, 8, 256, 128, {128, 128});
+  for (int64_t Is : {128, 256, 64})
+    for (int64_t T : {1, 2}) run_fp8_experts(h, *a, T, 2, backend::Activation::Silu, Is);
+  run_fp8_experts(h, *a, 1, 2, backend::Activation::Situ, 128);
+  run_fp8_experts(h, *a, 3, 2, backend::Activation::Silu, 128);
+  auto b = make_fp8_experts(h, 6, 136, 64, {64, 128});
+  for (int64_t T : {1, 2}) run_fp8_experts(h, *b, T, 3, backend::Activation::Silu, 64);
+  auto c = make_fp8_experts(h, 8, 96, 40, {1, backend::Fp8Blocks::kWholeRow});
+  run_fp8_experts(h, *c, 2, 2, backend::Activation::Silu, 40);
+  auto kimi = make_fp8_experts(h, 16, 2304, 1024, {128, 128});
+  for (int64_t T : {1, 2}) run_fp8_experts(h, *kimi, T, 8, backend::Activation::Silu, 1024);
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, Fp8ExpertsTest, ::testing::ValuesIn(tested_backends()));

@@ -85,6 +85,10 @@ struct Bf16Rows {
   __device__ static Row down(const DecodeParams& p, int e, int row) {
     return {p.down + int64_t(e) * p.dn_expert_stride + int64_t(row) * p.dn_ld};
   }
+  __device__ static Row shared_gate_up(const DecodeParams& p, int row) {
+    return {p.sh_gate_up + int64_t(row) * p.sh_gu_ld};
+  }
+  __device__ static Row shared_down(const DecodeParams& p, int row) { return {p.sh_down + int64_t(row) * p.sh_dn_ld}; }
 };
 
 struct Fp8Rows {
@@ -131,6 +135,14 @@ struct Fp8Rows {
             p.dn_fp8_scales + int64_t(e) * p.dn8s_expert_stride + int64_t(row / p.fp8_block_rows) * p.dn8s_ld,
             p.fp8_block_cols};
   }
+  __device__ static Row shared_gate_up(const DecodeParams& p, int row) {
+    return {p.sh_gu_fp8 + int64_t(row) * p.sh_gu_ld,
+            p.sh_gu_fp8_scales + int64_t(row / p.sh_fp8_block_rows) * p.sh_gu8s_ld, p.sh_fp8_block_cols};
+  }
+  __device__ static Row shared_down(const DecodeParams& p, int row) {
+    return {p.sh_dn_fp8 + int64_t(row) * p.sh_dn_ld,
+            p.sh_dn_fp8_scales + int64_t(row / p.sh_fp8_block_rows) * p.sh_dn8s_ld, p.sh_fp8_block_cols};
+  }
 };
 
 // grid (I / 32, min(pairs, 65535)); blocks loop over pairs when there are more.
@@ -161,16 +173,12 @@ __global__ void __launch_bounds__(kGemvThreads) moe_gate_up_gemv_kernel(const De
     bf16* h;
     typename W::Row rows[2 * kGateUpRowsPerWarp];  // gate rows i0.., then up rows I + i0..
     if (shared) {
-      if constexpr (!W::kFp8) {  // a shared expert rides along with bf16 experts only (plan_experts)
-        h = p.h + int64_t(n_routed) * p.I + int64_t(t) * p.Is;
+      h = p.h + int64_t(n_routed) * p.I + int64_t(t) * p.Is;
 #pragma unroll
-        for (int q = 0; q < kGateUpRowsPerWarp; ++q) {
-          const int i = min(i0 + q, I - 1);  // rows past I compute a duplicate that is never stored
-          rows[q] = {p.sh_gate_up + int64_t(i) * p.sh_gu_ld};
-          rows[kGateUpRowsPerWarp + q] = {p.sh_gate_up + int64_t(I + i) * p.sh_gu_ld};
-        }
-      } else {
-        continue;
+      for (int q = 0; q < kGateUpRowsPerWarp; ++q) {
+        const int i = min(i0 + q, I - 1);  // rows past I compute a duplicate that is never stored
+        rows[q] = W::shared_gate_up(p, i);
+        rows[kGateUpRowsPerWarp + q] = W::shared_gate_up(p, I + i);
       }
     } else {
       const int e = p.ids[int64_t(t) * p.ld_ids + j];
@@ -255,14 +263,10 @@ __global__ void __launch_bounds__(kDownMaxThreads) moe_down_gemv_kernel(const De
       int I;
       typename W::Row rows[kDownRows];
       if (shared) {
-        if constexpr (!W::kFp8) {  // bf16 experts only (plan_experts)
-          I = p.Is;
-          hv_row = p.h + int64_t(p.T) * n + int64_t(t) * p.Is;
+        I = p.Is;
+        hv_row = p.h + int64_t(p.T) * n + int64_t(t) * p.Is;
 #pragma unroll
-          for (int r = 0; r < kDownRows; ++r) rows[r] = {p.sh_down + int64_t(min(o0 + r, p.Hx - 1)) * p.sh_dn_ld};
-        } else {
-          continue;
-        }
+        for (int r = 0; r < kDownRows; ++r) rows[r] = W::shared_down(p, min(o0 + r, p.Hx - 1));
       } else {
         const int e = p.ids[int64_t(t) * p.ld_ids + j];
         if (e < 0 || e >= p.E) continue;
@@ -546,11 +550,25 @@ bool div8(int64_t v) {
 
 // A shared expert the bf16 decode GEMVs can take: dense bf16 with contiguous rows. CudaBackendOptions::
 // moe_fuse_shared off runs it as separate ops (the A/B switch of the decode benchmark; cuda_backend.cc).
+// The shared expert joins the decode GEMVs in the routed experts' format: bf16 with bf16, FP8 with FP8 (its own
+// blocks, whose columns, like the experts', hold whole load chunks of 8 codes).
 bool fusable_shared_expert(const backend::MoeExpertsArgs& a) {
-  auto dense_bf16 = [](const backend::LinearWeight* w) {
-    return w && w->format == backend::WeightFormat::Dense && w->weight.dtype == DType::BF16 &&
-           w->weight.rank() == 2 && (w->weight.size(1) <= 1 || w->weight.stride(1) == 1);
+  auto rows_ok = [](const backend::LinearWeight* w) {
+    return w && w->weight.rank() == 2 && (w->weight.size(1) <= 1 || w->weight.stride(1) == 1);
   };
+  auto dense_bf16 = [&](const backend::LinearWeight* w) {
+    return rows_ok(w) && w->format == backend::WeightFormat::Dense && w->weight.dtype == DType::BF16;
+  };
+  auto fp8 = [&](const backend::LinearWeight* w) {
+    return rows_ok(w) && w->format == backend::WeightFormat::Fp8 && w->weight.dtype == DType::F8E4M3 &&
+           w->scales.dtype == DType::F32 && w->scales.rank() == 2 &&
+           (w->scales.size(1) <= 1 || w->scales.stride(1) == 1) && w->block.rows > 0 &&
+           (w->block.cols % 8 == 0 || w->block.cols >= w->in_features());
+  };
+  if (a.experts->format == backend::WeightFormat::Fp8)
+    return fp8(a.shared_gate_up) && fp8(a.shared_down) && a.shared_gate_up->block.rows == a.shared_down->block.rows &&
+           std::min<int64_t>(a.shared_gate_up->block.cols, backend::Fp8Blocks::kWholeRow) ==
+               std::min<int64_t>(a.shared_down->block.cols, backend::Fp8Blocks::kWholeRow);
   return dense_bf16(a.shared_gate_up) && dense_bf16(a.shared_down);
 }
 
@@ -587,7 +605,7 @@ ExpertsPlan plan_experts(const backend::MoeExpertsArgs& a) {
       ex.gate_up.stride(1) % 16 == 0 && ex.down.stride(0) % 16 == 0 && ex.down.stride(1) % 16 == 0 &&
       ex.block.rows > 0 && (fp8_cols % 32 == 0 || (fp8_cols >= s.Hx && fp8_cols >= s.I));
   s.grouped = s.pairs > moe::kDecodeMaxPairs && shapes_ok && !sparse_mxfp4 && (!s.fp8 || fp8_grouped_ok);
-  s.shared = fusable_shared_expert(a) && !s.grouped && !s.mxfp4 && !s.fp8 && s.k > 0 && s.E > 0 &&
+  s.shared = fusable_shared_expert(a) && !s.grouped && !s.mxfp4 && s.k > 0 && s.E > 0 &&
              s.T <= kSharedFuseMaxTokens;
   s.Is = s.shared ? a.shared_down->in_features() : 0;
   s.h = align256((size_t(s.pairs) * size_t(s.I) + size_t(s.T) * size_t(s.Is)) * 2);
@@ -628,11 +646,24 @@ DecodeParams decode_params(const backend::MoeExpertsArgs& a, const ExpertsPlan& 
   p.Hx = int(s.Hx);
   p.I = int(s.I);
   if (s.shared) {
-    p.sh_gate_up = static_cast<const bf16*>(a.shared_gate_up->weight.data);
     p.sh_gu_ld = a.shared_gate_up->weight.stride(0);
-    p.sh_down = static_cast<const bf16*>(a.shared_down->weight.data);
     p.sh_dn_ld = a.shared_down->weight.stride(0);
     p.Is = int(s.Is);
+    if (s.fp8) {
+      const backend::LinearWeight &gu = *a.shared_gate_up, &dn = *a.shared_down;
+      p.sh_gu_fp8 = static_cast<const uint8_t*>(gu.weight.data);
+      p.sh_gu_fp8_scales = static_cast<const float*>(gu.scales.data);
+      p.sh_gu8s_ld = gu.scales.stride(0);
+      p.sh_dn_fp8 = static_cast<const uint8_t*>(dn.weight.data);
+      p.sh_dn_fp8_scales = static_cast<const float*>(dn.scales.data);
+      p.sh_dn8s_ld = dn.scales.stride(0);
+      // One block shape for both shared matrices (checked in run_decode); columns as the experts' (kWholeRow caps).
+      p.sh_fp8_block_rows = gu.block.rows;
+      p.sh_fp8_block_cols = int(std::min<int64_t>(gu.block.cols, backend::Fp8Blocks::kWholeRow));
+    } else {
+      p.sh_gate_up = static_cast<const bf16*>(a.shared_gate_up->weight.data);
+      p.sh_down = static_cast<const bf16*>(a.shared_down->weight.data);
+    }
   }
   p.act = a.activation == backend::Activation::Silu ? Act::Silu : Act::Situ;
   p.beta = a.beta;
@@ -678,14 +709,18 @@ Status run_decode(const backend::MoeExpertsArgs& a, const ExpertsPlan& s, bf16* 
     p.fp8_block_cols = int(std::min<int64_t>(ex.block.cols, backend::Fp8Blocks::kWholeRow));
     // 8-byte code loads: rows and experts 8 codes apart, 8-byte aligned bases; 16-byte loads: 16 apart, 16-byte
     // aligned, scale blocks a multiple of 16 columns.
+    const auto at8 = [](const void* q) { return (reinterpret_cast<uintptr_t>(q) & 7) == 0; };
     const bool vec = div8(s.Hx) && div8(s.I) && div8(p.ldx) && div8(p.gu_expert_stride) && div8(p.gu_ld) &&
                      div8(p.dn_expert_stride) && div8(p.dn_ld) && aligned16(p.x) && aligned16(h) &&
-                     (reinterpret_cast<uintptr_t>(p.gu_fp8) & 7) == 0 &&
-                     (reinterpret_cast<uintptr_t>(p.dn_fp8) & 7) == 0;
+                     at8(p.gu_fp8) && at8(p.dn_fp8) &&
+                     (!s.shared || (div8(s.Is) && div8(p.sh_gu_ld) && div8(p.sh_dn_ld) && at8(p.sh_gu_fp8) &&
+                                    at8(p.sh_dn_fp8) && aligned16(h + s.pairs * s.I)));
     const auto div16 = [](int64_t v) { return v % 16 == 0; };
     const bool wide = vec && div16(s.Hx) && div16(s.I) && div16(p.gu_expert_stride) && div16(p.gu_ld) &&
                       div16(p.dn_expert_stride) && div16(p.dn_ld) && aligned16(p.gu_fp8) && aligned16(p.dn_fp8) &&
-                      p.fp8_block_cols % 16 == 0;
+                      p.fp8_block_cols % 16 == 0 &&
+                      (!s.shared || (div16(s.Is) && div16(p.sh_gu_ld) && div16(p.sh_dn_ld) &&
+                                     aligned16(p.sh_gu_fp8) && aligned16(p.sh_dn_fp8) && p.sh_fp8_block_cols % 16 == 0));
     return launch_decode<Fp8Rows>(p, s, wide ? 16 : vec ? 8 : 1, cx);
   }
   p.gate_up = static_cast<const bf16*>(ex.gate_up.data);

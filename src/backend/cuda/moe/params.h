@@ -93,13 +93,20 @@ struct DecodeParams {
   const float* dn_fp8_scales;  // [E, ceil(Hx / rows), ceil(I / cols)]
   int64_t dn8s_expert_stride, dn8s_ld;
   int fp8_block_rows, fp8_block_cols;
-  // Shared expert (bf16 decode path only; null when there is none): a dense GLU expert of width Is on the
-  // same x, weight 1, added after the routed sum is rounded. It runs as pair T * k + t of gate_up and as slot
-  // k of down; its activations follow the routed pairs' in h.
+  // Shared expert (decode GEMVs only; null when there is none): a GLU expert of width Is on the same x, weight 1,
+  // added after the routed sum is rounded, in the routed experts' format (bf16, or FP8 with its own blocks). It
+  // runs as pair T * k + t of gate_up and as slot k of down; its activations follow the routed pairs' in h.
   const bf16* sh_gate_up;  // [2 Is, Hx]: gate rows, then up rows
-  int64_t sh_gu_ld;
+  int64_t sh_gu_ld;        // (element strides; for FP8 also of the codes below)
   const bf16* sh_down;  // [Hx, Is]
   int64_t sh_dn_ld;
+  const uint8_t* sh_gu_fp8;       // FP8: [2 Is, Hx] codes
+  const float* sh_gu_fp8_scales;  // [ceil(2 Is / rows), ceil(Hx / cols)]
+  int64_t sh_gu8s_ld;
+  const uint8_t* sh_dn_fp8;       // FP8: [Hx, Is] codes
+  const float* sh_dn_fp8_scales;  // [ceil(Hx / rows), ceil(Is / cols)]
+  int64_t sh_dn8s_ld;
+  int sh_fp8_block_rows, sh_fp8_block_cols;
   int Is;
   bf16* h;    // [T * k, I] then [T, Is]: activations of each (token, slot) pair, row = t * k + j; then shared
   bf16* out;  // [T, Hx]
