@@ -153,7 +153,7 @@ __global__ void __launch_bounds__(kGemvThreads) moe_gate_up_gemv_kernel(const De
   bf16* xs = reinterpret_cast<bf16*>(smem_raw);  // [Hx]
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int i0 = (blockIdx.x * kGemvWarps + warp) * kGateUpRowsPerWarp;
-  const int n_routed = p.T * p.k, n_pairs = n_routed + (p.sh_gate_up ? p.T : 0);
+  const int n_routed = p.T * p.k, n_pairs = n_routed + (p.Is > 0 ? p.T : 0);
   for (int pair = blockIdx.y; pair < n_pairs; pair += gridDim.y) {
     const bool shared = pair >= n_routed;
     const int t = shared ? pair - n_routed : pair / p.k, j = pair - t * p.k;
@@ -254,7 +254,7 @@ __global__ void __launch_bounds__(kDownMaxThreads) moe_down_gemv_kernel(const De
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int o0 = blockIdx.x * kDownRows;
   const int n = p.k * p.I;
-  const int slots = p.k + (p.sh_down ? 1 : 0);  // slot k: the shared expert
+  const int slots = p.k + (p.Is > 0 ? 1 : 0);  // slot k: the shared expert
   for (int t = blockIdx.y; t < p.T; t += gridDim.y) {
     __syncthreads();  // the previous token's readers of part are done
     for (int j = warp; j < slots; j += int(blockDim.x) / 32) {
@@ -296,7 +296,7 @@ __global__ void __launch_bounds__(kDownMaxThreads) moe_down_gemv_kernel(const De
     if (r < kDownRows && o0 + r < p.Hx) {
       float acc = sum_routed_rows<kDownRows>(p, t, r, part);
       // The shared expert joins as the unfused ops would: bf16(bf16(routed) + bf16(shared)).
-      if (p.sh_down) acc = moe::round_bf16(acc) + part[p.k * kDownRows + r];
+      if (p.Is > 0) acc = moe::round_bf16(acc) + part[p.k * kDownRows + r];
       p.out[int64_t(t) * p.ldo + o0 + r] = __float2bfloat16_rn(acc);
     }
   }

@@ -93,7 +93,7 @@ struct DecodeParams {
   const float* dn_fp8_scales;  // [E, ceil(Hx / rows), ceil(I / cols)]
   int64_t dn8s_expert_stride, dn8s_ld;
   int fp8_block_rows, fp8_block_cols;
-  // Shared expert (decode GEMVs only; null when there is none): a GLU expert of width Is on the same x, weight 1,
+  // Shared expert (decode GEMVs only; Is == 0 when there is none): a GLU expert of width Is on the same x, weight 1,
   // added after the routed sum is rounded, in the routed experts' format (bf16, or FP8 with its own blocks). It
   // runs as pair T * k + t of gate_up and as slot k of down; its activations follow the routed pairs' in h.
   const bf16* sh_gate_up;  // [2 Is, Hx]: gate rows, then up rows
