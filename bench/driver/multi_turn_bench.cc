@@ -88,7 +88,10 @@ Workload make_workload(const MultiTurnOptions& o, int vocab) {
 
 struct Restart {
   bool drop_page_cache = true;
-  TierFiles* files = nullptr;  // filled between the two engines
+  // The tier's files between the two engines (after any drop), and as the second turns begin: the new
+  // engine's scan of their headers reads some of them back in (the kernel's read-ahead), as a server's start
+  // would.
+  TierFiles *at_restart = nullptr, *at_second_turns = nullptr;
 };
 
 // One configuration: an engine with `eo` on `model` (handed back at the end), a warm-up conversation, every
@@ -116,10 +119,11 @@ Result<MultiTurnConfig> run_config(std::string name, std::unique_ptr<model::Mode
   if (restart) {
     model = engine->release_model();  // its shutdown moves everything cached to disk and waits for the writes
     engine.reset();
-    RILL_ASSIGN_OR_RETURN(*restart->files,
+    RILL_ASSIGN_OR_RETURN(*restart->at_restart,
                           inspect_tier_files(eo.kv_offloading_dir, restart->drop_page_cache));
     RILL_ASSIGN_OR_RETURN(engine, engine::Engine::create(std::move(model), nullptr, eo));
     RILL_TRY(warm_up(1));
+    RILL_ASSIGN_OR_RETURN(*restart->at_second_turns, inspect_tier_files(eo.kv_offloading_dir, false));
   }
   const engine::EngineStats s0 = engine->stats();
   const backend::HostTierCopyTotals c0 = be.host_tier_copy_totals();
@@ -237,7 +241,7 @@ Result<MultiTurnResult> bench_multi_turn(std::unique_ptr<model::Model> model, co
   r.disk_dir = dir.string();
   engine::EngineOptions disk = host;
   disk.kv_offloading_dir = r.disk_dir;
-  const Restart restart{o.drop_page_cache, &r.disk_files};
+  const Restart restart{o.drop_page_cache, &r.disk_files_at_restart, &r.disk_files};
   Result<MultiTurnConfig> on_disk =
       run_config("disk tier, restarted", model, disk, w, o.answer_tokens, &restart);
   std::error_code ec;
@@ -282,15 +286,14 @@ std::string hits_cell(const MultiTurnConfig& c) {
 
 std::string disk_line(const MultiTurnResult& r, const MultiTurnOptions& o) {
   const TierFiles& f = r.disk_files;
-  std::string where = f.in_memory ? fmt::format("{}: memory, its reads never touch a disk", f.filesystem)
-                      : o.drop_page_cache
-                          ? fmt::format(
-                                "{}, page cache dropped before the restart: {:.1f}% of the files' pages "
-                                "still cached",
-                                f.filesystem, 100 * f.resident)
-                          : fmt::format("{}, page cache kept: {:.1f}% of the files' pages cached",
-                                        f.filesystem, 100 * f.resident);
-  return fmt::format("{} files, {} ({})", f.files, format_bytes(double(f.bytes)), where);
+  if (f.in_memory)
+    return fmt::format("{} files, {} on {}: memory, its reads never touch a disk", f.files,
+                       format_bytes(double(f.bytes)), f.filesystem);
+  return fmt::format(
+      "{} files, {} on {}; page cache {} before the restart ({:.1f}% of their pages cached), "
+      "{:.1f}% cached as the second turns began",
+      f.files, format_bytes(double(f.bytes)), f.filesystem, o.drop_page_cache ? "dropped" : "kept",
+      100 * r.disk_files_at_restart.resident, 100 * f.resident);
 }
 
 }  // namespace

@@ -69,7 +69,8 @@ struct MultiTurnResult {
   MultiTurnSizes sizes;
   std::vector<MultiTurnConfig> configs;  // recompute, host tier, disk tier after a restart
   std::string disk_dir;                  // removed after the run
-  TierFiles disk_files;                  // as the restarted engine found them
+  // The disk tier's files between the engines (after any page-cache drop), and as the second turns began.
+  TierFiles disk_files_at_restart, disk_files;
   // Pinned copies of one returning conversation's bytes in one piece, same run (GB/s).
   double ceiling_to_device_gbps = 0, ceiling_to_host_gbps = 0;
   std::string describe(const MultiTurnOptions& o) const;  // terminal lines
