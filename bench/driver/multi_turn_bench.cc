@@ -9,6 +9,7 @@
 
 #include "bench/driver/model_bench.h"
 #include "bench/serve/latency_stats.h"
+#include "core/log.h"
 #include "core/sizes.h"
 #include "engine/engine.h"
 #include "model/model.h"
@@ -103,6 +104,9 @@ Result<MultiTurnConfig> run_config(std::string name, std::unique_ptr<model::Mode
   backend::Backend& be = model->backend();
   MultiTurnConfig r;
   r.name = std::move(name);
+  // Progress in the log, so a run cut short still tells how far it got and where the time went.
+  const auto t0 = std::chrono::steady_clock::now();
+  auto seconds = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
   RILL_ASSIGN_OR_RETURN(std::unique_ptr<engine::Engine> engine,
                         engine::Engine::create(std::move(model), nullptr, eo));
   auto warm_up = [&](int k) -> Status {
@@ -116,6 +120,8 @@ Result<MultiTurnConfig> run_config(std::string name, std::unique_ptr<model::Mode
     r.first_ttft_ms.push_back(t.ttft_ms);
     answers.push_back(std::move(t.ids));
   }
+  RILL_LOG_INFO("multi-turn, {}: {} first turns done at {:.1f} s (TTFT median {:.2f} ms)", r.name,
+                r.first_ttft_ms.size(), seconds(), serve::percentile(r.first_ttft_ms, 50));
   if (restart) {
     model = engine->release_model();  // its shutdown moves everything cached to disk and waits for the writes
     engine.reset();
@@ -124,6 +130,8 @@ Result<MultiTurnConfig> run_config(std::string name, std::unique_ptr<model::Mode
     RILL_ASSIGN_OR_RETURN(engine, engine::Engine::create(std::move(model), nullptr, eo));
     RILL_TRY(warm_up(1));
     RILL_ASSIGN_OR_RETURN(*restart->at_second_turns, inspect_tier_files(eo.kv_offloading_dir, false));
+    RILL_LOG_INFO("multi-turn, {}: restarted at {:.1f} s over {} files ({})", r.name, seconds(),
+                  restart->at_restart->files, format_bytes(double(restart->at_restart->bytes)));
   }
   const engine::EngineStats s0 = engine->stats();
   const backend::HostTierCopyTotals c0 = be.host_tier_copy_totals();
@@ -143,6 +151,8 @@ Result<MultiTurnConfig> run_config(std::string name, std::unique_ptr<model::Mode
   r.disk_bytes_read = s1.kv_offload_bytes_from_disk - s0.kv_offload_bytes_from_disk;
   r.disk_read_seconds = s1.kv_offload_disk_read_seconds - s0.kv_offload_disk_read_seconds;
   r.memory_plan = engine->memory_plan();
+  RILL_LOG_INFO("multi-turn, {}: second turns done at {:.1f} s (TTFT median {:.2f} ms, {} of {} hit)", r.name,
+                seconds(), r.median_ms(), r.turns_with_hits, r.second_ttft_ms.size());
   // Forget the cache first, so that the shutdown does not write this engine's entries to disk for nobody.
   RILL_TRY(engine->reset_prefix_cache());
   model = engine->release_model();
