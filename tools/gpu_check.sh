@@ -4,7 +4,7 @@
 # goes under $OUT; the last lines printed are a summary table.
 #
 #   here:  tools/fetch_gpu_deps.sh
-#   run:   tools/gpu_check.sh [all|test|sanitize|reference|bench|spec|prefix|k3bench|serve|profile|cmd]...
+#   run:   tools/gpu_check.sh [all|test|sanitize|reference|bench|spec|prefix|tiers|k3bench|serve|profile|cmd]...
 #          (device tool, carry: [".deps"]; `all` is everything but profile and cmd)
 #   GPU_TARGETS=... narrows the build; `cmd` runs $CMD in the build directory after it (a diagnostic run).
 set -uo pipefail
@@ -57,7 +57,7 @@ if want test || want sanitize || want bench || want cmd; then
   fi
   note "build ok ($GPU_TARGETS)"
 fi
-if want bench || want spec || want serve || want profile || want prefix || want k3bench || want reference; then
+if want bench || want spec || want serve || want profile || want prefix || want tiers || want k3bench || want reference; then
   timeout 300 ninja -C $BUILD -j16 rill > "$LOGS/build_rill.log" 2>&1 && note "rill built" || note "rill build FAILED"
 fi
 
@@ -152,6 +152,19 @@ if want prefix && [[ -x $BUILD/rill ]]; then
     --markdown "$OUT/prefix.md" > "$LOGS/prefix_bench.log" 2>&1
   note "prefix reuse bench: rc=$?"
   tail -8 "$LOGS/prefix_bench.log"
+fi
+
+# --- prefix cache tiers (issue #38): 64 conversations x 8K histories through a device pool of 16, FP8 48B -----
+# (the bf16 48B does not fit 80 GB); second-turn TTFT recomputed, from the host tier, and from disk after a restart
+# (page cache dropped first), beside the pinned copy ceiling. ~3 min on an H100; the table in $OUT/tiers.md.
+if want tiers && [[ -x $BUILD/rill ]]; then
+  rm -rf /tmp/rill-tiers
+  timeout ${TIERS_TIMEOUT:-235} $BUILD/rill bench --load-format dummy --preset kimi-linear-48b --quantization fp8 \
+    --multi-turn --conversations ${TIERS_CONVERSATIONS:-64} --history-tokens ${TIERS_HISTORY:-8192} --turn-tokens 256 \
+    --kv-offloading-dir /tmp/rill-tiers --markdown "$OUT/tiers.md" > "$LOGS/tiers_bench.log" 2>&1
+  note "prefix cache tiers bench (multi-turn): rc=$?"
+  tail -16 "$LOGS/tiers_bench.log"
+  rm -rf /tmp/rill-tiers
 fi
 
 # --- Kimi K3 layer slice at full width (dummy MXFP4 weights) ------------------------------------------------

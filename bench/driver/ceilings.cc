@@ -48,4 +48,17 @@ Result<Ceilings> measure_ceilings(backend::Backend& be) {
   return c;
 }
 
+Result<double> host_copy_ceiling_gbps(backend::Backend& be, size_t bytes, bool to_host) {
+  RILL_ASSIGN_OR_RETURN(backend::DeviceAllocation host, be.allocate_host(bytes));
+  RILL_ASSIGN_OR_RETURN(backend::DeviceAllocation dev, be.allocate(bytes));
+  const backend::HostCopy copy = to_host ? backend::HostCopy{host.data(), dev.data(), bytes, true}
+                                         : backend::HostCopy{dev.data(), host.data(), bytes, false};
+  std::vector<double> ms;
+  for (int i = 0; i < 5; ++i) {
+    RILL_ASSIGN_OR_RETURN(double t, be.time_ms([&] { return be.copy_host_tier_batch({copy}); }));
+    ms.push_back(t);
+  }
+  return double(bytes) / (median(ms) * 1e-3) / 1e9;
+}
+
 }  // namespace rill::bench

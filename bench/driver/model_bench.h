@@ -25,6 +25,10 @@ struct BenchOptions {
 
 // Device-to-device copy bandwidth and a large bf16 GEMM rate, measured on the backend.
 Result<Ceilings> measure_ceilings(backend::Backend& be);
+// The host <-> device copy ceiling: `bytes` between pinned host memory (allocate_host) and the device in one
+// piece through the host tier's own path (copy_host_tier_batch), median of 5, in GB/s; `to_host`: device ->
+// host. The prefix-cache benches judge the tier's copies against it.
+Result<double> host_copy_ceiling_gbps(backend::Backend& be, size_t bytes, bool to_host);
 
 // Prefill (one long prompt; a batch of shorter ones) and decode steps at a fixed context for each batch size,
 // then verify steps (section "verify") against the decode step of the same batch.

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "backend/backend.h"
+#include "bench/driver/model_bench.h"
 #include "engine/engine.h"
 #include "model/model.h"
 
@@ -67,25 +68,6 @@ std::string PrefixBenchResult::describe(const PrefixBenchOptions& o) const {
                             disk_bytes / (1 << 20))
               : std::string());
 }
-
-namespace {
-
-// The host -> device copy ceiling: `bytes` from pinned host memory in one copy (the backend's host tier
-// path), median of 5.
-Result<double> copy_ceiling_gbps(backend::Backend& be, size_t bytes) {
-  RILL_ASSIGN_OR_RETURN(backend::DeviceAllocation host, be.allocate_host(bytes));
-  RILL_ASSIGN_OR_RETURN(backend::DeviceAllocation dev, be.allocate(bytes));
-  std::vector<double> ms;
-  for (int i = 0; i < 5; ++i) {
-    RILL_ASSIGN_OR_RETURN(double t, be.time_ms([&] {
-      return be.copy_host_tier_batch({{dev.data(), host.data(), bytes, false}});
-    }));
-    ms.push_back(t);
-  }
-  return double(bytes) / (median(ms) * 1e-3) / 1e9;
-}
-
-}  // namespace
 
 std::string PrefixBenchResult::markdown_row(const PrefixBenchOptions& o) const {
   return fmt::format(
@@ -172,7 +154,7 @@ Result<PrefixBenchResult> bench_prefix_reuse(std::unique_ptr<model::Model> model
   }
   engine->shutdown(true);
   if (o.host_tier_gib > 0 && r.host_bytes > 0) {
-    RILL_ASSIGN_OR_RETURN(r.copy_ceiling_gbps, copy_ceiling_gbps(be, size_t(r.host_bytes)));
+    RILL_ASSIGN_OR_RETURN(r.copy_ceiling_gbps, host_copy_ceiling_gbps(be, size_t(r.host_bytes), false));
   }
   r.host_ms = median(host);
   r.disk_ms = median(disk);

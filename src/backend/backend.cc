@@ -107,9 +107,20 @@ Result<DeviceAllocation> Backend::allocate_host(size_t bytes) {
 }
 
 Status Backend::copy_host_tier_batch(const std::vector<HostCopy>& copies) {
-  for (const HostCopy& c : copies)
+  const auto t0 = std::chrono::steady_clock::now();
+  for (const HostCopy& c : copies) {
     RILL_TRY(c.to_host ? copy_to_host(c.dst, c.src, c.bytes) : copy_to_device(c.dst, c.src, c.bytes));
+    (c.to_host ? tier_bytes_to_host_ : tier_bytes_to_device_) += c.bytes;
+  }
+  tier_batches_++;
+  tier_nanoseconds_ += uint64_t(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count());
   return {};
+}
+
+HostTierCopyTotals Backend::host_tier_copy_totals() {
+  return {tier_bytes_to_host_.load(), tier_bytes_to_device_.load(), tier_batches_.load(),
+          double(tier_nanoseconds_.load()) * 1e-9};
 }
 
 std::optional<size_t> Backend::available_memory() const {

@@ -4,6 +4,7 @@
 // step workspace); ops never allocate. Numerics follow spec/kimi-architecture.md §3 and §7.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -326,6 +327,13 @@ struct HostCopy {
   bool to_host = true;  // device -> host; false: host -> device
 };
 
+// What the host tier's copies (Backend::copy_host_tier_batch) have moved and how long they ran, for
+// benchmarks: the tier's copy bandwidth beside the pinned-copy ceiling (rill bench --multi-turn).
+struct HostTierCopyTotals {
+  uint64_t bytes_to_host = 0, bytes_to_device = 0, batches = 0;
+  double seconds = 0;
+};
+
 // MemAvailable of /proc/meminfo; nullopt where unknown.
 std::optional<size_t> host_available_memory();
 
@@ -421,6 +429,10 @@ class Backend {
   // before the work queued after, without the host waiting for them (CUDA: on a copy stream of its own,
   // joined to the compute stream by events both ways). Default: blocking copies one by one.
   virtual Status copy_host_tier_batch(const std::vector<HostCopy>& copies);
+  // Totals of copy_host_tier_batch since the backend was made, for benchmarks (any thread). CUDA: device time
+  // between timing events around each batch on the tier's stream, so the copies' own rate, not the host's
+  // issue time; it waits for the batches still running. Default: host time of the blocking copies.
+  virtual HostTierCopyTotals host_tier_copy_totals();
   virtual Status fill_zero(TensorView t) = 0;
   // Seeded uniform values (the --load-format dummy path): floats in [lo, hi); U8 integers in [lo, hi].
   // Element i depends only on (seed, i), so every backend fills the same values.
@@ -511,6 +523,9 @@ class Backend {
 
  private:
   bool dry_run_ = false;
+  // copy_host_tier_batch's default path: its totals (the engine thread adds, a benchmark reads).
+  std::atomic<uint64_t> tier_bytes_to_host_{0}, tier_bytes_to_device_{0}, tier_batches_{0},
+      tier_nanoseconds_{0};
 
   virtual Status embed_impl(const EmbedArgs& a) = 0;
   virtual Status rms_norm_impl(const RmsNormArgs& a) = 0;

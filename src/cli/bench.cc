@@ -10,10 +10,12 @@
 
 #include "bench/driver/executor_bench.h"
 #include "bench/driver/model_bench.h"
+#include "bench/driver/multi_turn_bench.h"
 #include "bench/driver/prefix_bench.h"
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "cli/parallel_flags.h"
+#include "core/sizes.h"
 #include "model/presets.h"
 
 namespace rill::cli {
@@ -49,6 +51,30 @@ int run_prefix_reuse(backend::Backend& be, const model::ModelConfig& cfg, const 
   return 0;
 }
 
+int run_multi_turn(backend::Backend& be, const model::ModelConfig& cfg, const std::string& dir,
+                   const std::string& label, const std::string& load_format, const std::string& quantization,
+                   const bench::MultiTurnOptions& mo, const std::string& markdown) {
+  std::fprintf(stderr, "loading the model (%s) ...\n",
+               load_format == "dummy" ? "dummy weights" : dir.c_str());
+  auto m = load_format == "dummy" ? model::load_dummy_model(cfg, be, 1234)
+                                  : load_model_with_progress(dir, be, quantization);
+  if (!m.ok()) return report_error("bench", m.status());
+  if (auto sizes = bench::multi_turn_sizes(mo, **m); sizes.ok())
+    std::fprintf(stderr,
+                 "multi-turn: %d conversations x 3 configurations; device pool %d blocks (room for %d), "
+                 "host tier %s ...\n",
+                 mo.conversations, sizes->gpu_blocks, sizes->gpu_conversations,
+                 format_bytes(sizes->host_tier_gib * double(1 << 30)).c_str());
+  auto r = bench::bench_multi_turn(std::move(m).value(), mo);
+  if (!r.ok()) return report_error("bench", r.status());
+  std::printf("%s", r->describe(mo).c_str());
+  if (!markdown.empty()) {
+    std::ofstream f(markdown);
+    f << r->markdown(mo, fmt::format("`rill bench --multi-turn` on {} ({}), {}", be.name(), label, today()));
+  }
+  return 0;
+}
+
 // Bench defaults a preset's shape calls for; flags given on the command line win. The K3 slice (presets.cc):
 // decode batches 1, 8, 32 and one 8K prompt (a step of 8 x 2K prompts would only repeat the 8K prompt's expert
 // GEMMs), plus the per-layer-type rows, since a slice's whole-step times stand for no real model.
@@ -80,6 +106,24 @@ void apply_cpu_defaults(const CLI::App& app, bench::BenchOptions& o) {
   std::string list;
   for (const std::string& c : changed) list += (list.empty() ? "" : ", ") + c;
   std::fprintf(stderr, "on the CPU: CPU-sized defaults (%s); give the flags for other sizes\n", list.c_str());
+}
+
+// --multi-turn on the CPU: a handful of short conversations unless the flags say otherwise (the GPU-sized
+// 64 x 8K would take hours there).
+void apply_cpu_multi_turn_defaults(const CLI::App& app, bench::MultiTurnOptions& mo) {
+  std::string changed;
+  auto set = [&](const char* flag, int& field, int value) {
+    if (app.count(flag)) return;
+    field = value;
+    changed += fmt::format("{}{} {}", changed.empty() ? "" : ", ", flag, value);
+  };
+  set("--conversations", mo.conversations, 6);
+  set("--history-tokens", mo.history_tokens, 256);
+  set("--answer-tokens", mo.answer_tokens, 2);
+  set("--turn-tokens", mo.turn_tokens, 32);
+  if (!changed.empty())
+    std::fprintf(stderr, "on the CPU: CPU-sized defaults (%s); give the flags for other sizes\n",
+                 changed.c_str());
 }
 
 }  // namespace
@@ -145,31 +189,69 @@ int run_bench(int argc, char** argv) {
   app.add_option("--prefix-cached-tokens", prefix_cached,
                  "--prefix-reuse: shared prefix (default 7/8 of --prefill-tokens)")
       ->check(CLI::Range(0, kMaxStepTokensFlag));
-  app.add_option("--max-num-tokens", po.max_num_tokens, "--prefix-reuse: engine tokens per step")
+  app.add_option("--max-num-tokens", po.max_num_tokens,
+                 "--prefix-reuse, --multi-turn: engine tokens per step")
       ->capture_default_str()
       ->check(CLI::Range(1, kMaxStepTokensFlag));
   app.add_option("--kda-snapshot-interval", po.snapshot_interval,
-                 "--prefix-reuse: tokens between KDA snapshots")
+                 "--prefix-reuse: tokens between KDA snapshots (--multi-turn: default the history rounded "
+                 "up to a block, one snapshot per turn)")
       ->capture_default_str()
       ->check(CLI::Range(1, kMaxContextFlag));
-  app.add_option("--kda-snapshot-budget", po.snapshot_budget_mib, "--prefix-reuse: MiB for KDA snapshots")
+  app.add_option("--kda-snapshot-budget", po.snapshot_budget_mib,
+                 "--prefix-reuse: MiB for KDA snapshots (--multi-turn: default two per conversation the "
+                 "device pool holds)")
       ->capture_default_str()
       ->check(CLI::Range(0, kMaxMiBFlag));
   app.add_option("--kv-offloading-size", po.host_tier_gib,
-                 "--prefix-reuse: GiB of host tier; adds the warm request brought back from it (and the host -> "
-                 "device copy ceiling of its bytes)")
+                 "--prefix-reuse: GiB of host tier; adds the warm request brought back from it (and the "
+                 "host -> device copy ceiling of its bytes); --multi-turn: default enough for every "
+                 "conversation")
       ->check(CLI::Range(0.0, 1048576.0));
   app.add_option("--kv-offloading-dir", po.disk_dir,
-                 "--prefix-reuse with --kv-offloading-size: a disk tier in this directory; adds the warm request read "
-                 "back from it (after everything cached went to disk)");
+                 "--prefix-reuse with --kv-offloading-size: a disk tier in this directory; adds the warm "
+                 "request read back from it (after everything cached went to disk); --multi-turn: the disk "
+                 "tier goes in a fresh directory under this one (default: the temporary directory), removed "
+                 "afterwards");
+  bool multi_turn = false, keep_page_cache = false;
+  bench::MultiTurnOptions mo;
+  app.add_flag("--multi-turn", multi_turn,
+               "only the multi-turn scenario (issue #38): --conversations first turns of --history-tokens, "
+               "then each returns with --turn-tokens more, in the order they left, through a device prefix "
+               "pool that holds a quarter of them (--num-kv-blocks); second-turn TTFT recomputed, from the "
+               "host tier, and from disk after a restart (bench/README.md)");
+  app.add_option("--conversations", mo.conversations, "--multi-turn: conversations")
+      ->capture_default_str()
+      ->check(CLI::Range(2, 1 << 16));
+  app.add_option("--history-tokens", mo.history_tokens, "--multi-turn: each first turn's prompt")
+      ->capture_default_str()
+      ->check(CLI::Range(64, kMaxContextFlag));
+  app.add_option("--answer-tokens", mo.answer_tokens,
+                 "--multi-turn: tokens each first turn generates (part of the history that returns)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4096));
+  app.add_option("--turn-tokens", mo.turn_tokens, "--multi-turn: the new user turn of each second turn")
+      ->capture_default_str()
+      ->check(CLI::Range(1, kMaxContextFlag));
+  app.add_option("--num-kv-blocks", mo.gpu_blocks,
+                 "--multi-turn: the device's MLA block pool (64-token blocks; default: a quarter of the "
+                 "conversations' blocks)")
+      ->check(CLI::Range(1, 1 << 30));
+  app.add_flag("--keep-page-cache", keep_page_cache,
+               "--multi-turn: leave the disk tier's files in the page cache at the restart (default: dropped, "
+               "so the restarted engine reads them from the disk)");
   add_device_options(app, dev);
   ParallelFlags parallel;
   if (int rc = parse_with_parallel_flags(app, argc, argv, "bench", dev, parallel); rc >= 0) return rc;
-  if (parallel.ranks() > 1 && (layer_types || composed || prefix_reuse))
-    return report_error("bench", invalid_argument("--tensor-parallel-size {} --pipeline-parallel-size {}: the "
-                                                  "sharded run measures whole steps; --layer-types, --composed and "
-                                                  "--prefix-reuse run one unsplit model",
-                                                  parallel.tensor_parallel_size, parallel.pipeline_parallel_size));
+  if (parallel.ranks() > 1 && (layer_types || composed || prefix_reuse || multi_turn))
+    return report_error("bench",
+                        invalid_argument("--tensor-parallel-size {} --pipeline-parallel-size {}: the "
+                                         "sharded run measures whole steps; --layer-types, --composed, "
+                                         "--prefix-reuse and --multi-turn run one unsplit model",
+                                         parallel.tensor_parallel_size, parallel.pipeline_parallel_size));
+  if (prefix_reuse && multi_turn)
+    return report_error("bench",
+                        invalid_argument("--prefix-reuse and --multi-turn are separate runs: give one"));
   apply_preset_defaults(preset, app, o, layer_types);
   if (print_config) {
     auto json = model::preset_config(preset);
@@ -187,7 +269,7 @@ int run_bench(int argc, char** argv) {
 
   auto be = open_backend(dev);
   if (!be.ok()) return report_error("bench", be.status());
-  if ((*be)->device() == Device::Cpu) apply_cpu_defaults(app, o);
+  if ((*be)->device() == Device::Cpu && !multi_turn) apply_cpu_defaults(app, o);
   Result<model::ModelConfig> cfg = invalid_argument("no config");
   if (!preset.empty()) {
     auto json = model::preset_config(preset);
@@ -200,6 +282,21 @@ int run_bench(int argc, char** argv) {
   // The dummy path builds from the config directly; a checkpoint's load applies the flag itself.
   if (Status q = model::apply_quantization(*cfg, dev.quantization); !q.ok()) return report_error("bench", q);
 
+  if (multi_turn) {
+    // The flags shared with --prefix-reuse, where given; otherwise sized from the workload.
+    mo.max_num_tokens = po.max_num_tokens;
+    if (app.count("--kda-snapshot-interval")) mo.snapshot_interval = po.snapshot_interval;
+    if (app.count("--kda-snapshot-budget")) mo.snapshot_budget_mib = po.snapshot_budget_mib;
+    if (app.count("--kv-offloading-size")) mo.host_tier_gib = po.host_tier_gib;
+    mo.disk_parent = po.disk_dir;
+    mo.drop_page_cache = !keep_page_cache;
+    if ((*be)->device() == Device::Cpu) apply_cpu_multi_turn_defaults(app, mo);
+    if (app.count("--kv-offloading-size") && mo.host_tier_gib <= 0)
+      return report_error("bench", invalid_argument("--multi-turn measures the host and disk tiers: "
+                                                    "--kv-offloading-size must be more than 0"));
+    return run_multi_turn(**be, *cfg, dir, preset.empty() ? dir : preset, load_format, dev.quantization, mo,
+                          markdown);
+  }
   if (prefix_reuse)
     return run_prefix_reuse(**be, *cfg, dir, preset.empty() ? dir : preset, load_format, po, o, prefix_cached, markdown);
 

@@ -104,6 +104,7 @@ void Engine::Impl::publish_locked() {
     s.disk_tier = true;
     s.kv_offload_bytes_to_disk = d->bytes_written;
     s.kv_offload_bytes_from_disk = d->bytes_read;
+    s.kv_offload_disk_read_seconds = d->read_seconds;
     s.disk_tier_files = d->files;
     s.disk_tier_bytes = d->bytes_on_disk;
     s.disk_tier_write_errors = d->write_errors;

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 
 #include "core/log.h"
@@ -346,6 +347,7 @@ Status DiskTier::read(bool snapshot, uint64_t hash, void* dst) {
     touch_locked(k);
   }
   const fs::path path = path_of(k);
+  const auto t0 = std::chrono::steady_clock::now();
   Status st;
   {
     Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
@@ -364,6 +366,7 @@ Status DiskTier::read(bool snapshot, uint64_t hash, void* dst) {
     }
   }
   std::lock_guard lock(mu_);
+  stats_.read_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (st.ok()) {
     stats_.files_read++;
     stats_.bytes_read += n;

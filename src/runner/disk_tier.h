@@ -35,6 +35,7 @@ struct DiskTierOptions {
 struct DiskTierStats {
   uint64_t files_written = 0, bytes_written = 0, files_read = 0, bytes_read = 0;
   uint64_t write_errors = 0, read_errors = 0, writes_dropped = 0;
+  double read_seconds = 0;  // the engine thread's time in reads (open, read, checksum), successful or not
   int64_t files = 0, bytes_on_disk = 0;
   bool writable = false;
 };

@@ -35,6 +35,9 @@ namespace {
 
 constexpr size_t kPinnedBytes = 8 << 20;  // staging ring for step metadata (two halves)
 constexpr size_t kHalf = kPinnedBytes / 2;
+// Host tier batches whose timing events stay unread (CudaBackend::read_tier_timings): older ones passed long
+// ago, since every step waits for its sampled tokens.
+constexpr size_t kTierTimingsKept = 64;
 
 }  // namespace
 
@@ -117,6 +120,10 @@ Status CudaBackend::bind_thread() {
 CudaBackend::~CudaBackend() {
   if (ctx_.stream) cudaStreamSynchronize(ctx_.stream);
   if (tier_stream_) cudaStreamSynchronize(tier_stream_);
+  for (const TierBatchTiming& t : tier_timings_)
+    for (cudaEvent_t e : {t.start, t.end})
+      if (e) cudaEventDestroy(e);
+  for (cudaEvent_t e : tier_free_events_) cudaEventDestroy(e);
   if (tier_ready_) cudaEventDestroy(tier_ready_);
   if (tier_done_) cudaEventDestroy(tier_done_);
   if (tier_stream_) cudaStreamDestroy(tier_stream_);
@@ -200,14 +207,57 @@ Status CudaBackend::copy_host_tier_batch(const std::vector<backend::HostCopy>& c
     RILL_CUDA_CHECK(cudaEventCreateWithFlags(&tier_ready_, cudaEventDisableTiming));
     RILL_CUDA_CHECK(cudaEventCreateWithFlags(&tier_done_, cudaEventDisableTiming));
   }
+  std::lock_guard lock(tier_timing_mu_);
+  // Every step synchronises, so timings this old passed long ago: reading them does not wait.
+  read_tier_timings(kTierTimingsKept);
+  TierBatchTiming t;
+  for (cudaEvent_t* e : {&t.start, &t.end}) {
+    if (!tier_free_events_.empty()) {
+      *e = tier_free_events_.back();
+      tier_free_events_.pop_back();
+    } else {
+      RILL_CUDA_CHECK(cudaEventCreate(e));
+    }
+  }
+  tier_timings_.push_back(t);  // before anything can fail: the events are returned by read_tier_timings
   RILL_CUDA_CHECK(cudaEventRecord(tier_ready_, ctx_.stream));
   RILL_CUDA_CHECK(cudaStreamWaitEvent(tier_stream_, tier_ready_, 0));
-  for (const backend::HostCopy& c : copies)
+  RILL_CUDA_CHECK(cudaEventRecord(t.start, tier_stream_));
+  for (const backend::HostCopy& c : copies) {
     RILL_CUDA_CHECK(cudaMemcpyAsync(c.dst, c.src, c.bytes, c.to_host ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice,
                                     tier_stream_));
+    (c.to_host ? tier_timings_.back().to_host : tier_timings_.back().to_device) += c.bytes;
+  }
+  RILL_CUDA_CHECK(cudaEventRecord(t.end, tier_stream_));
   RILL_CUDA_CHECK(cudaEventRecord(tier_done_, tier_stream_));
   RILL_CUDA_CHECK(cudaStreamWaitEvent(ctx_.stream, tier_done_, 0));
   return {};
+}
+
+void CudaBackend::read_tier_timings(size_t keep) {
+  while (tier_timings_.size() > keep) {
+    const TierBatchTiming t = tier_timings_.front();
+    tier_timings_.pop_front();
+    float ms = 0;
+    const bool timed = cudaEventSynchronize(t.end) == cudaSuccess &&
+                       cudaEventElapsedTime(&ms, t.start, t.end) == cudaSuccess;
+    tier_free_events_.push_back(t.start);
+    tier_free_events_.push_back(t.end);
+    if (!timed) {          // a batch whose copies failed before its events were recorded: not counted
+      cudaGetLastError();  // (this thread's next launch check must not see it)
+      continue;
+    }
+    tier_totals_.bytes_to_host += t.to_host;
+    tier_totals_.bytes_to_device += t.to_device;
+    tier_totals_.batches++;
+    tier_totals_.seconds += double(ms) * 1e-3;
+  }
+}
+
+backend::HostTierCopyTotals CudaBackend::host_tier_copy_totals() {
+  std::lock_guard lock(tier_timing_mu_);
+  read_tier_timings(0);
+  return tier_totals_;
 }
 
 Status CudaBackend::copy_device_to_device(void* dst, const void* src, size_t bytes) {

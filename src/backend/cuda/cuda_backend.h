@@ -3,7 +3,10 @@
 // sampled ids) and synchronize(). Each op delegates to its family's launcher (norm.h, kda/kda.h, ...).
 #pragma once
 
+#include <deque>
 #include <memory>
+#include <mutex>
+#include <vector>
 
 #include "backend/backend.h"
 #include "backend/cuda/context.h"
@@ -49,6 +52,7 @@ class CudaBackend final : public backend::Backend {
   Result<backend::DeviceAllocation> allocate_host(size_t bytes) override;
   bool host_memory_pinned() const override { return true; }
   Status copy_host_tier_batch(const std::vector<backend::HostCopy>& copies) override;
+  backend::HostTierCopyTotals host_tier_copy_totals() override;
   Status fill_zero(TensorView t) override;
   Status fill_random(TensorView t, uint64_t seed, float lo, float hi) override;
   Status upload_layout(const backend::BatchLayoutHost& host, int block_size,
@@ -114,6 +118,20 @@ class CudaBackend final : public backend::Backend {
   // The host tier's copies (copy_host_tier_batch): their stream and the events joining it to the compute one.
   cudaStream_t tier_stream_ = nullptr;
   cudaEvent_t tier_ready_ = nullptr, tier_done_ = nullptr;
+  // Timing events around each tier batch on its stream, read once passed (host_tier_copy_totals). Never
+  // cudaEventQuery: its cudaErrorNotReady must not meet a launch check's cudaGetLastError on the engine
+  // thread; events are read with cudaEventSynchronize, on the engine thread only when long passed
+  // (kTierTimingsKept).
+  struct TierBatchTiming {
+    cudaEvent_t start = nullptr, end = nullptr;
+    uint64_t to_host = 0, to_device = 0;
+  };
+  std::mutex tier_timing_mu_;
+  std::deque<TierBatchTiming> tier_timings_;
+  std::vector<cudaEvent_t> tier_free_events_;
+  backend::HostTierCopyTotals tier_totals_;
+  // With tier_timing_mu_ held: adds the oldest timings to tier_totals_ until at most `keep` are left.
+  void read_tier_timings(size_t keep);
   size_t layout_cap_ = 0;
 };
 
