@@ -63,7 +63,8 @@ __attribute__((target("sse4.2"))) uint32_t crc_sse42(uint32_t c, const unsigned 
   // Registers without the pre- and post-inversion are linear: the first stream's, moved past the others'
   // bytes, xor theirs; then the rest of the buffer after the third stream.
   const size_t rest = n - 3 * third;
-  uint32_t r = mul_mod(x_pow_8n(2 * third), uint32_t(a)) ^ mul_mod(x_pow_8n(third), uint32_t(b)) ^ uint32_t(d);
+  uint32_t r =
+      mul_mod(x_pow_8n(2 * third), uint32_t(a)) ^ mul_mod(x_pow_8n(third), uint32_t(b)) ^ uint32_t(d);
   return crc_sse42_1(r, p + 3 * third, rest);
 }
 const bool kHaveSse42 = __builtin_cpu_supports("sse4.2");

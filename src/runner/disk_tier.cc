@@ -422,8 +422,9 @@ std::vector<Status> DiskTier::read_all(std::span<const ReadItem> items) {
   });
   const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   // Each item's pieces back in file order: the first failure is the item's, else the joined checksum decides.
-  std::stable_sort(chunks.begin(), chunks.end(),
-                   [](const Chunk& a, const Chunk& b) { return a.item != b.item ? a.item < b.item : a.offset < b.offset; });
+  std::stable_sort(chunks.begin(), chunks.end(), [](const Chunk& a, const Chunk& b) {
+    return a.item != b.item ? a.item < b.item : a.offset < b.offset;
+  });
   std::lock_guard lock(mu_);
   stats_.read_seconds += waited;
   for (size_t b = 0, e; b < chunks.size(); b = e) {

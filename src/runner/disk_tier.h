@@ -2,10 +2,10 @@
 // format below the host tier: MLA blocks and KDA snapshots that leave the host tier are written there by a
 // thread of its own (a step never waits on the disk), and a prefix hit that reaches past the host tier reads
 // them back into it before the request is admitted, its files read and checked in parallel by the tier's
-// reader threads (one stream of reads and checksums is far below what a disk gives to several). The cache manager decides what moves; this only keeps the
-// files. Every fault — a directory that cannot be had, a full or read-only disk, a corrupt, truncated or
-// foreign file — is one log line naming the file or directory and the reason; the item (or the tier) is
-// skipped and the request computed as without it.
+// reader threads (one stream of reads and checksums is far below what a disk gives to several). The cache
+// manager decides what moves; this only keeps the files. Every fault — a directory that cannot be had, a full
+// or read-only disk, a corrupt, truncated or foreign file — is one log line naming the file or directory and
+// the reason; the item (or the tier) is skipped and the request computed as without it.
 #pragma once
 
 #include <atomic>
@@ -38,8 +38,8 @@ struct DiskTierOptions {
 struct DiskTierStats {
   uint64_t files_written = 0, bytes_written = 0, files_read = 0, bytes_read = 0;
   uint64_t write_errors = 0, read_errors = 0, writes_dropped = 0;
-  // The caller's (engine thread's) time waiting for file reads (the readers' open, read, checksum), successful
-  // or not: wall time per batch of reads, not the sum of the readers' times.
+  // The caller's (engine thread's) time waiting for file reads (the readers' open, read, checksum),
+  // successful or not: wall time per batch of reads, not the sum of the readers' times.
   double read_seconds = 0;
   int64_t files = 0, bytes_on_disk = 0;
   bool writable = false;

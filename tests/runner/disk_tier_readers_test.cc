@@ -1,7 +1,7 @@
 // The disk tier's readers (issue #38): a hit of many files, one of them larger than a reader's piece (so read
-// by several readers and its checksum joined), comes back bit for bit through read_all; one corrupt, truncated
-// or vanished file among many fails only its own item, with one line each. CRC-32C's join against the
-// checksum of the whole. A timing print of a 48B-shaped hit (disabled: it writes 430 MB; run it with
+// by several readers and its checksum joined), comes back bit for bit through read_all; one corrupt,
+// truncated or vanished file among many fails only its own item, with one line each. CRC-32C's join against
+// the checksum of the whole. A timing print of a 48B-shaped hit (disabled: it writes 430 MB; run it with
 // --gtest_also_run_disabled_tests --gtest_filter='*Timing*').
 #include <fcntl.h>
 #include <unistd.h>
@@ -111,8 +111,9 @@ TEST(Crc32c, JoinsThePiecesChecksums) {
   const std::vector<char> b = random_bytes(rng, 100003);
   const uint32_t whole = crc32c(0, b.data(), b.size());
   for (size_t cut : {size_t(0), size_t(1), size_t(7), size_t(4096), size_t(rng() % b.size()), b.size()})
-    EXPECT_EQ(crc32c_combine(crc32c(0, b.data(), cut), crc32c(0, b.data() + cut, b.size() - cut), b.size() - cut),
-              whole)
+    EXPECT_EQ(
+        crc32c_combine(crc32c(0, b.data(), cut), crc32c(0, b.data() + cut, b.size() - cut), b.size() - cut),
+        whole)
         << "cut at " << cut;
 }
 
@@ -147,9 +148,9 @@ TEST(DiskTierReaders, AHitOfManyFilesComesBackBitForBit) {
   EXPECT_GT(s.read_seconds, 0);
 }
 
-// A corrupt block, a truncated block, a vanished block and a snapshot corrupt in its second piece, among many:
-// each fails its own item only, one line each (the snapshot's three pieces give one), the bad files removed
-// (the vanished one: nothing to remove, not logged as removed); every other item is read bit for bit.
+// A corrupt block, a truncated block, a vanished block and a snapshot corrupt in its second piece, among
+// many: each fails its own item only, one line each (the snapshot's three pieces give one), the bad files
+// removed (the vanished one: nothing to remove, not logged as removed); every other item is read bit for bit.
 TEST(DiskTierReaders, BadFilesAmongManyFailOnlyTheirOwnItems) {
   const uint32_t seed = test_seed();
   SCOPED_TRACE("RILL_TEST_SEED=" + std::to_string(seed));
@@ -159,12 +160,13 @@ TEST(DiskTierReaders, BadFilesAmongManyFailOnlyTheirOwnItems) {
   ASSERT_EQ(chain.blocks.size(), size_t(kBlocks));
   std::uniform_int_distribution<int> pick(1, kBlocks / 3);
   const int corrupt = pick(rng), truncated = corrupt + pick(rng), vanished = truncated + pick(rng);
-  SCOPED_TRACE("corrupt " + std::to_string(corrupt) + ", truncated " + std::to_string(truncated) + ", vanished " +
-               std::to_string(vanished));
+  SCOPED_TRACE("corrupt " + std::to_string(corrupt) + ", truncated " + std::to_string(truncated) +
+               ", vanished " + std::to_string(vanished));
   auto t = open_tier(dir.path);  // the scan sees them whole: the damage comes after
   ASSERT_TRUE(t);
   ASSERT_EQ(t->found().size(), size_t(kBlocks + 1));
-  flip_byte(file_of(dir.path, uint64_t(corrupt), false), std::streamoff(fs::file_size(file_of(dir.path, 1, false)) - 100));
+  flip_byte(file_of(dir.path, uint64_t(corrupt), false),
+            std::streamoff(fs::file_size(file_of(dir.path, 1, false)) - 100));
   fs::resize_file(file_of(dir.path, uint64_t(truncated), false),
                   fs::file_size(file_of(dir.path, uint64_t(truncated), false)) - 10);
   fs::remove(file_of(dir.path, uint64_t(vanished), false));
@@ -188,12 +190,14 @@ TEST(DiskTierReaders, BadFilesAmongManyFailOnlyTheirOwnItems) {
   EXPECT_FALSE(st.back().ok());
   EXPECT_EQ(count(log, snap + ": payload checksum mismatch (corrupt); skipped and removed"), 1u) << log;
   EXPECT_EQ(count(log, file_of(dir.path, uint64_t(corrupt), false).string() +
-                           ": payload checksum mismatch (corrupt); skipped and removed"), 1u) << log;
+                           ": payload checksum mismatch (corrupt); skipped and removed"),
+            1u)
+      << log;
   EXPECT_EQ(count(log, file_of(dir.path, uint64_t(truncated), false).string() + ": truncated"), 1u) << log;
   EXPECT_EQ(count(log, file_of(dir.path, uint64_t(vanished), false).string() + ": gone"), 1u) << log;
   EXPECT_EQ(count(log, "disk tier: "), 4u) << log;
-  for (const fs::path& f : {file_of(dir.path, uint64_t(corrupt), false), file_of(dir.path, uint64_t(truncated), false),
-                            file_of(dir.path, kBlocks, true)})
+  for (const fs::path& f : {file_of(dir.path, uint64_t(corrupt), false),
+                            file_of(dir.path, uint64_t(truncated), false), file_of(dir.path, kBlocks, true)})
     EXPECT_FALSE(fs::exists(f)) << f;
   const DiskTierStats s = t->stats();
   EXPECT_EQ(s.read_errors, 4u);
@@ -246,9 +250,10 @@ void drop_from_page_cache(const fs::path& f) {
   ::close(fd);
 }
 
-// Not a test: prints the read rate of hits shaped as on the 48B model (133 MLA blocks of 504 KiB and one 41 MiB
-// KDA snapshot each), written, dropped from the page cache, and read by a restarted tier, item by item through
-// read() (one file after another, as before the readers) and through read_all; and CRC-32C's own rate.
+// Not a test: prints the read rate of hits shaped as on the 48B model (133 MLA blocks of 504 KiB and one 41
+// MiB KDA snapshot each), written, dropped from the page cache, and read by a restarted tier, item by item
+// through read() (one file after another, as before the readers) and through read_all; and CRC-32C's own
+// rate.
 TEST(DiskTierTiming, DISABLED_ReadsA48BShapedHit) {
   constexpr size_t kBlock = 504 << 10, kSnapshot = size_t(41) << 20;
   constexpr int kHits = 4, kHitBlocks = 133;
@@ -279,7 +284,8 @@ TEST(DiskTierTiming, DISABLED_ReadsA48BShapedHit) {
   std::vector<char> dst(size_t(kHitBlocks) * kBlock + kSnapshot);
   auto items_of = [&](int h) {
     std::vector<DiskTier::ReadItem> items;
-    for (int i = 0; i < kHitBlocks; ++i) items.push_back({false, uint64_t(h * 1000 + i + 1), dst.data() + size_t(i) * kBlock});
+    for (int i = 0; i < kHitBlocks; ++i)
+      items.push_back({false, uint64_t(h * 1000 + i + 1), dst.data() + size_t(i) * kBlock});
     items.push_back({true, uint64_t(h * 1000 + kHitBlocks), dst.data() + size_t(kHitBlocks) * kBlock});
     return items;
   };
@@ -295,8 +301,9 @@ TEST(DiskTierTiming, DISABLED_ReadsA48BShapedHit) {
       for (const Status& s : t->read_all(items_of(h))) ASSERT_TRUE(s.ok()) << s.to_string();
     }
     const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    std::printf("hit %d (%s): %.1f MiB in %.1f ms, %.2f GB/s\n", h, one_by_one ? "read() one by one" : "read_all",
-                hit_bytes / (1 << 20), sec * 1e3, hit_bytes / sec / 1e9);
+    std::printf("hit %d (%s): %.1f MiB in %.1f ms, %.2f GB/s\n", h,
+                one_by_one ? "read() one by one" : "read_all", hit_bytes / (1 << 20), sec * 1e3,
+                hit_bytes / sec / 1e9);
   }
   const auto t0 = std::chrono::steady_clock::now();
   uint32_t c = 0;
