@@ -166,8 +166,8 @@ void Engine::Impl::finish_all(FinishReason reason, const Status& error) {
 
 // A waiting request whose longest hit reaches into the disk tier has those items read into the host tier now,
 // on this thread, before it is scheduled; the admission then finds them there like any host hit. A read that
-// fails (logged by the disk tier) only shortens the hit. Running requests wait for the reads: a read-ahead
-// thread is not done yet.
+// fails (logged by the disk tier) only shortens the hit. The tier reads the hit's files in parallel on its
+// readers; running requests wait for them all the same (no read-ahead yet).
 void Engine::Impl::stage_disk_hits() {
   if (!caches->disk_tier()) return;
   for (Sequence* s : sched->waiting_head(opts.max_batch_size)) {

@@ -208,7 +208,7 @@ struct EngineStats {
   bool disk_tier = false;
   uint64_t prefix_cache_hits_disk = 0;
   uint64_t kv_offload_bytes_to_disk = 0, kv_offload_bytes_from_disk = 0;
-  double kv_offload_disk_read_seconds = 0;  // the engine thread's time reading them (it waits: no read-ahead)
+  double kv_offload_disk_read_seconds = 0;  // the engine thread's wait for the tier's readers (no read-ahead)
   int64_t disk_tier_files = 0, disk_tier_bytes = 0;
   uint64_t disk_tier_write_errors = 0, disk_tier_read_errors = 0, disk_tier_writes_dropped = 0;
   // vLLM's iteration_tokens_total histogram, kept by the engine thread: per step, the prompt tokens it

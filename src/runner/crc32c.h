@@ -10,4 +10,8 @@ namespace rill::runner {
 // Continues a CRC over `n` more bytes: crc32c(crc32c(0, a), b) == crc32c(0, a + b).
 uint32_t crc32c(uint32_t crc, const void* data, size_t n);
 
+// The CRC of A followed by B from the CRCs of each and B's length: crc32c_combine(crc32c(0, a), crc32c(0, b),
+// |b|) == crc32c(0, a + b). The disk tier checksums a large file's chunks on several threads and joins them.
+uint32_t crc32c_combine(uint32_t crc_a, uint32_t crc_b, size_t len_b);
+
 }  // namespace rill::runner

@@ -1,10 +1,11 @@
 // DiskTier: the prefix cache's disk tier (issue #38, cache/README.md), a directory of files in disk_file.h's
 // format below the host tier: MLA blocks and KDA snapshots that leave the host tier are written there by a
 // thread of its own (a step never waits on the disk), and a prefix hit that reaches past the host tier reads
-// them back into it before the request is admitted. The cache manager decides what moves; this only keeps the
-// files. Every fault — a directory that cannot be had, a full or read-only disk, a corrupt, truncated or
-// foreign file — is one log line naming the file or directory and the reason; the item (or the tier) is
-// skipped and the request computed as without it.
+// them back into it before the request is admitted, its files read and checked in parallel by the tier's
+// reader threads (one stream of reads and checksums is far below what a disk gives to several). The cache
+// manager decides what moves; this only keeps the files. Every fault — a directory that cannot be had, a full
+// or read-only disk, a corrupt, truncated or foreign file — is one log line naming the file or directory and
+// the reason; the item (or the tier) is skipped and the request computed as without it.
 #pragma once
 
 #include <atomic>
@@ -16,11 +17,13 @@
 #include <memory>
 #include <mutex>
 #include <set>
+#include <span>
 #include <thread>
 #include <vector>
 
 #include "cache/cache_ops.h"
 #include "core/status.h"
+#include "core/thread_pool.h"
 
 namespace rill::runner {
 
@@ -35,7 +38,9 @@ struct DiskTierOptions {
 struct DiskTierStats {
   uint64_t files_written = 0, bytes_written = 0, files_read = 0, bytes_read = 0;
   uint64_t write_errors = 0, read_errors = 0, writes_dropped = 0;
-  double read_seconds = 0;  // the engine thread's time in reads (open, read, checksum), successful or not
+  // The caller's (engine thread's) time waiting for file reads (the readers' open, read, checksum),
+  // successful or not: wall time per batch of reads, not the sum of the readers' times.
+  double read_seconds = 0;
   int64_t files = 0, bytes_on_disk = 0;
   bool writable = false;
 };
@@ -58,10 +63,18 @@ class DiskTier {
   // Queues a copy of `bytes` (block_bytes or snapshot_bytes of them) for the writer; never waits for the
   // disk unless `wait` (then it waits for room in the queue rather than drop the write: shutdown).
   void write(const cache::DiskWrite& w, const void* bytes, bool wait = false);
-  // Reads an item into `dst` and checks it; an item still queued is copied from the queue. A corrupt or
-  // truncated file is logged and removed; an item that is not there (never written, or removed by the size
-  // cap) is NotFound, not logged.
-  Status read(bool snapshot, uint64_t hash, void* dst);
+  // One item to read: into `dst`, block_bytes or snapshot_bytes of (host tier) memory.
+  struct ReadItem {
+    bool snapshot = false;
+    uint64_t hash = 0;
+    void* dst = nullptr;
+  };
+  // Reads the items into their `dst` and checks them, one status each, on the reader threads and the
+  // caller's, returning when all are done; an item still queued is copied from the queue. A corrupt or
+  // truncated file is logged (one line) and removed; an item that is not there (never written, or removed by
+  // the size cap) is NotFound, not logged. Each item stands alone: one bad file fails only its own item.
+  std::vector<Status> read_all(std::span<const ReadItem> items);
+  Status read(bool snapshot, uint64_t hash, void* dst);  // read_all of one
   // Waits until every queued write is done (tests, benchmarks).
   void drain();
   DiskTierStats stats() const;
@@ -78,12 +91,14 @@ class DiskTier {
     cache::DiskWrite item;
     std::vector<char> bytes;
   };
-  DiskTier(const DiskTierOptions& o, uint64_t fingerprint, size_t block_bytes, size_t snapshot_bytes)
-      : o_(o), fingerprint_(fingerprint), block_bytes_(block_bytes), snapshot_bytes_(snapshot_bytes) {}
+  struct Chunk;
+  DiskTier(const DiskTierOptions& o, uint64_t fingerprint, size_t block_bytes, size_t snapshot_bytes);
   void scan();
   void run_writer();
   // Writes one job (the writer thread); with mu_ not held.
   void write_file(const Job& job);
+  // Reads and checksums one chunk of a file (a reader thread); touches no member but the immutable ones.
+  void read_chunk(Chunk* c) const;
   std::filesystem::path path_of(const Key& k) const;
   void forget_locked(const Key& k, bool remove_file);
   void touch_locked(const Key& k);
@@ -105,6 +120,7 @@ class DiskTier {
   bool writing_ = false, stop_ = false, writes_off_ = false, warned_behind_ = false;
   DiskTierStats stats_;
   std::thread writer_;
+  ThreadPool readers_;  // read_all's threads (the caller is one of them); idle between hits
 };
 
 }  // namespace rill::runner

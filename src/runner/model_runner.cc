@@ -229,10 +229,16 @@ std::vector<bool> ModelRunner::load_from_disk(const std::vector<cache::DiskLoad>
     RILL_LOG_ERROR("disk tier: {}; its items are computed instead", st.message());
     return ok;
   }
-  for (size_t i = 0; i < loads.size(); ++i) {
-    char* dst = host_.item(loads[i].snapshot, loads[i].host);
-    ok[i] = dst && disk_->read(loads[i].snapshot, loads[i].hash, dst).ok();
-  }
+  // The hit's files at once, on the disk tier's readers: one file after another left the disk mostly idle.
+  std::vector<DiskTier::ReadItem> items;
+  std::vector<size_t> of;  // items[j] is loads[of[j]]
+  for (size_t i = 0; i < loads.size(); ++i)
+    if (char* dst = host_.item(loads[i].snapshot, loads[i].host)) {
+      items.push_back({loads[i].snapshot, loads[i].hash, dst});
+      of.push_back(i);
+    }
+  const std::vector<Status> st = disk_->read_all(items);
+  for (size_t j = 0; j < items.size(); ++j) ok[of[j]] = st[j].ok();
   return ok;
 }
 

@@ -89,7 +89,8 @@ class ModelRunner {
   // The disk tier, or null.
   DiskTier* disk_tier() const { return disk_.get(); }
   // Reads disk tier items into the host tier ids the cache manager staged (after the ops that freed those ids
-  // were applied); one result per load (a failure is logged by the disk tier).
+  // were applied), all at once on the disk tier's readers; one result per load (a failure is logged by the
+  // disk tier).
   std::vector<bool> load_from_disk(const std::vector<cache::DiskLoad>& loads);
   // The longest sequence: the requested context, capped so that one sequence always fits in the cache alone.
   int max_model_len() const { return max_model_len_; }
