@@ -1,7 +1,8 @@
 // The HTTP layer under attack (issue 14 items 3, 4, 5, 7, 9) on a live `rill serve`: slowloris (300
 // connections trickling their heads), a 200 MB request line without a newline, bodies over the limit in
 // every transfer coding, a gzip body, pipelining, HTTP/1.0, conflicting or bad lengths, an unknown transfer
-// coding, half-closed requests, a whole response whose client left; then SIGTERM under a trickling load.
+// coding, half-closed requests, a whole response whose client left, a stream still queued in the engine whose
+// client left; then SIGTERM under a trickling load.
 // After each attack the server answers /health and a chat request through the openai client; memory
 // (VmRSS / VmHWM) is reported where the attack is about memory.
 import zlib from "zlib";
@@ -159,6 +160,41 @@ await run("e2e_http_hardening", async (track) => {
     assert(Date.now() - tGone < 3000, "a disconnected whole request is cancelled within 3 s");
     await sleep(20);
   }
+  // 9b. A stream still queued in the engine whose client leaves is aborted there (vLLM's behaviour), not kept
+  // until its turn: one running request holds the only slot, and the queued stream's client has read what it
+  // was sent, so its close is a FIN (no write to it fails while it waits).
+  {
+    const one = track(await startServer(["--max-batch-size", "1"]));
+    const long = await rawConnect(one.port);
+    long.sock.write(post("/v1/completions", JSON.stringify({ prompt: [1, 2, 3], max_tokens: 6000, ignore_eos: true, stream: true })));
+    for (let t = 0; (await one.metrics())["rill:num_requests_running"] < 1; t += 20) {
+      assert(t < 10000, "the long stream starts");
+      await sleep(20);
+    }
+    const abortsBefore = (await one.metrics())['rill:request_success_total{finished_reason="abort"}'] ?? 0;
+    const queued = await rawConnect(one.port);
+    queued.sock.write(post("/v1/chat/completions", JSON.stringify({ messages: user, max_tokens: 8, stream: true })));
+    assert(await queued.waitFor(/"role":"assistant"/, 10000), "the queued stream's head and first chunk arrive");
+    assertEq((await one.metrics())["rill:num_requests_waiting"], 1, "the stream waits behind the long one");
+    await sleep(100);  // everything it was sent is read: its close is a FIN
+    queued.sock.destroy();
+    const tGone = Date.now();
+    for (;;) {
+      const m = await one.metrics();
+      if (m["rill:num_requests_waiting"] === 0) {
+        assertEq(m["rill:num_requests_running"], 1, "the long stream still runs: the queued one was removed, not served");
+        assertEq(m['rill:request_success_total{finished_reason="abort"}'], abortsBefore + 1, "counted as an abort");
+        break;
+      }
+      assert(Date.now() - tGone < 2000, "a queued stream whose client left is aborted within 2 s");
+      await sleep(20);
+    }
+    console.log(`queued stream whose client left: aborted in ${Date.now() - tGone} ms`);
+    long.sock.destroy();
+    await healthy(one, "after the queued stream's abort");
+    await one.stop();
+  }
+
   await healthy(server, "after the attacks");
   const mem2 = memoryMiB(pid);
   console.log(`memory at the end: VmRSS ${mem2.rss.toFixed(0)} MiB, VmHWM ${mem2.hwm.toFixed(0)} MiB (start: ${mem0.rss.toFixed(0)} / ${mem0.hwm.toFixed(0)})`);

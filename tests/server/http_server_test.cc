@@ -4,7 +4,8 @@
 //   /health (and /metrics only when asked), the in-flight count drains.
 //   HttpListener (with test handlers): RFC 9112 framing (pipelining, HTTP/1.0, half-close, 100-continue,
 //   length and coding conflicts answered at once), the size limits on every transfer coding, the head /
-//   body / keep-alive deadlines, the connection cap, streamed bodies, client_gone(), stop() before run().
+//   body / keep-alive deadlines, the connection cap, streamed bodies, client_gone() (a stream whose client
+//   closed ends), stop() before run().
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -664,6 +665,55 @@ TEST(HttpListener, StreamWriteFailsWhenClientGone) {
   for (int i = 0; i < 300 && !failed; ++i) std::this_thread::sleep_for(10ms);
   EXPECT_TRUE(failed.load());
   EXPECT_LT(writes.load(), 500);
+}
+
+// A stream still waiting for its first chunk (its request queued in the engine) whose client leaves after
+// reading what it was sent: the client's close is a FIN, not a reset, and the empty writes of the waiting
+// steps kept succeeding, so the stream (and its queued request) lived on. The FIN ends it.
+TEST(HttpListener, WaitingStreamEndsWhenClientCloses) {
+  LiveListener s;
+  auto alive = std::make_shared<std::atomic<int>>(0);  // stream closures not yet released
+  s.route = [&](HttpRequest&, HttpResponse& res) {
+    auto token = std::shared_ptr<void>(nullptr, [alive](void*) { --*alive; });
+    ++*alive;
+    res.stream_step = [token](const ChunkWriter& write, const StreamWake&) {
+      return write("") ? StreamStep::Wait : StreamStep::Done;
+    };
+  };
+  RawConnection c(s.port());
+  c.send("GET /wait HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_EQ(c.read_response(300ms).status, 200);  // the head, read: nothing unread makes the close a reset
+  ASSERT_EQ(alive->load(), 1);
+  c.close();
+  const auto t0 = Clock::now();
+  for (int i = 0; i < 200 && alive->load() > 0; ++i) std::this_thread::sleep_for(5ms);
+  EXPECT_EQ(alive->load(), 0);
+  EXPECT_LT(Clock::now() - t0, 500ms);
+}
+
+// The client leaves while the route still prepares its stream: the stream ends at its first step, without
+// a write.
+TEST(HttpListener, StreamOfAGoneClientEndsAtOnce) {
+  std::atomic<int> steps{0};
+  std::atomic<bool> released{false};  // before the listener: a stream it still holds is released with it
+  LiveListener s;
+  s.route = [&](HttpRequest& req, HttpResponse& res) {
+    const auto deadline = Clock::now() + 5s;
+    while (!req.client_gone() && Clock::now() < deadline) std::this_thread::sleep_for(5ms);
+    auto token = std::shared_ptr<void>(nullptr, [&](void*) { released = true; });
+    res.stream_step = [&, token](const ChunkWriter& write, const StreamWake&) {
+      ++steps;
+      return write("") ? StreamStep::Wait : StreamStep::Done;
+    };
+  };
+  {
+    RawConnection c(s.port());
+    c.send("GET /late HTTP/1.1\r\nHost: x\r\n\r\n");
+    while (s.handled == 0) std::this_thread::sleep_for(5ms);
+  }
+  for (int i = 0; i < 200 && !released; ++i) std::this_thread::sleep_for(5ms);
+  EXPECT_TRUE(released.load());
+  EXPECT_EQ(steps.load(), 0);
 }
 
 // The start-up race of issue 14: stop() before run() must not be lost (run() returns at once).

@@ -25,6 +25,7 @@ for round in $(seq 1 "$rounds"); do
       bin=$a; [[ $side == B ]] && bin=$b
       n=$((n + 1))
       log="$out/serve_${n}_${side}_c${c}.log"
+      : >"$log"  # exists before the server's shell opens it: the port grep below may run first
       "$bin" serve "$model" --device cpu --port 0 >"$log" 2>&1 &
       pid=$!
       trap 'kill -TERM $pid 2>/dev/null || true' EXIT

@@ -336,8 +336,12 @@ class Session : public std::enable_shared_from_this<Session> {
       peer_eof_ = true;
       gone_->store(true);
       // A reset (not a FIN) means nothing more can be written either: a stream learns it at its next write,
-      // even an empty one (a stream still waiting for its first token).
-      if (ec != net::error::eof) fail_output();
+      // even an empty one (a stream still waiting for its first token). A FIN ends a stepped stream too (as
+      // it cancels a whole generation): a client that left after reading everything sent only a FIN, and a
+      // stream still queued in the engine writes nothing that would draw the reset, so it would wait for its
+      // turn and be prefilled for no one (vLLM aborts it). start_stepped_stream covers a FIN before the
+      // stream started.
+      if (ec != net::error::eof || stepped_stream_started()) fail_output();
       if (busy_) return;  // the response is attempted anyway (a half-closed client still reads)
       if (ec != net::error::eof) return close();
       return process();
@@ -458,6 +462,9 @@ class Session : public std::enable_shared_from_this<Session> {
     {
       std::lock_guard<std::mutex> lock(out_mu_);
       stream_state_ = StreamState::Running;
+      // The peer closed while the route ran (on_read saw no stream then): the first step sees a failed
+      // write and ends. gone_ is set before on_read takes this lock, so one of the two sees the other.
+      if (gone_->load()) out_failed_ = true;
     }
     enqueue_nowait(head_text.str());
     run_step();
@@ -566,6 +573,12 @@ class Session : public std::enable_shared_from_this<Session> {
     if (!failed && (writing_ || !out_queue_.empty())) return;
     stream_ending_ = false;
     finish(stream_again_ && !failed);
+  }
+
+  // A stepped stream has started and not yet ended (an ending one's last bytes are still worth writing).
+  bool stepped_stream_started() {
+    std::lock_guard<std::mutex> lock(out_mu_);
+    return stream_state_ != StreamState::None && stream_state_ != StreamState::Ending;
   }
 
   bool out_failed_now() {
