@@ -950,6 +950,32 @@ TEST_P(Speculative, DraftModelAnswersAStepsProposalsInOneBatch) {
   EXPECT_LE(batched->steps(), uint64_t(k + 1));
 }
 
+// Queries the draft model cannot answer get no drafts, without holding up the others of their step: no room
+// left in its context, nothing asked for, an empty context; one near the end of the context gets what fits.
+TEST_P(Speculative, DraftModelAnswersWhatItCan) {
+  const uint32_t seed = test_seed();
+  SCOPED_TRACE("RILL_TEST_SEED=" + std::to_string(seed));
+  std::mt19937 rng(seed);
+  auto be = backend::make_cpu_backend();
+  runner::RunnerOptions target{.max_batch_size = 4, .max_num_tokens = 64, .max_model_len = 96};
+  target.draft.dir = testing::engine_model_dir(current_fixture);
+  const int64_t vocab = model::ModelConfig::load(target.draft.dir).value().vocab_size;
+  auto d = runner::DraftProposer::create(*be, target, vocab);
+  ASSERT_TRUE(d.ok()) << d.status().to_string();
+  const std::vector<int32_t> fits = random_tokens(rng, 40), too_long = random_tokens(rng, 96),
+                             near_end = random_tokens(rng, 93);
+  const std::vector<runner::DraftRequest> queries = {
+      {fits, 4}, {too_long, 4}, {fits, 0}, {{}, 4}, {near_end, 4}};
+  const auto got = (*d)->propose(queries);
+  ASSERT_EQ(got.size(), queries.size());
+  EXPECT_EQ(got[0].size(), 4u);
+  EXPECT_TRUE(got[1].empty()) << "a context as long as the draft's max_model_len";
+  EXPECT_TRUE(got[2].empty());
+  EXPECT_TRUE(got[3].empty());
+  EXPECT_EQ(got[4].size(), 3u) << "96 - 93 positions left";
+  EXPECT_EQ((*d)->propose({&queries[0], 1}).front(), got[0]) << "the same answer alone, from its prefix cache";
+}
+
 // A draft model whose vocabulary is not the target's is refused when the executor is made, naming both sizes.
 TEST_P(Speculative, DraftModelWithAnotherVocabularyIsRefused) {
   auto be = backend::make_cpu_backend();
