@@ -7,8 +7,9 @@ Levels (a folder may include its own files and those of lower levels only):
 bench/ (the drivers behind `rill bench` and `rill bench serve`, micro-benchmarks, the kernel labs) sits below cli/:
 the subcommands in cli/bench.cc and cli/bench_serve.cc are thin mains over bench/driver and bench/serve
 (style.md: "each tool is a thin main"), so cli -> bench is the declared direction and bench -> cli is not.
-Plus: the engine and the cache manager hold no device code — neither includes backend/ (they reach devices
-only through runner/'s Executor and the cache operations runners apply).
+Plus: the device is the runner's (issue #37: the executor owns the backends and every model, the draft model
+included) — engine/, cache/ and server/ include nothing of backend/ (they reach devices only through runner/'s
+Executor and the cache operations runners apply; the server holds an engine, whose executor owns the rest).
 
 Usage: layering_test.py REPO_ROOT   (exit 1 naming every offending include)
 """
@@ -33,6 +34,7 @@ LEVELS = {
 FORBIDDEN = {
     "engine": {"backend"},
     "cache": {"backend"},
+    "server": {"backend"},
 }
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([a-z_]+)/')
 

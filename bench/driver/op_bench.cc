@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "backend/cuda_backend_options.h"
+#include "backend/workspace_planner.h"
 #include "bench/driver/model_bench.h"
 #include "model/step_batch.h"
 #include "model/weights/loader.h"
@@ -36,13 +37,11 @@ class Pool {
     allocs_.push_back(std::move(a));
     return v;
   }
-  // A scratch arena sized by a dry run of `op` (the same call the real run makes).
-  Result<Arena*> scratch_for(const std::function<Status(Arena*)>& op) {
+  // A scratch arena sized by planning `op` (the same call the real run makes, on a planner for the backend).
+  Result<Arena*> scratch_for(const std::function<Status(backend::Backend&, Arena*)>& op) {
     Arena measure(nullptr, 0, be_.device());
-    be_.set_dry_run(true);
-    const Status st = op(&measure);
-    be_.set_dry_run(false);
-    RILL_TRY(st);
+    backend::WorkspacePlanner planner(be_);
+    RILL_TRY(op(planner, &measure));
     RILL_ASSIGN_OR_RETURN(auto a, be_.allocate(measure.high_water() + 256));
     arenas_.push_back(std::make_unique<Arena>(a.data(), a.size(), be_.device()));
     allocs_.push_back(std::move(a));
@@ -122,7 +121,7 @@ Result<std::vector<BenchRow>> bench_ops(backend::Backend& be, const model::Model
       RILL_ASSIGN_OR_RETURN(TensorView state, pool.random(DType::F32, {n_seqs, Hk, d, d}, -0.02f, 0.02f));
       RILL_ASSIGN_OR_RETURN(TensorView out, pool.zeros(act, {T, Hk, d}));
       backend::KdaAttentionArgs a{q, k, v, g, beta, state, &lay.dev, out, nullptr};
-      RILL_ASSIGN_OR_RETURN(a.scratch, pool.scratch_for([&](Arena* s) { auto b = a; b.scratch = s; return be.kda_attention(b); }));
+      RILL_ASSIGN_OR_RETURN(a.scratch, pool.scratch_for([&](backend::Backend& on, Arena* s) { auto b = a; b.scratch = s; return on.kda_attention(b); }));
       RILL_ASSIGN_OR_RETURN(double ms, time_op(be, reps, [&] { a.scratch->reset(); return be.kda_attention(a); }));
       const double io = double(T) * Hk * d * (4 * dtype_size(act) + 4) + double(T) * Hk * 4;
       const double st = 2.0 * double(n_seqs) * Hk * d * d * 4;
@@ -165,7 +164,7 @@ Result<std::vector<BenchRow>> bench_ops(backend::Backend& be, const model::Model
       backend::LinearWeight kv_b{kvb};
       backend::MlaAttentionArgs a{q, cache, &kv_b, nh, c.mla.qk_nope_head_dim, rope, vd, R, 1.0f / std::sqrt(float(qk)),
                                   &lay.dev, out, nullptr};
-      RILL_ASSIGN_OR_RETURN(a.scratch, pool.scratch_for([&](Arena* s) { auto b = a; b.scratch = s; return be.mla_attention(b); }));
+      RILL_ASSIGN_OR_RETURN(a.scratch, pool.scratch_for([&](backend::Backend& on, Arena* s) { auto b = a; b.scratch = s; return on.mla_attention(b); }));
       auto timed = time_op(be, reps, [&] { a.scratch->reset(); return be.mla_attention(a); });
       if (path)  // the default again for the rows after
         RILL_TRY(be.set_option("mla_prefill", backend::mla_prefill_name(backend::CudaBackendOptions{}.mla_prefill)));
@@ -238,7 +237,7 @@ Result<std::vector<BenchRow>> bench_ops(backend::Backend& be, const model::Model
                                       c.moe.routed_scaling_factor, ids, wts};
           backend::MoeExpertsArgs exa{xe, ids, wts, &ex, situ ? backend::Activation::Situ : backend::Activation::Silu,
                                       situ ? c.situ_beta : 0.0f, situ ? c.situ_linear_beta : 0.0f, out, nullptr};
-          RILL_ASSIGN_OR_RETURN(exa.scratch, pool.scratch_for([&](Arena* s) { auto b = exa; b.scratch = s; return be.moe_experts(b); }));
+          RILL_ASSIGN_OR_RETURN(exa.scratch, pool.scratch_for([&](backend::Backend& on, Arena* s) { auto b = exa; b.scratch = s; return on.moe_experts(b); }));
           RILL_ASSIGN_OR_RETURN(double ms, time_op(be, reps, [&]() -> Status {
             exa.scratch->reset();
             RILL_TRY(be.moe_route(route));

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/workspace_planner.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/gemm/gemm_runner.h"
 #include "bench/driver/bench_report.h"
@@ -90,11 +91,11 @@ struct Pool {
     LAB_CHECK(be.copy_to_device(v.data, f.data(), f.size() * 4));
     return v;
   }
-  Arena* scratch(const std::function<Status(Arena*)>& op) {
+  // Sized by planning `op` on a planner for the backend (the same call the real run makes).
+  Arena* scratch(const std::function<Status(backend::Backend&, Arena*)>& op) {
     Arena measure(nullptr, 0, be.device());
-    be.set_dry_run(true);
-    LAB_CHECK(op(&measure));
-    be.set_dry_run(false);
+    backend::WorkspacePlanner planner(be);
+    LAB_CHECK(op(planner, &measure));
     TensorView mem = empty(DType::U8, {int64_t(measure.high_water() + 256)});
     arenas.push_back(std::make_unique<Arena>(mem.data, size_t(mem.numel()), be.device()));
     return arenas.back().get();
@@ -248,10 +249,10 @@ struct Lab {
       };
       backend::MoeExpertsArgs ea{xs[0], ids[0], wts[0],  &ex,    backend::Activation::Silu,
                                  0,     0,      outs[0], nullptr};
-      Arena* scratch = pool.scratch([&](Arena* a) {
+      Arena* scratch = pool.scratch([&](backend::Backend& on, Arena* a) {
         auto b = ea;
         b.scratch = a;
-        return dev.moe_experts(b);
+        return on.moe_experts(b);
       });
       auto experts_args = [&](int s) {
         return backend::MoeExpertsArgs{
@@ -330,10 +331,10 @@ struct Lab {
         LAB_CHECK(dev.copy_to_device(wts.data, w.data(), w.size() * 4));
       }
       backend::MoeExpertsArgs ea{x, ids, wts, &ex, backend::Activation::Situ, 4.0f, 25.0f, out, nullptr};
-      ea.scratch = pool.scratch([&](Arena* a) {
+      ea.scratch = pool.scratch([&](backend::Backend& on, Arena* a) {
         auto b = ea;
         b.scratch = a;
-        return dev.moe_experts(b);
+        return on.moe_experts(b);
       });
       LAB_CHECK(dev.moe_experts(ea));
       const int64_t tc = std::min<int64_t>(T, 8);
@@ -453,10 +454,10 @@ struct Lab {
                                      rows_host.size() * sizeof(backend::SamplingRow)));
         const TensorView out = pool.empty(DType::I32, {R}), cout = cpool.empty(DType::I32, {R});
         backend::SampleArgs a{logits, static_cast<const backend::SamplingRow*>(rows_dev.data), out, nullptr};
-        a.scratch = pool.scratch([&](Arena* s) {
+        a.scratch = pool.scratch([&](backend::Backend& on, Arena* s) {
           auto b = a;
           b.scratch = s;
-          return dev.sample(b);
+          return on.sample(b);
         });
         LAB_CHECK(dev.sample(a));
         LAB_CHECK(cpu.sample({clogits, rows_host.data(), cout, nullptr}));

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/workspace_planner.h"
 #include "core/dtype.h"
 #include "model/step_batch.h"
 
@@ -71,11 +72,11 @@ struct Pool {
     keep.push_back(a);
     return v;
   }
-  Arena* scratch(const std::function<Status(Arena*)>& op) {
+  // Sized by planning `op` on a planner for the backend (the same call the real run makes).
+  Arena* scratch(const std::function<Status(backend::Backend&, Arena*)>& op) {
     Arena measure;
-    be.set_dry_run(true);
-    BENCH_CHECK(op(&measure));
-    be.set_dry_run(false);
+    backend::WorkspacePlanner planner(be);
+    BENCH_CHECK(op(planner, &measure));
     auto a = unwrap(be.allocate(std::max<size_t>(measure.high_water(), 256)), "allocate scratch");
     keep.push_back(a);
     arenas.push_back(std::make_unique<Arena>(a.data(), a.size(), be.device()));
@@ -175,10 +176,10 @@ bool validate(backend::Backend& cuda) {
                                 p.beta, pool.put(state0, DType::F32, {S, H, kD, kD}),
                                 &l.dev, pool.put(std::vector<float>(size_t(T) * P, 0), act, {T, H, kD}),
                                 nullptr};
-    a.scratch = pool.scratch([&](Arena* s) {
+    a.scratch = pool.scratch([&](backend::Backend& on, Arena* s) {
       auto b = a;
       b.scratch = s;
-      return be.kda_attention(b);
+      return on.kda_attention(b);
     });
     BENCH_CHECK(be.kda_attention(a));
     (pass == 0 ? out_c : out_g) = fetch(be, a.out);
@@ -230,10 +231,10 @@ void bench_step(backend::Backend& be, const std::string& name, const std::vector
   std::vector<TensorView> states;
   for (int i = 0; i < sets; ++i) states.push_back(pool.random(DType::F32, {S, H, kD, kD}, -0.1f, 0.1f));
   backend::KdaAttentionArgs a{q, k, v, g, beta, states[0], &l.dev, out, nullptr};
-  a.scratch = pool.scratch([&](Arena* s) {
+  a.scratch = pool.scratch([&](backend::Backend& on, Arena* s) {
     auto b = a;
     b.scratch = s;
-    return be.kda_attention(b);
+    return on.kda_attention(b);
   });
   const double ms = time_median(be, [&](int i) {
     auto b = a;

@@ -16,6 +16,7 @@
 
 #include "backend/backend.h"
 #include "backend/cuda/mla/phases.h"
+#include "backend/workspace_planner.h"
 #include "core/arena.h"
 #include "model/step_batch.h"
 
@@ -99,13 +100,11 @@ backend::MlaAttentionArgs attention_args(int heads) {
   return a;
 }
 
-// Scratch for `a` on `be`, sized by the op's dry run.
+// Scratch for `a` on `be`, sized by planning the op (backend::WorkspacePlanner).
 Buffer plan_scratch(backend::Backend& be, backend::MlaAttentionArgs a) {
   Arena measure;
   a.scratch = &measure;
-  be.set_dry_run(true);
-  BENCH_CHECK(be.mla_attention(a));
-  be.set_dry_run(false);
+  BENCH_CHECK(backend::WorkspacePlanner(be).mla_attention(a));
   return make_buffer(be, DType::U8, {int64_t(std::max<size_t>(measure.high_water(), 256))});
 }
 

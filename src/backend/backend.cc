@@ -57,8 +57,8 @@ class Check {
   Status status_;
 };
 
-// In a dry run, takes the op's scratch from the (measuring) arena and gives it back, so it counts towards
-// the high-water mark exactly as the real op's use will.
+// Planning (plans_only): takes the op's scratch from the (measuring) arena and gives it back, so it counts
+// towards the high-water mark exactly as the real op's use will.
 Status reserve_scratch(Arena* scratch, size_t bytes) {
   if (bytes == 0) return {};
   if (!scratch) return internal_error("op needs {} scratch bytes but has no scratch arena", bytes);
@@ -164,7 +164,7 @@ Result<double> Backend::time_ms(const std::function<Status()>& body) {
 }
 
 Status Backend::embed(const EmbedArgs& a) {
-  if (dry_run_) return {};
+  if (plans_only()) return {};
   Check c("embed");
   c.tensor(a.table, "table", 2)
       .tensor(a.ids, "ids", 1)
@@ -178,7 +178,7 @@ Status Backend::embed(const EmbedArgs& a) {
 }
 
 Status Backend::rms_norm(const RmsNormArgs& a) {
-  if (dry_run_) return {};
+  if (plans_only()) return {};
   Check c("rms_norm");
   c.tensor(a.x, "x", 2)
       .tensor(a.out, "out", 2)
@@ -193,7 +193,7 @@ Status Backend::rms_norm(const RmsNormArgs& a) {
 }
 
 Status Backend::add_rms_norm(const AddRmsNormArgs& a) {
-  if (dry_run_) return {};
+  if (plans_only()) return {};
   Check c("add_rms_norm");
   c.tensor(a.residual, "residual", 2)
       .tensor(a.delta, "delta", 2)
@@ -241,13 +241,13 @@ static Status check_gemm(const GemmArgs& a, DType act, const char* op) {
 }
 
 Status Backend::gemm(const GemmArgs& a) {
-  if (dry_run_) return a.scratch ? reserve_scratch(a.scratch, gemm_scratch_bytes(a)) : Status{};
+  if (plans_only()) return a.scratch ? reserve_scratch(a.scratch, gemm_scratch_bytes(a)) : Status{};
   RILL_TRY(check_gemm(a, act_dtype(), "gemm"));
   return gemm_impl(a);
 }
 
 Status Backend::gemm_group(const GemmGroupArgs& a) {
-  if (dry_run_) {  // the parts run one after another: the largest part's scratch
+  if (plans_only()) {  // the parts run one after another: the largest part's scratch
     for (const GemmArgs& p : a.parts)
       if (p.scratch) RILL_TRY(reserve_scratch(p.scratch, gemm_scratch_bytes(p)));
     return {};
@@ -264,7 +264,7 @@ Status Backend::gemm_group_impl(const GemmGroupArgs& a) {
 }
 
 Status Backend::glu(const GluArgs& a) {
-  if (dry_run_) return {};
+  if (plans_only()) return {};
   Check c("glu");
   c.tensor(a.gate, "gate", 2)
       .tensor(a.up, "up", 2)
@@ -278,7 +278,7 @@ Status Backend::glu(const GluArgs& a) {
 }
 
 Status Backend::add(const AddArgs& a) {
-  if (dry_run_) return {};
+  if (plans_only()) return {};
   Check c("add");
   c.tensor(a.inout, "inout", 2)
       .tensor(a.x, "x", 2)
@@ -291,7 +291,7 @@ Status Backend::add(const AddArgs& a) {
 }
 
 Status Backend::sigmoid_gate(const SigmoidGateArgs& a) {
-  if (dry_run_) return {};
+  if (plans_only()) return {};
   Check c("sigmoid_gate");
   c.tensor(a.inout, "inout", 2).tensor(a.gate, "gate", 2).same_shape(a.inout, "inout", a.gate, "gate");
   RILL_TRY(c.done());
@@ -299,7 +299,7 @@ Status Backend::sigmoid_gate(const SigmoidGateArgs& a) {
 }
 
 Status Backend::kda_prepare(const KdaPrepareArgs& a) {
-  if (dry_run_) return {};
+  if (plans_only()) return {};
   Check c("kda_prepare");
   c.that(a.layout != nullptr, "layout is null")
       .tensor(a.qkv, "qkv", 2)
@@ -346,7 +346,7 @@ Status Backend::kda_prepare(const KdaPrepareArgs& a) {
 }
 
 Status Backend::kda_attention(const KdaAttentionArgs& a) {
-  if (dry_run_) return reserve_scratch(a.scratch, kda_attention_scratch_bytes(a));
+  if (plans_only()) return reserve_scratch(a.scratch, kda_attention_scratch_bytes(a));
   Check c("kda_attention");
   c.that(a.layout != nullptr, "layout is null")
       .tensor(a.q, "q", 3)
@@ -375,7 +375,7 @@ Status Backend::kda_attention(const KdaAttentionArgs& a) {
 }
 
 Status Backend::kda_output(const KdaOutputArgs& a) {
-  if (dry_run_) return {};
+  if (plans_only()) return {};
   Check c("kda_output");
   c.tensor(a.o, "o", 3)
       .tensor(a.gate, "gate", 2)
@@ -394,7 +394,7 @@ Status Backend::kda_output(const KdaOutputArgs& a) {
 }
 
 Status Backend::kda_decode(const KdaDecodeArgs& a) {
-  if (dry_run_) return {};
+  if (plans_only()) return {};
   Check c("kda_decode");
   c.that(a.layout != nullptr, "layout is null")
       .that(a.f_b != nullptr, "f_b is null")
@@ -453,7 +453,7 @@ Status Backend::kda_decode_impl(const KdaDecodeArgs&) {
 }
 
 Status Backend::mla_cache_write(const MlaCacheWriteArgs& a) {
-  if (dry_run_) return {};
+  if (plans_only()) return {};
   Check c("mla_cache_write");
   c.that(a.layout != nullptr, "layout is null")
       .tensor(a.ckv, "ckv", 2)
@@ -469,7 +469,7 @@ Status Backend::mla_cache_write(const MlaCacheWriteArgs& a) {
 }
 
 Status Backend::mla_attention(const MlaAttentionArgs& a) {
-  if (dry_run_) return reserve_scratch(a.scratch, mla_attention_scratch_bytes(a));
+  if (plans_only()) return reserve_scratch(a.scratch, mla_attention_scratch_bytes(a));
   Check c("mla_attention");
   c.that(a.layout != nullptr && a.kv_b != nullptr, "layout or kv_b is null")
       .tensor(a.q, "q", 3)
@@ -491,7 +491,7 @@ Status Backend::mla_attention(const MlaAttentionArgs& a) {
 }
 
 Status Backend::moe_route(const MoeRouteArgs& a) {
-  if (dry_run_) return {};
+  if (plans_only()) return {};
   Check c("moe_route");
   c.tensor(a.x, "x", 2)
       .tensor(a.gate_weight, "gate_weight", 2)
@@ -528,7 +528,7 @@ Status Backend::moe_experts(const MoeExpertsArgs& a) {
     return SharedScratch{a.scratch->alloc(a.x.dtype, {T, 2 * Is}), a.scratch->alloc(a.x.dtype, {T, Is}),
                          a.scratch->alloc(a.x.dtype, {T, a.out.size(1)})};
   };
-  if (dry_run_) {
+  if (plans_only()) {
     RILL_TRY(reserve_scratch(a.scratch, moe_experts_scratch_bytes(routed)));
     if (!unfused_shared || !a.shared_down) return {};
     if (!a.scratch) return internal_error("moe_experts: the shared expert needs a scratch arena");
@@ -572,7 +572,7 @@ Status Backend::moe_experts(const MoeExpertsArgs& a) {
 }
 
 Status Backend::gather_rows(const GatherRowsArgs& a) {
-  if (dry_run_) return {};
+  if (plans_only()) return {};
   Check c("gather_rows");
   c.tensor(a.x, "x", 2)
       .tensor(a.rows, "rows", 1)
@@ -586,7 +586,7 @@ Status Backend::gather_rows(const GatherRowsArgs& a) {
 }
 
 Status Backend::attn_res_mix(const AttnResMixArgs& a) {
-  if (dry_run_) return {};
+  if (plans_only()) return {};
   Check c("attn_res_mix");
   c.tensor(a.candidates, "candidates", 3)
       .tensor(a.out, "out", 2)
@@ -610,7 +610,7 @@ Status Backend::attn_res_mix(const AttnResMixArgs& a) {
 }
 
 Status Backend::sample(const SampleArgs& a) {
-  if (dry_run_) return reserve_scratch(a.scratch, sample_scratch_bytes(a));
+  if (plans_only()) return reserve_scratch(a.scratch, sample_scratch_bytes(a));
   Check c("sample");
   c.tensor(a.logits, "logits", 2)
       .dtype(a.logits, "logits", DType::F32)
@@ -627,7 +627,7 @@ Status Backend::sample(const SampleArgs& a) {
 namespace rill::backend {
 
 Status Backend::apply_penalties(const PenaltyArgs& a) {
-  if (dry_run_) return {};
+  if (plans_only()) return {};
   Check c("apply_penalties");
   c.tensor(a.logits, "logits", 2)
       .dtype(a.logits, "logits", DType::F32)
@@ -637,7 +637,7 @@ Status Backend::apply_penalties(const PenaltyArgs& a) {
 }
 
 Status Backend::mask_logits(const TokenMaskArgs& a) {
-  if (dry_run_) return {};
+  if (plans_only()) return {};
   Check c("mask_logits");
   c.tensor(a.logits, "logits", 2)
       .dtype(a.logits, "logits", DType::F32)
@@ -648,7 +648,7 @@ Status Backend::mask_logits(const TokenMaskArgs& a) {
 }
 
 Status Backend::nonfinite_rows(const NonfiniteRowsArgs& a) {
-  if (dry_run_) return {};
+  if (plans_only()) return {};
   Check c("nonfinite_rows");
   c.tensor(a.logits, "logits", 2)
       .dtype(a.logits, "logits", DType::F32)
@@ -660,7 +660,7 @@ Status Backend::nonfinite_rows(const NonfiniteRowsArgs& a) {
 }
 
 Status Backend::logprobs(const LogprobsArgs& a) {
-  if (dry_run_) return {};
+  if (plans_only()) return {};
   Check c("logprobs");
   c.tensor(a.logits, "logits", 2)
       .dtype(a.logits, "logits", DType::F32)

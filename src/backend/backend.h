@@ -475,11 +475,6 @@ class Backend {
   // the backend is made is an InvalidArgument naming it.
   virtual Status set_option(const std::string& key, const std::string& value);
 
-  // Dry run: ops return at once without touching memory, but still take the scratch they would use from
-  // their arena, so a forward pass over a measuring Arena yields the workspace size (plan, then run).
-  void set_dry_run(bool on) { dry_run_ = on; }
-  bool dry_run() const { return dry_run_; }
-
   // --- ops ---
   Status embed(const EmbedArgs& a);
   Status rms_norm(const RmsNormArgs& a);
@@ -509,20 +504,24 @@ class Backend {
   Status nonfinite_rows(const NonfiniteRowsArgs& a);
   Status logprobs(const LogprobsArgs& a);
 
- protected:
-  // Scratch bytes an op takes from its `scratch` arena (the CPU reference uses none).
+  // Planning (workspace_planner.h): a WorkspacePlanner answers true, and each op above then only takes the
+  // scratch the planned backend's would from its arena and returns (no checks, nothing runs), so a forward
+  // pass over a measuring Arena yields the workspace size. Every other backend answers false, always: no
+  // backend changes mode.
+  virtual bool plans_only() const { return false; }
+  // Const scratch-size queries: the bytes an op takes from its `scratch` arena for these arguments (the CPU
+  // reference takes none), asked by planning (WorkspacePlanner, the sampler's sample_scratch_bytes).
   virtual size_t kda_attention_scratch_bytes(const KdaAttentionArgs&) const { return 0; }
   virtual size_t mla_attention_scratch_bytes(const MlaAttentionArgs&) const { return 0; }
   virtual size_t moe_experts_scratch_bytes(const MoeExpertsArgs&) const { return 0; }
   // Taken only when GemmArgs::scratch is set (per part of a group, one part at a time).
   virtual size_t gemm_scratch_bytes(const GemmArgs&) const { return 0; }
-  // Whether moe_experts_impl computes a's shared expert itself (from shapes and formats only: the planning
-  // dry run asks too); otherwise Backend::moe_experts runs it as separate ops after the routed experts.
-  virtual bool moe_fuses_shared_expert(const MoeExpertsArgs&) const { return false; }
   virtual size_t sample_scratch_bytes(const SampleArgs&) const { return 0; }
+  // Whether moe_experts_impl computes a's shared expert itself (from shapes and formats only: planning asks
+  // too); otherwise Backend::moe_experts runs it as separate ops after the routed experts.
+  virtual bool moe_fuses_shared_expert(const MoeExpertsArgs&) const { return false; }
 
  private:
-  bool dry_run_ = false;
   // copy_host_tier_batch's default path: its totals (the engine thread adds, a benchmark reads).
   std::atomic<uint64_t> tier_bytes_to_host_{0}, tier_bytes_to_device_{0}, tier_batches_{0},
       tier_nanoseconds_{0};

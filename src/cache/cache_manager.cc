@@ -112,6 +112,24 @@ std::vector<int32_t> CacheManager::snapshot_positions_inside(int from, int n, in
   return out;
 }
 
+int CacheManager::chunk_end(int from, int budget, int n_prompt, int n_tokens) const {
+  int end = std::min(n_tokens, from + budget);
+  if (!prefix_.enabled) return end;
+  if (!in_step_snapshots()) return std::min(end, next_snapshot_at(from, n_prompt, n_tokens));
+  const int aligned = end / model::kKdaChunk * model::kKdaChunk;
+  return end < n_tokens && aligned > from ? aligned : end;
+}
+
+std::vector<model::KdaSnapshotRequest> CacheManager::plan_snapshots(int from, int n, int n_prompt,
+                                                                    int* staging_used) const {
+  std::vector<model::KdaSnapshotRequest> out;
+  for (int32_t pos : snapshot_positions_inside(from, n, n_prompt)) {
+    if (*staging_used >= n_staging()) break;
+    out.push_back({pos, staging_slot((*staging_used)++)});
+  }
+  return out;
+}
+
 bool CacheManager::can_admit(const PrefixHit& hit, int first_step_tokens) const {
   const int fresh = blocks_for(first_step_tokens) - int(hit.entries.size()) + hit.n_host;
   return slots_.free_count() >= 1 && fresh <= available_blocks() - hit.n_idle;

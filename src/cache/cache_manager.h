@@ -121,6 +121,14 @@ class CacheManager {
   int n_staging() const { return n_staging_; }
   int32_t staging_slot(int k) const { return first_staging_ + k; }
   std::vector<int32_t> snapshot_positions_inside(int from, int n, int n_prompt) const;
+  // Where a prefill chunk that starts at `from` of a sequence's `n_tokens` (the first `n_prompt` its prompt)
+  // ends within `budget` tokens, so that every snapshot position is still reached: with in-step snapshots
+  // only on a 64-token chunk boundary unless it reaches the end (every later snapshot position is then one),
+  // else at the next snapshot position. Without prefix caching: as far as the budget goes.
+  int chunk_end(int from, int budget, int n_prompt, int n_tokens) const;
+  // The in-step snapshots of a chunk [from, from + n), into the step's staging slots from `*staging_used` on
+  // (advanced); where they run out, fewer snapshots this step: still exact, fewer hits.
+  std::vector<model::KdaSnapshotRequest> plan_snapshots(int from, int n, int n_prompt, int* staging_used) const;
 
   bool can_admit(int first_step_tokens) const { return can_admit(PrefixHit{}, first_step_tokens); }
   bool can_admit(const PrefixHit& hit, int first_step_tokens) const;

@@ -322,21 +322,11 @@ Result<std::unique_ptr<Replier>> open_local(const std::string& dir, const Device
   auto shared_tokenizer = std::make_shared<const text::Tokenizer>(std::move(tokenizer));
   RILL_ASSIGN_OR_RETURN(auto config, model::ModelConfig::load(dir));
   const bool k3 = config.family == model::ModelFamily::KimiK3;
-  RILL_ASSIGN_OR_RETURN(LocalEngine local, open_local_engine(dir, dev, parallel, shared_tokenizer, eo));
-  std::unique_ptr<backend::Backend> be = std::move(local.be);
-  std::unique_ptr<engine::Engine> engine = std::move(local.engine);
+  RILL_ASSIGN_OR_RETURN(std::unique_ptr<engine::Engine> engine,
+                        open_local_engine(dir, dev, parallel, shared_tokenizer, eo));
   auto chat = server::ChatPrompt::load(dir, k3, shared_tokenizer);
-  // The backend outlives the engine's model: it is kept with the replier.
-  struct Owning final : Replier {
-    std::unique_ptr<backend::Backend> be;
-    std::unique_ptr<LocalReplier> inner;
-    ~Owning() override { inner.reset(); }
-    Result<Json> reply(const Json& messages, Terminal& term) override { return inner->reply(messages, term); }
-  };
-  auto out = std::make_unique<Owning>();
-  out->inner = std::make_unique<LocalReplier>(std::move(engine), std::move(chat), shared_tokenizer, s);
-  out->be = std::move(be);
-  return std::unique_ptr<Replier>(std::move(out));
+  return std::unique_ptr<Replier>(
+      std::make_unique<LocalReplier>(std::move(engine), std::move(chat), shared_tokenizer, s));
 }
 
 Result<std::unique_ptr<Replier>> open_remote(const std::string& url_text, std::string model,

@@ -17,7 +17,7 @@ namespace rill::cli {
 
 // Upper bounds of the numeric flags that size memory (serve, chat, generate, logits, bench): far above any
 // useful setting, low enough that the sizes derived from them (KDA state slots x state bytes, cache blocks x
-// block bytes, the block tables of the workspace's dry-run step) fit in int64 and in memory before the
+// block bytes, the block tables of the workspace's planning step) fit in int64 and in memory before the
 // memory check runs, so a typo is named as the flag rather than met as std::bad_alloc.
 inline constexpr int kMaxBatchSizeFlag = 4096;      // sequences per step = KDA state slots (vLLM: 256)
 inline constexpr int kMaxStepTokensFlag = 1 << 20;  // tokens per engine step (prefill chunk)

@@ -7,7 +7,6 @@
 #include "cli/common.h"
 #include "cli/parallel_flags.h"
 #include "engine/engine.h"
-#include "engine/spec/draft_model_drafter.h"
 #include "text/tokenizer/tokenizer.h"
 
 namespace rill::cli {
@@ -83,23 +82,14 @@ int run_generate(int argc, char** argv) {
   eo.max_model_len = context;
   eo.num_kv_blocks = (context + eo.block_size - 1) / eo.block_size;
   eo.speculative = speculative;
-  DraftEngineLoader draft;
-  if (speculative.enabled() && speculative.method == "draft_model") {
-    // The draft model on the --device backend (unsplit, also with -tp N: rill serve's placement), in an engine
-    // of its own with prefix caching (each proposal then re-prefills only from its last snapshot;
-    // engine/spec/draft_model_drafter.h).
-    draft = [&](backend::Backend& be, const engine::EngineOptions& target) -> Result<std::unique_ptr<engine::Engine>> {
-      auto dm = load_model_with_progress(speculative.draft_model, be);
-      if (!dm.ok()) return Status(dm.status().code(), "draft model: " + dm.status().message());
-      return engine::Engine::create(std::move(dm).value(), nullptr, engine::spec::draft_engine_options(target));
-    };
-  }
-  auto opened = open_local_engine(dir, dev, parallel, tok, eo, draft);
+  // A draft model (--speculative-config draft_model) runs in the engine's executor, on the --device backend
+  // (unsplit, also with -tp N: rank 0's device; runner/draft_proposer.h).
+  auto opened = open_local_engine(dir, dev, parallel, tok, eo);
   if (!opened.ok()) return report_error("generate", opened.status());
-  auto* e = &opened->engine;
+  engine::Engine* e = opened->get();
   p.max_tokens = max_tokens;
   p.seed = seed;
-  auto stream = (*e)->submit({ids, p});
+  auto stream = e->submit({ids, p});
   if (!stream.ok()) return report_error("generate", stream.status());
 
   std::vector<int32_t> out;
@@ -130,7 +120,7 @@ int run_generate(int argc, char** argv) {
   } else {
     std::printf("%s\n", join(out).c_str());
   }
-  (*e)->shutdown(true);
+  e->shutdown(true);
   return 0;
 }
 

@@ -134,26 +134,22 @@ Result<LocalExecutor> open_local_executor(const std::string& dir, const DeviceOp
   return out;
 }
 
-Result<LocalEngine> open_local_engine(const std::string& dir, const DeviceOptions& dev, const ParallelFlags& f,
-                                      std::shared_ptr<const text::Tokenizer> tokenizer,
-                                      engine::EngineOptions options, const DraftEngineLoader& draft) {
-  LocalEngine out;
-  RILL_ASSIGN_OR_RETURN(out.be, open_backend(dev));
-  if (draft) {
-    backend::Backend* be = out.be.get();
-    options.make_draft_engine = [be, draft](const engine::EngineOptions& target) { return draft(*be, target); };
-  }
+Result<std::unique_ptr<engine::Engine>> open_local_engine(const std::string& dir, const DeviceOptions& dev,
+                                                          const ParallelFlags& f,
+                                                          std::shared_ptr<const text::Tokenizer> tokenizer,
+                                                          const engine::EngineOptions& options) {
+  RILL_ASSIGN_OR_RETURN(std::unique_ptr<backend::Backend> be, open_backend(dev));
   if (f.ranks() == 1) {
-    RILL_ASSIGN_OR_RETURN(auto m, load_model_with_progress(dir, *out.be, dev.quantization));
-    RILL_ASSIGN_OR_RETURN(out.engine, engine::Engine::create(std::move(m), std::move(tokenizer), options));
-    return out;
+    RILL_ASSIGN_OR_RETURN(auto m, load_model_with_progress(dir, *be, dev.quantization));
+    return engine::Engine::create(runner::local_executor_factory(std::move(be), std::move(m)),
+                                  std::move(tokenizer), options);
   }
-  RILL_ASSIGN_OR_RETURN(ShardedLoad sharded, sharded_load(dir, dev, f, *out.be));
+  RILL_ASSIGN_OR_RETURN(ShardedLoad sharded, sharded_load(dir, dev, f, *be));
+  be.reset();  // each rank opens its own
   auto make_executor = [sharded](const runner::RunnerOptions& ro) {
     return runner::make_parallel_executor(sharded.load, sharded.placement, ro);
   };
-  RILL_ASSIGN_OR_RETURN(out.engine, engine::Engine::create(make_executor, std::move(tokenizer), options));
-  return out;
+  return engine::Engine::create(make_executor, std::move(tokenizer), options);
 }
 
 }  // namespace rill::cli

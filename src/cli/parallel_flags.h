@@ -57,17 +57,11 @@ Result<LocalExecutor> open_local_executor(const std::string& dir, const DeviceOp
                                           const model::ModelConfig* dummy = nullptr);
 
 // An engine over MODEL_DIR on `dev`: one model, or with several ranks the sharded executor (threads on the CPU,
-// a GPU each from the --device one, or all on it with --ranks-on-one-gpu). `be` is the --device backend: it
-// holds the single model (and a draft model, when the caller loads one), so it must outlive the engine.
-struct LocalEngine {
-  std::unique_ptr<backend::Backend> be;
-  std::unique_ptr<engine::Engine> engine;
-};
-// `draft` (optional): loads a draft model's engine on that backend (EngineOptions::make_draft_engine).
-using DraftEngineLoader = std::function<Result<std::unique_ptr<engine::Engine>>(
-    backend::Backend& be, const engine::EngineOptions& target)>;
-Result<LocalEngine> open_local_engine(const std::string& dir, const DeviceOptions& dev, const ParallelFlags& f,
-                                      std::shared_ptr<const text::Tokenizer> tokenizer,
-                                      engine::EngineOptions options, const DraftEngineLoader& draft = {});
+// a GPU each from the --device one, or all on it with --ranks-on-one-gpu). Its executor owns the backends and
+// the models (the draft model of `options.speculative` too, on rank 0's device).
+Result<std::unique_ptr<engine::Engine>> open_local_engine(const std::string& dir, const DeviceOptions& dev,
+                                                          const ParallelFlags& f,
+                                                          std::shared_ptr<const text::Tokenizer> tokenizer,
+                                                          const engine::EngineOptions& options);
 
 }  // namespace rill::cli

@@ -24,7 +24,6 @@
 #include "core/log.h"
 #include "dist/mpi_bootstrap.h"
 #include "dist/process_link.h"
-#include "engine/spec/draft_model_drafter.h"
 #include "runner/parallel_executor.h"
 #include "server/metrics.h"
 #include "server/server.h"
@@ -121,30 +120,17 @@ runner::RankLoader rank_loader(const std::string& dir, const model::LoadOptions&
   };
 }
 
-Result<server::LoadedModel> parallel_model(const std::string& dir, const model::LoadOptions& lo,
-                                           const backend::Backend& probe, const VllmFlags& f,
-                                           const MpiJob& job, const DeviceOptions& dev) {
+// -tp N: each rank opens its backend and loads its shard when the executor is made.
+Result<engine::Engine::ExecutorFactory> parallel_executor_factory(const std::string& dir,
+                                                                  const model::LoadOptions& lo,
+                                                                  const backend::Backend& probe,
+                                                                  const VllmFlags& f, const MpiJob& job,
+                                                                  const DeviceOptions& dev) {
   RILL_ASSIGN_OR_RETURN(runner::ParallelOptions p, parallel_options(probe, f, job, dev));
   runner::RankLoader load = rank_loader(dir, lo);
-  server::LoadedModel out;
-  out.make_executor = [load, p](const runner::RunnerOptions& ro) {
+  return engine::Engine::ExecutorFactory([load, p](const runner::RunnerOptions& ro) {
     return runner::make_parallel_executor(load, p, ro);
-  };
-  return out;
-}
-
-// --speculative-config method draft_model: the draft checkpoint on `be` (the target's device; with -tp N the
-// leader's first, unsplit), in an engine of its own sized by spec::draft_engine_options.
-std::function<Result<std::unique_ptr<engine::Engine>>(const engine::EngineOptions&)> draft_engine_loader(
-    const std::string& dir, backend::Backend& be, bool dummy_weights) {
-  return [dir, &be, dummy_weights](const engine::EngineOptions& target) -> Result<std::unique_ptr<engine::Engine>> {
-    model::LoadOptions lo;
-    lo.dummy_weights = dummy_weights;
-    RILL_LOG_INFO("rill serve: loading the draft model {}", dir);
-    auto m = model::load_model(dir, be, lo);
-    if (!m.ok()) return m.status().with_context("draft model " + dir);
-    return engine::Engine::create(std::move(m).value(), nullptr, engine::spec::draft_engine_options(target));
-  };
+  });
 }
 
 // A process of an mpirun job other than the first: no server; its ranks run the leader's steps.
@@ -417,24 +403,19 @@ int run_serve(int argc, char** argv) {
   if (job->link != nullptr && !job->link->is_leader())
     return run_worker_process(o.model_dir, dev, load_format, vllm, *job);
 
-  auto loader = [&](const model::LoadProgress& progress) -> Result<server::LoadedModel> {
+  o.engine.draft_dummy_weights = load_format == "dummy";
+  // The executor owns what this opens: the backend and the model, or (-tp N, each rank opening its own) the
+  // ranks; this probe then goes, not to hold memory on a rank's GPU. The draft model is the executor's too.
+  auto loader = [&](const model::LoadProgress& progress) -> Result<engine::Engine::ExecutorFactory> {
     RILL_ASSIGN_OR_RETURN(auto backend, open_backend(dev));
     model::LoadOptions lo;
     lo.progress = progress;
     lo.dummy_weights = load_format == "dummy";
     lo.quantization = dev.quantization;
-    server::LoadedModel out;
-    if (vllm.tensor_parallel_size * vllm.pipeline_parallel_size > 1) {
-      RILL_ASSIGN_OR_RETURN(out, parallel_model(o.model_dir, lo, *backend, vllm, *job, dev));
-    } else {
-      RILL_ASSIGN_OR_RETURN(out.model, model::load_model(o.model_dir, *backend, lo));
-    }
-    if (o.engine.speculative.enabled() && o.engine.speculative.method == "draft_model")
-      out.make_draft_engine = draft_engine_loader(o.engine.speculative.draft_model, *backend, lo.dummy_weights);
-    // The backend outlives what runs on it: the model, or with -tp N (each rank opens its own) the draft
-    // model, on the leader's first device. Otherwise this probe goes, not to hold memory on a rank's GPU.
-    if (out.model || out.make_draft_engine) out.backend = std::move(backend);
-    return out;
+    if (vllm.tensor_parallel_size * vllm.pipeline_parallel_size > 1)
+      return parallel_executor_factory(o.model_dir, lo, *backend, vllm, *job, dev);
+    RILL_ASSIGN_OR_RETURN(auto model, model::load_model(o.model_dir, *backend, lo));
+    return runner::local_executor_factory(std::move(backend), std::move(model));
   };
   const int rc = server::run_server(o, loader);
   if (job->link != nullptr) {

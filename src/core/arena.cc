@@ -9,8 +9,7 @@
 namespace rill {
 
 TensorView Arena::alloc(DType dtype, Shape shape) {
-  constexpr size_t kAlign = 256;
-  const size_t bytes = (size_t(shape.numel()) * dtype_size(dtype) + kAlign - 1) / kAlign * kAlign;
+  const size_t bytes = footprint(size_t(shape.numel()) * dtype_size(dtype));
   const size_t offset = used_;
   used_ += bytes;
   high_water_ = std::max(high_water_, used_);
@@ -18,7 +17,7 @@ TensorView Arena::alloc(DType dtype, Shape shape) {
   if (used_ > capacity_) {
     std::fprintf(stderr, "rill: workspace arena exhausted (%zu of %zu bytes, this view %zu): planning bug\n", used_,
                  capacity_, bytes);
-    // Which op asked is the finding (the dry runs of Model::reserve_workspace missed its shape): the stack,
+    // Which op asked is the finding (the planning passes of Model::reserve_workspace missed its shape): the stack,
     // addresses resolvable with `addr2line -f -C -e BINARY` when the binary has no symbol table entries.
     void* frames[48];
     backtrace_symbols_fd(frames, backtrace(frames, 48), 2);

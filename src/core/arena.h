@@ -18,6 +18,9 @@ class Arena {
   // A contiguous view of `shape`, 256-byte aligned. Aborts when the arena is exhausted: workspace sizes are
   // planned from the configured limits, so running out is a bug, not a user error.
   TensorView alloc(DType dtype, Shape shape);
+  static constexpr size_t kAlign = 256;
+  // The arena bytes an allocation of `bytes` takes (a scratch the backend's const query sizes).
+  static constexpr size_t footprint(size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
   void reset() { used_ = 0; }
   size_t used() const { return used_; }
   size_t high_water() const { return high_water_; }

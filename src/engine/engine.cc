@@ -26,8 +26,7 @@ struct Engine::Impl {
   std::unique_ptr<Scheduler> sched;
   std::unique_ptr<StepSampling> sampling;
   std::unique_ptr<MaskPool> masks;               // constrained sequences' next-token masks, off this thread
-  std::shared_ptr<spec::Drafter> drafter;  // speculative decoding's, or null
-  int64_t draft_vocab = -1;                // method draft_model: the draft model's vocabulary size
+  std::shared_ptr<spec::Drafter> drafter;  // speculative decoding's, or null (method draft_model: on `exec`)
   EngineStats counters;  // the engine thread's running totals (steps, tokens, finished requests)
   int max_model_len = 0;
   std::atomic<uint64_t> next_id{1};
@@ -369,12 +368,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const ExecutorFactory& make_execu
     if (o.drafter) {
       impl->drafter = o.drafter;
     } else if (o.speculative.method == "draft_model") {
-      if (!o.make_draft_engine)
-        return invalid_argument("--speculative-config: method \"draft_model\" needs the caller to load the draft "
-                                "model (EngineOptions::make_draft_engine)");
-      RILL_ASSIGN_OR_RETURN(std::unique_ptr<Engine> draft, o.make_draft_engine(o));
-      impl->draft_vocab = draft->model().config().vocab_size;
-      impl->drafter = std::make_shared<spec::DraftModelDrafter>(std::move(draft));
+      // Made with the executor, which runs the draft model (below).
     } else {
       RILL_ASSIGN_OR_RETURN(std::unique_ptr<spec::Drafter> d, spec::make_drafter(o.speculative));
       impl->drafter = std::move(d);
@@ -396,6 +390,8 @@ Result<std::unique_ptr<Engine>> Engine::create(const ExecutorFactory& make_execu
   ro.disk_tier.dir = o.kv_offloading_dir;
   ro.disk_tier.max_bytes = int64_t(o.kv_offloading_disk_gib * double(1ll << 30));
   ro.model_identity = o.model_identity;
+  const bool draft_model = o.speculative.enabled() && !o.drafter && o.speculative.method == "draft_model";
+  if (draft_model) ro.draft = {o.speculative.draft_model, o.draft_dummy_weights};
   cache::PrefixCacheOptions& prefix = ro.prefix;
   prefix.enabled = o.enable_prefix_caching;
   prefix.snapshot_interval = o.kda_snapshot_interval;
@@ -406,12 +402,15 @@ Result<std::unique_ptr<Engine>> Engine::create(const ExecutorFactory& make_execu
   if (o.enable_prefix_caching && o.kda_snapshots_in_step && o.kda_snapshot_interval > 0)
     prefix.staging_slots = o.max_num_tokens / o.kda_snapshot_interval + std::min(o.max_batch_size, 8);
   RILL_ASSIGN_OR_RETURN(impl->exec, make_executor(ro));
+  if (draft_model) {
+    if (!impl->exec->has_draft_model())
+      return invalid_argument("--speculative-config: method \"draft_model\" needs an executor that runs the draft "
+                              "model (RunnerOptions::draft)");
+    impl->drafter = std::make_shared<spec::DraftModelDrafter>(*impl->exec);
+  }
   const model::ModelConfig& c = impl->exec->model().config();
   const std::vector<int32_t> eos_ids = c.eos_token_ids;
   const int64_t vocab = c.vocab_size;
-  if (impl->draft_vocab >= 0 && impl->draft_vocab != vocab)
-    return invalid_argument("--speculative-config: the draft model's vocabulary has {} tokens, the model's {}",
-                            impl->draft_vocab, vocab);
   RILL_ASSIGN_OR_RETURN(cache::CacheManager cm,
                         cache::CacheManager::create(impl->exec->memory_plan(), impl->exec->prefix_options()));
   impl->caches = std::make_unique<cache::CacheManager>(std::move(cm));
@@ -568,6 +567,9 @@ std::unique_ptr<model::Model> Engine::release_model() {
 
 const model::Model& Engine::model() const {
   return impl_->exec->model();
+}
+std::string Engine::device_description() const {
+  return impl_->exec->device_description();
 }
 int Engine::max_model_len() const {
   return impl_->max_model_len;

@@ -176,10 +176,10 @@ struct EngineOptions {
   spec::SpeculativeConfig speculative;
   // Tests only: the drafter used instead of the one `speculative` names (which must still be enabled).
   std::shared_ptr<spec::Drafter> drafter;
-  // Method draft_model: makes the engine that runs the draft model greedily, given these options (the caller
-  // loads the checkpoint `speculative.draft_model` on its backend — rill generate, rill serve — and sizes it
-  // with spec::draft_engine_options; spec/draft_model_drafter.h). Its vocabulary must be the target's.
-  std::function<Result<std::unique_ptr<Engine>>(const EngineOptions& target)> make_draft_engine;
+  // Method draft_model: the executor loads the checkpoint `speculative.draft_model` on the target's device
+  // (rank 0's) and runs it beside the target (runner/draft_proposer.h); its vocabulary must be the target's.
+  // With dummy weights (--load-format dummy) where this is set.
+  bool draft_dummy_weights = false;
   // When a sequence stops speculating (its acceptance below break-even; spec/acceptance.h).
   spec::BreakEvenRule speculation_break_even;
 };
@@ -241,8 +241,8 @@ class Engine {
   static Result<std::unique_ptr<Engine>> create(std::unique_ptr<model::Model> model,
                                                 std::shared_ptr<const text::Tokenizer> tokenizer,
                                                 const EngineOptions& options);
-  // With the executor the factory makes from the runner options the engine derives from `options` (several
-  // ranks: runner/parallel_executor.h).
+  // With the executor the factory makes from the runner options the engine derives from `options` (one rank
+  // that owns its backend: runner::local_executor_factory; several ranks: runner/parallel_executor.h).
   using ExecutorFactory =
       std::function<Result<std::unique_ptr<runner::Executor>>(const runner::RunnerOptions& options)>;
   static Result<std::unique_ptr<Engine>> create(const ExecutorFactory& make_executor,
@@ -275,6 +275,7 @@ class Engine {
   std::unique_ptr<model::Model> release_model();
 
   const model::Model& model() const;
+  std::string device_description() const;  // the device the steps run on (rank 0's), for logs
   int max_model_len() const;
   std::string memory_plan() const;  // printed at start-up
 

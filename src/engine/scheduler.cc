@@ -65,31 +65,12 @@ bool Scheduler::preempt_newest(const std::function<bool(const Sequence*)>& may_p
   return false;
 }
 
-// Prefill tokens for `s` from `from` under `budget`. With prefix caching, the KDA state must be saved at the
-// snapshot positions: where the backend takes snapshots inside a step, a chunk only ends on a 64-token chunk
-// boundary (so every later snapshot position is one); otherwise the chunk stops at the next snapshot
-// position.
+// Prefill tokens for `s` from `from` under `budget`: with prefix caching, a chunk reaches every KDA snapshot
+// position (CacheManager::chunk_end).
 int Scheduler::chunk_size(const Sequence& s, int from, int budget) const {
   const int n_tokens = int(s.tokens.size());
-  int end = std::min(n_tokens, from + budget);
-  if (!limits_.chunked_prefill || !caches_.prefix_caching()) return end - from;
-  if (caches_.in_step_snapshots()) {
-    const int aligned = end / model::kKdaChunk * model::kKdaChunk;
-    if (end < n_tokens && aligned > from) end = aligned;
-  } else {
-    end = std::min(end, caches_.next_snapshot_at(from, s.n_prompt, n_tokens));
-  }
-  return end - from;
-}
-
-std::vector<model::KdaSnapshotRequest> Scheduler::plan_snapshots(const Sequence& s, int from, int n,
-                                                                 int* staging_used) const {
-  std::vector<model::KdaSnapshotRequest> out;
-  for (int32_t pos : caches_.snapshot_positions_inside(from, n, s.n_prompt)) {
-    if (*staging_used >= caches_.n_staging()) break;  // fewer snapshots this step: still exact, fewer hits
-    out.push_back({pos, caches_.staging_slot((*staging_used)++)});
-  }
-  return out;
+  if (!limits_.chunked_prefill) return std::min(n_tokens, from + budget) - from;
+  return caches_.chunk_end(from, budget, s.n_prompt, n_tokens) - from;
 }
 
 // With prefix caching, where a speculating sequence's step must end: the next block boundary, so that a full
@@ -209,7 +190,7 @@ StepPlan Scheduler::schedule() {
     if (s->n_computed + n == int(s->tokens.size()) && !s->can_sample()) continue;
     if (!make_room(s, s->n_computed + n)) continue;
     plan.seqs.push_back({s, n, s->n_computed + n == int(s->tokens.size()),
-                         plan_snapshots(*s, s->n_computed, n, &staging_used)});
+                         caches_.plan_snapshots(s->n_computed, n, s->n_prompt, &staging_used)});
     budget -= n;
   }
   // 3. Admit waiting requests in arrival order while their first chunk fits, passing over those whose first
@@ -240,7 +221,7 @@ StepPlan Scheduler::schedule() {
     running_.push_back(std::move(waiting_[i]));
     waiting_.erase(waiting_.begin() + long(i));
     plan.seqs.push_back({s, n, s->n_computed + n == int(s->tokens.size()),
-                         plan_snapshots(*s, s->n_computed, n, &staging_used)});
+                         caches_.plan_snapshots(s->n_computed, n, s->n_prompt, &staging_used)});
     budget -= n;
   }
   return plan;

@@ -135,9 +135,6 @@ class Scheduler {
  private:
   bool preempt_newest(const std::function<bool(const Sequence*)>& may_preempt);
   int chunk_size(const Sequence& s, int from, int budget) const;
-  // The in-step snapshots of a chunk [from, from + n) of `s`, while staging slots last in this step.
-  std::vector<model::KdaSnapshotRequest> plan_snapshots(const Sequence& s, int from, int n,
-                                                        int* staging_used) const;
   int speculation_end(const Sequence& s) const;
   // How many drafts `s` may bring after its `n_own` tokens in this step, within `budget` tokens (0: none).
   int draft_limit(const Sequence& s, int n_own, int budget) const;

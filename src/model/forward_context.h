@@ -19,26 +19,26 @@ struct ForwardContext {
   dist::Communicator* tp_comm = nullptr;  // tensor parallelism: the group whose partial sums add up
   dist::Communicator* pp_comm = nullptr;  // pipeline parallelism: this tp rank of every stage, in order
 
-  // t = the sum of every tp rank's t (a no-op on one rank and in the workspace-sizing dry run).
+  // t = the sum of every tp rank's t (a no-op on one rank and in a planning pass).
   Status reduce(const TensorView& t) const {
-    if (!tp_comm || be.dry_run()) return {};
+    if (!tp_comm || be.plans_only()) return {};
     return tp_comm->all_reduce_sum(t, t);
   }
-  // Pipeline stages (no-ops in the dry run): the stream from the stage before / to the one after, and the
+  // Pipeline stages (no-ops in a planning pass): the stream from the stage before / to the one after, and the
   // logits the last stage computed, sent to and received by stage 0 (which samples); other stages' logits
   // rows stay unwritten.
   Status from_previous_stage(const TensorView& t) const {
-    return be.dry_run() ? Status{} : pp_comm->recv(t, pp_comm->rank() - 1);
+    return be.plans_only() ? Status{} : pp_comm->recv(t, pp_comm->rank() - 1);
   }
   Status to_next_stage(const TensorView& t) const {
-    return be.dry_run() ? Status{} : pp_comm->send(t, pp_comm->rank() + 1);
+    return be.plans_only() ? Status{} : pp_comm->send(t, pp_comm->rank() + 1);
   }
   Status logits_from_last_stage(const TensorView& logits) const {
-    if (be.dry_run() || pp_comm->rank() != 0) return {};
+    if (be.plans_only() || pp_comm->rank() != 0) return {};
     return pp_comm->recv(logits, pp_comm->size() - 1);
   }
   Status logits_to_first_stage(const TensorView& logits) const {
-    if (be.dry_run() || !pp_comm || pp_comm->size() == 1) return {};
+    if (be.plans_only() || !pp_comm || pp_comm->size() == 1) return {};
     return pp_comm->send(logits, 0);
   }
 

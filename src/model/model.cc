@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "backend/sampling.h"
+#include "backend/workspace_planner.h"
 #include "core/log.h"
 #include "core/sizes.h"
 #include "model/kernel_limits.h"
@@ -100,8 +101,8 @@ ModelCaches Model::null_caches(int block_size) const {
 Status Model::reserve_workspace(const StepLimits& limits) {
   if (limits.max_tokens < 1 || limits.max_seqs < 1 || limits.max_logit_rows < 1 || limits.max_context < 1)
     return invalid_argument("step limits must be positive");
-  // The workspace is the largest high water of dry runs over the step shapes the limits admit that ask the
-  // most of it (a backend picks its path per sequence by the tokens it brings, and a path's scratch grows with
+  // The workspace is the largest high water of planning passes over the step shapes the limits admit that ask
+  // the most of it (a backend picks its path per sequence by the tokens it brings, and a path's scratch grows with
   // the sequences taking it and their contexts):
   //  - one long prefill chunk at the end of the longest context plus single-token sequences;
   //  - as many sequences as fit, each bringing n tokens at the end of the longest context, for n = 1..16 and
@@ -139,6 +140,9 @@ Status Model::reserve_workspace(const StepLimits& limits) {
     for (int s = 0; s < n_seqs; ++s) b.seqs.push_back(sequence(n, rows));
     shapes.push_back(std::move(b));
   }
+  // The passes run on a planner for this backend (backend/workspace_planner.h): every op takes the scratch
+  // it would take here, nothing runs, and the backend itself is left as it is.
+  backend::WorkspacePlanner planner(*be_);
   size_t high_water = 0;
   for (StepBatch& worst : shapes) {
     size_t n_tokens = 0;
@@ -155,11 +159,9 @@ Status Model::reserve_workspace(const StepLimits& limits) {
       // validates its arguments as a launch would, and an empty view there (wrong dtype) once made CUDA's MLA
       // plan 0 bytes, so a replayed verify graph overran the workspace.
       const ModelCaches none = null_caches(block);
-      be_->set_dry_run(true);
       TensorView logits;
-      Status st = upload_inputs(worst, none, measure, nullptr, count_only);
-      if (st.ok()) st = launch(none, measure, &logits);
-      be_->set_dry_run(false);
+      Status st = upload_inputs(planner, worst, none, measure, nullptr, count_only);
+      if (st.ok()) st = launch(planner, none, measure, &logits);
       prepared_ = false;
       RILL_TRY(st);
       high_water = std::max(high_water, measure.high_water());
@@ -203,7 +205,7 @@ Status Model::prepare(const StepBatch& batch, const ModelCaches& caches, const F
       return invalid_argument("the {} backend cannot take KDA snapshots inside a step", be_->name());
   }
   arena_.reset();
-  RILL_TRY(upload_inputs(batch, caches, arena_, fixed));
+  RILL_TRY(upload_inputs(*be_, batch, caches, arena_, fixed));
   prepared_ = true;
   return {};
 }
@@ -211,42 +213,40 @@ Status Model::prepare(const StepBatch& batch, const ModelCaches& caches, const F
 Result<TensorView> Model::run_prepared(const ModelCaches& caches) {
   if (!prepared_) return internal_error("run_prepared without a prepared step");
   TensorView logits;
-  RILL_TRY(launch(caches, arena_, &logits));
+  RILL_TRY(launch(*be_, caches, arena_, &logits));
   return logits;
 }
 
-Status Model::upload_inputs(const StepBatch& batch, const ModelCaches& caches, Arena& ws,
+Status Model::upload_inputs(backend::Backend& be, const StepBatch& batch, const ModelCaches& caches, Arena& ws,
                             const FixedInputs* fixed, bool count_only) {
   RILL_TRY(batch.to_layout(caches.block_size, &layout_host_));
   layout_host_.count_only_plan = count_only;
   if (fixed) {
     layout_host_.count_only_plan = true;
-    RILL_TRY(be_->upload_layout_fixed(layout_host_, caches.block_size, fixed->block_table_stride, fixed->layout,
-                                      fixed->layout_bytes, &layout_));
+    RILL_TRY(be.upload_layout_fixed(layout_host_, caches.block_size, fixed->block_table_stride, fixed->layout,
+                                    fixed->layout_bytes, &layout_));
   } else {
-    RILL_TRY(be_->upload_layout(layout_host_, caches.block_size, &layout_));
+    RILL_TRY(be.upload_layout(layout_host_, caches.block_size, &layout_));
   }
   const int64_t T = batch.n_tokens();
   const std::vector<int32_t> rows_host = batch.logit_token_rows();
   ids_ = ws.alloc(DType::I32, {T});
   rows_ = ws.alloc(DType::I32, {int64_t(rows_host.size())});
   if (shard_.tp_size > 1) iota_ = ws.alloc(DType::I32, {int64_t(rows_host.size())});
-  if (!be_->dry_run()) {
-    RILL_TRY(be_->upload_async(ids_.data, batch.token_ids.data(), size_t(T) * 4));
-    RILL_TRY(be_->upload_async(rows_.data, rows_host.data(), rows_host.size() * 4));
-    if (shard_.tp_size > 1) {
-      iota_host_.resize(rows_host.size());
-      for (size_t r = 0; r < iota_host_.size(); ++r) iota_host_[r] = int32_t(r);
-      RILL_TRY(be_->upload_async(iota_.data, iota_host_.data(), iota_host_.size() * 4));
-    }
+  RILL_TRY(be.upload_async(ids_.data, batch.token_ids.data(), size_t(T) * 4));
+  RILL_TRY(be.upload_async(rows_.data, rows_host.data(), rows_host.size() * 4));
+  if (shard_.tp_size > 1) {
+    iota_host_.resize(rows_host.size());
+    for (size_t r = 0; r < iota_host_.size(); ++r) iota_host_[r] = int32_t(r);
+    RILL_TRY(be.upload_async(iota_.data, iota_host_.data(), iota_host_.size() * 4));
   }
   prepared_mark_ = ws.used();
   return {};
 }
 
-Status Model::launch(const ModelCaches& caches, Arena& ws, TensorView* logits) {
+Status Model::launch(backend::Backend& be, const ModelCaches& caches, Arena& ws, TensorView* logits) {
   ws.release_to(prepared_mark_);  // a second launch of one prepared step carves the same buffers
-  ForwardContext cx{*be_, ws, layout_, be_->dry_run() ? nullptr : taps_};
+  ForwardContext cx{be, ws, layout_, be.plans_only() ? nullptr : taps_};
   cx.tp_comm = shard_.tp_comm;
   cx.pp_comm = shard_.pp_comm;
   *logits = ws.alloc(DType::F32, {rows_.size(0), config_.vocab_size});
@@ -282,16 +282,16 @@ Status Model::project_logits(ForwardContext& cx, TensorView normed, const backen
 Status Model::project_local_logits(ForwardContext& cx, TensorView normed, const backend::LinearWeight& head,
                                    TensorView logits) {
   const int tp = shard_.tp_size;
-  if (tp == 1) return be_->gemm({normed, &head, logits});
+  if (tp == 1) return cx.be.gemm({normed, &head, logits});
   const int64_t R = normed.size(0), Vl = config_.vocab_size / tp;
   WorkspaceScope scope(cx.ws);
   TensorView mine = cx.ws.alloc(DType::F32, {R, Vl});
   TensorView all = cx.ws.alloc(DType::F32, {tp * R, Vl});  // rank j's rows j*R..
-  RILL_TRY(be_->gemm({normed, &head, mine}));
-  if (be_->dry_run()) return {};
+  RILL_TRY(cx.be.gemm({normed, &head, mine}));
+  if (cx.be.plans_only()) return {};
   RILL_TRY(shard_.tp_comm->all_gather(mine, all));
   for (int j = 0; j < tp; ++j)  // rank j's vocabulary is columns [j Vl, (j + 1) Vl) of every row
-    RILL_TRY(be_->gather_rows({all.narrow(0, j * R, R), iota_, logits.narrow(1, j * Vl, Vl)}));
+    RILL_TRY(cx.be.gather_rows({all.narrow(0, j * R, R), iota_, logits.narrow(1, j * Vl, Vl)}));
   return {};
 }
 

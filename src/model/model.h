@@ -57,7 +57,8 @@ class Model {
   int64_t weight_bytes() const { return weights_.device_bytes; }
   size_t workspace_bytes() const { return workspace_.size(); }
 
-  // Sizes the workspace with a dry-run forward over the worst-case batch, then allocates it once.
+  // Sizes the workspace with planning passes of the forward over the worst-case batches (on a
+  // backend::WorkspacePlanner: nothing runs, the backend is left as it is), then allocates it once.
   Status reserve_workspace(const StepLimits& limits);
   const StepLimits& limits() const { return limits_; }
 
@@ -116,13 +117,14 @@ class Model {
   LoadedWeights weights_;
 
  private:
-  // Caches of the right dtypes and shapes that hold no memory (the workspace's dry runs).
+  // Caches of the right dtypes and shapes that hold no memory (the workspace's planning passes).
   ModelCaches null_caches(int block_size) const;
-  // `count_only`: plan from the counts only (BatchLayoutHost::count_only_plan) without fixed inputs: the dry
-  // runs measuring what a graph's step takes.
-  Status upload_inputs(const StepBatch& batch, const ModelCaches& caches, Arena& ws, const FixedInputs* fixed,
-                       bool count_only = false);
-  Status launch(const ModelCaches& caches, Arena& ws, TensorView* logits);
+  // On `be`: the model's backend, or for reserve_workspace's passes a planner for it (WorkspacePlanner).
+  // `count_only`: plan from the counts only (BatchLayoutHost::count_only_plan) without fixed inputs: the
+  // planning passes measuring what a graph's step takes.
+  Status upload_inputs(backend::Backend& be, const StepBatch& batch, const ModelCaches& caches, Arena& ws,
+                       const FixedInputs* fixed, bool count_only = false);
+  Status launch(backend::Backend& be, const ModelCaches& caches, Arena& ws, TensorView* logits);
 
   StepLimits limits_;
   TapRecorder* taps_ = nullptr;

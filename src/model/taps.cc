@@ -5,7 +5,7 @@
 namespace rill::model {
 
 void TapRecorder::record(backend::Backend& be, std::string name, const TensorView& v) {
-  if (be.dry_run() || v.data == nullptr || !v.is_contiguous()) return;
+  if (be.plans_only() || v.data == nullptr || !v.is_contiguous()) return;
   if (auto it = overrides_.find(name); it != overrides_.end() && int64_t(it->second.size()) == v.numel()) {
     std::vector<char> bytes(v.nbytes());
     for (size_t i = 0; i < it->second.size(); ++i) {

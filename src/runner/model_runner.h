@@ -8,6 +8,7 @@
 
 #include <memory>
 #include <optional>
+#include <string>
 
 #include "cache/cache_manager.h"
 #include "model/model.h"
@@ -18,6 +19,13 @@
 #include "runner/step_io.h"
 
 namespace rill::runner {
+
+// Speculative decoding's draft model (vLLM's `draft_model` method), run by the executor beside the target
+// (draft_proposer.h). Not sent to an mpirun job's worker processes: it runs on world rank 0 only.
+struct DraftModelOptions {
+  std::string dir;             // its checkpoint directory ("": none)
+  bool dummy_weights = false;  // --load-format dummy: seeded random weights of its config.json
+};
 
 struct RunnerOptions {
   int max_batch_size = 64;    // sequences per step
@@ -51,6 +59,7 @@ struct RunnerOptions {
   // Logits rows a step may return (0: one per sequence, times 1 + num_speculative_tokens). Scoring tools (rill
   // logits, perplexity) ask for every fed position's: max_num_tokens.
   int max_logit_rows = 0;
+  DraftModelOptions draft;
 };
 
 // Applies a step's cache operations to `caches` (KDA slot copies, on the backend's stream, with the effect of

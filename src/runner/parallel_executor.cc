@@ -29,10 +29,12 @@ Status guarded(const std::function<Status()>& fn) {
 
 // One rank's part: made on the rank's own thread (which its backend binds), kept alive until the executor
 // goes. Members in the order they must be destroyed in reverse: the runner (the model) before the
-// communicator its shard points to (tp, pp), all before the backend.
+// communicator its shard points to (tp, pp), all before the backend. World rank 0 also runs the draft model
+// (RunnerOptions::draft), unsplit, on its backend.
 struct Rank {
   std::unique_ptr<backend::Backend> be;
   std::unique_ptr<dist::Communicator> tp_comm, pp_comm;
+  std::unique_ptr<DraftProposer> draft;
   std::unique_ptr<ModelRunner> runner;
   int steps = 0;  // for FaultInjection
 };
@@ -76,6 +78,7 @@ class ParallelExecutor final : public Executor {
     for (size_t r = ranks_.size(); r-- > 0;) {  // the runner (its model, caches, sampler) before what it uses
       Rank& rank = ranks_[r];
       rank.runner.reset();
+      rank.draft.reset();
       rank.pp_comm.reset();
       rank.tp_comm.reset();
       rank.be.reset();
@@ -119,6 +122,12 @@ class ParallelExecutor final : public Executor {
     return ranks_[0].runner->prefix_options();
   }
   int max_model_len() const override { return ranks_[0].runner->max_model_len(); }
+  std::string device_description() const override { return ranks_[0].be->device_description(); }
+  // The engine thread runs rank 0: its draft steps go between the world's steps, on rank 0's device.
+  bool has_draft_model() const override { return ranks_[0].draft != nullptr; }
+  std::vector<std::vector<int32_t>> propose_drafts(std::span<const DraftRequest> requests) override {
+    return ranks_[0].draft ? ranks_[0].draft->propose(requests) : Executor::propose_drafts(requests);
+  }
   std::unique_ptr<model::Model> release_model() override { return nullptr; }  // a shard is no whole model
 
  private:
@@ -325,6 +334,10 @@ Result<std::unique_ptr<ParallelExecutor>> set_up(const RankLoader& load, const P
           RILL_ASSIGN_OR_RETURN(auto model,
                                 load(*rank.be, model::ModelShard::from_mapping(mapping, rank.tp_comm.get(),
                                                                                rank.pp_comm.get())));
+          // The draft before the rank plans its caches, as on one rank (make_local_executor).
+          if (r == 0 && !o.draft.dir.empty()) {
+            RILL_ASSIGN_OR_RETURN(rank.draft, DraftProposer::create(*rank.be, o, model->config().vocab_size));
+          }
           RILL_ASSIGN_OR_RETURN(rank.runner, ModelRunner::create(std::move(model), ro));
           return {};
         };

@@ -107,21 +107,14 @@ Status Sampler::run(TensorView logits, const SamplingBatch& batch, std::vector<S
   for (const RowSampling& r : rs) rows.push_back(r.draw);
   RILL_TRY(be_->upload_async(rows_.data(), rows.data(), rows.size() * sizeof(backend::SamplingRow)));
   const TensorView ids = TensorView::make(ids_.data(), DType::I32, {R}, be_->device());
-  // Sampling scratch (CUB sorts on the GPU) is sized on first use by a dry run and kept.
+  // Sampling scratch (CUB sorts on the GPU): the backend's const query sizes it; grown when a step needs more
+  // than any before, and kept.
   backend::SampleArgs sa{logits, static_cast<const backend::SamplingRow*>(rows_.data()), ids, nullptr,
                          std::all_of(rows.begin(), rows.end(), backend::is_greedy)};
-  {
-    Arena measure(nullptr, 0, be_->device());
-    sa.scratch = &measure;
-    be_->set_dry_run(true);
-    const Status st = be_->sample(sa);
-    be_->set_dry_run(false);
-    RILL_TRY(st);
-    if (measure.high_water() > scratch_.capacity()) {
-      RILL_TRY(be_->synchronize());
-      RILL_ASSIGN_OR_RETURN(scratch_mem_, be_->allocate(measure.high_water() * 2));
-      scratch_ = Arena(scratch_mem_.data(), scratch_mem_.size(), be_->device());
-    }
+  if (const size_t need = Arena::footprint(be_->sample_scratch_bytes(sa)); need > scratch_.capacity()) {
+    RILL_TRY(be_->synchronize());
+    RILL_ASSIGN_OR_RETURN(scratch_mem_, be_->allocate(need * 2));
+    scratch_ = Arena(scratch_mem_.data(), scratch_mem_.size(), be_->device());
   }
   scratch_.reset();
   sa.scratch = &scratch_;

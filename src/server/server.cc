@@ -113,13 +113,9 @@ void load_checked(const ServerOptions& options, const ModelLoader& loader, Servi
   if (!defaults.ok()) return fail(defaults.status());
   const std::shared_ptr<const text::Tokenizer> shared_tokenizer = files->tokenizer;
   const auto load_start = Clock::now();
-  auto loaded = loader(logged_progress(ctx));
-  if (!loaded.ok()) return fail(loaded.status());
-  engine::EngineOptions engine_options = options.engine;
-  engine_options.make_draft_engine = loaded->make_draft_engine;
-  auto engine = loaded->make_executor
-                    ? engine::Engine::create(loaded->make_executor, shared_tokenizer, engine_options)
-                    : engine::Engine::create(std::move(loaded->model), shared_tokenizer, engine_options);
+  auto make_executor = loader(logged_progress(ctx));
+  if (!make_executor.ok()) return fail(make_executor.status());
+  auto engine = engine::Engine::create(*make_executor, shared_tokenizer, options.engine);
   if (!engine.ok()) return fail(engine.status());
   const double load_s = std::chrono::duration<double>(Clock::now() - load_start).count();  // -tp: in create
   const model::Model& lead = (*engine)->model();  // rank 0's shard when the model is split
@@ -132,7 +128,7 @@ void load_checked(const ServerOptions& options, const ModelLoader& loader, Servi
   info.eos_token_ids = files->eos_token_ids;
   info.sampling_defaults = defaults->sampling;
   info.default_max_tokens = defaults->max_tokens;
-  const std::string device = lead.backend().device_description();
+  const std::string device = (*engine)->device_description();
   info.max_model_len = (*engine)->max_model_len();
   const std::string params = n_params >= 1'000'000'000 ? fmt::format("{:.2f} B", double(n_params) / 1e9)
                                                        : fmt::format("{:.2f} M", double(n_params) / 1e6);
@@ -151,8 +147,7 @@ void load_checked(const ServerOptions& options, const ModelLoader& loader, Servi
   ctx.metrics().set_cache_config(CacheConfigInfo{
       options.engine.block_size, options.engine.enable_prefix_caching, options.engine.kda_snapshot_interval});
   auto chat = ChatPrompt::load(options.model_dir, info.kimi_k3, shared_tokenizer, options.chat_template_file);
-  ctx.set_ready(std::move(loaded->backend), std::move(engine).value(), shared_tokenizer, std::move(chat),
-                std::move(info));
+  ctx.set_ready(std::move(engine).value(), shared_tokenizer, std::move(chat), std::move(info));
 }
 
 // Sizes are checked against the memory available before anything is allocated (config.cc, check_available);

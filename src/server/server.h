@@ -9,7 +9,6 @@
 #include <string>
 #include <vector>
 
-#include "backend/backend.h"
 #include "core/status.h"
 #include "engine/engine.h"
 #include "model/model.h"
@@ -41,18 +40,11 @@ struct ServerOptions {
   std::vector<std::string> startup_flags;  // the flags given, for the start-up summary
 };
 
-struct LoadedModel {
-  std::unique_ptr<backend::Backend> backend;  // outlives the model
-  std::unique_ptr<model::Model> model;
-  // Instead of the two above: the engine's executor over several ranks (rill serve -tp N), which loads
-  // every rank's shard itself.
-  engine::Engine::ExecutorFactory make_executor;
-  // --speculative-config method draft_model: loads the draft model and makes its engine
-  // (engine::EngineOptions::make_draft_engine); on `backend`, which then outlives it.
-  std::function<Result<std::unique_ptr<engine::Engine>>(const engine::EngineOptions& target)> make_draft_engine;
-};
-// Opens the backend and loads the weights, reporting (bytes done, bytes total).
-using ModelLoader = std::function<Result<LoadedModel>(const model::LoadProgress& progress)>;
+// Loads the weights, reporting (bytes done, bytes total), and answers the factory of the engine's executor,
+// which owns the devices: the backend and the loaded model (runner::local_executor_factory), or the ranks of
+// `rill serve -tp N` (each loads its shard when the executor is made). The draft model of
+// --speculative-config method draft_model is loaded by the executor too (EngineOptions::speculative).
+using ModelLoader = std::function<Result<engine::Engine::ExecutorFactory>(const model::LoadProgress& progress)>;
 
 // The directory's last component ("models/rill-tiny/" -> "rill-tiny").
 std::string default_served_name(const std::string& model_dir);

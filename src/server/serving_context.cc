@@ -40,11 +40,9 @@ void ServingContext::set_load_progress(int64_t done, int64_t total) {
   load_done_.store(done);
 }
 
-void ServingContext::set_ready(std::unique_ptr<backend::Backend> backend,
-                               std::unique_ptr<engine::Engine> engine,
+void ServingContext::set_ready(std::unique_ptr<engine::Engine> engine,
                                std::shared_ptr<const text::Tokenizer> tokenizer,
                                std::unique_ptr<ChatPrompt> chat, ModelInfo info) {
-  backend_ = std::move(backend);
   engine_ = std::move(engine);
   tokenizer_ = std::move(tokenizer);
   chat_ = std::move(chat);

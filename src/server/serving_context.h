@@ -11,7 +11,6 @@
 #include <string>
 #include <vector>
 
-#include "backend/backend.h"
 #include "engine/engine.h"
 #include "server/chat_prompt.h"
 #include "server/cors.h"
@@ -60,9 +59,8 @@ class ServingContext {
   std::string unavailable_message() const;
 
   void set_load_progress(int64_t done, int64_t total);
-  void set_ready(std::unique_ptr<backend::Backend> backend, std::unique_ptr<engine::Engine> engine,
-                 std::shared_ptr<const text::Tokenizer> tokenizer, std::unique_ptr<ChatPrompt> chat,
-                 ModelInfo info);
+  void set_ready(std::unique_ptr<engine::Engine> engine, std::shared_ptr<const text::Tokenizer> tokenizer,
+                 std::unique_ptr<ChatPrompt> chat, ModelInfo info);
   void set_phase(Phase phase, std::string message = "");
 
   // Valid from Ready on (routes check phase() first).
@@ -101,7 +99,6 @@ class ServingContext {
   std::condition_variable idle_cv_;
   std::atomic<int> in_flight_{0};
   std::atomic<uint64_t> next_seed_{0};
-  std::unique_ptr<backend::Backend> backend_;  // outlives the engine's model (declared first, destroyed last)
   std::unique_ptr<engine::Engine> engine_;
   std::atomic<engine::Engine*> loaded_engine_{
       nullptr};  // engine_.get(), published once set_ready has written

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "backend/op_harness.h"
+#include "backend/workspace_planner.h"
 
 namespace rill::testing {
 namespace {
@@ -137,11 +138,9 @@ void run_fp8_experts(OpHarness& h, const Fp8Experts& ex, int64_t T, int k,
   }
   const Status cst = h.cpu().moe_experts(ca);
   ASSERT_TRUE(cst.ok()) << cst.to_string();
-  Arena measure(nullptr, 0, Device::Cuda);  // scratch from a planning dry run, as the model reserves it
+  Arena measure(nullptr, 0, Device::Cuda);  // scratch from planning the op, as the model reserves it
   a.scratch = &measure;
-  h.dev().set_dry_run(true);
-  ASSERT_TRUE(h.dev().moe_experts(a).ok());
-  h.dev().set_dry_run(false);
+  ASSERT_TRUE(backend::WorkspacePlanner(h.dev()).moe_experts(a).ok());
   auto mem = h.dev().allocate(measure.high_water() + 256);
   ASSERT_TRUE(mem.ok());
   backend::DeviceAllocation scratch_mem = std::move(mem).value();

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "backend/op_harness.h"
+#include "backend/workspace_planner.h"
 
 namespace rill::testing {
 namespace {
@@ -109,7 +110,7 @@ TEST_P(Fp8GemmTest, GroupsEqualTheirPartsOneByOne) {
 
 // The prefill path (M > 16 with a scratch arena): the weight dequantised to a bf16 copy in scratch, then the
 // bf16 GEMM. The copy rounds each weight once to bf16, so F32 outputs get the bf16 tolerance too. Scratch
-// comes from a planning dry run, as the model reserves it.
+// comes from planning the op, as the model reserves it.
 void run_prefill_case(OpHarness& h, int64_t M, int64_t N, int64_t K, backend::Fp8Blocks b, DType out,
                       double tol = kBf16Tol) {
   SCOPED_TRACE(::testing::Message() << "prefill M " << M << " N " << N << " K " << K << " blocks " << b.rows
@@ -119,9 +120,7 @@ void run_prefill_case(OpHarness& h, int64_t M, int64_t N, int64_t K, backend::Fp
   BackendTensor yc = h.empty(h.cpu(), DType::F32, {M, N}), yd = h.empty(h.dev(), out, {M, N});
   ASSERT_TRUE(h.cpu().gemm({xc.view, &wc.w, yc.view}).ok());
   Arena measure(nullptr, 0, h.dev().device());
-  h.dev().set_dry_run(true);
-  ASSERT_TRUE(h.dev().gemm({xd.view, &wd.w, yd.view, &measure}).ok());
-  h.dev().set_dry_run(false);
+  ASSERT_TRUE(backend::WorkspacePlanner(h.dev()).gemm({xd.view, &wd.w, yd.view, &measure}).ok());
   if (M > 16) {  // CUDA's kFp8GemvMaxRows: fewer rows take the FP8 GEMV in groups of 4
     EXPECT_GE(measure.high_water(), size_t(2 * N * K));  // the bf16 copy at least
   }

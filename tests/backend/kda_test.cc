@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "backend/op_harness.h"
+#include "backend/workspace_planner.h"
 
 namespace rill::testing {
 namespace {
@@ -102,15 +103,13 @@ std::vector<float> make_g(OpHarness& h, const GateParams& p, int64_t T, int head
   return g;
 }
 
-// Runs kda_attention on the tested backend with a scratch arena sized by its dry run and filled with NaN
-// bytes, checking that the op takes exactly what the dry run reserved and gives it back.
+// Runs kda_attention on the tested backend with a scratch arena sized by planning it and filled with NaN
+// bytes, checking that the op takes exactly what planning reserved and gives it back.
 void run_dev_attention(OpHarness& h, backend::KdaAttentionArgs a) {
   backend::Backend& dev = h.dev();
   Arena measure;
   a.scratch = &measure;
-  dev.set_dry_run(true);
-  ASSERT_TRUE(dev.kda_attention(a).ok());
-  dev.set_dry_run(false);
+  ASSERT_TRUE(backend::WorkspacePlanner(dev).kda_attention(a).ok());
   const size_t need = measure.high_water();
   auto buf = dev.allocate(std::max<size_t>(need, 256));
   ASSERT_TRUE(buf.ok());

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "backend/op_harness.h"
+#include "backend/workspace_planner.h"
 #include "test_backend_options.h"
 
 namespace rill::testing {
@@ -78,15 +79,13 @@ void write_step(OpHarness& h, const model::StepBatch& batch, int block_size,
   ASSERT_TRUE(h.dev().synchronize().ok());
 }
 
-// Runs `a` on the tested backend with a scratch arena sized by its dry run (NaN-filled), checking that the op
-// takes exactly what the dry run reserved and gives it back.
+// Runs `a` on the tested backend with a scratch arena sized by planning it (NaN-filled), checking that the op
+// takes exactly what planning reserved and gives it back.
 void run_dev_attention(OpHarness& h, backend::MlaAttentionArgs a) {
   backend::Backend& dev = h.dev();
   Arena measure;
   a.scratch = &measure;
-  dev.set_dry_run(true);
-  ASSERT_TRUE(dev.mla_attention(a).ok());
-  dev.set_dry_run(false);
+  ASSERT_TRUE(backend::WorkspacePlanner(dev).mla_attention(a).ok());
   const size_t need = measure.high_water();
   auto buf = dev.allocate(std::max<size_t>(need, 256));
   ASSERT_TRUE(buf.ok());

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "backend/op_harness.h"
+#include "backend/workspace_planner.h"
 
 namespace rill::testing {
 namespace {
@@ -25,7 +26,7 @@ namespace {
 constexpr double kExpertsTol = 1e-2;
 constexpr double kTieMargin = 1e-3;
 
-// Reserves an op's scratch from a dry run (as the model plans its workspace) on the tested backend.
+// Reserves an op's scratch by planning (as the model plans its workspace) on the tested backend.
 struct DeviceScratch {
   backend::DeviceAllocation mem;
   std::unique_ptr<Arena> arena;
@@ -34,9 +35,7 @@ struct DeviceScratch {
 DeviceScratch plan_scratch(OpHarness& h, backend::MoeExpertsArgs a) {
   Arena measure(nullptr, 0, Device::Cuda);
   a.scratch = &measure;
-  h.dev().set_dry_run(true);
-  EXPECT_TRUE(h.dev().moe_experts(a).ok());
-  h.dev().set_dry_run(false);
+  EXPECT_TRUE(backend::WorkspacePlanner(h.dev()).moe_experts(a).ok());
   DeviceScratch s;
   auto m = h.dev().allocate(measure.high_water() + 256);
   EXPECT_TRUE(m.ok());

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "backend/op_harness.h"
+#include "backend/workspace_planner.h"
 
 namespace rill::testing {
 namespace {
@@ -112,12 +113,10 @@ void run_mxfp4_experts(OpHarness& h, const Mxfp4Experts& ex, int64_t T, int k,
   const float lbeta = act == backend::Activation::Situ ? 25.0f : 0.0f;
   ASSERT_TRUE(h.cpu().moe_experts({xc.view, ic.view, gc.view, &ex.cpu, act, beta, lbeta, yc.view, nullptr}).ok());
   backend::MoeExpertsArgs a{xd.view, id.view, gd.view, &ex.dev, act, beta, lbeta, yd.view, nullptr};
-  // Scratch from a planning dry run, as the model reserves it.
+  // Scratch from planning the op, as the model reserves it.
   Arena measure(nullptr, 0, Device::Cuda);
   a.scratch = &measure;
-  h.dev().set_dry_run(true);
-  ASSERT_TRUE(h.dev().moe_experts(a).ok());
-  h.dev().set_dry_run(false);
+  ASSERT_TRUE(backend::WorkspacePlanner(h.dev()).moe_experts(a).ok());
   auto mem = h.dev().allocate(measure.high_water() + 256);
   ASSERT_TRUE(mem.ok());
   backend::DeviceAllocation scratch_mem = std::move(mem).value();

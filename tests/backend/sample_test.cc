@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "backend/op_harness.h"
+#include "backend/workspace_planner.h"
 
 namespace rill::testing {
 namespace {
@@ -44,14 +45,12 @@ std::pair<std::vector<float>, std::vector<float>> run(OpHarness& h, const std::v
   EXPECT_TRUE(dev_rows.ok());
   EXPECT_TRUE(h.dev().copy_to_device(dev_rows->data(), rows.data(), row_bytes).ok());
   EXPECT_TRUE(h.cpu().sample({lc.view, rows.data(), oc.view, nullptr}).ok());
-  // Scratch sized by a dry run, as the model plans its workspace; filled with junk first.
+  // Scratch sized by planning the op, as the model plans its workspace; filled with junk first.
   backend::SampleArgs a{ld.view, static_cast<const backend::SamplingRow*>(dev_rows->data()), od.view,
                         nullptr, all_greedy};
   Arena measure(nullptr, 0, Device::Cuda);
-  h.dev().set_dry_run(true);
   a.scratch = &measure;
-  EXPECT_TRUE(h.dev().sample(a).ok());
-  h.dev().set_dry_run(false);
+  EXPECT_TRUE(backend::WorkspacePlanner(h.dev()).sample(a).ok());
   auto scratch_mem = h.dev().allocate(measure.high_water() + 256);
   EXPECT_TRUE(scratch_mem.ok());
   EXPECT_TRUE(h.dev()

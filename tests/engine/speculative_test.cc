@@ -25,7 +25,7 @@
 #include "engine/logged_engine.h"
 #include "engine/engine_fixtures.h"
 #include "engine/spec/acceptance.h"
-#include "engine/spec/draft_model_drafter.h"
+#include "runner/draft_proposer.h"
 #include "model/model.h"
 #include "shared_data.h"
 #include "test_seed.h"
@@ -879,9 +879,9 @@ TEST_P(Speculative, SuffixDrafterThroughTheConfig) {
   EXPECT_GE(again, 20u) << "the earlier output drafts most of the 39 tokens after the first";
 }
 
-// A draft model (a second engine with its own model and caches): the target's own checkpoint as the draft
-// proposes the target's greedy continuation, so every draft is accepted; another checkpoint with the same
-// vocabulary proposes something else, and the output is unchanged either way.
+// A draft model (run by the executor beside the target, on its backend, with caches of its own): the target's
+// own checkpoint as the draft proposes the target's greedy continuation, so every draft is accepted; another
+// checkpoint with the same vocabulary proposes something else, and the output is unchanged either way.
 TEST_P(Speculative, DraftModelDrafter) {
   const uint32_t seed = test_seed();
   SCOPED_TRACE("RILL_TEST_SEED=" + std::to_string(seed));
@@ -894,16 +894,11 @@ TEST_P(Speculative, DraftModelDrafter) {
   }
   for (const std::string& draft : {current_fixture, std::string("kimi_linear_tiny_a")}) {
     SCOPED_TRACE("draft model " + draft);
-    auto draft_backend = backend::make_cpu_backend();  // outlives the engines below
     EngineOptions o{.max_batch_size = 4, .max_num_tokens = 128};
     o.speculative.method = "draft_model";
     o.speculative.num_speculative_tokens = 3;
-    o.speculative.draft_model = draft;
+    o.speculative.draft_model = testing::engine_model_dir(draft);
     o.speculation_break_even.min_steps = INT_MAX;
-    o.make_draft_engine = [&](const EngineOptions& target) -> Result<std::unique_ptr<Engine>> {
-      RILL_ASSIGN_OR_RETURN(auto m, model::load_model(testing::engine_model_dir(draft), *draft_backend));
-      return Engine::create(std::move(m), nullptr, spec::draft_engine_options(target));
-    };
     Harness on(current_fixture, o);
     const auto got = on.run_all(rs);
     for (size_t i = 0; i < rs.size(); ++i) expect_same(got[i], want[i], "request " + std::to_string(i));
@@ -917,31 +912,31 @@ TEST_P(Speculative, DraftModelDrafter) {
   }
 }
 
-// A step's proposals go to the draft engine together: it answers them with the tokens it gives each alone
-// (greedy), in fewer steps than one request after another would take (its decode steps serve all of them).
+// A step's proposals go to the draft model together: it answers them with the tokens it gives each alone
+// (greedy), in fewer steps than one query after another would take (its decode steps serve all of them).
 TEST_P(Speculative, DraftModelAnswersAStepsProposalsInOneBatch) {
   const uint32_t seed = test_seed();
   SCOPED_TRACE("RILL_TEST_SEED=" + std::to_string(seed));
   std::mt19937 rng(seed);
-  auto draft_backend = backend::make_cpu_backend();
+  auto be = backend::make_cpu_backend();
+  runner::RunnerOptions target{.max_batch_size = 4, .max_num_tokens = 256};
+  target.draft.dir = testing::engine_model_dir(current_fixture);
+  const int64_t vocab = model::ModelConfig::load(target.draft.dir).value().vocab_size;
   auto make = [&]() {
-    auto m = model::load_model(testing::engine_model_dir(current_fixture), *draft_backend);
-    EXPECT_TRUE(m.ok()) << m.status().to_string();
-    EngineOptions target{.max_batch_size = 4, .max_num_tokens = 256};
-    auto e = Engine::create(std::move(m).value(), nullptr, spec::draft_engine_options(target));
-    EXPECT_TRUE(e.ok()) << e.status().to_string();
-    return spec::DraftModelDrafter(std::move(e).value());
+    auto d = runner::DraftProposer::create(*be, target, vocab);
+    EXPECT_TRUE(d.ok()) << d.status().to_string();
+    return std::move(d).value();
   };
   const auto contexts = prompts(rng, 3);
   const int k = 5;
-  std::vector<spec::DraftQuery> queries;
+  std::vector<runner::DraftRequest> queries;
   for (const auto& c : contexts) queries.push_back({c, k});
 
-  spec::DraftModelDrafter one_by_one = make();
+  std::unique_ptr<runner::DraftProposer> one_by_one = make();
   std::vector<std::vector<int32_t>> alone;
-  for (const auto& q : queries) alone.push_back(one_by_one.propose(q.context, q.max_tokens));
-  spec::DraftModelDrafter batched = make();
-  const auto together = batched.propose_batch(queries);
+  for (const auto& q : queries) alone.push_back(one_by_one->propose({&q, 1}).front());
+  std::unique_ptr<runner::DraftProposer> batched = make();
+  const auto together = batched->propose(queries);
 
   ASSERT_EQ(together.size(), alone.size());
   for (size_t i = 0; i < alone.size(); ++i) {
@@ -951,10 +946,46 @@ TEST_P(Speculative, DraftModelAnswersAStepsProposalsInOneBatch) {
   // Alone: each query takes at least its prefill step and k - 1 decode steps. Together: the decode steps
   // serve all three (the 32-71-token prompts fit one 256-token step, a prefill chunk cut at a KDA snapshot
   // position at most adds one).
-  const uint64_t steps_alone = one_by_one.engine().stats().steps;
-  const uint64_t steps_together = batched.engine().stats().steps;
-  EXPECT_GE(steps_alone, uint64_t(contexts.size() * k));
-  EXPECT_LE(steps_together, uint64_t(k + 1));
+  EXPECT_GE(one_by_one->steps(), uint64_t(contexts.size() * k));
+  EXPECT_LE(batched->steps(), uint64_t(k + 1));
+}
+
+// Queries the draft model cannot answer get no drafts, without holding up the others of their step: no room
+// left in its context, nothing asked for, an empty context; one near the end of the context gets what fits.
+TEST_P(Speculative, DraftModelAnswersWhatItCan) {
+  const uint32_t seed = test_seed();
+  SCOPED_TRACE("RILL_TEST_SEED=" + std::to_string(seed));
+  std::mt19937 rng(seed);
+  auto be = backend::make_cpu_backend();
+  runner::RunnerOptions target{.max_batch_size = 4, .max_num_tokens = 64, .max_model_len = 96};
+  target.draft.dir = testing::engine_model_dir(current_fixture);
+  const int64_t vocab = model::ModelConfig::load(target.draft.dir).value().vocab_size;
+  auto d = runner::DraftProposer::create(*be, target, vocab);
+  ASSERT_TRUE(d.ok()) << d.status().to_string();
+  const std::vector<int32_t> fits = random_tokens(rng, 40), too_long = random_tokens(rng, 96),
+                             near_end = random_tokens(rng, 93);
+  const std::vector<runner::DraftRequest> queries = {
+      {fits, 4}, {too_long, 4}, {fits, 0}, {{}, 4}, {near_end, 4}};
+  const auto got = (*d)->propose(queries);
+  ASSERT_EQ(got.size(), queries.size());
+  EXPECT_EQ(got[0].size(), 4u);
+  EXPECT_TRUE(got[1].empty()) << "a context as long as the draft's max_model_len";
+  EXPECT_TRUE(got[2].empty());
+  EXPECT_TRUE(got[3].empty());
+  EXPECT_EQ(got[4].size(), 3u) << "96 - 93 positions left";
+  EXPECT_EQ((*d)->propose({&queries[0], 1}).front(), got[0]) << "the same answer alone, from its prefix cache";
+}
+
+// A draft model whose vocabulary is not the target's is refused when the executor is made, naming both sizes.
+TEST_P(Speculative, DraftModelWithAnotherVocabularyIsRefused) {
+  auto be = backend::make_cpu_backend();
+  runner::RunnerOptions target{.max_batch_size = 2, .max_num_tokens = 64};
+  target.draft.dir = testing::engine_model_dir(current_fixture);
+  const int64_t vocab = model::ModelConfig::load(target.draft.dir).value().vocab_size;
+  auto d = runner::DraftProposer::create(*be, target, vocab + 1);
+  ASSERT_FALSE(d.ok());
+  EXPECT_NE(d.status().message().find("vocabulary has " + std::to_string(vocab) + " tokens"), std::string::npos)
+      << d.status().message();
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, Speculative,

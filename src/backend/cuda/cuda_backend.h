@@ -68,7 +68,7 @@ class CudaBackend final : public backend::Backend {
   void trace_push(const char* name) override;
   void trace_pop() override;
 
- protected:
+  // Planning's const scratch-size queries (Backend).
   size_t kda_attention_scratch_bytes(const backend::KdaAttentionArgs& a) const override;
   size_t mla_attention_scratch_bytes(const backend::MlaAttentionArgs& a) const override;
   size_t moe_experts_scratch_bytes(const backend::MoeExpertsArgs& a) const override;

@@ -143,8 +143,7 @@ Result<std::unique_ptr<Drafter>> make_drafter(const SpeculativeConfig& config) {
   RILL_TRY(config.validate());
   if (!config.enabled()) return invalid_argument("{}: speculation is off", kWhere);
   if (config.method == "draft_model")
-    return invalid_argument("{}: method \"draft_model\" needs its draft engine from the caller "
-                            "(EngineOptions::make_draft_engine)",
+    return invalid_argument("{}: method \"draft_model\" runs in the executor (Engine::create makes its drafter)",
                             kWhere);
   if (config.method == "suffix") {
     RILL_ASSIGN_OR_RETURN(std::unique_ptr<SuffixDrafter> s, SuffixDrafter::create(config.suffix));

@@ -2,7 +2,7 @@
 // "ngram", "num_speculative_tokens": K, "prompt_lookup_max": N, "prompt_lookup_min": M}), `suffix` (suffix
 // decoding: "suffix_decoding_max_tree_depth", "suffix_decoding_max_cached_requests",
 // "suffix_decoding_min_token_prob", "suffix_decoding_max_spec_factor") and `draft_model` ("model": DIR;
-// where the caller loads it); `mtp` is refused by name.
+// in the commands that take it); `mtp` is refused by name.
 #pragma once
 
 #include <memory>
@@ -32,11 +32,12 @@ inline constexpr int kMaxSpeculativeTokens = 16;
 // naming the key (or the method). `method` and `num_speculative_tokens` are required; the lookup bounds
 // follow vLLM (both 5 when neither is given, the given one's value for the other when one is); the suffix
 // keys default to SuffixDrafterOptions'.
-// `draft_models`: the caller can load a draft model (rill generate, rill serve); elsewhere "draft_model" is
+// `draft_models`: the command runs a draft model (rill generate, rill serve); elsewhere "draft_model" is
 // refused as not built yet there.
 Result<SpeculativeConfig> parse_speculative_config(std::string_view json, bool draft_models = false);
 
-// The drafter the config names (not draft_model: its engine is made by the caller, Engine::create).
+// The drafter the config names (not draft_model: Engine::create makes it over the executor that runs the
+// draft model).
 Result<std::unique_ptr<Drafter>> make_drafter(const SpeculativeConfig& config);
 
 }  // namespace rill::engine::spec

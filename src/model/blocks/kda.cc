@@ -40,7 +40,7 @@ namespace {
 // the step's start), copied into the snapshot slot's window. kda_attention writes the matching state.
 Status save_conv_snapshots(ForwardContext& cx, const ModelConfig& c, TensorView qkv, const LayerCache& cache) {
   const backend::BatchLayoutHost* host = cx.layout.host;
-  if (!host || host->kda_snap_pos.empty() || cx.be.dry_run()) return {};
+  if (!host || host->kda_snap_pos.empty() || cx.be.plans_only()) return {};
   const int64_t rows = c.kda.conv_kernel - 1, row_bytes = qkv.size(1) * int64_t(dtype_size(qkv.dtype));
   for (int s = 0; s < host->n_seqs(); ++s)
     for (int j = host->kda_snap_start[size_t(s)]; j < host->kda_snap_start[size_t(s) + 1]; ++j) {

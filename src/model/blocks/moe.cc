@@ -145,7 +145,8 @@ Status moe_forward(ForwardContext& cx, const ModelConfig& c, const ModelShard& s
     // Replicated from here: one rank adds the up-projection into the partial sum the model reduces.
     if (sh.tp_rank == 0)
       RILL_TRY(be.gemm({ex.out, &w.latent_up, out, &cx.ws}));
-    else if (!be.dry_run()) RILL_TRY(be.fill_zero(out));
+    else
+      RILL_TRY(be.fill_zero(out));
   } else {
     // The shared expert reads the same x: the backend runs it with the routed experts (CUDA's decode GEMVs
     // take it as one more expert; elsewhere it is the same gemm, glu, gemm and add).

@@ -72,10 +72,11 @@ std::string parse_call_id(std::string_view id) {
 
 class KimiK2Parser final : public OutputParser {
  public:
-  explicit KimiK2Parser(const ParserConfig& config) : OutputParser(k2_markers()), config_(config) {}
+  explicit KimiK2Parser(const ParserConfig& config) : OutputParser(k2_markers(), is_stop), config_(config) {}
 
  private:
-  enum class State { Start, Reasoning, Content, Section, CallId, CallArgs, Done };
+  // The end of the message is OutputParser's (end_message).
+  enum class State { Start, Reasoning, Content, Section, CallId, CallArgs };
 
   void on_text(std::string_view text) override;
   void on_marker(int marker) override;
@@ -87,11 +88,7 @@ class KimiK2Parser final : public OutputParser {
   void section_marker(int marker);
   void call_id_marker(int marker);
   void call_args_marker(int marker);
-  void stop(int marker) {
-    mark_stop();
-    state_ = State::Done;
-    if (!config_.stop_at_end_of_message) emit_content(spelling(marker));
-  }
+  void stop(int marker) { end_message(marker, config_.stop_at_end_of_message); }
   void unexpected_marker(int marker, const char* where);
 
   void open_call(std::string name);
@@ -131,9 +128,6 @@ void KimiK2Parser::on_text(std::string_view text) {
     case State::CallArgs:
       args_text(text);
       return;
-    case State::Done:
-      after_stop(text, config_.stop_at_end_of_message);
-      return;
   }
 }
 
@@ -162,10 +156,6 @@ void KimiK2Parser::on_marker(int marker) {
       return;
     case State::CallArgs:
       call_args_marker(marker);
-      return;
-    case State::Done:
-      if (!config_.stop_at_end_of_message || !is_stop(marker))
-        after_stop(spelling(marker), config_.stop_at_end_of_message);
       return;
   }
 }
@@ -335,9 +325,6 @@ void KimiK2Parser::on_finish() {
       return;
     case State::CallArgs:
       close_call(false);
-      return;
-    case State::Done:
-      report_after_stop();
       return;
   }
 }

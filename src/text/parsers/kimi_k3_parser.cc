@@ -15,13 +15,14 @@ using namespace k3;  // NOLINT: the marker names are this file's vocabulary
 class KimiK3Parser final : public OutputParser {
  public:
   explicit KimiK3Parser(const ParserConfig& config)
-      : OutputParser(k3::markers()),
+      : OutputParser(k3::markers(), k3::is_stop),
         config_(config),
         state_(config.starts_in_reasoning ? State::Think : State::Response) {}
 
  private:
   // Body: inside the message, between channels. Call: inside one <|open|>call element.
-  enum class State { Think, Response, Body, Tools, Call, Done };
+  // The end of the message is OutputParser's (end_message).
+  enum class State { Think, Response, Body, Tools, Call };
 
   void on_text(std::string_view text) override;
   void on_marker(int marker) override;
@@ -32,11 +33,7 @@ class KimiK3Parser final : public OutputParser {
   void body_marker(int marker);
   void tools_marker(int marker);
   void call_marker(int marker);
-  void stop(int marker) {
-    mark_stop();
-    state_ = State::Done;
-    if (!config_.stop_at_end_of_message) emit_content(spelling(marker));
-  }
+  void stop(int marker) { end_message(marker, config_.stop_at_end_of_message); }
   void unexpected_marker(int marker, const char* where) {
     report(ParseErrorKind::UnexpectedMarker, -1,
            fmt::format("{} in {}, kept as text", spelling(marker), where));
@@ -65,9 +62,6 @@ void KimiK3Parser::on_text(std::string_view text) {
     case State::Call:
       call_->text(text);
       return;
-    case State::Done:
-      after_stop(text, config_.stop_at_end_of_message);
-      return;
   }
 }
 
@@ -87,11 +81,6 @@ void KimiK3Parser::on_marker(int marker) {
       return;
     case State::Call:
       call_marker(marker);
-      return;
-    case State::Done:
-      // <|close|>message<|sep|> is normally followed by <|end_of_msg|>: that is not trailing text.
-      if (!config_.stop_at_end_of_message || !is_stop(marker))
-        after_stop(spelling(marker), config_.stop_at_end_of_message);
       return;
   }
 }
@@ -229,9 +218,6 @@ void KimiK3Parser::on_finish() {
       return;
     case State::Call:
       finish_call(true);
-      return;
-    case State::Done:
-      report_after_stop();
       return;
   }
 }

@@ -39,8 +39,8 @@ const char* parse_error_kind_name(ParseErrorKind kind) {
   return "unknown";
 }
 
-OutputParser::OutputParser(const std::vector<std::string_view>& markers)
-    : scanner_(std::make_unique<MarkerScanner>(markers)) {}
+OutputParser::OutputParser(const std::vector<std::string_view>& markers, bool (*is_stop)(int marker))
+    : markers_(markers), is_stop_(is_stop), scanner_(std::make_unique<MarkerScanner>(markers)) {}
 
 OutputParser::~OutputParser() = default;
 
@@ -58,19 +58,43 @@ std::vector<OutputDelta> OutputParser::finish() {
   // released as content or reasoning.
   scanner_->drop_cut_marker();
   drain(true);
-  on_finish();
+  if (!ended_) {
+    on_finish();
+  } else if (dropped_after_end_ > 0) {
+    report(ParseErrorKind::TextAfterStop, -1,
+           fmt::format("{} bytes after the end of the message were dropped", dropped_after_end_));
+  }
   return std::exchange(pending_, {});
 }
 
 void OutputParser::drain(bool at_end) {
   MarkerScanner::Token token;
   while (scanner_->next(token, at_end)) {
-    if (token.is_marker) {
+    if (ended_) {  // the end state is this class's (end_message)
+      if (!token.is_marker)
+        after_end(token.text);
+      else if (!drop_after_end_ || !is_stop_(token.marker))
+        after_end(markers_[static_cast<size_t>(token.marker)]);
+    } else if (token.is_marker) {
       on_marker(token.marker);
     } else {
       on_text(token.text);
     }
   }
+}
+
+void OutputParser::end_message(int marker, bool drop) {
+  result_.stop_seen = true;
+  ended_ = true;
+  drop_after_end_ = drop;
+  if (!drop) emit_content(markers_[static_cast<size_t>(marker)]);
+}
+
+void OutputParser::after_end(std::string_view text) {
+  if (drop_after_end_)
+    dropped_after_end_ += text.size();
+  else
+    emit_content(text);
 }
 
 void OutputParser::emit_reasoning(std::string_view text) {
@@ -124,20 +148,6 @@ void OutputParser::emit_tool_call_arguments(int index, std::string_view piece) {
 
 void OutputParser::report(ParseErrorKind kind, int tool_index, std::string message) {
   result_.errors.push_back({.kind = kind, .tool_index = tool_index, .message = std::move(message)});
-}
-
-void OutputParser::after_stop(std::string_view text, bool drop) {
-  if (drop)
-    dropped_after_stop_ += text.size();
-  else
-    emit_content(text);
-}
-
-void OutputParser::report_after_stop() {
-  if (dropped_after_stop_ > 0) {
-    report(ParseErrorKind::TextAfterStop, -1,
-           fmt::format("{} bytes after the end of the message were dropped", dropped_after_stop_));
-  }
 }
 
 void OutputParser::flush_unexpected_text(std::string& garbage, std::string_view where) {

@@ -131,7 +131,9 @@ class OutputParser {
   const ParseResult& result() const { return result_; }
 
  protected:
-  explicit OutputParser(const std::vector<std::string_view>& markers);
+  // `markers`: the family's marker spellings (on_marker's index), alive as long as the parser; `is_stop`: its
+  // end-of-message markers.
+  OutputParser(const std::vector<std::string_view>& markers, bool (*is_stop)(int marker));
 
   // Emission helpers: each appends to result() and to the deltas of the current call together,
   // which is what makes "deltas concatenate to the result" hold by construction.
@@ -141,11 +143,13 @@ class OutputParser {
   int emit_tool_call_begin(std::string id, std::string name);  // returns the new call's index
   void emit_tool_call_arguments(int index, std::string_view piece);
   void report(ParseErrorKind kind, int tool_index, std::string message);
-  void mark_stop() { result_.stop_seen = true; }
-  // What follows the message's stop marker: counted and dropped when `drop` (ParserConfig::
-  // stop_at_end_of_message; report_after_stop says how much, at the end), else content.
-  void after_stop(std::string_view text, bool drop);
-  void report_after_stop();
+  // The family's state machine reached the end of the message at `marker` (ParseResult::stop_seen). The end
+  // state is this class's, the same for every family: everything after it — text, markers, the finish — is
+  // counted and dropped when `drop` (ParserConfig::stop_at_end_of_message; a stop marker after it is not
+  // counted: <|close|>message<|sep|> is normally followed by <|end_of_msg|>), with one TextAfterStop error at
+  // the finish; else it is content as written, `marker` included. The family's on_text / on_marker /
+  // on_finish are not called again.
+  void end_message(int marker, bool drop);
   // Text between markers that the family does not expect there (`garbage`, then cleared): unless blank,
   // reported as "text {where}" and emitted as content.
   void flush_unexpected_text(std::string& garbage, std::string_view where);
@@ -156,12 +160,18 @@ class OutputParser {
   virtual void on_marker(int marker) = 0;  // index into the constructor's marker list
   virtual void on_finish() = 0;            // end of text: close whatever is open
   void drain(bool at_end);
+  // After end_message: a piece of what follows (counted and dropped, or content).
+  void after_end(std::string_view text);
 
+  const std::vector<std::string_view>& markers_;
+  bool (*is_stop_)(int marker);
   std::unique_ptr<MarkerScanner> scanner_;
   ParseResult result_;
   std::vector<OutputDelta> pending_;
   bool finished_ = false;
-  size_t dropped_after_stop_ = 0;  // bytes after_stop dropped
+  bool ended_ = false;             // end_message was called
+  bool drop_after_end_ = true;     // its `drop`
+  size_t dropped_after_end_ = 0;  // bytes after the end that were dropped
 };
 
 // Builds the parser for one request; fails on a contradictory config.

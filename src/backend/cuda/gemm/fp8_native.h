@@ -25,7 +25,7 @@ struct Fp8NativeStage {
 // What the native path takes: a 128 x 128 block-scaled weight, K % 128 == 0, N % 16 == 0, 16-byte aligned
 // weight rows, bf16 x with 16-byte aligned rows, bf16 out.
 bool fp8_native_eligible(const backend::GemmArgs& a);
-// The scratch layout for M rows of x against w, at `base` (nullptr in a dry run: sizes only).
+// The scratch layout for M rows of x against w, at `base` (nullptr when planning: sizes only).
 Fp8NativeStage fp8_native_stage(int64_t M, const backend::LinearWeight& w, void* base);
 Status launch_fp8_native_stage(const backend::GemmArgs& a, const Fp8NativeStage& s, cudaStream_t stream);
 

@@ -1,7 +1,7 @@
 // KDA launchers: validate the call, fill the parameter blocks and run the phases on the compute stream.
 // kda_attention: the recurrent step over single-token sequences, then (when any sequence has n_new > 1) the
 // chunk plan, the intra-chunk phase and the inter-chunk recurrence over the others. Scratch (chunk path only)
-// is sized from the token count, head count and sequence count alone, so the worst-case dry run bounds it.
+// is sized from the token count, head count and sequence count alone, so the worst-case planning pass bounds it.
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>

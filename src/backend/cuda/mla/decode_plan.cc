@@ -103,7 +103,7 @@ Status make_plan(const backend::MlaAttentionArgs& a, const CudaContext& cx, Plan
   p.pf_tiles = int(pf_tiles);
   p.pf_rows = int(pf_rows);
   // Expansion groups: consecutive prefill sequences while their context rows fit the cap. The scratch holds
-  // min(pf_rows, cap) rows, a function of the counts that is monotone in them, so the workspace's dry runs
+  // min(pf_rows, cap) rows, a function of the counts that is monotone in them, so the workspace's planning passes
   // (Model::reserve_workspace) bound every step they admit.
   const int64_t cap = std::max<int64_t>(longest, expand_rows_cap(cx));
   p.group_rows = int(std::min<int64_t>(pf_rows, cap));

@@ -1,6 +1,6 @@
 // Routed experts: out[t] = bf16( sum_j w[t,j] * bf16(Expert_{id[t,j]}(x_t)) ), the sum in fp32 over j in
 // order. Expert(x) = down(bf16(act(bf16(gate x), bf16(up x)))). Two paths, chosen from host-known shapes only
-// (the same choice in the planning dry run and the real run, so the scratch matches):
+// (the same choice when planning and in the real run, so the scratch matches):
 //  - decode (T*k <= kDecodeMaxPairs, MXFP4 with T*k <= E/4, or shapes the grouped kernels cannot take): two
 //    gathered GEMV kernels.
 //    gate_up: grid (I/16, pairs), a warp computes 2 gate and 2 up rows for its pair with 16-byte loads (8 in
@@ -572,7 +572,7 @@ bool fusable_shared_expert(const backend::MoeExpertsArgs& a) {
   return dense_bf16(a.shared_gate_up) && dense_bf16(a.shared_down);
 }
 
-// The path and scratch from shapes and strides only (never pointers: the planning dry run has none).
+// The path and scratch from shapes and strides only (never pointers: a planning pass has none).
 ExpertsPlan plan_experts(const backend::MoeExpertsArgs& a) {
   ExpertsPlan s;
   const backend::ExpertWeights& ex = *a.experts;
