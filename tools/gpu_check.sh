@@ -190,12 +190,13 @@ fi
 # the rate sweep.
 # The real Kimi tokenizer is needed (rill refuses a config whose vocabulary exceeds the tokenizer's, so the demo
 # model's 4,352-id tokenizer cannot stand in); .deps/kimi is not carried when the transfer limit leaves no room.
-if want serve && [[ -x $BUILD/rill ]] && ! [[ -f .deps/kimi/tiktoken.model ]]; then
-  note "serving bench skipped: no .deps/kimi (tools/fetch_gpu_deps.sh copies the Kimi tokenizer there)"
+if want serve && [[ -x $BUILD/rill ]] && ! [[ -f .deps/kimi.tar.gz ]]; then
+  note "serving bench skipped: no .deps/kimi.tar.gz (tools/fetch_gpu_deps.sh packs the Kimi tokenizer there)"
 fi
-if want serve && [[ -x $BUILD/rill && -f .deps/kimi/tiktoken.model ]]; then
+if want serve && [[ -x $BUILD/rill && -f .deps/kimi.tar.gz ]]; then
   M=/tmp/rill-bench-48b
-  mkdir -p $M && cp .deps/kimi/* $M/ && $BUILD/rill bench --preset kimi-linear-48b --print-config > $M/config.json
+  mkdir -p $M && tar xzf .deps/kimi.tar.gz -C $M --strip-components=1 &&
+    $BUILD/rill bench --preset kimi-linear-48b --print-config > $M/config.json
   $BUILD/rill serve $M --load-format dummy --device cuda --port 8123 --max-batch-size 64 --max-num-tokens 8192 \
     --max-model-len 8192 ${SERVE_ARGS:-} > "$LOGS/serve.log" 2>&1 &
   srv=$!
