@@ -4,10 +4,12 @@
 //    the script's own dequantized values (FNV-1a 64 of every quantized matrix, float32), whether rill keeps
 //    the matrix FP8 or dequantizes it at load;
 //  - `--quantization fp8` on the bf16 fixture gives the same codes and scales as the script (same algorithm,
-//    written independently), and logits close to the bf16 run;
+//    written independently), and logits close to the bf16 run; on the trained demo model each position's
+//    logits stay within a stated relative L2 of the unquantized model's, with the same top-1 token;
 //  - unsupported FP8 variants are refused naming their field.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -165,6 +167,82 @@ TEST(Fp8Quantization, AtLoadEqualsTheScriptsBlockQuantization) {
   std::printf("--quantization fp8 on kimi_linear_tiny_a: %d matrices equal to the script's, logits rel-L2 %.4f\n",
               checked, e);
   EXPECT_LT(e, 0.4);  // measured 0.245: see LogitsStayCloseToTheBf16Model
+}
+
+// Per-position agreement of `--quantization fp8` with the unquantized model (issue #35's must-show: relative L2
+// of each position's logits, median and worst, and top-1 agreement), on the CPU, where activations are fp32 and
+// the FP8 weights dequantize exactly, so the difference is the weights' quantization alone. The input is the
+// unquantized model's own greedy continuation of a short prompt (text the model finds likely, as served text
+// is), fed in one step with every position's logits.
+struct PositionAgreement {
+  double median = 0, worst = 0, top1 = 0;
+  int positions = 0;
+};
+
+PositionAgreement fp8_agreement(const fs::path& dir, int n_tokens) {
+  auto be = backend::make_cpu_backend();
+  LoadOptions o;
+  o.quantization = "fp8";
+  auto ref = load_model(dir, *be);
+  auto fp8 = load_model(dir, *be, o);
+  EXPECT_TRUE(ref.ok() && fp8.ok()) << dir;
+  if (!ref.ok() || !fp8.ok()) return {};
+  const int V = (*ref)->config().vocab_size;
+  StepLimits lim;
+  lim.max_tokens = n_tokens;
+  lim.max_seqs = 1;
+  lim.max_logit_rows = n_tokens;
+  lim.max_context = n_tokens;
+  EXPECT_TRUE((*ref)->reserve_workspace(lim).ok() && (*fp8)->reserve_workspace(lim).ok());
+  const auto argmax = [V](const float* row) { return int32_t(std::max_element(row, row + V) - row); };
+  // The greedy continuation.
+  std::vector<int32_t> ids = {1, 17, 300 % V, 42};
+  {
+    auto s = SequenceSession::create(**ref, n_tokens);
+    EXPECT_TRUE(s.ok());
+    if (!s.ok()) return {};
+    auto logits = s->feed(ids, 0, false);
+    while (logits.ok() && int(ids.size()) < n_tokens) {
+      ids.push_back(argmax(logits->data()));
+      logits = s->feed(std::span<const int32_t>(&ids.back(), 1), 0, false);
+    }
+    EXPECT_TRUE(logits.ok()) << logits.status().message();
+  }
+  const auto all_logits = [&](Model& m) {
+    auto s = SequenceSession::create(m, n_tokens);
+    auto l = s.ok() ? s->feed(ids, 0, true) : Result<std::vector<float>>(s.status());
+    EXPECT_TRUE(l.ok()) << l.status().message();
+    return l.ok() ? *l : std::vector<float>(size_t(n_tokens) * size_t(V));
+  };
+  const std::vector<float> a = all_logits(**fp8), b = all_logits(**ref);
+  std::vector<double> rel;
+  int agree = 0;
+  for (int p = 0; p < n_tokens; ++p) {
+    const float* x = &a[size_t(p) * size_t(V)];
+    const float* y = &b[size_t(p) * size_t(V)];
+    double num = 0, den = 0;
+    for (int v = 0; v < V; ++v) num += double(x[v] - y[v]) * (x[v] - y[v]), den += double(y[v]) * y[v];
+    rel.push_back(std::sqrt(num / den));
+    agree += argmax(x) == argmax(y);
+  }
+  std::sort(rel.begin(), rel.end());
+  return {rel[rel.size() / 2], rel.back(), double(agree) / n_tokens, n_tokens};
+}
+
+TEST(Fp8Quantization, PerPositionLogitsAgainstTheUnquantizedModel) {
+  // The trained demo model (tracked in the tree): hidden 256 with Kimi Linear's real KDA and MLA head dims.
+  // Measured: median 0.57%, worst 9.6%, top-1 98.4% of 128 positions. The random fixtures at the same head
+  // dims are no measure of this: their flat logits and saturating gates turn FP8's weight noise into a median
+  // 11-13%, a worst position above 100% and 64-66% top-1 (sanity-checked in LogitsStayCloseToTheBf16Model).
+  // A misplaced scale or block gives errors of order 1 everywhere.
+  const fs::path demo = fs::path(RILL_SOURCE_DIR) / "models" / "kimi-linear-demo";
+  ASSERT_TRUE(fs::exists(demo / "model.safetensors")) << demo;
+  const PositionAgreement r = fp8_agreement(demo, 128);
+  std::printf("--quantization fp8 vs unquantized, the demo model (CPU, %d positions): rel L2 median %.4f, worst "
+              "%.4f; top-1 agreement %.1f%%\n", r.positions, r.median, r.worst, 100 * r.top1);
+  EXPECT_LT(r.median, 0.02);
+  EXPECT_LT(r.worst, 0.2);
+  EXPECT_GE(r.top1, 0.95);
 }
 
 // The bf16 fixture's config with `quantization_config` replaced (the weights are never reached).
