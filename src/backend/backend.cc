@@ -681,6 +681,28 @@ Status Backend::logprobs(const LogprobsArgs& a) {
   return logprobs_impl(a);
 }
 
+Status Backend::quantize_fp8(const QuantizeFp8Args& a) {
+  Check c("quantize_fp8");
+  c.tensor(a.src, "src", 2)
+      .that(a.src.dtype == DType::BF16 || a.src.dtype == DType::F16 || a.src.dtype == DType::F32,
+            "src is BF16, F16 or F32")
+      .tensor(a.codes, "codes", 2)
+      .that(a.codes.dtype == DType::F8E4M3 || a.codes.dtype == DType::U8, "codes are F8E4M3 or U8")
+      .same_shape(a.src, "src", a.codes, "codes")
+      .tensor(a.scales, "scales", 2)
+      .dtype(a.scales, "scales", DType::F32)
+      .that(a.block.rows > 0 && a.block.cols > 0, "the blocks are at least 1 x 1");
+  RILL_TRY(c.done());
+  c.dim(a.scales, "scales", 0, a.block.scale_rows(a.src.size(0)))
+      .dim(a.scales, "scales", 1, a.block.scale_cols(a.src.size(1)))
+      .that(a.src.stride(1) == 1 && a.src.stride(0) == a.src.size(1), "src rows are contiguous")
+      .that(a.codes.stride(1) == 1 && a.codes.stride(0) == a.codes.size(1), "codes rows are contiguous")
+      .that(a.scales.stride(1) == 1 && a.scales.stride(0) == a.scales.size(1), "scales are row-major");
+  RILL_TRY(c.done());
+  if (a.src.numel() == 0) return {};
+  return quantize_fp8_impl(a);
+}
+
 std::string Backend::device_description() const {
   return fmt::format("{} ({} hardware threads)", name(), std::thread::hardware_concurrency());
 }

@@ -311,6 +311,17 @@ struct LogprobsArgs {
   TensorView out_top_logprobs;  // F32 [R, top_n]
 };
 
+// `--quantization fp8` at load (issue #35), on the backend that will hold the weight: per block of
+// block.rows x block.cols values scale = amax / 448 (1 for an all-zero block), code = E4M3 of value / scale
+// rounded to nearest even and saturated at +-448 (DeepSeek-V3's recipe; core/dtype.h f32_to_f8e4m3 is the
+// definition, the CPU backend its reference).
+struct QuantizeFp8Args {
+  TensorView src;     // BF16, F16 or F32 [rows, cols], rows contiguous
+  TensorView codes;   // F8E4M3 (or U8) [rows, cols], rows contiguous
+  TensorView scales;  // F32 [block.scale_rows(rows), block.scale_cols(cols)], row-major
+  Fp8Blocks block;
+};
+
 // One device-to-device copy of a batch (runner::apply_cache_ops: KDA state slots, every layer at once).
 struct DeviceCopy {
   void* dst = nullptr;
@@ -503,6 +514,7 @@ class Backend {
   Status mask_logits(const TokenMaskArgs& a);
   Status nonfinite_rows(const NonfiniteRowsArgs& a);
   Status logprobs(const LogprobsArgs& a);
+  Status quantize_fp8(const QuantizeFp8Args& a);  // load time only (not a step op: no plan, no graph)
 
   // Planning (workspace_planner.h): a WorkspacePlanner answers true, and each op above then only takes the
   // scratch the planned backend's would from its arena and returns (no checks, nothing runs), so a forward
@@ -550,6 +562,7 @@ class Backend {
   virtual Status mask_logits_impl(const TokenMaskArgs& a) = 0;
   virtual Status nonfinite_rows_impl(const NonfiniteRowsArgs& a) = 0;
   virtual Status logprobs_impl(const LogprobsArgs& a) = 0;
+  virtual Status quantize_fp8_impl(const QuantizeFp8Args& a) = 0;
 };
 
 // "cpu", "cuda" (device 0) or "cuda:N" (the N-th device CUDA shows, after CUDA_VISIBLE_DEVICES); errors name

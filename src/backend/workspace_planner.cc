@@ -100,5 +100,8 @@ Status WorkspacePlanner::nonfinite_rows_impl(const NonfiniteRowsArgs&) {
 Status WorkspacePlanner::logprobs_impl(const LogprobsArgs&) {
   return not_on_a_planner();
 }
+Status WorkspacePlanner::quantize_fp8_impl(const QuantizeFp8Args&) {
+  return not_on_a_planner();
+}
 
 }  // namespace rill::backend

@@ -66,6 +66,7 @@ class WorkspacePlanner final : public Backend {
   Status mask_logits_impl(const TokenMaskArgs&) override;
   Status nonfinite_rows_impl(const NonfiniteRowsArgs&) override;
   Status logprobs_impl(const LogprobsArgs&) override;
+  Status quantize_fp8_impl(const QuantizeFp8Args&) override;
 
   const Backend& planned_;
 };

@@ -47,6 +47,7 @@ class CpuBackend final : public Backend {
   Status mask_logits_impl(const TokenMaskArgs& a) override;
   Status nonfinite_rows_impl(const NonfiniteRowsArgs& a) override;
   Status logprobs_impl(const LogprobsArgs& a) override;
+  Status quantize_fp8_impl(const QuantizeFp8Args& a) override;
 };
 
 }  // namespace rill::backend

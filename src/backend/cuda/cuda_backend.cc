@@ -14,6 +14,7 @@
 #include "backend/cuda/common/launch.h"
 #include "backend/cuda/elementwise.h"
 #include "backend/cuda/gemm/fp8_dequant.h"
+#include "backend/cuda/gemm/fp8_quantize.h"
 #include "backend/cuda/gemm/fp8_native.h"
 #include "backend/cuda/gemm/gemm_runner.h"
 #include "backend/cuda/gemm/gemv.h"
@@ -636,6 +637,9 @@ Status CudaBackend::nonfinite_rows_impl(const backend::NonfiniteRowsArgs& a) {
 }
 Status CudaBackend::logprobs_impl(const backend::LogprobsArgs& a) {
   return launch_logprobs(a, ctx_);
+}
+Status CudaBackend::quantize_fp8_impl(const backend::QuantizeFp8Args& a) {
+  return launch_quantize_fp8(a, ctx_.stream);
 }
 
 }  // namespace rill::cuda

@@ -302,6 +302,38 @@ Result<LoadedWeights> load_weights(const WeightTable& table, std::shared_ptr<con
     converted_bytes += bytes;
     return converted.back().data();
   };
+  // `--quantization fp8` (matrices not stored in FP8): the backend that holds the weight quantizes it
+  // (Backend::quantize_fp8). The CPU reads the mapped checkpoint; a GPU gets each source matrix uploaded into a
+  // staging buffer with the other uploads (kStagingBytes at a time, so the bf16 weights never sit in device
+  // memory twice) and quantizes the staged matrices once they have landed. The host only copies bytes.
+  constexpr size_t kStagingBytes = size_t(256) << 20;
+  backend::DeviceAllocation staging;
+  size_t staging_used = 0;
+  std::vector<backend::QuantizeFp8Args> staged;
+  auto quantize_staged = [&]() -> Status {
+    if (staged.empty()) return {};
+    RILL_TRY(flush());  // the staged sources have landed
+    for (const backend::QuantizeFp8Args& q : staged) RILL_TRY(be.quantize_fp8(q));
+    RILL_TRY(be.synchronize());  // before the next matrices are uploaded over them
+    staged.clear();
+    staging_used = 0;
+    return {};
+  };
+  auto quantize = [&](const TensorView& src, const TensorView& codes, const TensorView& scales, backend::Fp8Blocks b,
+                      int group) -> Status {
+    if (be.device() == Device::Cpu) return be.quantize_fp8({src, codes, scales, b});
+    const size_t bytes = (size_t(src.numel()) * dtype_size(src.dtype) + 255) / 256 * 256;
+    if (staging_used + bytes > staging.size()) RILL_TRY(quantize_staged());
+    if (bytes > staging.size()) {
+      staging = {};
+      RILL_ASSIGN_OR_RETURN(staging, be.allocate(std::max(kStagingBytes, bytes)));
+    }
+    char* at = static_cast<char*>(staging.data()) + staging_used;
+    staging_used += bytes;
+    jobs.push_back({at, src.data, size_t(src.numel()) * dtype_size(src.dtype), group});
+    staged.push_back({TensorView::make(at, src.dtype, src.shape, be.device()), codes, scales, b});
+    return {};
+  };
   for (size_t i = 0; i < specs.size(); ++i) {
     const WeightSpec& s = specs[i];
     if (s.role == WeightRole::Fp8Scale) continue;
@@ -334,22 +366,21 @@ Result<LoadedWeights> load_weights(const WeightTable& table, std::shared_ptr<con
         char* sdst = s.stack >= 0 ? base + stack_scale_offset[s.stack] +
                                         (s.stack_offset / cols / b.rows) * b.scale_cols(cols) * 4
                                   : base + scale_offset[i];
-        float* scales = reinterpret_cast<float*>(host_buffer(sbytes));
-        const void* codes = first;
-        if (s.fp8.stored) {
-          std::copy(stored_scales.begin(), stored_scales.end(), scales);  // same blocks: checked at declaration
-        } else {
-          char* q = host_buffer(size_t(n));
-          quantize_fp8(first, src.dtype, rows, cols, cols, b, reinterpret_cast<uint8_t*>(q), scales);
-          codes = q;
-        }
-        jobs.push_back({sdst, scales, sbytes, group});
         const TensorView scale_view =
             TensorView::make(sdst, DType::F32, {b.scale_rows(rows), b.scale_cols(cols)}, be.device());
-        if (!dst) {  // stored codes used in place (CPU)
-          dst = const_cast<char*>(first);
+        if (s.fp8.stored) {
+          float* scales = reinterpret_cast<float*>(host_buffer(sbytes));
+          std::copy(stored_scales.begin(), stored_scales.end(), scales);  // same blocks: checked at declaration
+          jobs.push_back({sdst, scales, sbytes, group});
+          if (!dst) {  // stored codes used in place (CPU)
+            dst = const_cast<char*>(first);
+          } else {
+            jobs.push_back({dst, first, size_t(n), group});
+          }
         } else {
-          jobs.push_back({dst, codes, size_t(n), group});
+          if (!dst) return internal_error("{}: no memory planned for its FP8 codes", s.name);
+          RILL_TRY(quantize(TensorView::make(const_cast<char*>(first), src.dtype, {rows, cols}, Device::Cpu),
+                            TensorView::make(dst, DType::F8E4M3, {rows, cols}, be.device()), scale_view, b, group));
         }
         if (s.stack < 0) {
           *s.dest = TensorView::make(dst, DType::F8E4M3, s.shape, dst == first ? Device::Cpu : be.device());
@@ -385,6 +416,7 @@ Result<LoadedWeights> load_weights(const WeightTable& table, std::shared_ptr<con
     if (s.dest) *s.dest = TensorView::make(dst, t, s.shape, be.device());
     if (converted_bytes >= kFlushBytes) RILL_TRY(flush());
   }
+  RILL_TRY(quantize_staged());
   RILL_TRY(flush());
   return out;
 }

@@ -121,6 +121,58 @@ TEST_P(Fp8Gemm, EqualsTheDequantisedDenseGemm) {
 INSTANTIATE_TEST_SUITE_P(Blocks, Fp8Gemm,
                          ::testing::Values(Fp8Blocks{128, 128}, Fp8Blocks{1, Fp8Blocks::kWholeRow}, Fp8Blocks{64, 128}));
 
+// Backend::quantize_fp8 (`--quantization fp8` at load) against its definition, with this file's own decoder:
+// each block's scale is its amax / 448 (1 for an all-zero block), and each code is the E4M3 code nearest to
+// value / scale (ties: the even code; the test scans every code), so dequantised it is within half a step.
+// Blocks of 128 x 128, per channel and 64 x 128, on shapes that end in partial blocks; bf16 and f32 sources.
+class Fp8Quantize : public ::testing::TestWithParam<Fp8Blocks> {};
+
+TEST_P(Fp8Quantize, ScalesAreBlockAmaxOver448AndCodesTheNearest) {
+  const uint32_t seed = testing::test_seed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  const Fp8Blocks b = GetParam();
+  auto be = make_cpu_backend();
+  for (DType from : {DType::BF16, DType::F32})
+    for (auto [rows, cols] : {std::pair<int64_t, int64_t>{200, 136}, {128, 256}, {7, 300}}) {
+      SCOPED_TRACE(::testing::Message() << dtype_name(from) << " " << rows << " x " << cols);
+      HostTensor src = HostTensor::zeros(from, {rows, cols});
+      std::normal_distribution<float> g;
+      std::vector<float> v(size_t(rows * cols));
+      for (int64_t i = 0; i < rows * cols; ++i) {
+        // Magnitudes over many binades, and an all-zero first row block in the 128 x 128 case.
+        const float x = (i / cols < b.rows && b.rows > 1) ? 0.0f : g(rng) * std::ldexp(1.0f, int(i % 13) - 6);
+        if (from == DType::BF16) src.view.ptr<uint16_t>()[i] = f32_to_bf16(x);
+        else src.view.ptr<float>()[i] = x;
+        v[size_t(i)] = load_as_f32(src.view.data, from, size_t(i));
+      }
+      HostTensor codes = HostTensor::zeros(DType::F8E4M3, {rows, cols});
+      HostTensor scales = HostTensor::zeros(DType::F32, {b.scale_rows(rows), b.scale_cols(cols)});
+      ASSERT_TRUE(be->quantize_fp8({src.view, codes.view, scales.view, b}).ok());
+      const int64_t bc = std::min<int64_t>(b.cols, cols), sc = b.scale_cols(cols);
+      std::vector<float> amax(size_t(b.scale_rows(rows) * sc), 0.0f);
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < cols; ++c) {
+          float& m = amax[size_t((r / b.rows) * sc + c / bc)];
+          m = std::max(m, std::fabs(v[size_t(r * cols + c)]));
+        }
+      for (size_t k = 0; k < amax.size(); ++k)
+        ASSERT_EQ(scales.view.ptr<float>()[k], amax[k] > 0 ? amax[k] / 448.0f : 1.0f) << "block " << k;
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < cols; ++c) {
+          const double x = double(v[size_t(r * cols + c)] / scales.view.ptr<float>()[(r / b.rows) * sc + c / bc]);
+          const int q = codes.view.ptr<uint8_t>()[r * cols + c];
+          double best = INFINITY;  // the distance of the nearest finite code
+          for (int k = 0; k < 256; ++k)
+            if (!std::isnan(e4m3(k))) best = std::min(best, std::fabs(e4m3(k) - x));
+          ASSERT_EQ(std::fabs(e4m3(q) - x), best) << "row " << r << " col " << c << ": " << x << " -> code " << q;
+        }
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Blocks, Fp8Quantize,
+                         ::testing::Values(Fp8Blocks{128, 128}, Fp8Blocks{1, Fp8Blocks::kWholeRow}, Fp8Blocks{64, 128}));
+
 TEST(Fp8, GemmRefusesMisshapedScales) {
   auto be = make_cpu_backend();
   HostTensor codes = HostTensor::zeros(DType::F8E4M3, {200, 256});
