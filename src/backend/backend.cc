@@ -342,6 +342,22 @@ Status Backend::kda_prepare(const KdaPrepareArgs& a) {
       .dim(a.beta, "beta", 1, a.n_heads)
       .that(T == a.layout->n_tokens, "T != layout tokens");
   RILL_TRY(c.done());
+  // Each snapshot's conv window is K-1 rows of this step's qkv, written into its slot: both must exist.
+  if (a.layout->kda_snapshots.n > 0) {
+    const BatchLayoutHost* host = a.layout->host;
+    if (!host) return internal_error("kda_prepare: snapshot requests without the layout's host description");
+    const KdaSnapshotsHost& snaps = host->kda_snapshots;
+    for (int s = 0; s < host->n_seqs(); ++s)
+      for (int j = snaps.seq_begin[size_t(s)]; j < snaps.seq_begin[size_t(s) + 1]; ++j) {
+        const KdaSnapshotRequest& r = snaps.requests[size_t(j)];
+        const int64_t rel = r.pos - host->seq_start_pos[size_t(s)];
+        if (rel < K - 1 || rel > host->n_new(s) || r.slot < 0 || r.slot >= a.conv_state.size(0))
+          return internal_error("kda_prepare: sequence {}'s snapshot after position {} in slot {} is not inside "
+                                "its step [{}, {}) past the conv window, or its slot not in [0, {})",
+                                s, r.pos, r.slot, host->seq_start_pos[size_t(s)],
+                                host->seq_start_pos[size_t(s)] + host->n_new(s), a.conv_state.size(0));
+      }
+  }
   return kda_prepare_impl(a);
 }
 

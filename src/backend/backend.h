@@ -126,11 +126,14 @@ struct SigmoidGateArgs {
 };
 
 // Short causal conv + SiLU on q|k|v with the per-slot conv window, the forget gate, beta (spec §3.3 1-4).
-// A sequence with start_pos == 0 starts from a zero window, whatever its slot holds.
+// A sequence with start_pos == 0 starts from a zero window, whatever its slot holds. The layout's in-step
+// snapshot requests (BatchLayout::kda_snapshots) get their conv windows here: the K-1 pre-conv rows before
+// each request's position, written into its slot as the step's own window is (kda_attention writes the state).
 struct KdaPrepareArgs {
   TensorView qkv;          // act [T, 3P]: pre-conv projections q | k | v
   TensorView conv_weight;  // F32 [3P, K]: tap K-1 multiplies the current token
-  TensorView conv_state;   // act [n_slots, K-1, 3P]: last K-1 pre-conv inputs (read, then updated)
+  TensorView conv_state;   // act [n_slots, K-1, 3P]: last K-1 pre-conv inputs (read, then updated; snapshot
+                           // slots written)
   TensorView graw;         // act [T, P]: forget-gate projection f_b(f_a(u)) (K3: the same pair)
   TensorView braw;         // act [T, Hk]: b_proj(u)
   TensorView a_log;        // F32 [Hk]
@@ -476,8 +479,8 @@ class Backend {
   // `ncu --nvtx --nvtx-include "decode batch 1/"` profiles just that region); nothing elsewhere.
   virtual void trace_push(const char* /*name*/) {}
   virtual void trace_pop() {}
-  // Whether kda_attention writes the KDA snapshots a layout asks for inside a step
-  // (BatchLayoutHost::kda_snap_*). Where not, prefix caching ends prefill chunks at the snapshot positions
+  // Whether kda_prepare and kda_attention write the KDA snapshots a layout asks for inside a step
+  // (BatchLayoutHost::kda_snapshots). Where not, prefix caching ends prefill chunks at the snapshot positions
   // instead (one step per snapshot).
   virtual bool kda_snapshots_in_step() const { return false; }
 

@@ -7,9 +7,30 @@
 #include <cstdint>
 #include <vector>
 
+#include "backend/kda_snapshot.h"
+
 namespace rill::backend {
 
-// Host-side description, built by the model from a StepBatch; the backend mirrors it on the device.
+// The KDA snapshots a step takes inside itself (prefix caching): sequence s asks for requests[j], j in
+// [seq_begin[s], seq_begin[s + 1]), in increasing pos, each a 64-token chunk boundary of its step
+// (start_pos < pos < start_pos + n_new). Empty when the step asks for none; only backends whose
+// kda_snapshots_in_step() is true read them.
+struct KdaSnapshotsHost {
+  std::vector<int32_t> seq_begin;            // [n_seqs + 1]
+  std::vector<KdaSnapshotRequest> requests;  // [n_snapshots]
+  bool empty() const { return requests.empty(); }
+};
+
+// The same requests where the backend's kernels read them (host memory for the CPU backend); null and 0 when
+// the step asks for none.
+struct KdaSnapshots {
+  const int32_t* seq_begin = nullptr;            // [n_seqs + 1]
+  const KdaSnapshotRequest* requests = nullptr;  // [n]
+  int n = 0;
+};
+
+// Host-side description, built from a StepBatch (StepBatch::to_layout, once per step by the runner); the
+// backend mirrors it on the device.
 struct BatchLayoutHost {
   std::vector<int32_t> seq_token_start;  // [n_seqs + 1]
   std::vector<int32_t> seq_start_pos;    // [n_seqs]  tokens of the sequence already computed (cached)
@@ -17,12 +38,7 @@ struct BatchLayoutHost {
   std::vector<int32_t> block_tables;     // [n_seqs * max_blocks_per_seq] MLA cache block ids, -1 padded
   std::vector<int32_t> token_seq;        // [n_tokens] sequence index of each token
   std::vector<int32_t> token_pos;        // [n_tokens] absolute position of each token
-  // KDA snapshots taken inside the step (prefix caching): sequence s asks for the KDA state right after
-  // position kda_snap_pos[j] in state slot kda_snap_slot[j], j in [kda_snap_start[s], kda_snap_start[s + 1]).
-  // Each position is a 64-token chunk boundary of the step (start_pos < pos < start_pos + n_new). Empty when
-  // the step asks for none; only backends whose kda_snapshots_in_step() is true read them.
-  std::vector<int32_t> kda_snap_start;   // [n_seqs + 1]
-  std::vector<int32_t> kda_snap_pos, kda_snap_slot;
+  KdaSnapshotsHost kda_snapshots;
   int max_blocks_per_seq = 0;
   // Kernels size their launches from the counts (sequences, tokens per sequence) only, never from context
   // lengths — MLA decode then splits every sequence's keys into a fixed number of parts — so work captured
@@ -50,10 +66,7 @@ struct BatchLayout {
   const int32_t* block_tables = nullptr;     // [n_seqs, max_blocks_per_seq]
   const int32_t* token_seq = nullptr;        // [n_tokens]
   const int32_t* token_pos = nullptr;        // [n_tokens]
-  // The in-step KDA snapshot requests (BatchLayoutHost::kda_snap_*); null when the step asks for none.
-  const int32_t* kda_snap_start = nullptr;   // [n_seqs + 1]
-  const int32_t* kda_snap_pos = nullptr;     // [n_snapshots] absolute position the state is taken after
-  const int32_t* kda_snap_slot = nullptr;    // [n_snapshots] state slot it is written to
+  KdaSnapshots kda_snapshots;                // BatchLayoutHost::kda_snapshots
   const BatchLayoutHost* host = nullptr;
 };
 

@@ -216,12 +216,12 @@ void Engine::Impl::step() {
   const auto step_start = std::chrono::steady_clock::now();
   for (const auto& p : plan.seqs)
     if (!p.seq->first_scheduled) p.seq->first_scheduled = step_start;
-  const model::StepBatch batch = plan.to_batch();
+  const model::StepBatch batch = plan.batch();
   // One sampling row per logits row: row j of a verify step follows drafts d_1..d_j.
   std::vector<StepSampling::Row> rows;
   for (const auto& p : plan.seqs)
     for (int r = 0; r < p.n_logit_rows(); ++r)
-      rows.push_back({p.seq, std::span<const int32_t>(p.drafts).first(size_t(r))});
+      rows.push_back({p.seq, p.drafts().first(size_t(r))});
   // The cache operations of this step's admissions and of the last step's commits travel with it.
   runner::SamplingBatch sampling_batch = sampling->make(rows, bool(opts.logits_hook));
   if (opts.poison_logits)
@@ -242,8 +242,8 @@ void Engine::Impl::step() {
   int iteration_tokens = 0;
   for (const auto& p : plan.seqs)
     if (p.seq->n_computed < p.seq->n_prompt) {
-      counters.prompt_tokens_total += uint64_t(p.n_new);
-      iteration_tokens += p.n_new;
+      counters.prompt_tokens_total += uint64_t(p.step.n_new);
+      iteration_tokens += p.step.n_new;
     }
   const auto step_end = std::chrono::steady_clock::now();
   // Each emitted token in order (a verify step's accepted drafts, then its last token), as a step per token

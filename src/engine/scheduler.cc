@@ -7,27 +7,47 @@
 
 namespace rill::engine {
 
-model::StepBatch StepPlan::to_batch() const {
+model::StepBatch StepPlan::batch() const {
   model::StepBatch b;
   for (const ScheduledSeq& s : seqs) {
-    model::SequenceStep q;
-    q.start_pos = s.seq->n_computed;
-    q.n_new = s.n_new;
-    q.state_slot = s.seq->cache.slot;
-    q.block_table = s.seq->cache.blocks;
-    q.logits = !s.samples         ? model::LogitsNeeded::None
-               : s.drafts.empty() ? model::LogitsNeeded::Last
-                                  : model::LogitsNeeded::LastN;
-    q.n_logits = s.n_logit_rows();
-    q.kda_snapshots = s.kda_snapshots;
-    const int n_own = s.n_new - int(s.drafts.size());
-    b.token_ids.insert(b.token_ids.end(), s.seq->tokens.begin() + s.seq->n_computed,
-                       s.seq->tokens.begin() + s.seq->n_computed + n_own);
-    b.token_ids.insert(b.token_ids.end(), s.drafts.begin(), s.drafts.end());
-    b.seqs.push_back(std::move(q));
+    b.token_ids.insert(b.token_ids.end(), s.token_ids.begin(), s.token_ids.end());
+    b.seqs.push_back(s.step);
   }
   return b;
 }
+
+namespace {
+
+// `s`'s next `n` tokens from n_computed as the model runs them, described once, when they are scheduled (its
+// caches are final for the step by then: blocks grown or admitted, slot held).
+ScheduledSeq scheduled(Sequence* s, int n, std::vector<model::KdaSnapshotRequest> snapshots = {}) {
+  ScheduledSeq p;
+  p.seq = s;
+  p.samples = s->n_computed + n == int(s->tokens.size());
+  model::SequenceStep& q = p.step;
+  q.start_pos = s->n_computed;
+  q.n_new = n;
+  q.state_slot = s->cache.slot;
+  q.block_table = s->cache.blocks;
+  q.logits = p.samples ? model::LogitsNeeded::Last : model::LogitsNeeded::None;
+  q.n_logits = p.samples ? 1 : 0;
+  q.kda_snapshots = std::move(snapshots);
+  p.token_ids.assign(s->tokens.begin() + s->n_computed, s->tokens.begin() + s->n_computed + n);
+  return p;
+}
+
+// A sampling sequence's drafts join its step (its blocks were grown for them): fed after its own tokens, with
+// logits at the last of those and at every draft (the verify step).
+void add_drafts(ScheduledSeq& p, std::vector<int32_t> drafts) {
+  p.n_drafts = int(drafts.size());
+  p.token_ids.insert(p.token_ids.end(), drafts.begin(), drafts.end());
+  p.step.n_new += p.n_drafts;
+  p.step.block_table = p.seq->cache.blocks;
+  p.step.logits = model::LogitsNeeded::LastN;
+  p.step.n_logits = 1 + p.n_drafts;
+}
+
+}  // namespace
 
 std::vector<Sequence*> Scheduler::waiting_head(int n) const {
   std::vector<Sequence*> out;
@@ -105,7 +125,7 @@ int Scheduler::plan_drafts(std::vector<ScheduledSeq>& seqs, int budget) {
   for (ScheduledSeq& p : seqs) {
     if (budget - reserved <= 0) break;
     if (!p.samples) continue;
-    const int k = draft_limit(*p.seq, p.n_new, budget - reserved);
+    const int k = draft_limit(*p.seq, p.step.n_new, budget - reserved);
     if (k <= 0) continue;
     asking.emplace_back(&p, k);
     if (!p.seq->constraint) queries.push_back({p.seq->tokens, k});
@@ -131,9 +151,8 @@ int Scheduler::plan_drafts(std::vector<ScheduledSeq>& seqs, int budget) {
       drafts.pop_back();
     if (drafts.empty() || !caches_.grow(&s.cache, n_tokens + int(drafts.size())).ok()) continue;
     if (!caches_.save_checkpoint(&s.cache, s.n_computed).ok()) continue;
-    p->drafts = std::move(drafts);
-    p->n_new += int(p->drafts.size());
-    budget -= int(p->drafts.size());
+    budget -= int(drafts.size());
+    add_drafts(*p, std::move(drafts));
   }
   return budget;
 }
@@ -174,7 +193,7 @@ StepPlan Scheduler::schedule() {
     n = std::min(n, speculation_end(*s) - s->n_computed);
     if (!s->can_sample()) continue;  // its mask is still being computed: a later step, caches untouched
     if (!make_room(s, s->n_computed + n)) continue;
-    plan.seqs.push_back({s, n, s->n_computed + n == int(s->tokens.size())});
+    plan.seqs.push_back(scheduled(s, n));
     budget -= n;
   }
   // 1b. Drafts for the speculating ones, in the budget the decode tokens leave; the slot's state before them
@@ -189,8 +208,7 @@ StepPlan Scheduler::schedule() {
     if (!limits_.chunked_prefill && n < s->n_remaining()) continue;
     if (s->n_computed + n == int(s->tokens.size()) && !s->can_sample()) continue;
     if (!make_room(s, s->n_computed + n)) continue;
-    plan.seqs.push_back({s, n, s->n_computed + n == int(s->tokens.size()),
-                         caches_.plan_snapshots(s->n_computed, n, s->n_prompt, &staging_used)});
+    plan.seqs.push_back(scheduled(s, n, caches_.plan_snapshots(s->n_computed, n, s->n_prompt, &staging_used)));
     budget -= n;
   }
   // 3. Admit waiting requests in arrival order while their first chunk fits, passing over those whose first
@@ -220,8 +238,7 @@ StepPlan Scheduler::schedule() {
     }
     running_.push_back(std::move(waiting_[i]));
     waiting_.erase(waiting_.begin() + long(i));
-    plan.seqs.push_back({s, n, s->n_computed + n == int(s->tokens.size()),
-                         caches_.plan_snapshots(s->n_computed, n, s->n_prompt, &staging_used)});
+    plan.seqs.push_back(scheduled(s, n, caches_.plan_snapshots(s->n_computed, n, s->n_prompt, &staging_used)));
     budget -= n;
   }
   return plan;
@@ -246,36 +263,36 @@ void Scheduler::postprocess(const StepPlan& plan, const std::vector<int32_t>& sa
         row += n_rows;
         finish(s->id, FinishReason::Error,
                fmt::format("the model produced non-finite logits (NaN or infinity) at position {}",
-                           start + p.n_new - 1));
+                           start + p.step.n_new - 1));
         continue;
       }
-      acc = spec::accept_drafts(p.drafts, std::span<const int32_t>(sampled).subspan(row, n_rows));
+      acc = spec::accept_drafts(p.drafts(), std::span<const int32_t>(sampled).subspan(row, n_rows));
     }
     const size_t first_row = row;
     row += size_t(p.n_logit_rows());
     // A rejected draft leaves the slot's state past the committed tokens: the sequence stays at the step's
     // start (its checkpoint) and nothing of this step is committed to the caches.
-    const bool rejected = acc.n_accepted < int(p.drafts.size());
+    const bool rejected = acc.n_accepted < p.n_drafts;
     if (!rejected) {
-      s->n_computed += p.n_new;
+      s->n_computed += p.step.n_new;
       // Index the blocks this step filled and take the snapshots due here (prefix caching): first those the
       // step saved inside itself (staging slots), in order, then the one at its end. Errors (device copies)
       // only cost cache entries: the sequence's own blocks and slot are left as they are.
       // Accepted drafts are committed tokens too, though appended below: the index needs them now.
       std::vector<int32_t> with_drafts;
-      if (!p.drafts.empty() && caches_.prefix_caching()) {
+      if (p.n_drafts > 0 && caches_.prefix_caching()) {
         with_drafts = s->tokens;
-        with_drafts.insert(with_drafts.end(), p.drafts.begin(), p.drafts.end());
+        with_drafts.insert(with_drafts.end(), p.drafts().begin(), p.drafts().end());
       }
       const std::span<const int32_t> committed = with_drafts.empty() ? s->tokens : with_drafts;
-      for (const model::KdaSnapshotRequest& r : p.kda_snapshots)
+      for (const model::KdaSnapshotRequest& r : p.step.kda_snapshots)
         (void)caches_.commit(&s->cache, committed, s->n_prompt, r.pos, r.slot);
       (void)caches_.commit(&s->cache, committed, s->n_prompt, s->n_computed);
     }
     if (!p.samples) continue;
-    if (!p.drafts.empty()) {
+    if (p.n_drafts > 0) {
       spec_.n_drafts++;
-      spec_.n_draft_tokens += p.drafts.size();
+      spec_.n_draft_tokens += uint64_t(p.n_drafts);
       spec_.n_accepted_tokens += uint64_t(acc.n_accepted);
       spec_.acceptance_lengths[std::min(acc.emitted.size(), spec_.acceptance_lengths.size()) - 1]++;
       if (s->speculates && !s->acceptance.observe(acc.n_accepted, limits_.break_even)) {
@@ -285,7 +302,7 @@ void Scheduler::postprocess(const StepPlan& plan, const std::vector<int32_t>& sa
     }
     s->rolled_back = false;
     // The emitted tokens one at a time, with exactly the checks a step per token would make.
-    const int32_t first_position = start + p.n_new - p.n_logit_rows();
+    const int32_t first_position = start + p.step.n_new - p.n_logit_rows();
     bool ended = false;
     for (size_t i = 0; i < acc.emitted.size() && !ended; ++i) {
       const int32_t id = acc.emitted[i];

@@ -36,22 +36,28 @@
 
 namespace rill::engine {
 
+// One sequence's part of a step. `step` is what the model runs for it (start_pos, n_new, state slot, block
+// table, logits rows, in-step KDA snapshots), filled when the sequence is scheduled; `token_ids` are the ids it
+// feeds (its own, then its drafts). The rest is the engine's own.
 struct ScheduledSeq {
   Sequence* seq = nullptr;
-  int32_t n_new = 0;
+  model::SequenceStep step;
+  std::vector<int32_t> token_ids;  // step.n_new ids: seq->tokens from step.start_pos, then the drafts
   bool samples = false;  // this chunk reaches the end of the sequence: sample a token from its logits
-  // Prefix caching: KDA snapshots the step takes inside this chunk (into staging slots), committed after it.
-  std::vector<model::KdaSnapshotRequest> kda_snapshots;
-  // Speculative decoding: draft tokens fed after the sequence's own (the last of n_new); logits come from
-  // its last 1 + drafts.size() positions.
-  std::vector<int32_t> drafts;
-  int n_logit_rows() const { return samples ? 1 + int(drafts.size()) : 0; }
+  // Speculative decoding: draft tokens fed after the sequence's own (the last n_drafts of token_ids); logits
+  // come from its last 1 + n_drafts positions.
+  int n_drafts = 0;
+  std::span<const int32_t> drafts() const {
+    return std::span<const int32_t>(token_ids).last(size_t(n_drafts));
+  }
+  int n_logit_rows() const { return step.n_logit_rows(); }
 };
 
 struct StepPlan {
   std::vector<ScheduledSeq> seqs;
   bool empty() const { return seqs.empty(); }
-  model::StepBatch to_batch() const;
+  // The step as the executor takes it: every sequence's ids, one after another, and its SequenceStep.
+  model::StepBatch batch() const;
 };
 
 struct SchedulerLimits {

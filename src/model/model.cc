@@ -159,8 +159,11 @@ Status Model::reserve_workspace(const StepLimits& limits) {
       // validates its arguments as a launch would, and an empty view there (wrong dtype) once made CUDA's MLA
       // plan 0 bytes, so a replayed verify graph overran the workspace.
       const ModelCaches none = null_caches(block);
+      backend::BatchLayoutHost layout;
+      RILL_TRY(worst.to_layout(block, &layout));
+      layout.count_only_plan = count_only;  // without fixed inputs: what a graph's step takes
       TensorView logits;
-      Status st = upload_inputs(planner, worst, none, measure, nullptr, count_only);
+      Status st = upload_inputs(planner, worst, layout, none, measure, nullptr);
       if (st.ok()) st = launch(planner, none, measure, &logits);
       prepared_ = false;
       RILL_TRY(st);
@@ -179,13 +182,16 @@ Status Model::reserve_workspace(const StepLimits& limits) {
 }
 
 Result<TensorView> Model::forward(const StepBatch& batch, const ModelCaches& caches) {
-  RILL_TRY(prepare(batch, caches));
-  return run_prepared(caches);
+  RILL_TRY(check_step(batch, caches));
+  backend::BatchLayoutHost layout;
+  RILL_TRY(batch.to_layout(caches.block_size, &layout));
+  RILL_TRY(prepare(batch, layout, caches));
+  Result<TensorView> logits = run_prepared(caches);
+  prepared_ = false;  // the layout it was prepared with ends here
+  return logits;
 }
 
-Status Model::prepare(const StepBatch& batch, const ModelCaches& caches, const FixedInputs* fixed) {
-  prepared_ = false;
-  if (workspace_.size() == 0) return internal_error("forward before reserve_workspace");
+Status Model::check_step(const StepBatch& batch, const ModelCaches& caches) const {
   if (batch.n_tokens() > limits_.max_tokens || int(batch.seqs.size()) > limits_.max_seqs ||
       batch.n_logit_rows() > limits_.max_logit_rows)
     return invalid_argument("step of {} tokens / {} sequences / {} logits rows exceeds the workspace limits "
@@ -204,8 +210,20 @@ Status Model::prepare(const StepBatch& batch, const ModelCaches& caches, const F
     if (!s.kda_snapshots.empty() && !be_->kda_snapshots_in_step())
       return invalid_argument("the {} backend cannot take KDA snapshots inside a step", be_->name());
   }
+  return {};
+}
+
+Status Model::prepare(const StepBatch& batch, const backend::BatchLayoutHost& layout, const ModelCaches& caches,
+                      const FixedInputs* fixed) {
+  prepared_ = false;
+  if (workspace_.size() == 0) return internal_error("forward before reserve_workspace");
+  if (layout.n_seqs() != int(batch.seqs.size()) || layout.n_tokens() != batch.n_tokens())
+    return internal_error("prepare: a layout of {} sequences / {} tokens for a step of {} / {}", layout.n_seqs(),
+                          layout.n_tokens(), batch.seqs.size(), batch.n_tokens());
+  if (fixed && !layout.count_only_plan)
+    return internal_error("prepare: fixed inputs need a layout planned from the counts only");
   arena_.reset();
-  RILL_TRY(upload_inputs(*be_, batch, caches, arena_, fixed));
+  RILL_TRY(upload_inputs(*be_, batch, layout, caches, arena_, fixed));
   prepared_ = true;
   return {};
 }
@@ -217,17 +235,13 @@ Result<TensorView> Model::run_prepared(const ModelCaches& caches) {
   return logits;
 }
 
-Status Model::upload_inputs(backend::Backend& be, const StepBatch& batch, const ModelCaches& caches, Arena& ws,
-                            const FixedInputs* fixed, bool count_only) {
-  RILL_TRY(batch.to_layout(caches.block_size, &layout_host_));
-  layout_host_.count_only_plan = count_only;
-  if (fixed) {
-    layout_host_.count_only_plan = true;
-    RILL_TRY(be.upload_layout_fixed(layout_host_, caches.block_size, fixed->block_table_stride, fixed->layout,
+Status Model::upload_inputs(backend::Backend& be, const StepBatch& batch, const backend::BatchLayoutHost& layout,
+                            const ModelCaches& caches, Arena& ws, const FixedInputs* fixed) {
+  if (fixed)
+    RILL_TRY(be.upload_layout_fixed(layout, caches.block_size, fixed->block_table_stride, fixed->layout,
                                     fixed->layout_bytes, &layout_));
-  } else {
-    RILL_TRY(be.upload_layout(layout_host_, caches.block_size, &layout_));
-  }
+  else
+    RILL_TRY(be.upload_layout(layout, caches.block_size, &layout_));
   const int64_t T = batch.n_tokens();
   const std::vector<int32_t> rows_host = batch.logit_token_rows();
   ids_ = ws.alloc(DType::I32, {T});

@@ -63,8 +63,13 @@ class Model {
   const StepLimits& limits() const { return limits_; }
 
   // Runs one step and returns the F32 logits [batch.n_logit_rows(), vocab] in device memory, valid until the
-  // next call. Every token id must be inside the vocabulary. prepare() then run_prepared().
+  // next call. Every token id must be inside the vocabulary. For tests and tools: check_step, the batch's
+  // layout (StepBatch::to_layout), prepare(), then run_prepared() — the runner does these steps itself.
   Result<TensorView> forward(const StepBatch& batch, const ModelCaches& caches);
+
+  // Whether this model can run `batch` on `caches`: within the workspace limits, token ids inside the
+  // vocabulary, state and snapshot slots inside the caches, in-step snapshots only where the backend takes them.
+  Status check_step(const StepBatch& batch, const ModelCaches& caches) const;
 
   // Where a graphed step's inputs live: the layout in runner-owned device memory at count-only offsets
   // (Backend::upload_layout_fixed), planned from the counts only (BatchLayoutHost::count_only_plan).
@@ -73,9 +78,12 @@ class Model {
     size_t layout_bytes = 0;
     int block_table_stride = 0;
   };
-  // The host half of a step: validates the batch and copies its inputs (layout, token ids, logits rows) to the
-  // device. With `fixed`, a step of the same counts puts every input at the same address.
-  Status prepare(const StepBatch& batch, const ModelCaches& caches, const FixedInputs* fixed = nullptr);
+  // The host half of a step: copies its inputs (the layout, token ids, logits rows) to the device. `layout` is
+  // `batch`'s (StepBatch::to_layout, after check_step), built by the caller, who keeps it alive and unchanged
+  // until the step's last run_prepared(). With `fixed` (the layout then plans from the counts only), a step of
+  // the same counts puts every input at the same address.
+  Status prepare(const StepBatch& batch, const backend::BatchLayoutHost& layout, const ModelCaches& caches,
+                 const FixedInputs* fixed = nullptr);
   // The device half of the prepared step: kernel launches only (capturable into a graph); returns the logits.
   // Running it again for the same prepare issues the same work on the same buffers.
   Result<TensorView> run_prepared(const ModelCaches& caches);
@@ -120,18 +128,15 @@ class Model {
   // Caches of the right dtypes and shapes that hold no memory (the workspace's planning passes).
   ModelCaches null_caches(int block_size) const;
   // On `be`: the model's backend, or for reserve_workspace's passes a planner for it (WorkspacePlanner).
-  // `count_only`: plan from the counts only (BatchLayoutHost::count_only_plan) without fixed inputs: the
-  // planning passes measuring what a graph's step takes.
-  Status upload_inputs(backend::Backend& be, const StepBatch& batch, const ModelCaches& caches, Arena& ws,
-                       const FixedInputs* fixed, bool count_only = false);
+  Status upload_inputs(backend::Backend& be, const StepBatch& batch, const backend::BatchLayoutHost& layout,
+                       const ModelCaches& caches, Arena& ws, const FixedInputs* fixed);
   Status launch(backend::Backend& be, const ModelCaches& caches, Arena& ws, TensorView* logits);
 
   StepLimits limits_;
   TapRecorder* taps_ = nullptr;
   backend::DeviceAllocation workspace_;
   Arena arena_;
-  backend::BatchLayoutHost layout_host_;
-  backend::BatchLayout layout_;
+  backend::BatchLayout layout_;  // the prepared step's, on the device; its `host` is the caller's layout
   // The prepared step: its token ids and logits rows (device), and the workspace mark after them.
   TensorView ids_, rows_;
   TensorView iota_;  // 0, 1, ..., rows - 1 (placing gathered vocabulary parts, tensor parallelism only)

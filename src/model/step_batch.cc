@@ -68,13 +68,11 @@ Status StepBatch::to_layout(int block_size, backend::BatchLayoutHost* out) const
     }
     l.seq_token_start.push_back(l.seq_token_start.back() + q.n_new);
   }
-  l.kda_snap_start.push_back(0);
+  backend::KdaSnapshotsHost& snaps = l.kda_snapshots;
+  snaps.seq_begin.push_back(0);
   for (const SequenceStep& q : seqs) {
-    for (const KdaSnapshotRequest& r : q.kda_snapshots) {
-      l.kda_snap_pos.push_back(r.pos);
-      l.kda_snap_slot.push_back(r.slot);
-    }
-    l.kda_snap_start.push_back(int32_t(l.kda_snap_pos.size()));
+    snaps.requests.insert(snaps.requests.end(), q.kda_snapshots.begin(), q.kda_snapshots.end());
+    snaps.seq_begin.push_back(int32_t(snaps.requests.size()));
   }
   return {};
 }

@@ -19,12 +19,8 @@ enum class LogitsNeeded : uint8_t { None, Last, All, LastN };
 // it from a step's start.
 inline constexpr int32_t kKdaChunk = 64;
 
-// Save the KDA state and conv window as they are right after position `pos` (exclusive end of the tokens
-// folded in) into state slot `slot`: prefix caching's snapshots, taken inside a prefill step.
-struct KdaSnapshotRequest {
-  int32_t pos = 0;
-  int32_t slot = 0;
-};
+// Prefix caching's in-step snapshots: one concept, defined where the kernels read it.
+using backend::KdaSnapshotRequest;
 
 struct SequenceStep {
   int32_t start_pos = 0;  // tokens of this sequence already in the caches
@@ -57,7 +53,8 @@ struct StepBatch {
 
   int n_tokens() const { return int(token_ids.size()); }
   int n_logit_rows() const;
-  // Checks counts against the token list and each block table against its context; fills the host layout.
+  // Checks counts against the token list, each block table against its context and the snapshot requests
+  // against the step; fills the host layout (the runner, once per step).
   Status to_layout(int block_size, backend::BatchLayoutHost* out) const;
   // The token index (row of the step's hidden states) of each logits row, in sequence order.
   std::vector<int32_t> logit_token_rows() const;

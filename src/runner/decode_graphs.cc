@@ -69,8 +69,10 @@ Result<TensorView> DecodeGraphs::run(model::Model& m, const model::ModelCaches& 
     padded.seqs.push_back(std::move(pad));
     padded.token_ids.insert(padded.token_ids.end(), size_t(q), 0);
   }
+  RILL_TRY(padded.to_layout(caches.block_size, &layout_host_));
+  layout_host_.count_only_plan = true;  // a replay must be right for any context of these counts
   const model::Model::FixedInputs fixed{layout_.data(), layout_.size(), block_table_stride_};
-  RILL_TRY(m.prepare(padded, caches, &fixed));
+  RILL_TRY(m.prepare(padded, layout_host_, caches, &fixed));
   const int64_t rows = int64_t(batch.seqs.size()) * q;  // the padding sequences' rows come after
   if (!capture_) {
     RILL_ASSIGN_OR_RETURN(TensorView logits, m.run_prepared(caches));

@@ -42,7 +42,8 @@ class DecodeGraphs {
 
   // The bucket `batch` replays from, or 0 when it must run eagerly.
   int bucket(const model::Model& m, const model::StepBatch& batch) const;
-  // Runs `batch` (bucket(m, batch) > 0) padded to its bucket; the logits of its own rows, [rows, vocab].
+  // Runs `batch` (bucket(m, batch) > 0, Model::check_step passed) padded to its bucket, whose layout it builds
+  // (StepBatch::to_layout); the logits of its own rows, [rows, vocab].
   Result<TensorView> run(model::Model& m, const model::ModelCaches& caches, const model::StepBatch& batch);
 
   int captured() const { return int(graphs_.size()); }
@@ -69,6 +70,7 @@ class DecodeGraphs {
   bool capture_ = true;
   int block_table_stride_ = 0;
   backend::DeviceAllocation layout_;
+  backend::BatchLayoutHost layout_host_;  // the padded step's, alive through its launches
   uint64_t replays_ = 0, steps_ = 0;
 };
 

@@ -201,8 +201,12 @@ Result<TensorView> ModelRunner::forward(const model::StepBatch& batch, const cac
   tier_seconds_ = 0;
   RILL_TRY(apply_cache_ops(model_->backend(), caches_, ops, &host_, &tier_seconds_, disk_.get()));
   if (batch.seqs.empty()) return TensorView{};
+  // The step is checked here and laid out once: padded to its bucket by the graphs, else as it is.
+  RILL_TRY(model_->check_step(batch, caches_));
   if (graphs_ && graphs_->bucket(*model_, batch) > 0) return graphs_->run(*model_, caches_, batch);
-  return model_->forward(batch, caches_);
+  RILL_TRY(batch.to_layout(caches_.block_size, &layout_));
+  RILL_TRY(model_->prepare(batch, layout_, caches_));
+  return model_->run_prepared(caches_);
 }
 
 Result<StepOutput> ModelRunner::execute(const model::StepBatch& batch, const SamplingBatch& sampling,

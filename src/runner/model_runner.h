@@ -121,6 +121,7 @@ class ModelRunner {
   cache::MemoryPlan plan_;
   cache::PrefixCacheOptions prefix_;
   model::ModelCaches caches_;
+  backend::BatchLayoutHost layout_;  // the step's layout (eager steps; the graphs lay out their padded ones)
   HostTier host_;
   std::unique_ptr<DiskTier> disk_;
   double tier_seconds_ = 0;  // host time in the host tier's copies of the last step

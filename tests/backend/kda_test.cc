@@ -305,6 +305,20 @@ TEST(KdaCuda, PrepareMatchesCpu) {
   check_prepare(h, 2, Gate::Bounded, {{40, 1, 0}}, 1);
 }
 
+// Prefix caching's in-step snapshots: the prepare writes each request's conv window (the K-1 pre-conv rows
+// before its position) into the request's slot, as the CPU does (check_prepare compares every slot's window
+// bit for bit). Requests at tile edges and inside tiles, after a cached prefix, two sequences in one tile's
+// reach, real head counts (several conv CTAs per tile).
+TEST(KdaCuda, PrepareSnapshotWindowsMatchCpu) {
+  OpHarness h(kTested);
+  RILL_REQUIRE_BACKEND(h);
+  const std::vector<Seq> seqs = {{0, 300, 0, {{64, 4}, {128, 5}, {256, 6}}},
+                                 {3, 1, 1},
+                                 {37, 130, 2, {{101, 7}, {165, 8}}},
+                                 {10, 70, 3, {{74, 9}}}};
+  for (int heads : {2, 32}) check_prepare(h, heads, Gate::Softplus, seqs, 11);
+}
+
 // --- kda_attention ---
 
 TEST(KdaCuda, AttentionSingleSequenceFreshThenContinued) {

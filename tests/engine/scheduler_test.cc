@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "engine/scheduler.h"
+#include "engine/spec/drafter.h"
 #include "model/fixture.h"
 
 namespace rill::engine {
@@ -12,10 +13,11 @@ struct Fixture {
   std::unique_ptr<backend::Backend> be = backend::make_cpu_backend();
   model::ModelConfig cfg = *model::ModelConfig::load(testing::data_dir() / "kimi_linear_tiny_a");
   std::unique_ptr<cache::CacheManager> caches;
-  Fixture(int slots, int blocks, int snapshot_interval = 0) {
+  Fixture(int slots, int blocks, int snapshot_interval = 0, bool checkpoints = false) {
     cache::MemoryPlan p;
     p.n_slots = slots;
     p.n_blocks = blocks;
+    p.n_checkpoints = checkpoints ? slots : 0;
     cache::PrefixCacheOptions prefix;
     prefix.enabled = snapshot_interval > 0;
     prefix.snapshot_interval = snapshot_interval;
@@ -46,23 +48,23 @@ TEST(Scheduler, DecodeFirstThenPrefillUnderTheBudget) {
   s.add(seq(1, 30));
   StepPlan p = s.schedule();
   ASSERT_EQ(p.seqs.size(), 1u);
-  EXPECT_EQ(p.seqs[0].n_new, 30);
+  EXPECT_EQ(p.seqs[0].step.n_new, 30);
   EXPECT_TRUE(p.seqs[0].samples);
   s.postprocess(p, ones(p));
   s.add(seq(2, 100));
   p = s.schedule();  // seq 1 decodes (1 token), seq 2 gets the remaining 49 of the budget
   ASSERT_EQ(p.seqs.size(), 2u);
   EXPECT_EQ(p.seqs[0].seq->id, 1u);
-  EXPECT_EQ(p.seqs[0].n_new, 1);
-  EXPECT_EQ(p.seqs[1].n_new, 49);
+  EXPECT_EQ(p.seqs[0].step.n_new, 1);
+  EXPECT_EQ(p.seqs[1].step.n_new, 49);
   EXPECT_FALSE(p.seqs[1].samples);
   s.postprocess(p, ones(p));
   p = s.schedule();
-  EXPECT_EQ(p.seqs[1].n_new, 49);
+  EXPECT_EQ(p.seqs[1].step.n_new, 49);
   EXPECT_FALSE(p.seqs[1].samples);
   s.postprocess(p, ones(p));
   p = s.schedule();
-  EXPECT_EQ(p.seqs[1].n_new, 2);  // 100 = 49 + 49 + 2
+  EXPECT_EQ(p.seqs[1].step.n_new, 2);  // 100 = 49 + 49 + 2
   EXPECT_TRUE(p.seqs[1].samples);
 }
 
@@ -174,7 +176,7 @@ TEST(Scheduler, PrefixCachingCutsChunksAtSnapshotsAndResumesFromThem) {
     std::vector<int> starts, sizes;
     for (StepPlan p = s.schedule(); !p.empty(); p = s.schedule()) {
       starts.push_back(p.seqs[0].seq->n_computed);
-      sizes.push_back(p.seqs[0].n_new);
+      sizes.push_back(p.seqs[0].step.n_new);
       s.postprocess(p, ones(p));
     }
     EXPECT_EQ(s.take_finished().size(), 1u);
@@ -191,6 +193,68 @@ TEST(Scheduler, PrefixCachingCutsChunksAtSnapshotsAndResumesFromThem) {
   EXPECT_EQ(s.prefix_hits(), 256u);
   EXPECT_EQ(f.caches->blocks_in_use(), 0);
   EXPECT_EQ(f.caches->slots().used_count(), 0);
+}
+
+// Proposes `drafts` after any context.
+struct FixedDrafter : spec::Drafter {
+  std::vector<int32_t> drafts;
+  std::vector<int32_t> propose(std::span<const int32_t>, int max_tokens) const override {
+    return {drafts.begin(), drafts.begin() + std::min<ptrdiff_t>(max_tokens, ptrdiff_t(drafts.size()))};
+  }
+};
+
+// The model's description of each sequence's part of the step, as the scheduler fills it: its next tokens (then
+// its drafts), its position, slot and blocks after the step's growth, and the logits rows it samples from.
+TEST(Scheduler, TheStepDescribesEverySequenceAsScheduled) {
+  Fixture f(4, 64, 0, /*checkpoints=*/true);
+  FixedDrafter drafter;
+  drafter.drafts = {7, 8, 9};
+  SchedulerLimits lim{4, 200, 4096, true, /*num_speculative_tokens=*/2};
+  lim.break_even.min_steps = 1 << 20;  // keep speculating whatever is accepted
+  Scheduler s(*f.caches, lim, {2}, &drafter);
+  auto decoding = seq(1, 63);
+  for (size_t i = 0; i < decoding->tokens.size(); ++i) decoding->tokens[i] = int32_t(100 + i);
+  decoding->speculates = true;
+  s.add(std::move(decoding));
+  StepPlan p = s.schedule();  // its whole prompt
+  s.postprocess(p, ones(p));
+  auto prefilling = seq(2, 300);
+  for (size_t i = 0; i < prefilling->tokens.size(); ++i) prefilling->tokens[i] = int32_t(1000 + i);
+  s.add(std::move(prefilling));
+  p = s.schedule();  // sequence 1: its sampled token and two drafts; sequence 2: a prefill chunk
+  ASSERT_EQ(p.seqs.size(), 2u);
+  const model::StepBatch b = p.batch();
+  ASSERT_EQ(b.seqs.size(), 2u);
+
+  const ScheduledSeq& verify = p.seqs[0];
+  const Sequence& one = *verify.seq;
+  EXPECT_EQ(one.id, 1u);
+  EXPECT_EQ(verify.token_ids, (std::vector<int32_t>{3, 7, 8}));  // sampled (ones()), then the drafts
+  EXPECT_EQ(std::vector<int32_t>(verify.drafts().begin(), verify.drafts().end()), (std::vector<int32_t>{7, 8}));
+  EXPECT_EQ(b.seqs[0].start_pos, 63);
+  EXPECT_EQ(b.seqs[0].n_new, 3);
+  EXPECT_EQ(b.seqs[0].state_slot, one.cache.slot);
+  EXPECT_EQ(b.seqs[0].block_table, one.cache.blocks);  // grown to position 66: two blocks
+  EXPECT_EQ(b.seqs[0].block_table.size(), 2u);
+  EXPECT_EQ(b.seqs[0].logits, model::LogitsNeeded::LastN);
+  EXPECT_EQ(b.seqs[0].n_logit_rows(), 3);
+
+  const Sequence& two = *p.seqs[1].seq;
+  EXPECT_EQ(two.id, 2u);
+  const int n = b.seqs[1].n_new;
+  EXPECT_EQ(n, 200 - 3);  // the rest of the budget
+  EXPECT_EQ(b.seqs[1].start_pos, 0);
+  EXPECT_EQ(b.seqs[1].state_slot, two.cache.slot);
+  EXPECT_EQ(b.seqs[1].block_table, two.cache.blocks);
+  EXPECT_EQ(b.seqs[1].logits, model::LogitsNeeded::None);
+  EXPECT_FALSE(p.seqs[1].samples);
+  EXPECT_TRUE(p.seqs[1].drafts().empty());
+
+  std::vector<int32_t> ids = verify.token_ids;
+  ids.insert(ids.end(), two.tokens.begin(), two.tokens.begin() + n);
+  EXPECT_EQ(b.token_ids, ids);
+  EXPECT_EQ(b.n_logit_rows(), 3);
+  s.finish_all(FinishReason::Cancelled);
 }
 
 }  // namespace

@@ -74,11 +74,9 @@ Status CpuBackend::upload_layout(const BatchLayoutHost& host, int block_size, Ba
   l.block_tables = host.block_tables.data();
   l.token_seq = host.token_seq.data();
   l.token_pos = host.token_pos.data();
-  if (!host.kda_snap_pos.empty()) {
-    l.kda_snap_start = host.kda_snap_start.data();
-    l.kda_snap_pos = host.kda_snap_pos.data();
-    l.kda_snap_slot = host.kda_snap_slot.data();
-  }
+  if (!host.kda_snapshots.empty())
+    l.kda_snapshots = {host.kda_snapshots.seq_begin.data(), host.kda_snapshots.requests.data(),
+                       int(host.kda_snapshots.requests.size())};
   return {};
 }
 

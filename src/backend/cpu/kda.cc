@@ -37,6 +37,15 @@ void conv_sequence(const KdaPrepareArgs& a, int s, std::vector<float>& window) {
     }
   }
   std::memcpy(state, &window[size_t(n * C)], size_t((K - 1) * C) * sizeof(float));
+  // In-step snapshots (prefix caching): the window after position pos is the K-1 inputs before it, window
+  // rows [rel, rel + K-1) with rel the step's inputs folded in by then — as the step's end above (rel = n).
+  const KdaSnapshots& snaps = l.kda_snapshots;
+  if (snaps.n == 0) return;
+  for (int j = snaps.seq_begin[s]; j < snaps.seq_begin[s + 1]; ++j) {
+    const int64_t rel = snaps.requests[j].pos - l.seq_start_pos[s];
+    float* snap = a.conv_state.ptr<float>() + int64_t(snaps.requests[j].slot) * a.conv_state.stride(0);
+    std::memcpy(snap, &window[size_t(rel * C)], size_t((K - 1) * C) * sizeof(float));
+  }
 }
 
 }  // namespace
@@ -48,6 +57,9 @@ Status CpuBackend::kda_prepare_impl(const KdaPrepareArgs& a) {
     if (slot < 0 || slot >= a.conv_state.size(0))
       return internal_error("kda_prepare: state slot {} outside [0, {})", slot, a.conv_state.size(0));
   }
+  for (int j = 0; j < l.kda_snapshots.n; ++j)
+    if (const int32_t slot = l.kda_snapshots.requests[j].slot; slot < 0 || slot >= a.conv_state.size(0))
+      return internal_error("kda_prepare: snapshot slot {} outside [0, {})", slot, a.conv_state.size(0));
   cpu::pool().parallel_for(l.n_seqs, 1, [&](int64_t b, int64_t e) {
     std::vector<float> window;
     for (int64_t s = b; s < e; ++s) conv_sequence(a, int(s), window);
@@ -125,10 +137,11 @@ Status CpuBackend::kda_attention_impl(const KdaAttentionArgs& a) {
   for (int s = 0; s < l.n_seqs; ++s)
     if (l.seq_state_slot[s] < 0 || l.seq_state_slot[s] >= a.state.size(0))
       return internal_error("kda_attention: state slot {} outside [0, {})", l.seq_state_slot[s], a.state.size(0));
-  if (l.host)
-    for (int32_t slot : l.host->kda_snap_slot)
-      if (slot < 0 || slot >= a.state.size(0))
-        return internal_error("kda_attention: snapshot slot {} outside [0, {})", slot, a.state.size(0));
+  const KdaSnapshots& snaps = l.kda_snapshots;
+  for (int j = 0; j < snaps.n; ++j)
+    if (snaps.requests[j].slot < 0 || snaps.requests[j].slot >= a.state.size(0))
+      return internal_error("kda_attention: snapshot slot {} outside [0, {})", snaps.requests[j].slot,
+                            a.state.size(0));
   cpu::pool().parallel_for(int64_t(l.n_seqs) * Hk, 1, [&](int64_t b, int64_t e) {
     for (int64_t job = b; job < e; ++job) {
       const int s = int(job / Hk);
@@ -147,16 +160,13 @@ Status CpuBackend::kda_attention_impl(const KdaAttentionArgs& a) {
         beta[i] = a.beta.ptr<float>()[t * a.beta.stride(0) + h];
       }
       // Snapshots asked for inside the step (prefix caching): copy S out as the recurrence passes them.
-      const BatchLayoutHost* host = l.host;
-      const bool snaps = host && !host->kda_snap_start.empty();
-      int j = snaps ? host->kda_snap_start[size_t(s)] : 0;
-      const int j_end = snaps ? host->kda_snap_start[size_t(s) + 1] : 0;
+      int j = snaps.n > 0 ? snaps.seq_begin[s] : 0;
+      const int j_end = snaps.n > 0 ? snaps.seq_begin[s + 1] : 0;
       std::vector<float> scratch(static_cast<size_t>(d));
       for (int i = 0; i < n; ++i) {
         recurrent_step(S, &q[i * d], &k[i * d], &v[i * d], &g[i * d], beta[i], d, &o[i * d], scratch.data());
-        for (; j < j_end && host->kda_snap_pos[size_t(j)] - l.seq_start_pos[s] == i + 1; ++j) {
-          float* dst =
-              a.state.ptr<float>() + host->kda_snap_slot[size_t(j)] * a.state.stride(0) + h * a.state.stride(1);
+        for (; j < j_end && snaps.requests[j].pos - l.seq_start_pos[s] == i + 1; ++j) {
+          float* dst = a.state.ptr<float>() + snaps.requests[j].slot * a.state.stride(0) + h * a.state.stride(1);
           std::copy(S, S + d * d, dst);
         }
       }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <thread>
 #include <vector>
 
@@ -403,17 +404,17 @@ Status CudaBackend::upload_layout(const backend::BatchLayoutHost& host, int bloc
                                   backend::BatchLayout* out) {
   backend::BatchLayout& l = *out;
   l = backend::layout_scalars(host, block_size);
-  // The snapshot arrays travel only when the step asks for snapshots (their pointers stay null otherwise).
-  const bool snaps = !host.kda_snap_pos.empty();
   const std::vector<int32_t>* arrays[] = {&host.seq_token_start, &host.seq_start_pos, &host.seq_state_slot,
-                                          &host.block_tables,    &host.token_seq,     &host.token_pos,
-                                          &host.kda_snap_start,  &host.kda_snap_pos,  &host.kda_snap_slot};
+                                          &host.block_tables,    &host.token_seq,     &host.token_pos};
   const int32_t** fields[] = {&l.seq_token_start, &l.seq_start_pos, &l.seq_state_slot,
-                              &l.block_tables,    &l.token_seq,     &l.token_pos,
-                              &l.kda_snap_start,  &l.kda_snap_pos,  &l.kda_snap_slot};
-  const size_t n_arrays = snaps ? 9 : 6;
+                              &l.block_tables,    &l.token_seq,     &l.token_pos};
+  // The snapshot requests travel only when the step asks for snapshots (their pointers stay null otherwise).
+  const backend::KdaSnapshotsHost& snaps = host.kda_snapshots;
+  const size_t snap_begin_bytes = snaps.seq_begin.size() * sizeof(int32_t),
+               snap_bytes = snaps.requests.size() * sizeof(backend::KdaSnapshotRequest);
   size_t total = 0;
-  for (size_t i = 0; i < n_arrays; ++i) total += align256(arrays[i]->size() * 4);
+  for (const auto* a : arrays) total += align256(a->size() * sizeof(int32_t));
+  if (!snaps.empty()) total += align256(snap_begin_bytes) + align256(snap_bytes);
   if (total > layout_cap_) {
     if (layout_dev_) {
       RILL_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));  // the old buffer may still be read
@@ -423,10 +424,21 @@ Status CudaBackend::upload_layout(const backend::BatchLayoutHost& host, int bloc
     RILL_CUDA_CHECK(cudaMalloc(&layout_dev_, layout_cap_));
   }
   char* p = static_cast<char*>(layout_dev_);
-  for (size_t i = 0; i < n_arrays; ++i) {
-    RILL_TRY(stage(arrays[i]->data(), arrays[i]->size() * 4, p));
+  const auto place = [&](const void* src, size_t bytes) -> Status {
+    RILL_TRY(stage(src, bytes, p));
+    p += align256(bytes);
+    return {};
+  };
+  for (size_t i = 0; i < std::size(arrays); ++i) {
     *fields[i] = reinterpret_cast<const int32_t*>(p);
-    p += align256(arrays[i]->size() * 4);
+    RILL_TRY(place(arrays[i]->data(), arrays[i]->size() * sizeof(int32_t)));
+  }
+  if (!snaps.empty()) {
+    l.kda_snapshots.seq_begin = reinterpret_cast<const int32_t*>(p);
+    RILL_TRY(place(snaps.seq_begin.data(), snap_begin_bytes));
+    l.kda_snapshots.requests = reinterpret_cast<const backend::KdaSnapshotRequest*>(p);
+    RILL_TRY(place(snaps.requests.data(), snap_bytes));
+    l.kda_snapshots.n = int(snaps.requests.size());
   }
   return {};
 }
@@ -434,7 +446,7 @@ Status CudaBackend::upload_layout(const backend::BatchLayoutHost& host, int bloc
 Status CudaBackend::upload_layout_fixed(const backend::BatchLayoutHost& host, int block_size,
                                         int block_table_stride, void* dst, size_t bytes,
                                         backend::BatchLayout* out) {
-  if (!host.kda_snap_pos.empty())
+  if (!host.kda_snapshots.empty())
     return internal_error("upload_layout_fixed: a step with KDA snapshots has no fixed layout");
   if (block_table_stride < host.max_blocks_per_seq)
     return internal_error("upload_layout_fixed: block table stride {} below the layout's {} blocks",

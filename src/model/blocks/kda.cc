@@ -33,28 +33,6 @@ void declare_kda_weights(WeightTable& t, const std::string& p, const ModelConfig
   t.matrix(p + "o_proj.weight", {H, Pg}, &w.o_proj).split(1, r, tp);  // row-parallel: a partial sum per rank
 }
 
-namespace {
-
-// Prefix caching's in-step snapshots (StepBatch KdaSnapshotRequest): the conv window after position `pos` is
-// the K-1 pre-conv q|k|v rows just before it, all inside this step (pos is at least one 64-token chunk past
-// the step's start), copied into the snapshot slot's window. kda_attention writes the matching state.
-Status save_conv_snapshots(ForwardContext& cx, const ModelConfig& c, TensorView qkv, const LayerCache& cache) {
-  const backend::BatchLayoutHost* host = cx.layout.host;
-  if (!host || host->kda_snap_pos.empty() || cx.be.plans_only()) return {};
-  const int64_t rows = c.kda.conv_kernel - 1, row_bytes = qkv.size(1) * int64_t(dtype_size(qkv.dtype));
-  for (int s = 0; s < host->n_seqs(); ++s)
-    for (int j = host->kda_snap_start[size_t(s)]; j < host->kda_snap_start[size_t(s) + 1]; ++j) {
-      const int64_t end = host->seq_token_start[size_t(s)] + host->kda_snap_pos[size_t(j)] - host->seq_start_pos[size_t(s)];
-      const char* src = static_cast<const char*>(qkv.data) + (end - rows) * qkv.stride(0) * int64_t(dtype_size(qkv.dtype));
-      char* dst = static_cast<char*>(cache.kda_conv.data) +
-                  int64_t(host->kda_snap_slot[size_t(j)]) * cache.kda_conv.stride(0) * int64_t(dtype_size(cache.kda_conv.dtype));
-      RILL_TRY(cx.be.copy_device_to_device(dst, src, size_t(rows * row_bytes)));
-    }
-  return {};
-}
-
-}  // namespace
-
 Status kda_forward(ForwardContext& cx, const ModelConfig& c, const KdaWeights& w, TensorView u,
                    const LayerCache& cache, TensorView out) {
   WorkspaceScope scope(cx.ws);
@@ -81,8 +59,8 @@ Status kda_forward(ForwardContext& cx, const ModelConfig& c, const KdaWeights& w
                              {u, &w.b_proj, braw, &cx.ws},
                              {u, &w.g_a_proj, ga, &cx.ws}}}));
 
-  // A decode step (one token per sequence) runs the rest as one op where the backend fuses it; taps and
-  // in-step snapshots need the separate ops' intermediates.
+  // A decode step (one token per sequence, so no in-step snapshot) runs the rest as one op where the backend
+  // fuses it; taps need the separate ops' intermediates.
   if (cx.layout.max_new_tokens == 1 && cx.layout.n_tokens == cx.layout.n_seqs && !cx.taps) {
     backend::KdaDecodeArgs dec;
     dec.qkv = qkv;
@@ -137,8 +115,7 @@ Status kda_forward(ForwardContext& cx, const ModelConfig& c, const KdaWeights& w
   prep.v = cx.ws.alloc(act, {T, Hk, d});
   prep.g = cx.ws.alloc(DType::F32, {T, Hk, d});
   prep.beta = cx.ws.alloc(DType::F32, {T, Hk});
-  RILL_TRY(be.kda_prepare(prep));
-  RILL_TRY(save_conv_snapshots(cx, c, qkv, cache));
+  RILL_TRY(be.kda_prepare(prep));  // also the conv windows of the step's in-step snapshots
   cx.tap("kda.q", prep.q);
   cx.tap("kda.k", prep.k);
   cx.tap("kda.v", prep.v);

@@ -261,6 +261,55 @@ void check_attention_step(OpHarness& h, States& st, const std::vector<StepSeq>& 
 
 // -------------------------------------------------------------------------------------------- kda_prepare
 
+// kda_prepare's CPU tensors: the inputs (q|k|v, the gate projections, conv weights, the slots' windows, the
+// gate parameters) and NaN-poisoned outputs.
+struct PrepareTensors {
+  BackendTensor qkv, graw, braw, conv_w, windows, a_log, dt_bias;
+  BackendTensor q, k, v, g, beta;
+};
+
+PrepareTensors prepare_tensors(OpHarness& h, int heads, const GateParams& gp, const std::vector<float>& qkv,
+                               const std::vector<float>& graw, const std::vector<float>& braw,
+                               const std::vector<float>& conv_w, const std::vector<float>& windows) {
+  const int64_t P = int64_t(heads) * kD, T = int64_t(qkv.size()) / (3 * P),
+                n_slots = int64_t(windows.size()) / ((kK - 1) * 3 * P);
+  const Shape act{T, heads, kD};
+  return {h.put(h.cpu(), qkv, DType::F32, {T, 3 * P}),
+          h.put(h.cpu(), graw, DType::F32, {T, P}),
+          h.put(h.cpu(), braw, DType::F32, {T, heads}),
+          h.put(h.cpu(), conv_w, DType::F32, {3 * P, kK}),
+          h.put(h.cpu(), windows, DType::F32, {n_slots, kK - 1, 3 * P}),
+          h.put(h.cpu(), gp.a_log, DType::F32, {heads}),
+          h.put(h.cpu(), gp.dt_bias, DType::F32, {P}),
+          h.empty(h.cpu(), DType::F32, act),
+          h.empty(h.cpu(), DType::F32, act),
+          h.empty(h.cpu(), DType::F32, act),
+          h.empty(h.cpu(), DType::F32, act),
+          h.empty(h.cpu(), DType::F32, {T, heads})};
+}
+
+backend::KdaPrepareArgs prepare_args(const PrepareTensors& t, int heads, const GateParams& gp,
+                                     const backend::BatchLayout& l) {
+  backend::KdaPrepareArgs a;
+  a.qkv = t.qkv.view;
+  a.conv_weight = t.conv_w.view;
+  a.conv_state = t.windows.view;
+  a.graw = t.graw.view;
+  a.braw = t.braw.view;
+  a.a_log = t.a_log.view;
+  a.dt_bias = t.dt_bias.view;
+  a.gate_lower_bound = gp.lower_bound;
+  a.n_heads = heads;
+  a.head_dim = kD;
+  a.layout = &l;
+  a.q = t.q.view;
+  a.k = t.k.view;
+  a.v = t.v.view;
+  a.g = t.g.view;
+  a.beta = t.beta.view;
+  return a;
+}
+
 void check_prepare(OpHarness& h, int heads, Gate gate, const std::vector<StepSeq>& seqs, int n_slots) {
   SCOPED_TRACE(::testing::Message() << gate_name(gate) << ", Hk " << heads);
   const model::StepBatch batch = make_step(seqs, 64);
@@ -269,46 +318,19 @@ void check_prepare(OpHarness& h, int heads, Gate gate, const std::vector<StepSeq
   const std::vector<float> qkv = h.randn(T * 3 * P, 1.0f, false), graw = h.randn(T * P, 2.0f, false),
                            braw = h.randn(T * heads, 2.0f, false), conv_w = h.randn(3 * P * kK, 0.5f, false),
                            windows = h.randn(int64_t(n_slots) * (kK - 1) * 3 * P, 1.0f, false);
-  const BackendTensor qkv_t = h.put(h.cpu(), qkv, DType::F32, {T, 3 * P}),
-                      graw_t = h.put(h.cpu(), graw, DType::F32, {T, P}),
-                      braw_t = h.put(h.cpu(), braw, DType::F32, {T, heads}),
-                      conv_t = h.put(h.cpu(), conv_w, DType::F32, {3 * P, kK}),
-                      window_t = h.put(h.cpu(), windows, DType::F32, {n_slots, kK - 1, 3 * P}),
-                      a_log_t = h.put(h.cpu(), gp.a_log, DType::F32, {heads}),
-                      dt_bias_t = h.put(h.cpu(), gp.dt_bias, DType::F32, {P});
-  const Shape act{T, heads, kD};
-  const BackendTensor q = h.empty(h.cpu(), DType::F32, act), k = h.empty(h.cpu(), DType::F32, act),
-                      v = h.empty(h.cpu(), DType::F32, act), g = h.empty(h.cpu(), DType::F32, act),
-                      beta = h.empty(h.cpu(), DType::F32, {T, heads});
+  const PrepareTensors t = prepare_tensors(h, heads, gp, qkv, graw, braw, conv_w, windows);
   const backend::BatchLayout l = cpu_layout(h, batch, 64);
-  backend::KdaPrepareArgs a;
-  a.qkv = qkv_t.view;
-  a.conv_weight = conv_t.view;
-  a.conv_state = window_t.view;
-  a.graw = graw_t.view;
-  a.braw = braw_t.view;
-  a.a_log = a_log_t.view;
-  a.dt_bias = dt_bias_t.view;
-  a.gate_lower_bound = gp.lower_bound;
-  a.n_heads = heads;
-  a.head_dim = kD;
-  a.layout = &l;
-  a.q = q.view;
-  a.k = k.view;
-  a.v = v.view;
-  a.g = g.view;
-  a.beta = beta.view;
-  const Status status = h.cpu().kda_prepare(a);
+  const Status status = h.cpu().kda_prepare(prepare_args(t, heads, gp, l));
   ASSERT_TRUE(status.ok()) << status.message();
 
   const PrepareRef want = prepare_reference(batch, qkv, conv_w, windows, graw, braw, gp, heads);
-  EXPECT_TRUE(elementwise_near(h.get(h.cpu(), q.view), want.q, kPrepareTol, kPrepareFloor)) << "q";
-  EXPECT_TRUE(elementwise_near(h.get(h.cpu(), k.view), want.k, kPrepareTol, kPrepareFloor)) << "k";
-  EXPECT_TRUE(elementwise_near(h.get(h.cpu(), v.view), want.v, kPrepareTol, kPrepareFloor)) << "v";
-  EXPECT_TRUE(elementwise_near(h.get(h.cpu(), g.view), want.g, kPrepareTol, kPrepareFloor)) << "g";
-  EXPECT_TRUE(elementwise_near(h.get(h.cpu(), beta.view), want.beta, kPrepareTol, kPrepareFloor)) << "beta";
+  EXPECT_TRUE(elementwise_near(h.get(h.cpu(), t.q.view), want.q, kPrepareTol, kPrepareFloor)) << "q";
+  EXPECT_TRUE(elementwise_near(h.get(h.cpu(), t.k.view), want.k, kPrepareTol, kPrepareFloor)) << "k";
+  EXPECT_TRUE(elementwise_near(h.get(h.cpu(), t.v.view), want.v, kPrepareTol, kPrepareFloor)) << "v";
+  EXPECT_TRUE(elementwise_near(h.get(h.cpu(), t.g.view), want.g, kPrepareTol, kPrepareFloor)) << "g";
+  EXPECT_TRUE(elementwise_near(h.get(h.cpu(), t.beta.view), want.beta, kPrepareTol, kPrepareFloor)) << "beta";
   // The windows hold copies of pre-conv inputs (or keep their bytes where no sequence uses the slot): exact.
-  const std::vector<float> windows_after = h.get(h.cpu(), window_t.view);
+  const std::vector<float> windows_after = h.get(h.cpu(), t.windows.view);
   EXPECT_EQ(windows_after, std::vector<float>(want.windows.begin(), want.windows.end())) << "conv windows";
 }
 
@@ -321,6 +343,51 @@ TEST(KdaCpu, PrepareFollowsTheConvGatesAndBetaFormulas) {
   for (Gate gate : kGates) check_prepare(h, 2, gate, seqs, 11);
   check_prepare(h, 3, Gate::Softplus, {{0, 200, 0}}, 1);
   check_prepare(h, 1, Gate::Bounded, {{40, 1, 0}}, 1);
+}
+
+// Prefix caching's in-step snapshots: each request's slot gets the window as it is after its position, the K-1
+// pre-conv rows of the step just before it (copied by hand here from qkv), bit for bit; slots no request or
+// sequence names keep their bytes. A request whose slot lies outside the conv state is refused.
+TEST(KdaCpu, PrepareWritesEachSnapshotsConvWindow) {
+  OpHarness h(kCpuOnly);
+  const int heads = 1, n_slots = 8;
+  const int64_t P = int64_t(heads) * kD, C = 3 * P, W = (kK - 1) * C;
+  // Two snapshots in a fresh prefill, one past a cached prefix (position 37 + 64), a decode row beside them.
+  const std::vector<StepSeq> seqs = {{0, 200, 0, {}, {{64, 3}, {192, 4}}}, {5, 1, 2}, {37, 100, 1, {}, {{101, 5}}}};
+  const model::StepBatch batch = make_step(seqs, 64);
+  const int64_t T = batch.n_tokens();
+  const GateParams gp = gate_params(h, heads, Gate::Softplus);
+  const std::vector<float> qkv = h.randn(T * C, 1.0f, false), windows = h.randn(n_slots * W, 1.0f, false);
+  const PrepareTensors t = prepare_tensors(h, heads, gp, qkv, h.randn(T * P, 1.0f, false),
+                                           h.randn(T * heads, 1.0f, false), h.randn(C * kK, 0.5f, false), windows);
+  const backend::BatchLayout l = cpu_layout(h, batch, 64);
+  ASSERT_EQ(l.kda_snapshots.n, 3);
+  const Status st = h.cpu().kda_prepare(prepare_args(t, heads, gp, l));
+  ASSERT_TRUE(st.ok()) << st.message();
+
+  const std::vector<float> after = h.get(h.cpu(), t.windows.view);
+  // The token index of each sequence's first new token, then the rows [end - (K-1), end) of each request.
+  const int64_t seq_row[] = {0, 200, 201};
+  const struct {
+    int seq, pos, slot;
+  } requests[] = {{0, 64, 3}, {0, 192, 4}, {2, 101, 5}};
+  for (const auto& r : requests) {
+    const int64_t end = seq_row[r.seq] + r.pos - seqs[size_t(r.seq)].start_pos;
+    EXPECT_EQ(slice(after, size_t(r.slot * W), size_t(W)), slice(qkv, size_t((end - (kK - 1)) * C), size_t(W)))
+        << "the window of the snapshot after position " << r.pos << " in slot " << r.slot;
+  }
+  for (int slot : {6, 7})
+    EXPECT_EQ(slice(after, size_t(slot * W), size_t(W)), slice(windows, size_t(slot * W), size_t(W)))
+        << "slot " << slot << " is no sequence's and no snapshot's";
+
+  backend::BatchLayoutHost bad;
+  ASSERT_TRUE(batch.to_layout(64, &bad).ok());
+  bad.kda_snapshots.requests[1].slot = n_slots;
+  backend::BatchLayout bad_l;
+  ASSERT_TRUE(h.cpu().upload_layout(bad, 64, &bad_l).ok());
+  const Status refused = h.cpu().kda_prepare(prepare_args(t, heads, gp, bad_l));
+  EXPECT_FALSE(refused.ok());
+  EXPECT_NE(refused.message().find("slot 8"), std::string::npos) << refused.message();
 }
 
 // ------------------------------------------------------------------------------------------ kda_attention

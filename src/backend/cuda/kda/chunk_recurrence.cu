@@ -207,11 +207,11 @@ __global__ void __launch_bounds__(kRecThreads, 1) kda_chunk_recurrence_kernel(co
                   pack_bf16x2(st[mt][nt][2 * hh], st[mt][nt][2 * hh + 1]);
             }
         // Prefix caching asks for the state at some chunk boundaries of the step: it is in registers now.
-        if (io.snap_start) {
+        if (io.snaps) {
           const int end_pos = io.seq_start_pos[s] + c * kChunk + rows;
-          for (int j = io.snap_start[s]; j < io.snap_start[s + 1]; ++j)
-            if (io.snap_pos[j] == end_pos)
-              store_state(st, io.state + int64_t(io.snap_slot[j]) * io.ld_state_slot + int64_t(h) * io.ld_state_head + col0,
+          for (int j = io.snap_begin[s]; j < io.snap_begin[s + 1]; ++j)
+            if (io.snaps[j].pos == end_pos)
+              store_state(st, io.state + int64_t(io.snaps[j].slot) * io.ld_state_slot + int64_t(h) * io.ld_state_head + col0,
                           warp, g, tq);
         }
       }

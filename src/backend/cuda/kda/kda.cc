@@ -139,6 +139,9 @@ Status launch_kda_prepare(const backend::KdaPrepareArgs& a, const CudaContext& c
   p.seq_start_pos = l.seq_start_pos;
   p.seq_state_slot = l.seq_state_slot;
   p.token_seq = l.token_seq;
+  // Backend::kda_prepare checked each request's rows and slot on the host.
+  p.snap_begin = l.kda_snapshots.seq_begin;
+  p.snaps = l.kda_snapshots.requests;
   p.n_tokens = l.n_tokens;
   p.proj = a.n_heads * a.head_dim;
   const int per_block = kPrepThreads * kPrepVec;
@@ -172,17 +175,18 @@ Status launch_kda_attention(const backend::KdaAttentionArgs& a, const CudaContex
   if (!l.host) return invalid_argument("{}: layout has no host description", op);
 
   // Snapshot requests are checked here, on the host: the kernel writes where they point.
-  if (l.kda_snap_pos) {
+  if (l.kda_snapshots.n > 0) {
     const backend::BatchLayoutHost& h = *l.host;
+    const backend::KdaSnapshotsHost& snaps = h.kda_snapshots;
     for (int s = 0; s < h.n_seqs(); ++s)
-      for (int j = h.kda_snap_start[size_t(s)]; j < h.kda_snap_start[size_t(s) + 1]; ++j) {
-        const int rel = h.kda_snap_pos[size_t(j)] - h.seq_start_pos[size_t(s)];
+      for (int j = snaps.seq_begin[size_t(s)]; j < snaps.seq_begin[size_t(s) + 1]; ++j) {
+        const backend::KdaSnapshotRequest& r = snaps.requests[size_t(j)];
+        const int rel = r.pos - h.seq_start_pos[size_t(s)];
         if (rel <= 0 || rel >= h.n_new(s) || rel % kChunk)
           return internal_error("{}: snapshot after position {} is not a chunk boundary inside sequence {}'s step",
-                                op, h.kda_snap_pos[size_t(j)], s);
-        if (h.kda_snap_slot[size_t(j)] < 0 || h.kda_snap_slot[size_t(j)] >= a.state.size(0))
-          return internal_error("{}: snapshot slot {} outside [0, {})", op, h.kda_snap_slot[size_t(j)],
-                                a.state.size(0));
+                                op, r.pos, s);
+        if (r.slot < 0 || r.slot >= a.state.size(0))
+          return internal_error("{}: snapshot slot {} outside [0, {})", op, r.slot, a.state.size(0));
       }
   }
 
@@ -218,9 +222,8 @@ Status launch_kda_attention(const backend::KdaAttentionArgs& a, const CudaContex
   io.seq_token_start = l.seq_token_start;
   io.seq_start_pos = l.seq_start_pos;
   io.seq_state_slot = l.seq_state_slot;
-  io.snap_start = l.kda_snap_start;
-  io.snap_pos = l.kda_snap_pos;
-  io.snap_slot = l.kda_snap_slot;
+  io.snap_begin = l.kda_snapshots.seq_begin;
+  io.snaps = l.kda_snapshots.requests;
   io.n_tokens = l.n_tokens;
   io.n_seqs = l.n_seqs;
   io.n_heads = int(a.q.size(1));

@@ -9,6 +9,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "backend/kda_snapshot.h"
+
 namespace rill::cuda::kda {
 
 // Short conv + SiLU, window update, gate and beta (prepare.cu).
@@ -31,6 +33,10 @@ struct PrepareParams {
   float* beta;  // [T, Hk]
   int64_t ld_beta;
   const int32_t *seq_token_start, *seq_start_pos, *seq_state_slot, *token_seq;
+  // In-step snapshots (prefix caching): sequence s's requests are snaps[j], j in [snap_begin[s],
+  // snap_begin[s + 1]); each gets the K-1 pre-conv rows before its pos as its slot's window. Null: none.
+  const int32_t* snap_begin;
+  const backend::KdaSnapshotRequest* snaps;
   int n_tokens, proj;  // T, P
   int conv_blocks;     // blockIdx.x < conv_blocks: conv CTAs; the rest: gate CTAs
   int bounded_gate;    // 1: K3 lower_bound * sigmoid(...); 0: Kimi Linear -exp(A_log) softplus(...)
@@ -51,8 +57,9 @@ struct AttentionIo {
   int64_t ld_out;
   const int32_t *seq_token_start, *seq_start_pos, *seq_state_slot;
   // In-step snapshots (prefix caching): sequence s also writes its state after absolute position
-  // snap_pos[j] into slot snap_slot[j], j in [snap_start[s], snap_start[s + 1]). Null: none asked for.
-  const int32_t *snap_start, *snap_pos, *snap_slot;
+  // snaps[j].pos into slot snaps[j].slot, j in [snap_begin[s], snap_begin[s + 1]). Null: none asked for.
+  const int32_t* snap_begin;
+  const backend::KdaSnapshotRequest* snaps;
   int n_tokens, n_seqs, n_heads;
   // Sequences with 1 <= n_new <= recurrent_max take the recurrent kernel, the others the chunked path.
   int recurrent_max;

@@ -5,7 +5,8 @@
 // rewritten in the same launch. A token t is therefore *owned* by the tile holding its sequence's first
 // token when i < K-1, else by the tile holding t; owner(t) is non-decreasing, so a tile owns a contiguous
 // token range [f(tile_start), f(tile_end)). The thread that owns a sequence's first token reads the old
-// window (K-1 rows of its 8 channels), then writes the new one; nobody else touches those bytes.
+// window (K-1 rows of its 8 channels), then writes the new one; nobody else touches those bytes. The windows
+// of in-step snapshots (other slots) are written by the tile that owns their last row.
 #include "backend/cuda/common/check.h"
 #include "backend/cuda/common/launch.h"
 #include "backend/cuda/common/pdl.cuh"
@@ -29,6 +30,25 @@ __device__ __forceinline__ int owned_begin(const PrepareParams& p, int x) {
 
 __device__ __forceinline__ float silu_f32(float x) {
   return x / (1.0f + expf(-x));
+}
+
+// Prefix caching's in-step snapshots: the window after a request's position is the K-1 pre-conv rows before
+// it, inside this step (the position is a chunk boundary past the step's start). The tile that owns the last
+// of those rows copies them into the request's slot (16-byte copies: bit-exact, as the step's own window).
+__device__ void snapshot_windows(const PrepareParams& p, int a, int b, int ch) {
+  const int s_last = p.token_seq[b - 1];
+  for (int s = p.token_seq[a]; s <= s_last; ++s) {
+    const int t0 = p.seq_token_start[s];
+    for (int j = p.snap_begin[s]; j < p.snap_begin[s + 1]; ++j) {
+      const int end = t0 + p.snaps[j].pos - p.seq_start_pos[s];  // one past the window's last row
+      if (end - 1 < a || end - 1 >= b) continue;
+      bf16* win = p.conv_state + int64_t(p.snaps[j].slot) * p.ld_cs_slot + ch;
+#pragma unroll
+      for (int r = 0; r < kHist; ++r)
+        *reinterpret_cast<uint4*>(win + int64_t(r) * p.ld_cs_row) =
+            *reinterpret_cast<const uint4*>(p.qkv + int64_t(end - kHist + r) * p.ld_qkv + ch);
+    }
+  }
 }
 
 __device__ void conv_tile(const PrepareParams& p, int tile_start) {
@@ -108,6 +128,7 @@ __device__ void conv_tile(const PrepareParams& p, int tile_start) {
     }
     store8(out + int64_t(t) * ld_out + cw, y);
   }
+  if (p.snaps) snapshot_windows(p, a, b, ch);
 }
 
 __device__ void gate_tile(const PrepareParams& p, int tile_start) {
