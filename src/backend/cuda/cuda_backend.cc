@@ -71,6 +71,8 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::create(int device,
   b->gemm_->set_fp8_native(options.fp8_gemm_native);
   RILL_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&b->ctx_.route_logits),
                              size_t(kGemvMaxRows) * moe::kMaxExperts * sizeof(float)));
+  RILL_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&b->ctx_.gemv_counter), sizeof(unsigned)));
+  RILL_CUDA_CHECK(cudaMemset(b->ctx_.gemv_counter, 0, sizeof(unsigned)));
   RILL_ASSIGN_OR_RETURN(b->moe_grouped_, moe::CublasGroupedGemm::create(moe::kMaxExperts));
   b->ctx_.moe_grouped_gemm = b->moe_grouped_.get();
   // cuDNN's fused attention for MLA prefill: no cuDNN call until a prefill step uses it.
@@ -135,6 +137,7 @@ CudaBackend::~CudaBackend() {
   if (pinned_) cudaFreeHost(pinned_);
   if (layout_dev_) cudaFree(layout_dev_);
   if (ctx_.route_logits) cudaFree(ctx_.route_logits);
+  if (ctx_.gemv_counter) cudaFree(ctx_.gemv_counter);
   if (ctx_.stream) {
     set_stream_pdl(ctx_.stream, true);  // forget the stream: CUDA may hand its handle out again
     cudaStreamDestroy(ctx_.stream);
