@@ -548,6 +548,14 @@ bool CudaBackend::moe_fuses_shared_expert(const backend::MoeExpertsArgs& a) cons
   return ctx_.options.moe_fuse_shared && cuda::moe_fuses_shared_expert(a);
 }
 
+// Decode batches (decode_fusion): the add_rms_norm before a projection folds into its GEMV (gemm/gemv.cuh).
+bool CudaBackend::gemm_group_fuses_norm(const backend::GemmGroupArgs& a) const {
+  return ctx_.options.decode_fusion && gemv_group_fuses_norm(a);
+}
+bool CudaBackend::moe_route_fuses_norm(const backend::MoeRouteArgs& a) const {
+  return cuda::moe_route_fuses_norm(a, ctx_);
+}
+
 size_t CudaBackend::moe_experts_scratch_bytes(const backend::MoeExpertsArgs& a) const {
   return cuda::moe_experts_scratch_bytes(a);
 }
@@ -579,7 +587,7 @@ Status CudaBackend::gemm_impl(const backend::GemmArgs& a) {
 }
 // Decode-sized groups in one GEMV launch; anything else part by part (cuBLASLt or the GEMV).
 Status CudaBackend::gemm_group_impl(const backend::GemmGroupArgs& a) {
-  if (gemv_group_eligible(a)) return launch_gemv_group(a, ctx_.sm_count, ctx_.stream);
+  if (gemv_group_eligible(a)) return launch_gemv_group(a, ctx_);
   for (const backend::GemmArgs& p : a.parts) RILL_TRY(gemm_->run(p, ctx_.stream));
   return {};
 }

@@ -22,6 +22,7 @@
 #include "backend/cuda/common/align.h"
 #include "backend/cuda/common/check.h"
 #include "backend/cuda/gemm/gemv.cuh"
+#include "backend/cuda/norm.h"
 
 namespace rill::cuda {
 namespace gemv {
@@ -77,6 +78,24 @@ GemvPlan plan_gemv_group(const backend::GemmGroupArgs& a, int sm_count) {
   return plan;
 }
 
+size_t attach_norm(GemvPlan& plan, const backend::AddRmsNormArgs& n, unsigned* counter) {
+  GemvNorm& nm = plan.g.norm;
+  nm.residual = static_cast<float*>(n.residual.data);
+  nm.ldr = n.residual.stride(0);
+  nm.delta = static_cast<const __nv_bfloat16*>(n.delta.data);
+  nm.ldd = n.delta.stride(0);
+  nm.weight = n.weight.ptr<const float>();
+  nm.eps = n.eps;
+  nm.out = static_cast<__nv_bfloat16*>(n.out.data);
+  nm.ldo = n.out.stride(0);
+  nm.K = int(n.residual.size(1));
+  nm.threads = norm_row_threads(nm.K, kNormVec);
+  plan.norm = true;
+  plan.g.counter = counter;
+  plan.g.tail_smem = int(gemv_norm_smem(n.residual.size(0), nm.K));
+  return size_t(plan.g.tail_smem);
+}
+
 }  // namespace gemv
 
 using gemv::fp8;
@@ -117,18 +136,47 @@ bool gemv_group_eligible(const backend::GemmGroupArgs& a) {
   return true;
 }
 
-Status launch_gemv_group(const backend::GemmGroupArgs& a, int sm_count, cudaStream_t stream) {
+size_t gemv_norm_smem(int64_t M, int64_t K) {
+  return size_t(M * K * 2 + 15) / 16 * 16;
+}
+
+bool gemv_norm_fusable(const backend::AddRmsNormArgs& n, size_t tail_smem) {
+  const TensorView &r = n.residual, &d = n.delta, &o = n.out;
+  const int64_t M = r.size(0), K = r.size(1);
+  // add_rms_norm's 8-wide path (norm.cu) on an F32 residual, rows inside the kernel's shared memory.
+  return M >= 1 && M <= kGemvMaxRows && r.dtype == DType::F32 && d.dtype == DType::BF16 && o.dtype == DType::BF16 &&
+         K % gemv::kNormVec == 0 && r.stride(0) % 8 == 0 && d.stride(0) % 8 == 0 && o.stride(0) % 8 == 0 &&
+         (K <= 1 || (r.stride(1) == 1 && d.stride(1) == 1 && o.stride(1) == 1)) && aligned16(r.data) &&
+         aligned16(d.data) && aligned16(o.data) && gemv_norm_smem(M, K) + tail_smem <= kGemvMaxSmem;
+}
+
+bool gemv_group_fuses_norm(const backend::GemmGroupArgs& a) {
+  return a.norm != nullptr && gemv_group_eligible(a) && gemv_norm_fusable(*a.norm, 0);
+}
+
+namespace {
+
+Status launch_plan(const gemv::GemvPlan& plan, size_t smem, cudaStream_t stream) {
   using namespace gemv;
-  const GemvPlan plan = plan_gemv_group(a, sm_count);
   switch (plan.weights) {
-    case GemvWeights::Bf16: return launch_gemv_plan<Bf16Weights>("gemv_kernel", plan, NoTail{}, 0, stream);
-    case GemvWeights::Fp8x16: return launch_gemv_plan<Fp8Weights<16>>("gemv_kernel", plan, NoTail{}, 0, stream);
-    default: return launch_gemv_plan<Fp8Weights<8>>("gemv_kernel", plan, NoTail{}, 0, stream);
+    case GemvWeights::Bf16: return launch_gemv_plan<Bf16Weights>("gemv_kernel", plan, NoTail{}, smem, stream);
+    case GemvWeights::Fp8x16:
+      return launch_gemv_plan<Fp8Weights<16>>("gemv_kernel", plan, NoTail{}, smem, stream);
+    default: return launch_gemv_plan<Fp8Weights<8>>("gemv_kernel", plan, NoTail{}, smem, stream);
   }
 }
 
+}  // namespace
+
+Status launch_gemv_group(const backend::GemmGroupArgs& a, const CudaContext& cx) {
+  gemv::GemvPlan plan = gemv::plan_gemv_group(a, cx.sm_count);
+  if (!a.norm) return launch_plan(plan, 0, cx.stream);
+  if (!gemv_group_fuses_norm(a)) return internal_error("gemm_group: this input norm cannot fold into the GEMV");
+  return launch_plan(plan, gemv::attach_norm(plan, *a.norm, cx.gemv_counter), cx.stream);
+}
+
 Status launch_gemv(const backend::GemmArgs& a, int sm_count, cudaStream_t stream) {
-  return launch_gemv_group(backend::GemmGroupArgs{{a}}, sm_count, stream);
+  return launch_plan(gemv::plan_gemv_group(backend::GemmGroupArgs{{a}}, sm_count), 0, stream);
 }
 
 }  // namespace rill::cuda

@@ -1,5 +1,5 @@
-// The decode GEMV's kernel body and its policies (see gemv.cu for the design), shared by the launchers that
-// run work after it in the same launch: gemv.cu (the plain GEMV and gemm_group) and moe/route.cu (the router,
+// The decode GEMV's kernel body and its policies (see gemv.cu for the design), shared by its launchers:
+// gemv.cu (the plain GEMV and gemm_group, either with an add_rms_norm folded in) and moe/route.cu (the router,
 // whose last CTA selects the experts). Included by .cu files only.
 #pragma once
 
@@ -12,6 +12,7 @@
 #include "backend/cuda/common/launch.h"
 #include "backend/cuda/common/pdl.cuh"
 #include "backend/cuda/gemm/gemv.h"
+#include "backend/cuda/norm_row.cuh"
 
 namespace rill::cuda::gemv {
 
@@ -34,11 +35,33 @@ struct GemvPart {
   bool out_f32;
 };
 
+// add_rms_norm folded into the GEMV (the kernel's kNorm): the parts' shared input x is norm(residual + delta).
+// Every CTA computes all M rows of it into its shared memory (K bf16 per row), reading residual and delta
+// (from L2: every CTA reads the same few KB) with norm_row.cuh's steps on `threads` of its threads — the
+// elements per thread and the reduction of add_rms_norm's own launch for this width, so the rows are bit for
+// bit what add_rms_norm writes. The last CTA to arrive writes them to `out` and the updated residual back.
+// Why the last one: the residual is updated in place, and a CTA that wrote residual + delta while another
+// still read the residual would make that one add delta twice. When the last CTA arrives every other CTA has
+// finished reading (and the residual needs no second buffer in the model).
+struct GemvNorm {
+  float* residual;  // [M, K] F32 (the model's residual stream), row stride ldr
+  int64_t ldr;
+  const __nv_bfloat16* delta;  // [M, K], row stride ldd
+  int64_t ldd;
+  const float* weight;  // [K]
+  float eps;
+  __nv_bfloat16* out;  // [M, K] (h: the parts' x, for the op's later readers), row stride ldo
+  int64_t ldo;
+  int K;
+  int threads;  // norm_row_threads(K, 8)
+};
+
 struct GemvGroup {
   GemvPart part[backend::kMaxGemmGroup];
   int n_parts;
-  // A kernel with a tail (Tail::kActive): the arrival counter of its CTAs (CudaContext::gemv_counter, zero
-  // between launches) and where the tail's part of the dynamic shared memory starts.
+  GemvNorm norm;  // kNorm only
+  // A kernel with a norm or a tail: the arrival counter of its CTAs (CudaContext::gemv_counter, zero between
+  // launches) and where the tail's part of the dynamic shared memory starts (after the norm's rows).
   unsigned* counter;
   int tail_smem;
 };
@@ -110,10 +133,62 @@ __device__ __forceinline__ bool last_cta_to_arrive(unsigned* counter) {
   return true;
 }
 
+constexpr int kNormVec = 8;  // add_rms_norm's vector width on the rows the fused norm takes (gemv_norm_fusable)
+
+// The M normed rows of x into xs ([M, K] bf16), as rms_norm_kernel<8, true, float> computes them.
+template <int M>
+__device__ __forceinline__ void norm_rows(const GemvNorm& nm, __nv_bfloat16* xs) {
+  const int tid = int(threadIdx.x);
+  const bool active = tid < nm.threads;  // the others add exact zeros to the block sum
+#pragma unroll 1
+  for (int m = 0; m < M; ++m) {
+    const float* xr = nm.residual + m * nm.ldr;
+    const __nv_bfloat16* dr = nm.delta + m * nm.ldd;
+    float ss = 0.0f;
+    if (active)
+      for (int c = tid * kNormVec; c < nm.K; c += nm.threads * kNormVec) {
+        float v[kNormVec];
+        load_residual<kNormVec, true>(xr, dr, c, v);
+        add_squares<kNormVec>(v, ss);
+      }
+    ss = block_sum(ss);
+    const float r = rms_scale(ss, nm.K, nm.eps);
+    if (active)
+      for (int c = tid * kNormVec; c < nm.K; c += nm.threads * kNormVec) {
+        float v[kNormVec];
+        load_residual<kNormVec, true>(xr, dr, c, v);
+        apply_norm<kNormVec>(v, nm.weight, c, r);
+        store_bf16<kNormVec>(xs + m * nm.K + c, v);
+      }
+  }
+  __syncthreads();
+}
+
+// The last CTA: out = the normed rows, residual += delta (the same fp32 sums norm_rows used).
+template <int M>
+__device__ __forceinline__ void write_norm(const GemvNorm& nm, const __nv_bfloat16* xs) {
+#pragma unroll 1
+  for (int m = 0; m < M; ++m)
+    for (int c = int(threadIdx.x) * kNormVec; c < nm.K; c += int(blockDim.x) * kNormVec) {
+      float v[kNormVec];
+      load_residual<kNormVec, true>(nm.residual + m * nm.ldr, nm.delta + m * nm.ldd, c, v);
+      store_row<kNormVec>(nm.residual + m * nm.ldr + c, v);
+      *reinterpret_cast<uint4*>(nm.out + m * nm.ldo + c) = *reinterpret_cast<const uint4*>(xs + m * nm.K + c);
+    }
+}
+
+// x through the read-only cache (global memory), or the normed rows in shared memory (kNorm).
+template <bool kShared>
+__device__ __forceinline__ uint4 load_x(const uint4* p) {
+  if constexpr (kShared) return *p;
+  else return __ldg(p);
+}
+
 // Warp `part` of a row covers chunks (W::kElems weights each) [part * span, (part + 1) * span) of it.
+// kNorm: x is g.norm's output, computed by every CTA into its shared memory (GemvNorm).
 // Tail (a policy like NoTail): work the last CTA to finish runs once every output of the launch is written —
 // the decode router's expert selection (moe/route.cu), on its shared memory from g.tail_smem on.
-template <int M, class W, class Tail>
+template <int M, class W, bool kNorm, class Tail>
 __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvGroup g, const Tail tail) {
   extern __shared__ __align__(16) unsigned char gemv_smem[];
   __shared__ float partial[kWarps][M];
@@ -134,6 +209,10 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvGroup g, co
       asm volatile("prefetch.global.L2 [%0];" ::"l"(wrow + int64_t(c) * W::kChunkBytes));
   }
   pdl_prologue();
+  __nv_bfloat16* xs = reinterpret_cast<__nv_bfloat16*>(gemv_smem);  // kNorm: [M, K]
+  if constexpr (kNorm) norm_rows<M>(g.norm, xs);
+  const __nv_bfloat16* x = kNorm ? xs : p.x;
+  const int64_t ldx = kNorm ? int64_t(p.K) : p.ldx;
   float acc[M];
 #pragma unroll
   for (int m = 0; m < M; ++m) acc[m] = 0.0f;
@@ -156,11 +235,11 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvGroup g, co
         row.widen(wv[u], c, wf);
 #pragma unroll
         for (int m = 0; m < M; ++m) {
-          const uint4* xrow = reinterpret_cast<const uint4*>(p.x + int64_t(m) * p.ldx) + c * (W::kElems / 8);
+          const uint4* xrow = reinterpret_cast<const uint4*>(x + int64_t(m) * ldx) + c * (W::kElems / 8);
 #pragma unroll
           for (int h = 0; h < W::kElems / 8; ++h) {
             float xf[8];
-            unpack(__ldg(xrow + h), xf);
+            unpack(load_x<kNorm>(xrow + h), xf);
 #pragma unroll
             for (int i = 0; i < 8; ++i) acc[m] = fmaf(wf[8 * h + i], xf[i], acc[m]);
           }
@@ -196,19 +275,27 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvGroup g, co
         static_cast<__nv_bfloat16*>(p.out)[int64_t(m) * p.ldo + n] = __float2bfloat16_rn(acc[m]);
     }
   }
-  if constexpr (Tail::kActive) {
-    if (last_cta_to_arrive(g.counter)) tail(M, gemv_smem + g.tail_smem);
+  if constexpr (kNorm || Tail::kActive) {
+    if (last_cta_to_arrive(g.counter)) {
+      if constexpr (kNorm) write_norm<M>(g.norm, xs);
+      tail(M, gemv_smem + g.tail_smem);
+    }
   }
 }
 
-// The launch of a gemv_group_eligible group: its parts, CTAs and rows, and the weight policy that reads them.
+// The launch of a gemv_group_eligible group: its parts, CTAs and rows, the weight policy that reads them, and
+// whether the kernel folds an add_rms_norm in (attach_norm).
 enum class GemvWeights { Bf16, Fp8x16, Fp8x8 };
 struct GemvPlan {
   GemvGroup g{};
   int blocks = 0, M = 0;
   GemvWeights weights = GemvWeights::Bf16;
+  bool norm = false;
 };
 GemvPlan plan_gemv_group(const backend::GemmGroupArgs& a, int sm_count);
+// Folds `n` (gemv_norm_fusable) into `plan`'s launch; returns the dynamic shared memory it takes, where a tail's
+// begins (g.tail_smem).
+size_t attach_norm(GemvPlan& plan, const backend::AddRmsNormArgs& n, unsigned* counter);
 
 // Launches `plan` with weight policy W (plan.weights) and `tail`; smem: the dynamic shared memory.
 template <class W, class Tail>
@@ -216,12 +303,19 @@ Status launch_gemv_plan(const char* name, const GemvPlan& plan, const Tail& tail
                         cudaStream_t stream) {
   if (plan.blocks == 0) return {};
   const LaunchShape shape{dim3(unsigned(plan.blocks)), dim3(kWarps * 32), smem};
-  switch (plan.M) {
-    case 1: return launch(name, shape, stream, gemv_kernel<1, W, Tail>, plan.g, tail);
-    case 2: return launch(name, shape, stream, gemv_kernel<2, W, Tail>, plan.g, tail);
-    case 3: return launch(name, shape, stream, gemv_kernel<3, W, Tail>, plan.g, tail);
-    default: return launch(name, shape, stream, gemv_kernel<4, W, Tail>, plan.g, tail);
-  }
+  auto run = [&](auto m, auto norm) {  // C++17 (nvcc here): the constants from their types
+    return launch(name, shape, stream, gemv_kernel<decltype(m)::value, W, decltype(norm)::value, Tail>, plan.g,
+                  tail);
+  };
+  auto rows = [&](auto norm) {
+    switch (plan.M) {
+      case 1: return run(std::integral_constant<int, 1>{}, norm);
+      case 2: return run(std::integral_constant<int, 2>{}, norm);
+      case 3: return run(std::integral_constant<int, 3>{}, norm);
+      default: return run(std::integral_constant<int, 4>{}, norm);
+    }
+  };
+  return plan.norm ? rows(std::true_type{}) : rows(std::false_type{});
 }
 
 }  // namespace rill::cuda::gemv

@@ -301,15 +301,30 @@ struct RouteTail {
   }
 };
 
-// The router's logits GEMV (bf16: gemv_eligible) with the selection as its tail.
-gemv::GemvPlan route_gemv_plan(const backend::GemmArgs& logits_gemm, const CudaContext& cx) {
-  gemv::GemvPlan plan = gemv::plan_gemv_group(backend::GemmGroupArgs{{logits_gemm}}, cx.sm_count);
-  plan.g.counter = cx.gemv_counter;
-  plan.g.tail_smem = 0;
-  return plan;
-}
+// The decode router's logits GEMV into the backend's logits buffer ([T, E] F32, the router a bf16 weight).
+struct LogitsGemm {
+  backend::LinearWeight gate;
+  backend::GemmArgs args;
+  LogitsGemm(const backend::MoeRouteArgs& a, const CudaContext& cx) {
+    gate.weight = a.gate_weight;
+    args = {a.x, &gate,
+            TensorView::make(cx.route_logits, DType::F32, {a.x.size(0), a.gate_weight.size(0)}, Device::Cuda)};
+  }
+  LogitsGemm(const LogitsGemm&) = delete;  // args points at gate
+  // Decode-sized: the split GEMV computes the logits (then the selection runs in its tail or a second kernel).
+  bool small(const CudaContext& cx) const {
+    return args.x.size(0) <= kGemvMaxRows && cx.route_logits != nullptr && gemv_eligible(args);
+  }
+};
 
 }  // namespace
+
+bool moe_route_fuses_norm(const backend::MoeRouteArgs& a, const CudaContext& cx) {
+  const int64_t T = a.x.size(0), E = a.gate_weight.size(0);
+  return a.norm != nullptr && cx.options.decode_fusion && a.x.dtype == DType::BF16 &&
+         a.gate_weight.dtype == DType::BF16 && E <= moe::kMaxExperts && LogitsGemm(a, cx).small(cx) &&
+         gemv_norm_fusable(*a.norm, RouteTail::smem_bytes(T, E));
+}
 
 Status launch_moe_route(const backend::MoeRouteArgs& a, const CudaContext& cx) {
   const int64_t T = a.x.size(0), H = a.x.size(1), E = a.gate_weight.size(0);
@@ -326,11 +341,10 @@ Status launch_moe_route(const backend::MoeRouteArgs& a, const CudaContext& cx) {
         E / a.n_groups, moe::kRouteMaxGroups);
   if (T == 0) return {};
   // Decode: split GEMV into the backend's logits buffer, then one selecting warp per token.
-  backend::LinearWeight gate;
-  gate.weight = a.gate_weight;
-  const backend::GemmArgs logits_gemm{a.x, &gate,
-                                      TensorView::make(cx.route_logits, DType::F32, {T, E}, Device::Cuda)};
-  const bool small = T <= kGemvMaxRows && cx.route_logits != nullptr && gemv_eligible(logits_gemm);
+  const LogitsGemm logits(a, cx);
+  const bool small = logits.small(cx);
+  if (a.norm && !moe_route_fuses_norm(a, cx))
+    return internal_error("moe_route: this input norm cannot fold into the router's GEMV");
   RouteParams p;
   p.x = static_cast<const bf16*>(a.x.data);
   p.ldx = a.x.stride(0);
@@ -353,12 +367,15 @@ Status launch_moe_route(const backend::MoeRouteArgs& a, const CudaContext& cx) {
   p.expert_begin = a.expert_begin;
   p.n_local = a.n_local;
   if (small && cx.options.decode_fusion) {
-    const gemv::GemvPlan plan = route_gemv_plan(logits_gemm, cx);
+    gemv::GemvPlan plan = gemv::plan_gemv_group(backend::GemmGroupArgs{{logits.args}}, cx.sm_count);
+    plan.g.counter = cx.gemv_counter;
+    const size_t norm_smem = a.norm ? gemv::attach_norm(plan, *a.norm, cx.gemv_counter) : 0;
+    plan.g.tail_smem = int(norm_smem);
     return gemv::launch_gemv_plan<gemv::Bf16Weights>("moe_route_gemv", plan, RouteTail{p, cx.route_logits},
-                                                     RouteTail::smem_bytes(T, E), cx.stream);
+                                                     norm_smem + RouteTail::smem_bytes(T, E), cx.stream);
   }
   if (small) {
-    RILL_TRY(launch_gemv(logits_gemm, cx.sm_count, cx.stream));
+    RILL_TRY(launch_gemv(logits.args, cx.sm_count, cx.stream));
     return launch("moe_select", {dim3(unsigned(T)), dim3(32)}, cx.stream, moe_select_kernel, p,
                   static_cast<const float*>(cx.route_logits));
   }
