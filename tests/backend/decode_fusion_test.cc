@@ -341,6 +341,8 @@ TEST_P(DecodeFusionTest, NormFoldsIntoGemmGroup) {
     norm_group_case(h, f, {M, 2304, {{12288}, {128}, {32}, {128}}, true});
     norm_group_case(h, f, {M, 2304, {{12288, true}, {128, true}, {32, true}, {128, true}}, true});
     norm_group_case(h, f, {M, 2304, {{6144}, {576}}, true});
+    // `--quantization fp8` keeps the KDA gate projections bf16: one launch per weight policy, the norm in the first.
+    norm_group_case(h, f, {M, 2304, {{12288, true}, {128}, {32}, {128}}, true});
     // Odd widths: 17 norm threads of 8 columns (a partial warp), FP8 rows of 8-code chunks.
     norm_group_case(h, f, {M, 136, {{40}, {3}}, true});
     norm_group_case(h, f, {M, 200, {{24, true, per_channel}, {8, true, per_channel}}, true});

@@ -587,7 +587,7 @@ Status CudaBackend::gemm_impl(const backend::GemmArgs& a) {
 }
 // Decode-sized groups in one GEMV launch; anything else part by part (cuBLASLt or the GEMV).
 Status CudaBackend::gemm_group_impl(const backend::GemmGroupArgs& a) {
-  if (gemv_group_eligible(a)) return launch_gemv_group(a, ctx_);
+  if (gemv_group_eligible(a) || a.norm) return launch_gemv_group(a, ctx_);  // a.norm: gemm_group_fuses_norm
   for (const backend::GemmArgs& p : a.parts) RILL_TRY(gemm_->run(p, ctx_.stream));
   return {};
 }

@@ -18,6 +18,7 @@
 // overlaps the tail of the norm or GEMV before it instead of starting after it.
 #include <algorithm>
 #include <cstdint>
+#include <vector>
 
 #include "backend/cuda/common/align.h"
 #include "backend/cuda/common/check.h"
@@ -150,8 +151,27 @@ bool gemv_norm_fusable(const backend::AddRmsNormArgs& n, size_t tail_smem) {
          aligned16(d.data) && aligned16(o.data) && gemv_norm_smem(M, K) + tail_smem <= kGemvMaxSmem;
 }
 
+namespace {
+
+// Consecutive runs of parts that share one weight policy (FP8 wide or not, or bf16): one launch each.
+std::vector<backend::GemmGroupArgs> policy_runs(const backend::GemmGroupArgs& a) {
+  std::vector<backend::GemmGroupArgs> runs;
+  for (const backend::GemmArgs& p : a.parts) {
+    if (runs.empty() || !gemv_group_eligible({{runs.back().parts[0], p}})) runs.emplace_back();
+    runs.back().parts.push_back(p);
+  }
+  return runs;
+}
+
+}  // namespace
+
+// Every part on the GEMV (the same M): FP8 quantisation leaves some of a group bf16 (the 48B's KDA gate
+// projections), which then runs as one launch per policy, the norm folded into the first.
 bool gemv_group_fuses_norm(const backend::GemmGroupArgs& a) {
-  return a.norm != nullptr && gemv_group_eligible(a) && gemv_norm_fusable(*a.norm, 0);
+  if (a.norm == nullptr || a.parts.empty() || !gemv_norm_fusable(*a.norm, 0)) return false;
+  for (const backend::GemmArgs& p : a.parts)
+    if (!gemv_eligible(p) || p.x.size(0) != a.parts[0].x.size(0)) return false;
+  return true;
 }
 
 namespace {
@@ -169,10 +189,16 @@ Status launch_plan(const gemv::GemvPlan& plan, size_t smem, cudaStream_t stream)
 }  // namespace
 
 Status launch_gemv_group(const backend::GemmGroupArgs& a, const CudaContext& cx) {
-  gemv::GemvPlan plan = gemv::plan_gemv_group(a, cx.sm_count);
-  if (!a.norm) return launch_plan(plan, 0, cx.stream);
+  if (!a.norm) return launch_plan(gemv::plan_gemv_group(a, cx.sm_count), 0, cx.stream);
   if (!gemv_group_fuses_norm(a)) return internal_error("gemm_group: this input norm cannot fold into the GEMV");
-  return launch_plan(plan, gemv::attach_norm(plan, *a.norm, cx.gemv_counter), cx.stream);
+  // The first launch writes h (its last CTA) before the later ones read it: stream order.
+  bool first = true;
+  for (const backend::GemmGroupArgs& run : policy_runs(a)) {
+    gemv::GemvPlan plan = gemv::plan_gemv_group(run, cx.sm_count);
+    RILL_TRY(launch_plan(plan, first ? gemv::attach_norm(plan, *a.norm, cx.gemv_counter) : 0, cx.stream));
+    first = false;
+  }
+  return {};
 }
 
 Status launch_gemv(const backend::GemmArgs& a, int sm_count, cudaStream_t stream) {

@@ -15,8 +15,9 @@ inline constexpr int kGemvMaxRows = 4;
 bool gemv_eligible(const backend::GemmArgs& a);
 // sm_count: the device's multiprocessors (CudaContext::sm_count), which bound how far short rows are split.
 Status launch_gemv(const backend::GemmArgs& a, int sm_count, cudaStream_t stream);
-// Every part GEMV-eligible with the same M: then launch_gemv_group runs them all in one launch, and its input
-// norm (a.norm) in the same launch where gemv_group_fuses_norm.
+// Every part GEMV-eligible with the same M: then launch_gemv_group runs them all in one launch. With an input
+// norm (a.norm, where gemv_group_fuses_norm: every part on the GEMV, weight policies possibly mixed) it runs one
+// launch per run of parts of one weight policy, the norm folded into the first.
 bool gemv_group_eligible(const backend::GemmGroupArgs& a);
 Status launch_gemv_group(const backend::GemmGroupArgs& a, const CudaContext& cx);
 // Whether the GEMV can fold add_rms_norm `n` into its prologue (gemv.cuh's GemvNorm): an F32 residual, M <= 4
