@@ -35,4 +35,12 @@ inline Result<std::unique_ptr<backend::Backend>> make_test_backend(std::string_v
   return backend::make_backend(name, cuda_backend_options());
 }
 
+// The same with one more "key=value" over this run's options: a test's A and B of one switch.
+inline Result<std::unique_ptr<backend::Backend>> make_test_backend(std::string_view name,
+                                                                   std::string_view key_value) {
+  backend::CudaBackendOptions o = cuda_backend_options();
+  RILL_TRY(backend::set_cuda_backend_option(o, key_value));
+  return backend::make_backend(name, o);
+}
+
 }  // namespace rill::testing

@@ -192,9 +192,8 @@ Status Backend::rms_norm(const RmsNormArgs& a) {
   return rms_norm_impl(a);
 }
 
-Status Backend::add_rms_norm(const AddRmsNormArgs& a) {
-  if (plans_only()) return {};
-  Check c("add_rms_norm");
+static Status check_add_rms_norm(const AddRmsNormArgs& a, DType act, const char* op) {
+  Check c(op);
   c.tensor(a.residual, "residual", 2)
       .tensor(a.delta, "delta", 2)
       .tensor(a.out, "out", 2)
@@ -203,12 +202,25 @@ Status Backend::add_rms_norm(const AddRmsNormArgs& a) {
       .same_shape(a.residual, "residual", a.delta, "delta")
       .same_shape(a.residual, "residual", a.out, "out")
       .dim(a.weight, "weight", 0, a.residual.size(1))
-      .dtype(a.delta, "delta", act_dtype())
-      .dtype(a.out, "out", act_dtype())
-      .that(a.residual.dtype == act_dtype() || a.residual.dtype == DType::F32,
-            "residual is the activation dtype or F32");
-  RILL_TRY(c.done());
+      .dtype(a.delta, "delta", act)
+      .dtype(a.out, "out", act)
+      .that(a.residual.dtype == act || a.residual.dtype == DType::F32, "residual is the activation dtype or F32");
+  return c.done();
+}
+
+Status Backend::add_rms_norm(const AddRmsNormArgs& a) {
+  if (plans_only()) return {};
+  RILL_TRY(check_add_rms_norm(a, act_dtype(), "add_rms_norm"));
   return add_rms_norm_impl(a);
+}
+
+// An op's input norm (GemmGroupArgs::norm, MoeRouteArgs::norm): valid, and the op's input x is its output.
+static Status check_input_norm(const AddRmsNormArgs& n, const TensorView& x, DType act, const char* op) {
+  RILL_TRY(check_add_rms_norm(n, act, op));
+  Check c(op);
+  c.that(x.data == n.out.data && x.dtype == n.out.dtype && x.shape == n.out.shape && x.stride(0) == n.out.stride(0),
+         "x must be the input norm's out");
+  return c.done();
 }
 
 // An FP8 weight's codes and scales agree with its blocks (a mis-declared weight would read scales out of bounds).
@@ -255,7 +267,11 @@ Status Backend::gemm_group(const GemmGroupArgs& a) {
   if (a.parts.empty() || int(a.parts.size()) > kMaxGemmGroup)
     return invalid_argument("gemm_group: {} parts (1 to {})", a.parts.size(), kMaxGemmGroup);
   for (const GemmArgs& p : a.parts) RILL_TRY(check_gemm(p, act_dtype(), "gemm_group"));
-  return gemm_group_impl(a);
+  if (!a.norm) return gemm_group_impl(a);
+  for (const GemmArgs& p : a.parts) RILL_TRY(check_input_norm(*a.norm, p.x, act_dtype(), "gemm_group"));
+  if (gemm_group_fuses_norm(a)) return gemm_group_impl(a);
+  RILL_TRY(add_rms_norm_impl(*a.norm));
+  return gemm_group_impl({a.parts});
 }
 
 Status Backend::gemm_group_impl(const GemmGroupArgs& a) {
@@ -527,7 +543,13 @@ Status Backend::moe_route(const MoeRouteArgs& a) {
       .that(a.n_local >= 0 && a.expert_begin >= 0 && a.expert_begin + a.n_local <= E,
             "local experts must lie inside [0, E)");
   RILL_TRY(c.done());
-  return moe_route_impl(a);
+  if (!a.norm) return moe_route_impl(a);
+  RILL_TRY(check_input_norm(*a.norm, a.x, act_dtype(), "moe_route"));
+  if (moe_route_fuses_norm(a)) return moe_route_impl(a);
+  RILL_TRY(add_rms_norm_impl(*a.norm));
+  MoeRouteArgs plain = a;
+  plain.norm = nullptr;
+  return moe_route_impl(plain);
 }
 
 Status Backend::moe_experts(const MoeExpertsArgs& a) {

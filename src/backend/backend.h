@@ -101,9 +101,14 @@ struct GemmArgs {
 
 // Independent GEMMs issued as one op (the KDA input projections of a decode step): each part as
 // Backend::gemm; a backend may run them in one launch. At most kMaxGemmGroup parts.
+// `norm` (optional, the op's input norm): the add_rms_norm that produces the parts' input — every part's x is
+// norm->out — run before the GEMMs. A backend may fold it into them (gemm_group_fuses_norm: CUDA's decode
+// GEMVs); Backend::gemm_group otherwise runs it as add_rms_norm first. Either way residual, out and the GEMM
+// outputs are what add_rms_norm then the GEMMs give.
 inline constexpr int kMaxGemmGroup = 8;
 struct GemmGroupArgs {
   std::vector<GemmArgs> parts;
+  const AddRmsNormArgs* norm = nullptr;
 };
 
 // out = act(gate) * up in fp32, stored in the activation dtype. Situ: beta*tanh(g/beta)*sigmoid(g) *
@@ -230,6 +235,8 @@ struct MoeRouteArgs {
   // ids are written as local indices (id - expert_begin), -1 for an expert held elsewhere (skipped by
   // moe_experts). The selection and the weights are the same on every rank.
   int expert_begin = 0, n_local = 0;
+  // Optional input norm producing x (x is norm->out), as GemmGroupArgs::norm (moe_route_fuses_norm).
+  const AddRmsNormArgs* norm = nullptr;
 };
 
 // out = sum_k weights[t,k] * Expert_{ids[t,k]}(x_t), accumulated in fp32, stored in the activation dtype; a pair
@@ -535,6 +542,10 @@ class Backend {
   // Whether moe_experts_impl computes a's shared expert itself (from shapes and formats only: planning asks
   // too); otherwise Backend::moe_experts runs it as separate ops after the routed experts.
   virtual bool moe_fuses_shared_expert(const MoeExpertsArgs&) const { return false; }
+  // Whether gemm_group_impl / moe_route_impl run a's input norm (a.norm) themselves; otherwise Backend runs it
+  // as add_rms_norm first and the impl gets a.norm == nullptr.
+  virtual bool gemm_group_fuses_norm(const GemmGroupArgs&) const { return false; }
+  virtual bool moe_route_fuses_norm(const MoeRouteArgs&) const { return false; }
 
  private:
   // copy_host_tier_batch's default path: its totals (the engine thread adds, a benchmark reads).

@@ -18,8 +18,8 @@ const char* mla_prefill_name(MlaPrefillPath p) {
 }
 
 std::string cuda_backend_option_keys() {
-  return "pdl, kda_fused_decode, kda_recurrent_verify, moe_fuse_shared, mla_expand_rows, gemm_autotune, "
-         "moe_cublas_grouped, moe_cublas_min_pairs, fp8_gemm, mla_prefill";
+  return "pdl, kda_fused_decode, kda_recurrent_verify, moe_fuse_shared, decode_fusion, mla_expand_rows, "
+         "gemm_autotune, moe_cublas_grouped, moe_cublas_min_pairs, fp8_gemm, mla_prefill";
 }
 
 Status set_cuda_backend_option(CudaBackendOptions& o, std::string_view key_value) {
@@ -32,6 +32,7 @@ Status set_cuda_backend_option(CudaBackendOptions& o, std::string_view key_value
                : key == "kda_fused_decode"     ? &o.kda_fused_decode
                : key == "kda_recurrent_verify" ? &o.kda_recurrent_verify
                : key == "moe_fuse_shared"      ? &o.moe_fuse_shared
+               : key == "decode_fusion"        ? &o.decode_fusion
                : key == "gemm_autotune"        ? &o.gemm_autotune
                : key == "moe_cublas_grouped"   ? &o.moe_cublas_grouped
                                                : nullptr;

@@ -77,14 +77,14 @@ Status KimiK3Model::forward_impl(ForwardContext& cx, TensorView ids, TensorView 
     if (i % c.attn_res_block_size == 0) RILL_TRY(res.push());
     RILL_TRY(be.rms_norm({in, L.input_norm, c.rms_norm_eps, normed}));
     cx.tap("input_norm", normed);
-    RILL_TRY(mixer_forward(cx, c, i, L, normed, caches.layers[size_t(i)], delta));
+    RILL_TRY(mixer_forward(cx, c, i, L, normed, nullptr, caches.layers[size_t(i)], delta));
     cx.tap("mixer_out", delta);
     RILL_TRY(res.accumulate(delta));
     RILL_TRY(res.mix(L.mlp_res, h));
     cx.tap("mlp_res", h);
     RILL_TRY(be.rms_norm({h, L.post_norm, c.rms_norm_eps, normed}));
     cx.tap("post_norm", normed);
-    RILL_TRY(ffn_forward(cx, c, shard_, i, L, normed, delta));
+    RILL_TRY(ffn_forward(cx, c, shard_, i, L, normed, nullptr, delta));
     cx.tap("ffn_out", delta);
     RILL_TRY(res.accumulate(delta));
     cx.tap("partial", res.partial());

@@ -34,8 +34,11 @@ void KimiLinearModel::declare_weights() {
 // x is the residual stream, kept in fp32 on every backend (the bf16 CUDA path rounded it at every add, and
 // those roundings were the largest share of its error against the fp32 reference); h is the normed input of
 // the next sublayer, in the activation dtype. Each residual add is fused with the norm that follows it
-// (x += a; h = norm(x)), which is exactly the reference's order of operations. The last layer's add and the
-// final norm run only on the rows whose logits are wanted.
+// (x += a; h = norm(x)), which is exactly the reference's order of operations, and handed to the next
+// sublayer as its input norm: its first op runs it, folded into that op where the backend can (CUDA's decode
+// GEMVs, gemm/README.md) — one launch fewer per join. Taps record h before the sublayer runs, so a tapped
+// forward runs each join on its own. The last layer's add and the final norm run only on the rows whose
+// logits are wanted.
 Status KimiLinearModel::forward_impl(ForwardContext& cx, TensorView ids, TensorView rows, const ModelCaches& caches,
                                      TensorView logits) {
   const ModelConfig& c = config_;
@@ -52,17 +55,29 @@ Status KimiLinearModel::forward_impl(ForwardContext& cx, TensorView ids, TensorV
     RILL_TRY(cx.from_previous_stage(x));
   }
   RILL_TRY(be.rms_norm({x, layers_[size_t(first)].input_norm, c.rms_norm_eps, h}));
+  // The join x += delta; h = norm(x) before the next sublayer: pending (its input norm), or run now when tapped.
+  backend::AddRmsNormArgs args;  // the one pending join (each is consumed before the next is made)
+  auto join = [&](TensorView norm) -> Result<const backend::AddRmsNormArgs*> {
+    args = {x, delta, norm, c.rms_norm_eps, h};
+    if (!cx.taps) return &args;
+    RILL_TRY(be.add_rms_norm(args));
+    return static_cast<const backend::AddRmsNormArgs*>(nullptr);
+  };
+  const backend::AddRmsNormArgs* pending = nullptr;  // the layer's input join (none before the first layer)
   for (int i = first; i < end; ++i) {
     const DecoderLayerWeights& L = layers_[size_t(i)];
     cx.layer = i;
     cx.tap("input_norm", h);
-    RILL_TRY(mixer_forward(cx, c, i, L, h, caches.layers[size_t(i)], delta));
+    RILL_TRY(mixer_forward(cx, c, i, L, h, pending, caches.layers[size_t(i)], delta));
     cx.tap("mixer_out", delta);
-    RILL_TRY(be.add_rms_norm({x, delta, L.post_norm, c.rms_norm_eps, h}));
+    RILL_ASSIGN_OR_RETURN(pending, join(L.post_norm));
     cx.tap("post_norm", h);
-    RILL_TRY(ffn_forward(cx, c, shard_, i, L, h, delta));
+    RILL_TRY(ffn_forward(cx, c, shard_, i, L, h, pending, delta));
     cx.tap("ffn_out", delta);
-    if (i + 1 < end) RILL_TRY(be.add_rms_norm({x, delta, layers_[size_t(i + 1)].input_norm, c.rms_norm_eps, h}));
+    pending = nullptr;
+    if (i + 1 < end) {
+      RILL_ASSIGN_OR_RETURN(pending, join(layers_[size_t(i + 1)].input_norm));
+    }
   }
   cx.layer = -1;
   if (!c.last_stage()) {  // the stream goes on; the logits come back from the last stage

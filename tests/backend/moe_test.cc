@@ -175,7 +175,7 @@ TEST_P(MoeTest, RouteTiny) {
 TEST_P(MoeTest, RouteKimiLinearShapes) {
   OpHarness h(GetParam());
   RILL_REQUIRE_BACKEND(h);
-  for (int64_t T : {1, 7, 64, 300}) {
+  for (int64_t T : {1, 2, 3, 4, 7, 64, 300}) {  // 1..4: the decode GEMV (its selection fused by default)
     run_route(h, {T, 2304, 256, 8});
     run_route(h, {T, 2304, 256, 8, 8, 4});
     run_route(h, {T, 2304, 256, 8, 1, 1, true});

@@ -17,15 +17,7 @@ namespace {
 using testing::max_abs_diff;
 
 std::unique_ptr<model::Model> load(backend::Backend& be, const std::string& name) {
-  auto m = model::load_model(testing::data_dir() / name, be);
-  EXPECT_TRUE(m.ok()) << m.status().to_string();
-  model::StepLimits lim;
-  lim.max_tokens = 256;
-  lim.max_seqs = 8;
-  lim.max_logit_rows = 256;
-  lim.max_context = 512;
-  EXPECT_TRUE((*m)->reserve_workspace(lim).ok());
-  return std::move(m).value();
+  return testing::load_fixture_model(testing::data_dir() / name, be);
 }
 
 class Consistency : public ::testing::TestWithParam<std::string> {};

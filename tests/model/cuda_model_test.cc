@@ -10,6 +10,8 @@
 #include "model/fixture.h"
 #include "model/logit_compare.h"
 #include "model/random_checkpoint.h"
+#include "model/sequence_session.h"
+#include "test_backend_options.h"
 #include "test_seed.h"
 
 namespace rill {
@@ -69,6 +71,37 @@ TEST(CudaConsistency, RaggedBatchEqualsSequencesAlone) {
   }
   testing::expect_ragged_batch_close_to_alone(*p.gpu, *p.gpu_model, tokens,
                                               {{{0, 60}, {1, 2}}, {{0, 60}, {1, 1}, {2, 66}}, {{1, 1}}, {{1, 1}}});
+}
+
+// decode_fusion folds each residual add + RMSNorm into the decode GEMV that reads it and the router's selection
+// into its logits GEMV, with the same arithmetic as the separate kernels (src/backend/cuda/gemm/README.md): a
+// prefill and then decode steps (T = 1, the fused paths) give bit-identical logits with the fusions on and off.
+TEST(CudaDecodeFusion, LogitsIdenticalOnAndOff) {
+  const auto dir = testing::data_dir() / "kimi_linear_tiny_b";
+  testing::Reference ref(dir);
+  const std::vector<int32_t> ids = ref.ints("prompt_3");
+  ASSERT_GE(ids.size(), 24u);
+  std::vector<std::vector<float>> logits[2];
+  for (int on = 0; on < 2; ++on) {
+    auto be = testing::make_test_backend("cuda", on ? "decode_fusion=1" : "decode_fusion=0");
+    if (!be.ok()) GTEST_SKIP() << be.status().message();
+    std::unique_ptr<model::Model> m = testing::load_fixture_model(dir, **be);
+    ASSERT_TRUE(m);
+    auto s = model::SequenceSession::create(*m, 512);
+    ASSERT_TRUE(s.ok());
+    const size_t prefill = ids.size() - 8;
+    auto l = s->feed(std::span(ids).first(prefill), 0, false);
+    ASSERT_TRUE(l.ok()) << l.status().to_string();
+    logits[on].push_back(*l);
+    for (size_t t = prefill; t < ids.size(); ++t) {  // one decode step per token
+      l = s->feed(std::span(ids).subspan(t, 1), 0, false);
+      ASSERT_TRUE(l.ok()) << l.status().to_string();
+      logits[on].push_back(*l);
+    }
+  }
+  ASSERT_EQ(logits[0].size(), logits[1].size());
+  for (size_t i = 0; i < logits[0].size(); ++i)
+    EXPECT_EQ(logits[1][i], logits[0][i]) << (i == 0 ? "prefill" : "decode step " + std::to_string(i));
 }
 
 }  // namespace

@@ -14,6 +14,19 @@ Reference::Reference(const std::filesystem::path& dir) {
   file_ = std::make_unique<io::SafetensorsFile>(std::move(f).value());
 }
 
+std::unique_ptr<model::Model> load_fixture_model(const std::filesystem::path& dir, backend::Backend& be) {
+  auto m = model::load_model(dir, be);
+  EXPECT_TRUE(m.ok()) << m.status().to_string();
+  if (!m.ok()) return nullptr;
+  model::StepLimits lim;
+  lim.max_tokens = 256;
+  lim.max_seqs = 8;
+  lim.max_logit_rows = 256;
+  lim.max_context = 512;
+  EXPECT_TRUE((*m)->reserve_workspace(lim).ok());
+  return std::move(m).value();
+}
+
 std::vector<std::string> kimi_k3_fixtures() {
   std::vector<std::string> out;
   std::error_code ec;

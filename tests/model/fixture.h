@@ -35,6 +35,10 @@ class Reference {
   std::unique_ptr<io::SafetensorsFile> file_;
 };
 
+// The fixture model in `dir` on `be`, its workspace reserved for steps of up to 256 tokens, 8 sequences and a
+// context of 512 (test failures recorded; null when it cannot load).
+std::unique_ptr<model::Model> load_fixture_model(const std::filesystem::path& dir, backend::Backend& be);
+
 // max |a - b| over all elements.
 float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b);
 

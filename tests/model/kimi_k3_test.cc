@@ -37,16 +37,7 @@ class KimiK3Model : public ::testing::Test {
   }
 
   static std::unique_ptr<model::Model> load(backend::Backend& be, const fs::path& dir) {
-    auto m = model::load_model(dir, be);
-    EXPECT_TRUE(m.ok()) << m.status().to_string();
-    if (!m.ok()) return nullptr;
-    model::StepLimits lim;
-    lim.max_tokens = 256;
-    lim.max_seqs = 8;
-    lim.max_logit_rows = 256;
-    lim.max_context = 512;
-    EXPECT_TRUE((*m)->reserve_workspace(lim).ok());
-    return std::move(m).value();
+    return testing::load_fixture_model(dir, be);
   }
   static std::vector<int32_t> random_tokens(int n, std::mt19937& rng) {
     std::vector<int32_t> t(static_cast<size_t>(n));

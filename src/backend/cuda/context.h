@@ -24,6 +24,9 @@ struct CudaContext {
   // Router logits of a decode step ([kGemvMaxRows, moe::kMaxExperts] F32), allocated with the backend: the
   // small-batch router computes them with the split GEMV and selects experts in a second kernel.
   float* route_logits = nullptr;
+  // The arrival counter of the GEMVs that run a tail in their last CTA (gemm/gemv.cuh): zero between launches.
+  // One per backend: its kernels run in stream order on `stream`, one such launch at a time.
+  unsigned* gemv_counter = nullptr;
   // Kernel-path switches, fixed when the backend is made (make_cuda_backend); read by the launchers and by
   // the scratch-size queries, which must agree with them.
   backend::CudaBackendOptions options;

@@ -73,6 +73,8 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::create(int device,
   b->gemm_->set_fp8_native(options.fp8_gemm_native);
   RILL_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&b->ctx_.route_logits),
                              size_t(kGemvMaxRows) * moe::kMaxExperts * sizeof(float)));
+  RILL_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&b->ctx_.gemv_counter), sizeof(unsigned)));
+  RILL_CUDA_CHECK(cudaMemset(b->ctx_.gemv_counter, 0, sizeof(unsigned)));
   RILL_ASSIGN_OR_RETURN(b->moe_grouped_, moe::CublasGroupedGemm::create(moe::kMaxExperts));
   b->ctx_.moe_grouped_gemm = b->moe_grouped_.get();
   // cuDNN's fused attention for MLA prefill: no cuDNN call until a prefill step uses it.
@@ -137,6 +139,7 @@ CudaBackend::~CudaBackend() {
   if (pinned_) cudaFreeHost(pinned_);
   if (layout_dev_) cudaFree(layout_dev_);
   if (ctx_.route_logits) cudaFree(ctx_.route_logits);
+  if (ctx_.gemv_counter) cudaFree(ctx_.gemv_counter);
   if (ctx_.stream) {
     set_stream_pdl(ctx_.stream, true);  // forget the stream: CUDA may hand its handle out again
     cudaStreamDestroy(ctx_.stream);
@@ -558,6 +561,14 @@ bool CudaBackend::moe_fuses_shared_expert(const backend::MoeExpertsArgs& a) cons
   return ctx_.options.moe_fuse_shared && cuda::moe_fuses_shared_expert(a);
 }
 
+// Decode batches (decode_fusion): the add_rms_norm before a projection folds into its GEMV (gemm/gemv.cuh).
+bool CudaBackend::gemm_group_fuses_norm(const backend::GemmGroupArgs& a) const {
+  return ctx_.options.decode_fusion && gemv_group_fuses_norm(a);
+}
+bool CudaBackend::moe_route_fuses_norm(const backend::MoeRouteArgs& a) const {
+  return cuda::moe_route_fuses_norm(a, ctx_);
+}
+
 size_t CudaBackend::moe_experts_scratch_bytes(const backend::MoeExpertsArgs& a) const {
   return cuda::moe_experts_scratch_bytes(a);
 }
@@ -589,7 +600,7 @@ Status CudaBackend::gemm_impl(const backend::GemmArgs& a) {
 }
 // Decode-sized groups in one GEMV launch; anything else part by part (cuBLASLt or the GEMV).
 Status CudaBackend::gemm_group_impl(const backend::GemmGroupArgs& a) {
-  if (gemv_group_eligible(a)) return launch_gemv_group(a, ctx_.sm_count, ctx_.stream);
+  if (gemv_group_eligible(a) || a.norm) return launch_gemv_group(a, ctx_);  // a.norm: gemm_group_fuses_norm
   for (const backend::GemmArgs& p : a.parts) RILL_TRY(gemm_->run(p, ctx_.stream));
   return {};
 }

@@ -74,6 +74,8 @@ class CudaBackend final : public backend::Backend {
   size_t moe_experts_scratch_bytes(const backend::MoeExpertsArgs& a) const override;
   size_t gemm_scratch_bytes(const backend::GemmArgs& a) const override;
   bool moe_fuses_shared_expert(const backend::MoeExpertsArgs& a) const override;
+  bool gemm_group_fuses_norm(const backend::GemmGroupArgs& a) const override;
+  bool moe_route_fuses_norm(const backend::MoeRouteArgs& a) const override;
   size_t sample_scratch_bytes(const backend::SampleArgs& a) const override;
 
  private:

@@ -21,52 +21,37 @@
 #include "backend/cuda/common/launch.h"
 #include "backend/cuda/common/pdl.cuh"
 #include "backend/cuda/norm.h"
+#include "backend/cuda/norm_row.cuh"
 
 namespace rill::cuda {
 namespace {
 
 using bf16 = __nv_bfloat16;
 
-__device__ __forceinline__ float round_bf16(float x) {
-  return __bfloat162float(__float2bfloat16_rn(x));
-}
-
 // kAdd: x is the residual (updated in place with x + delta: rounded to bf16 when X is bf16, exact in fp32
-// when the residual stream is fp32); otherwise delta is unused.
+// when the residual stream is fp32); otherwise delta is unused. The row steps are norm_row.cuh's, shared with
+// the decode GEMV that folds add_rms_norm into its prologue.
 template <int kVec, bool kAdd, typename X>
 __global__ void rms_norm_kernel(X* x, int64_t ldx, const bf16* delta, int64_t ldd, const float* w, float eps,
                                 bf16* out, int64_t ldo, int N) {
   pdl_prologue();
   const int64_t row = blockIdx.x;
   X* xr = x + row * ldx;
+  const bf16* dr = delta + row * ldd;
   bf16* yr = out + row * ldo;
   float ss = 0.0f;
   for (int c = threadIdx.x * kVec; c < N; c += blockDim.x * kVec) {
     float v[kVec];
-    load_row<kVec>(xr + c, v);
-    if constexpr (kAdd) {
-      float d[kVec];
-      load_bf16<kVec>(delta + row * ldd + c, d);
-      if constexpr (std::is_same_v<X, bf16>) {
-#pragma unroll
-        for (int i = 0; i < kVec; ++i) v[i] = round_bf16(v[i] + d[i]);
-        store_bf16<kVec>(xr + c, v);
-      } else {
-#pragma unroll
-        for (int i = 0; i < kVec; ++i) v[i] += d[i];
-        store_row<kVec>(xr + c, v);
-      }
-    }
-#pragma unroll
-    for (int i = 0; i < kVec; ++i) ss += v[i] * v[i];
+    load_residual<kVec, kAdd>(xr, dr, c, v);
+    if constexpr (kAdd) store_row<kVec>(xr + c, v);
+    add_squares<kVec>(v, ss);
   }
   ss = block_sum(ss);
-  const float r = rsqrtf(ss / float(N) + eps);
+  const float r = rms_scale(ss, N, eps);
   for (int c = threadIdx.x * kVec; c < N; c += blockDim.x * kVec) {
     float v[kVec];
     load_row<kVec>(xr + c, v);
-#pragma unroll
-    for (int i = 0; i < kVec; ++i) v[i] = w[c + i] * round_bf16(v[i] * r);
+    apply_norm<kVec>(v, w, c, r);
     store_bf16<kVec>(yr + c, v);
   }
 }
@@ -103,12 +88,6 @@ __global__ void kda_output_norm_kernel(const bf16* o, int64_t ld_t, int64_t ld_h
   }
 }
 
-// Threads per row block: enough for one vector each on narrow rows, at most 256.
-int row_threads(int64_t N, int vec) {
-  const int64_t per = (N + vec - 1) / vec;
-  return int(std::clamp<int64_t>((per + 31) / 32 * 32, 32, 256));
-}
-
 Status check_bf16(const char* op, std::initializer_list<const TensorView*> views) {
   for (const TensorView* v : views)
     if (v->dtype != DType::BF16)
@@ -123,9 +102,9 @@ Status launch_rows(const char* name, X* x, int64_t ldx, const bf16* delta, int64
   const bool vec = N % 8 == 0 && ldx % 8 == 0 && ldo % 8 == 0 && aligned16(x) && aligned16(out) &&
                    (!kAdd || (ldd % 8 == 0 && aligned16(delta)));
   if (vec)
-    return launch(name, {dim3(unsigned(T)), dim3(row_threads(N, 8))}, cx.stream, rms_norm_kernel<8, kAdd, X>,
+    return launch(name, {dim3(unsigned(T)), dim3(norm_row_threads(N, 8))}, cx.stream, rms_norm_kernel<8, kAdd, X>,
                   x, ldx, delta, ldd, w, eps, out, ldo, int(N));
-  return launch(name, {dim3(unsigned(T)), dim3(row_threads(N, 1))}, cx.stream, rms_norm_kernel<1, kAdd, X>, x,
+  return launch(name, {dim3(unsigned(T)), dim3(norm_row_threads(N, 1))}, cx.stream, rms_norm_kernel<1, kAdd, X>, x,
                 ldx, delta, ldd, w, eps, out, ldo, int(N));
 }
 
@@ -137,6 +116,11 @@ Status check_residual(const char* op, const TensorView& x) {
 }
 
 }  // namespace
+
+int norm_row_threads(int64_t N, int vec) {
+  const int64_t per = (N + vec - 1) / vec;
+  return int(std::clamp<int64_t>((per + 31) / 32 * 32, 32, 256));
+}
 
 Status launch_rms_norm(const backend::RmsNormArgs& a, const CudaContext& cx) {
   RILL_TRY(check_bf16("rms_norm", {&a.out}));

@@ -19,20 +19,21 @@ void declare_decoder_layer(WeightTable& t, const std::string& prefix, int i, con
 
 // Each sublayer's output is this rank's partial sum under tensor parallelism; one all-reduce completes it.
 Status mixer_forward(ForwardContext& cx, const ModelConfig& c, int i, const DecoderLayerWeights& w, TensorView u,
-                     const LayerCache& cache, TensorView out) {
+                     const backend::AddRmsNormArgs* u_norm, const LayerCache& cache, TensorView out) {
   if (c.layer_kinds[size_t(i)] == LayerKind::Kda)
-    RILL_TRY(kda_forward(cx, c, w.kda, u, cache, out));
+    RILL_TRY(kda_forward(cx, c, w.kda, u, u_norm, cache, out));
   else
-    RILL_TRY(mla_forward(cx, c, w.mla, u, cache, out));
+    RILL_TRY(mla_forward(cx, c, w.mla, u, u_norm, cache, out));
   return cx.reduce(out);
 }
 
 Status ffn_forward(ForwardContext& cx, const ModelConfig& c, const ModelShard& shard, int i,
-                   const DecoderLayerWeights& w, TensorView x, TensorView out) {
+                   const DecoderLayerWeights& w, TensorView x, const backend::AddRmsNormArgs* x_norm,
+                   TensorView out) {
   if (c.ffn_kinds[size_t(i)] == FfnKind::Dense)
-    RILL_TRY(mlp_forward(cx, w.mlp, glu_spec(c), x, out));
+    RILL_TRY(mlp_forward(cx, w.mlp, glu_spec(c), x, x_norm, out));
   else
-    RILL_TRY(moe_forward(cx, c, shard, w.moe, x, out));
+    RILL_TRY(moe_forward(cx, c, shard, w.moe, x, x_norm, out));
   return cx.reduce(out);
 }
 

@@ -26,10 +26,14 @@ void declare_decoder_layer(WeightTable& t, const std::string& prefix, int i, con
                            const ModelShard& shard, DecoderLayerWeights& w);
 
 // out[T, H] = layer i's mixer (KDA or MLA) of u; each rank's partial sum is completed by one all-reduce.
+// u_norm (or null): the add_rms_norm whose out is u, not yet run — the sublayer's first op runs it (as its
+// input norm, which a backend may fold into that op) before anything reads u.
 Status mixer_forward(ForwardContext& cx, const ModelConfig& c, int i, const DecoderLayerWeights& w, TensorView u,
-                     const LayerCache& cache, TensorView out);
-// out[T, H] = layer i's feed-forward (dense MLP or MoE) of x, completed across ranks the same way.
+                     const backend::AddRmsNormArgs* u_norm, const LayerCache& cache, TensorView out);
+// out[T, H] = layer i's feed-forward (dense MLP or MoE) of x, completed across ranks the same way; x_norm as
+// u_norm.
 Status ffn_forward(ForwardContext& cx, const ModelConfig& c, const ModelShard& shard, int i,
-                   const DecoderLayerWeights& w, TensorView x, TensorView out);
+                   const DecoderLayerWeights& w, TensorView x, const backend::AddRmsNormArgs* x_norm,
+                   TensorView out);
 
 }  // namespace rill::model

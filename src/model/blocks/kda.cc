@@ -34,7 +34,7 @@ void declare_kda_weights(WeightTable& t, const std::string& p, const ModelConfig
 }
 
 Status kda_forward(ForwardContext& cx, const ModelConfig& c, const KdaWeights& w, TensorView u,
-                   const LayerCache& cache, TensorView out) {
+                   const backend::AddRmsNormArgs* u_norm, const LayerCache& cache, TensorView out) {
   WorkspaceScope scope(cx.ws);
   const int64_t T = u.size(0), Hk = c.kda.n_heads, d = c.kda.head_dim, P = c.kda.projection_size();
   const DType act = cx.act();
@@ -52,12 +52,14 @@ Status kda_forward(ForwardContext& cx, const ModelConfig& c, const KdaWeights& w
     RILL_TRY(be.gemm_group({{{u, &w.qkv_proj, qkv, &cx.ws},
                              {u, &w.f_a_proj, fa, &cx.ws},
                              {u, &w.b_proj, braw, &cx.ws},
-                             {u, &w.g_proj, gate, &cx.ws}}}));
+                             {u, &w.g_proj, gate, &cx.ws}},
+                            u_norm}));
   else
     RILL_TRY(be.gemm_group({{{u, &w.qkv_proj, qkv, &cx.ws},
                              {u, &w.f_a_proj, fa, &cx.ws},
                              {u, &w.b_proj, braw, &cx.ws},
-                             {u, &w.g_a_proj, ga, &cx.ws}}}));
+                             {u, &w.g_a_proj, ga, &cx.ws}},
+                            u_norm}));
 
   // A decode step (one token per sequence, so no in-step snapshot) runs the rest as one op where the backend
   // fuses it; taps need the separate ops' intermediates.

@@ -33,7 +33,8 @@ void declare_kda_weights(WeightTable& t, const std::string& prefix, const ModelC
 
 // out[T, H] = KDA(u[T, H]) for the tokens of the batch, reading and updating the layer's state slots. Under
 // tensor parallelism out is this rank's partial sum (o_proj is row-parallel); the model reduces it.
+// u_norm (or null): the input norm producing u, run by the first projection group (decoder_layer.h).
 Status kda_forward(ForwardContext& cx, const ModelConfig& c, const KdaWeights& w, TensorView u,
-                   const LayerCache& cache, TensorView out);
+                   const backend::AddRmsNormArgs* u_norm, const LayerCache& cache, TensorView out);
 
 }  // namespace rill::model

@@ -27,7 +27,7 @@ void declare_mla_weights(WeightTable& t, const std::string& p, const ModelConfig
 }
 
 Status mla_forward(ForwardContext& cx, const ModelConfig& c, const MlaWeights& w, TensorView u,
-                   const LayerCache& cache, TensorView out) {
+                   const backend::AddRmsNormArgs* u_norm, const LayerCache& cache, TensorView out) {
   WorkspaceScope scope(cx.ws);
   const MlaConfig& m = c.mla;
   const int64_t T = u.size(0), qk = m.qk_head_dim();
@@ -42,7 +42,8 @@ Status mla_forward(ForwardContext& cx, const ModelConfig& c, const MlaWeights& w
   TensorView qa = m.q_lora_rank > 0 ? cx.ws.alloc(act, {T, m.q_lora_rank}) : TensorView{};
   backend::GemmGroupArgs proj{
       {{u, m.q_lora_rank > 0 ? &w.q_a_proj : &w.q_proj, m.q_lora_rank > 0 ? qa : q, &cx.ws},
-       {u, &w.kv_a_proj, ckv, &cx.ws}}};
+       {u, &w.kv_a_proj, ckv, &cx.ws}},
+      u_norm};
   if (m.output_gate) proj.parts.push_back({u, &w.g_proj, gate, &cx.ws});
   RILL_TRY(be.gemm_group(proj));
   if (m.q_lora_rank > 0) {

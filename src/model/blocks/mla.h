@@ -27,7 +27,8 @@ struct MlaWeights {
 void declare_mla_weights(WeightTable& t, const std::string& prefix, const ModelConfig& c, const ModelShard& shard,
                          MlaWeights& w);
 
+// u_norm (or null): the input norm producing u, run by the first projection group (decoder_layer.h).
 Status mla_forward(ForwardContext& cx, const ModelConfig& c, const MlaWeights& w, TensorView u,
-                   const LayerCache& cache, TensorView out);
+                   const backend::AddRmsNormArgs* u_norm, const LayerCache& cache, TensorView out);
 
 }  // namespace rill::model

@@ -17,11 +17,12 @@ GluSpec glu_spec(const ModelConfig& c) {
   return {backend::Activation::Silu, 0.0f, 0.0f};
 }
 
-Status mlp_forward(ForwardContext& cx, const MlpWeights& w, const GluSpec& glu, TensorView x, TensorView out) {
+Status mlp_forward(ForwardContext& cx, const MlpWeights& w, const GluSpec& glu, TensorView x,
+                   const backend::AddRmsNormArgs* x_norm, TensorView out) {
   WorkspaceScope scope(cx.ws);
   const int64_t T = x.size(0), I = w.intermediate;
   TensorView gu = cx.ws.alloc(cx.act(), {T, 2 * I});
-  RILL_TRY(cx.be.gemm({x, &w.gate_up, gu, &cx.ws}));
+  RILL_TRY(cx.be.gemm_group({{{x, &w.gate_up, gu, &cx.ws}}, x_norm}));  // a group: it carries the input norm
   cx.tap("mlp.gate_up", gu);
   TensorView h = cx.ws.alloc(cx.act(), {T, I});
   RILL_TRY(cx.be.glu({gu.narrow(1, 0, I), gu.narrow(1, I, I), h, glu.activation, glu.beta, glu.linear_beta}));

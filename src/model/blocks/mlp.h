@@ -26,7 +26,9 @@ struct GluSpec {
 };
 GluSpec glu_spec(const ModelConfig& c);
 
-// out[T, H] = down(act(gate(x)) * up(x)).
-Status mlp_forward(ForwardContext& cx, const MlpWeights& w, const GluSpec& glu, TensorView x, TensorView out);
+// out[T, H] = down(act(gate(x)) * up(x)). x_norm (or null): the input norm producing x, run by the gate|up
+// GEMM (decoder_layer.h).
+Status mlp_forward(ForwardContext& cx, const MlpWeights& w, const GluSpec& glu, TensorView x,
+                   const backend::AddRmsNormArgs* x_norm, TensorView out);
 
 }  // namespace rill::model

@@ -99,7 +99,7 @@ void declare_moe_weights(WeightTable& t, const std::string& p, const ModelConfig
 }
 
 Status moe_forward(ForwardContext& cx, const ModelConfig& c, const ModelShard& sh, const MoeWeights& w,
-                   TensorView x, TensorView out) {
+                   TensorView x, const backend::AddRmsNormArgs* x_norm, TensorView out) {
   WorkspaceScope scope(cx.ws);
   const MoeConfig& m = c.moe;
   const int64_t T = x.size(0), k = m.n_experts_per_token;
@@ -123,6 +123,7 @@ Status moe_forward(ForwardContext& cx, const ModelConfig& c, const ModelShard& s
     route.expert_begin = held.begin;
     route.n_local = held.count;
   }
+  route.norm = x_norm;  // the router reads x first
   RILL_TRY(be.moe_route(route));
   cx.tap("moe.ids", route.ids);
   cx.tap("moe.weights", route.weights);
@@ -163,7 +164,7 @@ Status moe_forward(ForwardContext& cx, const ModelConfig& c, const ModelShard& s
   cx.tap("moe.routed", out);
   if (m.n_shared_experts > 0) {
     TensorView shared = cx.ws.alloc(cx.act(), {T, c.hidden_size});
-    RILL_TRY(mlp_forward(cx, w.shared, glu, x, shared));
+    RILL_TRY(mlp_forward(cx, w.shared, glu, x, nullptr, shared));
     cx.tap("moe.shared", shared);
     RILL_TRY(be.add({out, shared}));
   }

@@ -29,8 +29,9 @@ struct MoeWeights {
 void declare_moe_weights(WeightTable& t, const std::string& prefix, const ModelConfig& c, const ModelShard& shard,
                          MoeWeights& w);
 
-// Under parallelism out is this rank's partial sum (the model reduces it over the tp group).
+// Under parallelism out is this rank's partial sum (the model reduces it over the tp group). x_norm (or null):
+// the input norm producing x, run by the router (decoder_layer.h).
 Status moe_forward(ForwardContext& cx, const ModelConfig& c, const ModelShard& shard, const MoeWeights& w,
-                   TensorView x, TensorView out);
+                   TensorView x, const backend::AddRmsNormArgs* x_norm, TensorView out);
 
 }  // namespace rill::model

@@ -16,174 +16,18 @@
 // Launched with PDL (common/launch.h): before waiting for the kernel that produces x, each warp asks L2 for
 // its slice of W (prefetch.global.L2, one request per 128-byte line), so the weight stream of this projection
 // overlaps the tail of the norm or GEMV before it instead of starting after it.
-#include <cuda_bf16.h>
-#include <cuda_fp8.h>
-
 #include <algorithm>
 #include <cstdint>
-#include <type_traits>
+#include <vector>
 
 #include "backend/cuda/common/align.h"
 #include "backend/cuda/common/check.h"
-#include "backend/cuda/common/launch.h"
-#include "backend/cuda/common/pdl.cuh"
-#include "backend/cuda/gemm/gemv.h"
+#include "backend/cuda/gemm/gemv.cuh"
+#include "backend/cuda/norm.h"
 
 namespace rill::cuda {
+namespace gemv {
 namespace {
-
-constexpr int kWarps = 8;
-constexpr int kUnroll = 4;
-
-struct GemvPart {
-  const __nv_bfloat16* x;  // [M, K], row stride ldx
-  int64_t ldx;
-  const void* w;  // [N, K] bf16 or F8E4M3 (the kernel's policy), row stride ldw elements
-  int64_t ldw;
-  const float* scales;  // FP8 only: F32 [ceil(N / block_rows), ceil(K / block_cols)], row stride lds
-  int64_t lds;
-  int block_rows, block_cols;  // FP8 only; block_cols a multiple of 8 (a chunk never spans two blocks)
-  void* out;  // [M, N] bf16 or f32, row stride ldo
-  int64_t ldo;
-  int N, K;
-  int split;        // warps per output row
-  int first_block;  // the part's first CTA
-  bool out_f32;
-};
-
-struct GemvGroup {
-  GemvPart part[backend::kMaxGemmGroup];
-  int n_parts;
-};
-
-__device__ __forceinline__ void unpack(const uint4& u, float f[8]) {
-  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&u);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 t = __bfloat1622float2(h[i]);
-    f[2 * i] = t.x;
-    f[2 * i + 1] = t.y;
-  }
-}
-
-struct Bf16Weights {
-  using Chunk = uint4;  // 8 bf16
-  static constexpr int kChunkBytes = 16;
-  static constexpr int kElemBytes = 2;
-  static constexpr int kElems = 8;  // weights per chunk
-  struct Row {
-    __device__ Row(const GemvPart&, int) {}
-    __device__ void widen(const Chunk& u, int, float f[kElems]) const { unpack(u, f); }
-  };
-};
-
-template <int kCodes>  // 16: one 16-byte chunk; 8: one 8-byte chunk
-struct Fp8Weights {
-  using Chunk = std::conditional_t<kCodes == 16, uint4, uint2>;
-  static constexpr int kChunkBytes = kCodes;
-  static constexpr int kElemBytes = 1;
-  static constexpr int kElems = kCodes;
-  struct Row {  // the scales of output row n
-    const float* scales;
-    int block_cols;
-    __device__ Row(const GemvPart& p, int n)
-        : scales(p.scales + int64_t(n / p.block_rows) * p.lds), block_cols(p.block_cols) {}
-    __device__ void widen(const Chunk& u, int chunk, float f[kElems]) const {
-      const float s = __ldg(scales + (chunk * kElems) / block_cols);  // a chunk never spans two blocks
-      const __nv_fp8x2_storage_t* q = reinterpret_cast<const __nv_fp8x2_storage_t*>(&u);
-#pragma unroll
-      for (int i = 0; i < kElems / 2; ++i) {
-        const float2 t = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(q[i], __NV_E4M3)));
-        f[2 * i] = t.x * s;
-        f[2 * i + 1] = t.y * s;
-      }
-    }
-  };
-};
-
-// Warp `part` of a row covers chunks (W::kElems weights each) [part * span, (part + 1) * span) of it.
-template <int M, class W>
-__global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvGroup g) {
-  __shared__ float partial[kWarps][M];
-  int pi = 0;
-  while (pi + 1 < g.n_parts && int(blockIdx.x) >= g.part[pi + 1].first_block) ++pi;
-  const GemvPart& p = g.part[pi];
-  const int split = p.split, rows = kWarps / split;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int n = (int(blockIdx.x) - p.first_block) * rows + warp / split, part = warp % split;
-  const int chunks = p.K / W::kElems;
-  const int span = (chunks + split - 1) / split;
-  const int c_begin = part * span, c_end = min(chunks, c_begin + span);
-  // W is never written during a step, so it may be read before the wait; x and out may not.
-  if (n < p.N) {
-    const char* wrow = static_cast<const char*>(p.w) + int64_t(n) * p.ldw * W::kElemBytes;
-    constexpr int kChunksPerLine = 128 / W::kChunkBytes;
-    for (int c = c_begin + lane * kChunksPerLine; c < c_end; c += 32 * kChunksPerLine)
-      asm volatile("prefetch.global.L2 [%0];" ::"l"(wrow + int64_t(c) * W::kChunkBytes));
-  }
-  pdl_prologue();
-  float acc[M];
-#pragma unroll
-  for (int m = 0; m < M; ++m) acc[m] = 0.0f;
-  if (n < p.N) {
-    using Chunk = typename W::Chunk;
-    const Chunk* wrow = reinterpret_cast<const Chunk*>(static_cast<const char*>(p.w) + int64_t(n) * p.ldw * W::kElemBytes);
-    const typename W::Row row(p, n);
-    for (int c0 = c_begin + lane; c0 < c_end; c0 += 32 * kUnroll) {
-      Chunk wv[kUnroll];
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int c = c0 + u * 32;
-        wv[u] = c < c_end ? __ldcs(wrow + c) : Chunk{};  // streamed: read once
-      }
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int c = c0 + u * 32;
-        if (c >= c_end) break;
-        float wf[W::kElems];
-        row.widen(wv[u], c, wf);
-#pragma unroll
-        for (int m = 0; m < M; ++m) {
-          const uint4* xrow = reinterpret_cast<const uint4*>(p.x + int64_t(m) * p.ldx) + c * (W::kElems / 8);
-#pragma unroll
-          for (int h = 0; h < W::kElems / 8; ++h) {
-            float xf[8];
-            unpack(__ldg(xrow + h), xf);
-#pragma unroll
-            for (int i = 0; i < 8; ++i) acc[m] = fmaf(wf[8 * h + i], xf[i], acc[m]);
-          }
-        }
-      }
-    }
-  }
-#pragma unroll
-  for (int m = 0; m < M; ++m) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) acc[m] += __shfl_xor_sync(0xffffffffu, acc[m], o);
-  }
-  if (split > 1) {
-    if (lane == 0)
-#pragma unroll
-      for (int m = 0; m < M; ++m) partial[warp][m] = acc[m];
-    __syncthreads();
-    if (part != 0) return;
-#pragma unroll
-    for (int m = 0; m < M; ++m) {
-      float v = 0.0f;
-      for (int q = 0; q < split; ++q) v += partial[warp + q][m];
-      acc[m] = v;
-    }
-  }
-  if (lane == 0 && n < p.N) {
-#pragma unroll
-    for (int m = 0; m < M; ++m) {
-      if (p.out_f32)
-        static_cast<float*>(p.out)[int64_t(m) * p.ldo + n] = acc[m];
-      else
-        static_cast<__nv_bfloat16*>(p.out)[int64_t(m) * p.ldo + n] = __float2bfloat16_rn(acc[m]);
-    }
-  }
-}
 
 bool fp8(const backend::GemmArgs& a) { return a.w->format == backend::WeightFormat::Fp8; }
 
@@ -220,6 +64,44 @@ GemvPart make_part(const backend::GemmArgs& a, int sm_count) {
 
 }  // namespace
 
+GemvPlan plan_gemv_group(const backend::GemmGroupArgs& a, int sm_count) {
+  GemvPlan plan;
+  plan.g.n_parts = int(a.parts.size());
+  for (int i = 0; i < plan.g.n_parts; ++i) {
+    plan.g.part[i] = make_part(a.parts[size_t(i)], sm_count);
+    plan.g.part[i].first_block = plan.blocks;
+    const int rows = kWarps / plan.g.part[i].split;
+    plan.blocks += (plan.g.part[i].N + rows - 1) / rows;
+  }
+  plan.M = int(a.parts[0].x.size(0));
+  const backend::GemmArgs& p0 = a.parts[0];
+  plan.weights = !fp8(p0) ? GemvWeights::Bf16 : fp8_wide(p0) ? GemvWeights::Fp8x16 : GemvWeights::Fp8x8;
+  return plan;
+}
+
+size_t attach_norm(GemvPlan& plan, const backend::AddRmsNormArgs& n, unsigned* counter) {
+  GemvNorm& nm = plan.g.norm;
+  nm.residual = static_cast<float*>(n.residual.data);
+  nm.ldr = n.residual.stride(0);
+  nm.delta = static_cast<const __nv_bfloat16*>(n.delta.data);
+  nm.ldd = n.delta.stride(0);
+  nm.weight = n.weight.ptr<const float>();
+  nm.eps = n.eps;
+  nm.out = static_cast<__nv_bfloat16*>(n.out.data);
+  nm.ldo = n.out.stride(0);
+  nm.K = int(n.residual.size(1));
+  nm.threads = norm_row_threads(nm.K, kNormVec);
+  plan.norm = true;
+  plan.g.counter = counter;
+  plan.g.tail_smem = int(gemv_norm_smem(n.residual.size(0), nm.K));
+  return size_t(plan.g.tail_smem);
+}
+
+}  // namespace gemv
+
+using gemv::fp8;
+using gemv::fp8_wide;
+
 int gemv_split(int64_t N, int64_t chunks, int sm_count) {
   // Split while the warps still fit one wave of the device at 64 warps per SM (a second, partial wave
   // costs a whole latency round) and every warp keeps at least two 16-byte loads per lane (a warp with a
@@ -228,7 +110,7 @@ int gemv_split(int64_t N, int64_t chunks, int sm_count) {
   // than one.
   const int64_t wave_warps = int64_t(std::max(sm_count, 1)) * 64;
   int split = 1;
-  while (split < kWarps && N * split * 2 <= wave_warps && chunks / (split * 2) >= 64) split *= 2;
+  while (split < gemv::kWarps && N * split * 2 <= wave_warps && chunks / (split * 2) >= 64) split *= 2;
   return split;
 }
 
@@ -255,33 +137,72 @@ bool gemv_group_eligible(const backend::GemmGroupArgs& a) {
   return true;
 }
 
-Status launch_gemv_group(const backend::GemmGroupArgs& a, int sm_count, cudaStream_t stream) {
-  GemvGroup g{};
-  g.n_parts = int(a.parts.size());
-  int blocks = 0;
-  for (int i = 0; i < g.n_parts; ++i) {
-    g.part[i] = make_part(a.parts[size_t(i)], sm_count);
-    g.part[i].first_block = blocks;
-    const int rows = kWarps / g.part[i].split;
-    blocks += (g.part[i].N + rows - 1) / rows;
+size_t gemv_norm_smem(int64_t M, int64_t K) {
+  return size_t(M * K * 2 + 15) / 16 * 16;
+}
+
+bool gemv_norm_fusable(const backend::AddRmsNormArgs& n, size_t tail_smem) {
+  const TensorView &r = n.residual, &d = n.delta, &o = n.out;
+  const int64_t M = r.size(0), K = r.size(1);
+  // add_rms_norm's 8-wide path (norm.cu) on an F32 residual, rows inside the kernel's shared memory.
+  return M >= 1 && M <= kGemvMaxRows && r.dtype == DType::F32 && d.dtype == DType::BF16 && o.dtype == DType::BF16 &&
+         K % gemv::kNormVec == 0 && r.stride(0) % 8 == 0 && d.stride(0) % 8 == 0 && o.stride(0) % 8 == 0 &&
+         (K <= 1 || (r.stride(1) == 1 && d.stride(1) == 1 && o.stride(1) == 1)) && aligned16(r.data) &&
+         aligned16(d.data) && aligned16(o.data) && gemv_norm_smem(M, K) + tail_smem <= kGemvMaxSmem;
+}
+
+namespace {
+
+// Consecutive runs of parts that share one weight policy (FP8 wide or not, or bf16): one launch each.
+std::vector<backend::GemmGroupArgs> policy_runs(const backend::GemmGroupArgs& a) {
+  std::vector<backend::GemmGroupArgs> runs;
+  for (const backend::GemmArgs& p : a.parts) {
+    if (runs.empty() || !gemv_group_eligible({{runs.back().parts[0], p}})) runs.emplace_back();
+    runs.back().parts.push_back(p);
   }
-  if (blocks == 0) return {};
-  const LaunchShape shape{dim3(unsigned(blocks)), dim3(kWarps * 32)};
-  auto run = [&](auto policy) -> Status {  // C++17 (nvcc here): the policy type from an argument
-    using W = decltype(policy);
-    switch (a.parts[0].x.size(0)) {
-      case 1: return launch("gemv_kernel", shape, stream, gemv_kernel<1, W>, g);
-      case 2: return launch("gemv_kernel", shape, stream, gemv_kernel<2, W>, g);
-      case 3: return launch("gemv_kernel", shape, stream, gemv_kernel<3, W>, g);
-      default: return launch("gemv_kernel", shape, stream, gemv_kernel<4, W>, g);
-    }
-  };
-  if (!fp8(a.parts[0])) return run(Bf16Weights{});
-  return fp8_wide(a.parts[0]) ? run(Fp8Weights<16>{}) : run(Fp8Weights<8>{});
+  return runs;
+}
+
+}  // namespace
+
+// Every part on the GEMV (the same M): FP8 quantisation leaves some of a group bf16 (the 48B's KDA gate
+// projections), which then runs as one launch per policy, the norm folded into the first.
+bool gemv_group_fuses_norm(const backend::GemmGroupArgs& a) {
+  if (a.norm == nullptr || a.parts.empty() || !gemv_norm_fusable(*a.norm, 0)) return false;
+  for (const backend::GemmArgs& p : a.parts)
+    if (!gemv_eligible(p) || p.x.size(0) != a.parts[0].x.size(0)) return false;
+  return true;
+}
+
+namespace {
+
+Status launch_plan(const gemv::GemvPlan& plan, size_t smem, cudaStream_t stream) {
+  using namespace gemv;
+  switch (plan.weights) {
+    case GemvWeights::Bf16: return launch_gemv_plan<Bf16Weights>("gemv_kernel", plan, NoTail{}, smem, stream);
+    case GemvWeights::Fp8x16:
+      return launch_gemv_plan<Fp8Weights<16>>("gemv_kernel", plan, NoTail{}, smem, stream);
+    default: return launch_gemv_plan<Fp8Weights<8>>("gemv_kernel", plan, NoTail{}, smem, stream);
+  }
+}
+
+}  // namespace
+
+Status launch_gemv_group(const backend::GemmGroupArgs& a, const CudaContext& cx) {
+  if (!a.norm) return launch_plan(gemv::plan_gemv_group(a, cx.sm_count), 0, cx.stream);
+  if (!gemv_group_fuses_norm(a)) return internal_error("gemm_group: this input norm cannot fold into the GEMV");
+  // The first launch writes h (its last CTA) before the later ones read it: stream order.
+  bool first = true;
+  for (const backend::GemmGroupArgs& run : policy_runs(a)) {
+    gemv::GemvPlan plan = gemv::plan_gemv_group(run, cx.sm_count);
+    RILL_TRY(launch_plan(plan, first ? gemv::attach_norm(plan, *a.norm, cx.gemv_counter) : 0, cx.stream));
+    first = false;
+  }
+  return {};
 }
 
 Status launch_gemv(const backend::GemmArgs& a, int sm_count, cudaStream_t stream) {
-  return launch_gemv_group(backend::GemmGroupArgs{{a}}, sm_count, stream);
+  return launch_plan(gemv::plan_gemv_group(backend::GemmGroupArgs{{a}}, sm_count), 0, stream);
 }
 
 }  // namespace rill::cuda

@@ -8,6 +8,9 @@
 namespace rill::cuda {
 
 Status launch_moe_route(const backend::MoeRouteArgs& a, const CudaContext& cx);
+// Whether launch_moe_route folds a's input norm (a.norm) into its decode logits GEMV (options.decode_fusion,
+// T <= kGemvMaxRows, gemv_norm_fusable).
+bool moe_route_fuses_norm(const backend::MoeRouteArgs& a, const CudaContext& cx);
 size_t moe_experts_scratch_bytes(const backend::MoeExpertsArgs& a);
 // Whether launch_moe_experts runs a's shared expert in its decode GEMVs (from shapes and formats only).
 bool moe_fuses_shared_expert(const backend::MoeExpertsArgs& a);

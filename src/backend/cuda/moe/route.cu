@@ -4,9 +4,11 @@
 // the topk_group best groups), top-k with ties to the lower index, weights from the unbiased scores,
 // renormalised (+1e-20) when asked and top_k > 1, times the routed scaling factor.
 //
-// Decode (T <= kGemvMaxRows): the logits come from the split GEMV (gemm/gemv.cu, F32 out, the router rows
-// spread over every SM) into CudaContext::route_logits, then moe_select_kernel routes each token with one
-// warp: two short kernels instead of one cluster kernel whose 8 SMs read the whole 1.2 MB router (19 us).
+// Decode (T <= kGemvMaxRows): the logits come from the split GEMV (gemm/gemv.cuh, F32 out, the router rows
+// spread over every SM) into CudaContext::route_logits, and the last of its CTAs to finish selects every
+// token's experts (RouteTail, one warp per token): one launch instead of one cluster kernel whose 8 SMs read
+// the whole 1.2 MB router (19 us). With decode_fusion off the selection is a second kernel
+// (moe_select_kernel); both run the same selection on the same logits, so their results are identical.
 //
 // Prefill launch: clusters of kRouteTokens CTAs, one cluster per kRouteTokens tokens. CTA r loads the
 // cluster's token rows into shared memory and computes the logits of expert slice r (a warp per expert,
@@ -25,7 +27,7 @@
 #include "backend/cuda/common/launch.h"
 #include "backend/cuda/common/pdl.cuh"
 #include "backend/cuda/common/smem.h"
-#include "backend/cuda/gemm/gemv.h"
+#include "backend/cuda/gemm/gemv.cuh"
 #include "backend/cuda/moe/device.cuh"
 #include "backend/cuda/moe/moe.h"
 #include "backend/cuda/moe/params.h"
@@ -263,23 +265,66 @@ __global__ void __cluster_dims__(kRouteTokens, 1, 1) __launch_bounds__(kRouteThr
   if (rank < nt && warp == 0) route_select(p, row, t0 + rank, lane);
 }
 
-// One warp per token (blockIdx.x) routes from its logit row in `logits` ([T, E], row stride E), copied to
-// shared memory with the bias first: the selection rereads every score once per chosen expert (from global
-// memory this kernel took 15 us).
+// Routes tokens [t0, t0 + n) from their logit rows in `logits` ([T, E], row stride E), warp w of the calling
+// threads token t0 + w. The rows and the bias are copied to shared memory first (`rows` [n, E], `bias` [E]):
+// the selection rereads every score once per chosen expert (from global memory this took 15 us). The rows are
+// read past L1 (__ldcg): in the GEMV's tail other CTAs wrote them.
+__device__ void select_tokens(RouteParams p, const float* logits, int t0, int n, float* rows, float* bias) {
+  for (int i = threadIdx.x; i < n * p.E; i += blockDim.x) rows[i] = __ldcg(logits + int64_t(t0) * p.E + i);
+  if (p.bias) {
+    for (int e = threadIdx.x; e < p.E; e += blockDim.x) bias[e] = p.bias[e];
+    p.bias = bias;  // the selection reads each biased score once per round
+  }
+  __syncthreads();
+  const int w = int(threadIdx.x >> 5);
+  if (w < n) route_select(p, rows + w * p.E, t0 + w, int(threadIdx.x & 31));
+}
+
+// Unfused decode selection (decode_fusion off): one warp per token (blockIdx.x) after the logits GEMV.
 __global__ void __launch_bounds__(32) moe_select_kernel(RouteParams p, const float* logits) {
   pdl_prologue();
   __shared__ float row[moe::kMaxExperts], bias[moe::kMaxExperts];
-  const int t = blockIdx.x;
-  for (int e = threadIdx.x; e < p.E; e += 32) {
-    row[e] = logits[int64_t(t) * p.E + e];
-    if (p.bias) bias[e] = p.bias[e];
-  }
-  if (p.bias) p.bias = bias;  // the selection reads each biased score once per round
-  __syncwarp();
-  route_select(p, row, t, threadIdx.x);
+  select_tokens(p, logits, int(blockIdx.x), 1, row, bias);
 }
 
+// The decode selection as the logits GEMV's tail (gemm/gemv.cuh): its last CTA routes every token, one warp
+// each (T <= kGemvMaxRows <= 8 warps), from the logits all CTAs wrote; the rows and the bias in the tail's
+// shared memory ([T, E] and [E] floats, smem_bytes).
+struct RouteTail {
+  static constexpr bool kActive = true;
+  RouteParams p;
+  const float* logits;  // [T, E]
+  static size_t smem_bytes(int64_t T, int64_t E) { return size_t(T + 1) * size_t(E) * sizeof(float); }
+  __device__ void operator()(int T, unsigned char* smem) const {
+    float* rows = reinterpret_cast<float*>(smem);
+    select_tokens(p, logits, 0, T, rows, rows + T * p.E);
+  }
+};
+
+// The decode router's logits GEMV into the backend's logits buffer ([T, E] F32, the router a bf16 weight).
+struct LogitsGemm {
+  backend::LinearWeight gate;
+  backend::GemmArgs args;
+  LogitsGemm(const backend::MoeRouteArgs& a, const CudaContext& cx) {
+    gate.weight = a.gate_weight;
+    args = {a.x, &gate,
+            TensorView::make(cx.route_logits, DType::F32, {a.x.size(0), a.gate_weight.size(0)}, Device::Cuda)};
+  }
+  LogitsGemm(const LogitsGemm&) = delete;  // args points at gate
+  // Decode-sized: the split GEMV computes the logits (then the selection runs in its tail or a second kernel).
+  bool small(const CudaContext& cx) const {
+    return args.x.size(0) <= kGemvMaxRows && cx.route_logits != nullptr && gemv_eligible(args);
+  }
+};
+
 }  // namespace
+
+bool moe_route_fuses_norm(const backend::MoeRouteArgs& a, const CudaContext& cx) {
+  const int64_t T = a.x.size(0), E = a.gate_weight.size(0);
+  return a.norm != nullptr && cx.options.decode_fusion && a.x.dtype == DType::BF16 &&
+         a.gate_weight.dtype == DType::BF16 && E <= moe::kMaxExperts && LogitsGemm(a, cx).small(cx) &&
+         gemv_norm_fusable(*a.norm, RouteTail::smem_bytes(T, E));
+}
 
 Status launch_moe_route(const backend::MoeRouteArgs& a, const CudaContext& cx) {
   const int64_t T = a.x.size(0), H = a.x.size(1), E = a.gate_weight.size(0);
@@ -296,12 +341,10 @@ Status launch_moe_route(const backend::MoeRouteArgs& a, const CudaContext& cx) {
         E / a.n_groups, moe::kRouteMaxGroups);
   if (T == 0) return {};
   // Decode: split GEMV into the backend's logits buffer, then one selecting warp per token.
-  backend::LinearWeight gate;
-  gate.weight = a.gate_weight;
-  const backend::GemmArgs logits_gemm{a.x, &gate,
-                                      TensorView::make(cx.route_logits, DType::F32, {T, E}, Device::Cuda)};
-  const bool small = T <= kGemvMaxRows && cx.route_logits != nullptr && gemv_eligible(logits_gemm);
-  if (small) RILL_TRY(launch_gemv(logits_gemm, cx.sm_count, cx.stream));
+  const LogitsGemm logits(a, cx);
+  const bool small = logits.small(cx);
+  if (a.norm && !moe_route_fuses_norm(a, cx))
+    return internal_error("moe_route: this input norm cannot fold into the router's GEMV");
   RouteParams p;
   p.x = static_cast<const bf16*>(a.x.data);
   p.ldx = a.x.stride(0);
@@ -323,7 +366,16 @@ Status launch_moe_route(const backend::MoeRouteArgs& a, const CudaContext& cx) {
   p.ld_weights = a.weights.stride(0);
   p.expert_begin = a.expert_begin;
   p.n_local = a.n_local;
+  if (small && cx.options.decode_fusion) {
+    gemv::GemvPlan plan = gemv::plan_gemv_group(backend::GemmGroupArgs{{logits.args}}, cx.sm_count);
+    plan.g.counter = cx.gemv_counter;
+    const size_t norm_smem = a.norm ? gemv::attach_norm(plan, *a.norm, cx.gemv_counter) : 0;
+    plan.g.tail_smem = int(norm_smem);
+    return gemv::launch_gemv_plan<gemv::Bf16Weights>("moe_route_gemv", plan, RouteTail{p, cx.route_logits},
+                                                     norm_smem + RouteTail::smem_bytes(T, E), cx.stream);
+  }
   if (small) {
+    RILL_TRY(launch_gemv(logits.args, cx.sm_count, cx.stream));
     return launch("moe_select", {dim3(unsigned(T)), dim3(32)}, cx.stream, moe_select_kernel, p,
                   static_cast<const float*>(cx.route_logits));
   }
