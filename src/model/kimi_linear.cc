@@ -36,8 +36,8 @@ void KimiLinearModel::declare_weights() {
 // the next sublayer, in the activation dtype. Each residual add is fused with the norm that follows it
 // (x += a; h = norm(x)), which is exactly the reference's order of operations, and handed to the next
 // sublayer as its input norm: its first op runs it, folded into that op where the backend can (CUDA's decode
-// GEMVs, gemm/README.md) — one launch fewer per join. Taps record h before the sublayer runs, so a tapped
-// forward runs each join on its own. The last layer's add and the final norm run only on the rows whose
+// GEMVs, backend/cuda/README.md) — one launch fewer per join. Taps record h before the sublayer runs, so a
+// tapped forward runs each join on its own. The last layer's add and the final norm run only on the rows whose
 // logits are wanted.
 Status KimiLinearModel::forward_impl(ForwardContext& cx, TensorView ids, TensorView rows, const ModelCaches& caches,
                                      TensorView logits) {

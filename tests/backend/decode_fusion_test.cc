@@ -1,8 +1,8 @@
-// Decode fusion (backend option decode_fusion, src/backend/cuda/gemm/README.md): the tested backend with its
+// Decode fusion (backend option decode_fusion, src/backend/cuda/README.md): the tested backend with its
 // decode-batch fusions on against the same backend with them off. The fused kernels run the same arithmetic
 // in the same order as the separate ones, so every output must match bit for bit; the CPU comparisons of the
-// fused paths are the op tests themselves (MoeTest.Route*, which run fused by default and unfused in the
-// backend_tests(decode_fusion=0) variant).
+// fused paths are the op tests themselves (MoeTest.Route*, which run unfused by default and fused in the
+// backend_tests(decode_fusion=1) variant).
 // Route: the router's expert selection in the last CTA of its logits GEMV, for 1..4 tokens (the GEMV path),
 // sigmoid and softmax, with and without bias, grouped or not, Kimi Linear's 256 experts top-8 and odd shapes.
 // Input norm: the residual add + RMSNorm folded into the GEMV that reads h (gemm_group: the 48B's KDA, MLA and

@@ -74,7 +74,7 @@ TEST(CudaConsistency, RaggedBatchEqualsSequencesAlone) {
 }
 
 // decode_fusion folds each residual add + RMSNorm into the decode GEMV that reads it and the router's selection
-// into its logits GEMV, with the same arithmetic as the separate kernels (src/backend/cuda/gemm/README.md): a
+// into its logits GEMV, with the same arithmetic as the separate kernels (src/backend/cuda/README.md): a
 // prefill and then decode steps (T = 1, the fused paths) give bit-identical logits with the fusions on and off.
 TEST(CudaDecodeFusion, LogitsIdenticalOnAndOff) {
   const auto dir = testing::data_dir() / "kimi_linear_tiny_b";
