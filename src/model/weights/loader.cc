@@ -285,12 +285,23 @@ Result<LoadedWeights> load_weights(const WeightTable& table, std::shared_ptr<con
   std::map<const io::SafetensorsFile*, int> group_of;
   std::atomic<int64_t> done{0};
   std::mutex progress_mu;
+  // The bytes the uploads below move, for the progress report: the plan's, except that a matrix quantized at
+  // load travels as its source matrix to a GPU (quantized there) and not at all to the CPU (quantized in place).
+  int64_t upload_total = int64_t(total);
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const WeightSpec& s = specs[i];
+    if (s.role == WeightRole::Fp8Scale || !fp8_target(table, s) || s.fp8.stored) continue;
+    const int64_t n = s.shape.numel();
+    upload_total -= n + int64_t(scale_bytes(fp8_block(table, s), s.shape[0], s.shape[1]));
+    if (!cpu) upload_total += n * int64_t(dtype_size(entry[i]->info->dtype));
+  }
+  upload_total = std::max<int64_t>(upload_total, 1);
   auto flush = [&]() -> Status {
     RILL_TRY(be.copy_to_device_batch(jobs, [&](size_t n) {
       const int64_t now = done += int64_t(n);
       if (!progress) return;
       std::lock_guard lock(progress_mu);
-      progress(now, int64_t(total));
+      progress(std::min(now, upload_total), upload_total);
     }));
     jobs.clear();
     converted.clear();
