@@ -19,18 +19,11 @@ namespace {
 
 using testing::max_abs_diff;
 
+// A K3 fixture through the shared loader (a workspace for steps of up to 256 tokens, 8 sequences).
 std::unique_ptr<model::Model> load(backend::Backend& be, const std::filesystem::path& dir) {
-  auto m = model::load_model(dir, be);
-  EXPECT_TRUE(m.ok()) << m.status().to_string();
-  if (!m.ok()) return nullptr;
-  EXPECT_EQ((*m)->config().family, model::ModelFamily::KimiK3) << dir;
-  model::StepLimits lim;
-  lim.max_tokens = 256;
-  lim.max_seqs = 4;
-  lim.max_logit_rows = 256;
-  lim.max_context = 512;
-  EXPECT_TRUE((*m)->reserve_workspace(lim).ok());
-  return std::move(m).value();
+  auto m = testing::load_fixture_model(dir, be);
+  if (m) EXPECT_EQ(m->config().family, model::ModelFamily::KimiK3) << dir;
+  return m;
 }
 
 TEST(KimiK3Parity, PromptLogitsAndGreedyContinuationsMatchTheReference) {
