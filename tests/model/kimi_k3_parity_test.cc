@@ -22,7 +22,9 @@ using testing::max_abs_diff;
 // A K3 fixture through the shared loader (a workspace for steps of up to 256 tokens, 8 sequences).
 std::unique_ptr<model::Model> load(backend::Backend& be, const std::filesystem::path& dir) {
   auto m = testing::load_fixture_model(dir, be);
-  if (m) EXPECT_EQ(m->config().family, model::ModelFamily::KimiK3) << dir;
+  if (m) {
+    EXPECT_EQ(m->config().family, model::ModelFamily::KimiK3) << dir;
+  }
   return m;
 }
 
