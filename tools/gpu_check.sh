@@ -4,7 +4,7 @@
 # goes under $OUT; the last lines printed are a summary table.
 #
 #   here:  tools/fetch_gpu_deps.sh
-#   run:   tools/gpu_check.sh [all|test|sanitize|reference|bench|spec|prefix|tiers|k3bench|serve|profile|cmd]...
+#   run:   tools/gpu_check.sh [all|test|sanitize|reference|peers|bench|spec|prefix|tiers|k3bench|serve|profile|cmd]...
 #          (device tool, carry: [".deps"]; `all` is everything but profile and cmd)
 #   GPU_TARGETS=... narrows the build; `cmd` runs $CMD in the build directory after it (a diagnostic run).
 set -uo pipefail
@@ -58,7 +58,7 @@ if want test || want sanitize || want bench || want cmd; then
   fi
   note "build ok ($GPU_TARGETS)"
 fi
-if want bench || want spec || want serve || want profile || want prefix || want tiers || want k3bench || want reference; then
+if want bench || want spec || want serve || want profile || want prefix || want tiers || want k3bench || want reference || want peers; then
   timeout 300 ninja -C $BUILD -j16 rill > "$LOGS/build_rill.log" 2>&1 && note "rill built" || note "rill build FAILED"
 fi
 
@@ -111,6 +111,16 @@ if want reference; then
     note "K3 reference on transformers' kimi_linear modules vs the K3 fixtures: rc=$?"
     grep -E "RESULT|YARDSTICK|ALL PASS|FAILED" "$LOGS/k3_transformers_reference.log"
   fi
+fi
+
+# --- peers on the same GPU (issue #33): transformers' KimiLinear composed like `rill bench --composed`, fla's
+# chunk_kda alone; PEER_ARGS passes options (e.g. "--kda-tokens 8192 32768 --tokens 8192")
+if want peers && [[ -x $BUILD/rill ]]; then
+  $BUILD/rill bench --preset kimi-linear-48b --print-config > /tmp/rill-48b-config.json 2> "$LOGS/peer_config.log"
+  timeout ${PEER_TIMEOUT:-300} python3 tools/reference/peer_prefill.py /tmp/rill-48b-config.json ${PEER_ARGS:-} \
+    > "$LOGS/peer_prefill.log" 2>&1
+  note "peers (transformers composed, fla chunk_kda): rc=$?"
+  grep -E "RESULT|transformers [0-9]|model options|slice|chunk_kda|not importable|failed|Error" "$LOGS/peer_prefill.log" | head -20
 fi
 
 # --- benchmarks -----------------------------------------------------------------------------------------
