@@ -83,6 +83,7 @@ struct ToolCall {
   bool operator==(const ToolCall&) const = default;
 };
 
+// A new kind goes last, with its name at the end of output_parser.cc's kParseErrorKindNames.
 enum class ParseErrorKind {
   MalformedToolCall,        // unparseable call markup; its text was emitted as content
   TruncatedToolCall,        // a call cut off by the end of the text or by another marker
