@@ -150,6 +150,11 @@ void OutputParser::report(ParseErrorKind kind, int tool_index, std::string messa
   result_.errors.push_back({.kind = kind, .tool_index = tool_index, .message = std::move(message)});
 }
 
+void OutputParser::report_unexpected_marker(int marker, std::string_view where) {
+  report(ParseErrorKind::UnexpectedMarker, -1,
+         fmt::format("{} in {}, kept as text", markers_[static_cast<size_t>(marker)], where));
+}
+
 void OutputParser::flush_unexpected_text(std::string& garbage, std::string_view where) {
   if (!is_blank(garbage)) {
     report(ParseErrorKind::UnexpectedText, -1,
