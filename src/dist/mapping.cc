@@ -1,25 +1,19 @@
 #include "dist/mapping.h"
 
+#include <array>
+
 #include <fmt/format.h>
 
 namespace rill::dist {
 
+namespace {
+// Indexed by GroupKind, in its order.
+constexpr std::array<const char*, 6> kGroupKindNames = {"world", "tp", "pp", "dp", "ep", "moe_tp"};
+static_assert(kGroupKindNames.size() == size_t(GroupKind::MoeTp) + 1, "a name for every GroupKind");
+}  // namespace
+
 const char* group_kind_name(GroupKind kind) {
-  switch (kind) {
-    case GroupKind::World:
-      return "world";
-    case GroupKind::Tp:
-      return "tp";
-    case GroupKind::Pp:
-      return "pp";
-    case GroupKind::Dp:
-      return "dp";
-    case GroupKind::Ep:
-      return "ep";
-    case GroupKind::MoeTp:
-      return "moe_tp";
-  }
-  return "?";
+  return size_t(kind) < kGroupKindNames.size() ? kGroupKindNames[size_t(kind)] : "?";
 }
 
 Result<Mapping> Mapping::make(const ParallelSizes& s, int rank) {

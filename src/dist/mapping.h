@@ -22,6 +22,7 @@ struct ParallelSizes {
   int dp = 1;
 };
 
+// A new kind goes last, with its name at the end of mapping.cc's kGroupKindNames.
 enum class GroupKind { World, Tp, Pp, Dp, Ep, MoeTp };
 const char* group_kind_name(GroupKind kind);  // "tp", "ep", ...
 

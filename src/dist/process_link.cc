@@ -1,5 +1,6 @@
 #include "dist/process_link.h"
 
+#include <array>
 #include <chrono>
 #include <thread>
 
@@ -11,20 +12,16 @@
 
 namespace rill::dist {
 
+namespace {
+// Indexed by LinkTag less LinkTag::Options (the tags start at 1), in its order.
+constexpr std::array<const char*, 5> kLinkTagNames = {"options", "report", "verdict", "step", "shutdown"};
+static_assert(kLinkTagNames.size() == size_t(LinkTag::Shutdown) - size_t(LinkTag::Options) + 1,
+              "a name for every LinkTag");
+}  // namespace
+
 const char* link_tag_name(LinkTag tag) {
-  switch (tag) {
-    case LinkTag::Options:
-      return "options";
-    case LinkTag::Report:
-      return "report";
-    case LinkTag::Verdict:
-      return "verdict";
-    case LinkTag::Step:
-      return "step";
-    case LinkTag::Shutdown:
-      return "shutdown";
-  }
-  return "?";
+  const size_t i = size_t(tag) - size_t(LinkTag::Options);  // wraps past the end for tags below Options
+  return i < kLinkTagNames.size() ? kLinkTagNames[i] : "?";
 }
 
 Status ProcessLink::send_to_workers(LinkTag tag, std::span<const uint8_t> bytes) {

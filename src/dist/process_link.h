@@ -22,6 +22,7 @@
 
 namespace rill::dist {
 
+// A new tag goes last, with its name at the end of process_link.cc's kLinkTagNames (and recv's range check).
 enum class LinkTag : int {
   Options = 1,  // leader -> workers: the runner options to set up with
   Report,       // worker -> leader: a process's setup outcome

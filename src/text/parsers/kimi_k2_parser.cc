@@ -89,7 +89,6 @@ class KimiK2Parser final : public OutputParser {
   void call_id_marker(int marker);
   void call_args_marker(int marker);
   void stop(int marker) { end_message(marker, config_.stop_at_end_of_message); }
-  void unexpected_marker(int marker, const char* where);
 
   void open_call(std::string name);
   void args_text(std::string_view text);
@@ -160,11 +159,6 @@ void KimiK2Parser::on_marker(int marker) {
   }
 }
 
-void KimiK2Parser::unexpected_marker(int marker, const char* where) {
-  report(ParseErrorKind::UnexpectedMarker, -1,
-         fmt::format("{} in {}, kept as text", spelling(marker), where));
-}
-
 void KimiK2Parser::reasoning_marker(int marker) {
   if (marker == kThinkClose || marker == kSectionBegin) {
     // A tool-calls section ends reasoning implicitly, as in vLLM's kimi_k2 reasoning parser.
@@ -173,7 +167,7 @@ void KimiK2Parser::reasoning_marker(int marker) {
   } else if (is_stop(marker)) {
     stop(marker);
   } else {
-    unexpected_marker(marker, "reasoning");
+    report_unexpected_marker(marker, "reasoning");
     emit_reasoning(spelling(marker));
   }
 }
@@ -186,7 +180,7 @@ void KimiK2Parser::content_marker(int marker) {
   } else {
     // Without a reasoning channel (Kimi-Linear-Instruct) the think tags are ordinary text.
     bool plain = !config_.k2_reasoning && (marker == kThinkOpen || marker == kThinkClose);
-    if (!plain) unexpected_marker(marker, "content");
+    if (!plain) report_unexpected_marker(marker, "content");
     emit_content(spelling(marker));
   }
 }

@@ -34,10 +34,6 @@ class KimiK3Parser final : public OutputParser {
   void tools_marker(int marker);
   void call_marker(int marker);
   void stop(int marker) { end_message(marker, config_.stop_at_end_of_message); }
-  void unexpected_marker(int marker, const char* where) {
-    report(ParseErrorKind::UnexpectedMarker, -1,
-           fmt::format("{} in {}, kept as text", spelling(marker), where));
-  }
   void finish_call(bool cut_off);
   void flush_garbage();
 
@@ -91,13 +87,13 @@ void KimiK3Parser::think_marker(int marker) {
     state_ = State::Body;
   } else if (marker == kResponseOpen || marker == kToolsOpen) {
     // The model skipped <|close|>think<|sep|>: route on, but say so.
-    unexpected_marker(marker, "the think channel (before <|close|>think<|sep|>)");
+    report_unexpected_marker(marker, "the think channel (before <|close|>think<|sep|>)");
     emit_reasoning_end();
     state_ = marker == kResponseOpen ? State::Response : State::Tools;
   } else if (marker == kMessageClose || is_stop(marker)) {
     stop(marker);
   } else {
-    unexpected_marker(marker, "the think channel");
+    report_unexpected_marker(marker, "the think channel");
     emit_reasoning(spelling(marker));
   }
 }
@@ -106,12 +102,12 @@ void KimiK3Parser::response_marker(int marker) {
   if (marker == kResponseClose) {
     state_ = State::Body;
   } else if (marker == kToolsOpen) {
-    unexpected_marker(marker, "the response channel (before <|close|>response<|sep|>)");
+    report_unexpected_marker(marker, "the response channel (before <|close|>response<|sep|>)");
     state_ = State::Tools;
   } else if (marker == kMessageClose || is_stop(marker)) {
     stop(marker);
   } else {
-    unexpected_marker(marker, "the response channel");
+    report_unexpected_marker(marker, "the response channel");
     emit_content(spelling(marker));
   }
 }

@@ -1,5 +1,6 @@
 #include "text/parsers/output_parser.h"
 
+#include <array>
 #include <utility>
 
 #include "text/parsers/kimi_k2_parser.h"
@@ -19,24 +20,23 @@ Status ParserConfig::validate() const {
   return Status::ok_status();
 }
 
+namespace {
+// Indexed by ParseErrorKind, in its order.
+constexpr std::array<const char*, 7> kParseErrorKindNames = {
+    "malformed tool call",
+    "truncated tool call",
+    "invalid tool call arguments",
+    "unterminated tool-calls section",
+    "unexpected text",
+    "unexpected marker",
+    "text after end of message",
+};
+static_assert(kParseErrorKindNames.size() == size_t(ParseErrorKind::TextAfterStop) + 1,
+              "a name for every ParseErrorKind");
+}  // namespace
+
 const char* parse_error_kind_name(ParseErrorKind kind) {
-  switch (kind) {
-    case ParseErrorKind::MalformedToolCall:
-      return "malformed tool call";
-    case ParseErrorKind::TruncatedToolCall:
-      return "truncated tool call";
-    case ParseErrorKind::InvalidArguments:
-      return "invalid tool call arguments";
-    case ParseErrorKind::UnterminatedToolSection:
-      return "unterminated tool-calls section";
-    case ParseErrorKind::UnexpectedText:
-      return "unexpected text";
-    case ParseErrorKind::UnexpectedMarker:
-      return "unexpected marker";
-    case ParseErrorKind::TextAfterStop:
-      return "text after end of message";
-  }
-  return "unknown";
+  return size_t(kind) < kParseErrorKindNames.size() ? kParseErrorKindNames[size_t(kind)] : "unknown";
 }
 
 OutputParser::OutputParser(const std::vector<std::string_view>& markers, bool (*is_stop)(int marker))
@@ -148,6 +148,11 @@ void OutputParser::emit_tool_call_arguments(int index, std::string_view piece) {
 
 void OutputParser::report(ParseErrorKind kind, int tool_index, std::string message) {
   result_.errors.push_back({.kind = kind, .tool_index = tool_index, .message = std::move(message)});
+}
+
+void OutputParser::report_unexpected_marker(int marker, std::string_view where) {
+  report(ParseErrorKind::UnexpectedMarker, -1,
+         fmt::format("{} in {}, kept as text", markers_[static_cast<size_t>(marker)], where));
 }
 
 void OutputParser::flush_unexpected_text(std::string& garbage, std::string_view where) {

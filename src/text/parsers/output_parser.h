@@ -83,6 +83,7 @@ struct ToolCall {
   bool operator==(const ToolCall&) const = default;
 };
 
+// A new kind goes last, with its name at the end of output_parser.cc's kParseErrorKindNames.
 enum class ParseErrorKind {
   MalformedToolCall,        // unparseable call markup; its text was emitted as content
   TruncatedToolCall,        // a call cut off by the end of the text or by another marker
@@ -143,6 +144,9 @@ class OutputParser {
   int emit_tool_call_begin(std::string id, std::string name);  // returns the new call's index
   void emit_tool_call_arguments(int index, std::string_view piece);
   void report(ParseErrorKind kind, int tool_index, std::string message);
+  // A marker that means nothing where it stands: reported as "{marker} in {where}, kept as text" (the
+  // family then emits it as text).
+  void report_unexpected_marker(int marker, std::string_view where);
   // The family's state machine reached the end of the message at `marker` (ParseResult::stop_seen). The end
   // state is this class's, the same for every family: everything after it — text, markers, the finish — is
   // counted and dropped when `drop` (ParserConfig::stop_at_end_of_message; a stop marker after it is not
