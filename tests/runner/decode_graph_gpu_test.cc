@@ -1,12 +1,12 @@
 // Decode graphs on the CUDA backend (issues #16, #36): a runner that replays captured decode and verify steps
-// gives the bits
-// of one that runs the same padded steps eagerly, and that one stays within the model-level bounds of a
-// runner without graphs — at every batch-size bucket, with padding rows, as sequences join and leave between
-// replays and while other sequences prefill in chunks (decode_schedule.h); and an engine with graphs streams
-// the tokens of one whose padded steps run eagerly, with prefix caching and constrained decoding. Skipped
-// without a GPU.
+// gives the bits of one that runs the same padded steps eagerly, and that one stays within the model-level
+// bounds of a runner without graphs — at every batch-size bucket, with padding rows, as sequences join and
+// leave between replays and while other sequences prefill in chunks (decode_schedule.h); and an engine with
+// graphs streams the tokens of one whose padded steps run eagerly, with prefix caching and constrained
+// decoding. Skipped without a GPU.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <limits>
 #include <random>
 
@@ -167,7 +167,13 @@ TEST(DecodeGraphs, EngineWithGraphsStreamsWhatPaddedEagerStepsStream) {
   const auto padded = run_all(false, prompts, &ran);
   if (!ran) GTEST_SKIP() << "no CUDA GPU";
   const auto graphed = run_all(true, prompts, &ran);
-  EXPECT_EQ(graphed, padded);
+  // Where they part: the request (streams are separated by -1) and the token within it, so a failure names it.
+  size_t at = 0;
+  while (at < graphed.size() && at < padded.size() && graphed[at] == padded[at]) ++at;
+  const auto request = std::count(padded.begin(), padded.begin() + std::ptrdiff_t(std::min(at, padded.size())), -1);
+  EXPECT_EQ(graphed, padded) << "first difference at output " << at << " (request " << request << ", prompt of "
+                             << (size_t(request) < prompts.size() ? prompts[size_t(request)].size() : 0)
+                             << " tokens)";
 }
 
 }  // namespace
