@@ -208,15 +208,19 @@ if want serve && [[ -x $BUILD/rill && -f .deps/kimi.tar.gz ]]; then
   M=/tmp/rill-bench-48b
   mkdir -p $M && tar xzf .deps/kimi.tar.gz -C $M --strip-components=1 &&
     $BUILD/rill bench --preset kimi-linear-48b --print-config > $M/config.json
+  # SERVE_INPUT / SERVE_OUTPUT: the random prompts' and answers' tokens (1024 / 256); SERVE_CONCURRENCY: the closed
+  # loops ("1 16 64"); e.g. SERVE_INPUT=8192 SERVE_OUTPUT=16 SERVE_CONCURRENCY=1: the 8K prompt's TTFT (issue #33).
+  in_len=${SERVE_INPUT:-1024} out_len=${SERVE_OUTPUT:-256}
+  max_len=$(( in_len + out_len > 8192 ? in_len + out_len : 8192 ))
   $BUILD/rill serve $M --load-format dummy --device cuda --port 8123 --max-batch-size 64 --max-num-tokens 8192 \
-    --max-model-len 8192 ${SERVE_ARGS:-} > "$LOGS/serve.log" 2>&1 &
+    --max-model-len $max_len ${SERVE_ARGS:-} > "$LOGS/serve.log" 2>&1 &
   srv=$!
   for i in $(seq 1 120); do curl -sf http://127.0.0.1:8123/health >/dev/null 2>&1 && break; sleep 1; done
   # Closed loops of 1, 16 and 64 clients (4 requests per client), then Poisson arrivals at rising rates under 64:
   # the latency-vs-load plot (serving.png where gnuplot is installed; else `rill bench serve --plot-from
   # serving_rates.json --plot X.png` from logs.tgz on a machine that has it).
-  bs=($BUILD/rill bench serve --url http://127.0.0.1:8123 --random-input-len 1024 --random-output-len 256 --ignore-eos)
-  for c in 1 16 64; do
+  bs=($BUILD/rill bench serve --url http://127.0.0.1:8123 --random-input-len $in_len --random-output-len $out_len --ignore-eos)
+  for c in ${SERVE_CONCURRENCY:-1 16 64}; do
     timeout ${SERVE_TIMEOUT:-300} "${bs[@]}" --request-rate inf --max-concurrency $c --num-prompts $((4 * c < 4 ? 4 : 4 * c)) \
       --result-file "$LOGS/serving_c$c.json" >> "$OUT/serving.txt" 2>> "$LOGS/serving_bench.log"
     note "serving bench, concurrency $c: rc=$?"
