@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <random>
 #include <thread>
 
@@ -200,6 +201,10 @@ Status Engine::Impl::persist_to_disk() {
 
 void Engine::Impl::step() {
   stage_disk_hits();
+  if (opts.wait_for_masks) {  // tests: a mask computation takes microseconds; a minute means a lost one
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::minutes(1);
+    while (sched->masks_pending() && std::chrono::steady_clock::now() < give_up) std::this_thread::yield();
+  }
   StepPlan plan = sched->schedule();
   publish();  // admissions and preemptions: submit's queue check counts what is still waiting
   std::map<uint64_t, StreamEvent> pending;

@@ -160,6 +160,10 @@ struct EngineOptions {
   bool enforce_eager = false;
   // runner::RunnerOptions::capture_graphs (false: decode steps run padded as graphs would, eagerly; tests).
   bool capture_graphs = true;
+  // Tests only: each step first waits for every constrained sequence's next-token mask instead of leaving the
+  // sequence out of the step while it is computed, so which sequences share a step (and so the padded shapes and
+  // their roundings) does not depend on the mask threads' timing: two engines compared token for token.
+  bool wait_for_masks = false;
   // Tests only: called on the engine thread with every sampled row's logits (copied to the host: slow).
   std::function<void(uint64_t request_id, int32_t position, std::span<const float> logits)> logits_hook;
   // Tests only: whether the logits row that samples request_id's output token n_generated (0 = the first) is

@@ -65,6 +65,14 @@ Sequence* Scheduler::find(uint64_t id) {
 
 // Recompute preemption: the newest running sequence not in this step gives back its caches and waits at the
 // front of the queue; it will prefill all its tokens (prompt and generated) again.
+bool Scheduler::masks_pending() const {
+  for (const auto& s : running_)
+    if (!s->can_sample()) return true;
+  for (const auto& s : waiting_)
+    if (!s->can_sample()) return true;
+  return false;
+}
+
 bool Scheduler::preempt_newest(const std::function<bool(const Sequence*)>& may_preempt) {
   for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
     if (!may_preempt(it->get())) continue;

@@ -121,6 +121,8 @@ class Scheduler {
   int n_running() const { return int(running_.size()); }
   int n_waiting() const { return int(waiting_.size()); }
   bool idle() const { return running_.empty() && waiting_.empty(); }
+  // Whether a running or waiting sequence's next-token mask is still being computed (it would sit out a step).
+  bool masks_pending() const;
   uint64_t preemptions() const { return preemptions_; }
   // Prompt tokens of admitted requests, and how many of them came from the prefix cache.
   uint64_t prefix_queries() const { return prefix_queries_; }

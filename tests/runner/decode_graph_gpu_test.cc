@@ -115,6 +115,7 @@ std::vector<int32_t> run_all(bool capture, const std::vector<std::vector<int32_t
   o.enable_prefix_caching = true;
   o.kda_snapshot_interval = 64;
   o.capture_graphs = capture;
+  o.wait_for_masks = true;  // the same steps in both engines, whatever the mask threads' timing
   auto created = engine::Engine::create(std::move(m).value(), nullptr, o);
   EXPECT_TRUE(created.ok()) << created.status().to_string();
   if (!created.ok()) return {};
