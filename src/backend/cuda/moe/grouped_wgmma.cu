@@ -42,7 +42,9 @@ namespace rill::cuda::moe {
 namespace {
 
 constexpr int kConsumerWarps = 8;  // arrivals that release a stage: every consumer warp after its wgmma wait
-constexpr int kProducerRegs = 40, kConsumerRegs = 232;  // 128 x 40 + 256 x 232 <= 64K registers
+constexpr int kProducerRegs = 40, kConsumerRegs = 232;  // setmaxnreg: multiples of 8 within the 64K registers
+static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 65536 && kProducerRegs % 8 == 0 &&
+              kConsumerRegs % 8 == 0);
 static_assert(kWgThreads == 3 * 128 && kConsumerWarps == 2 * 4, "one producer and two consumer warpgroups");
 static_assert(kWgBM == 2 * kWgConsumerRows && kWgBoxRows == kWgBM && kWgBN == 2 * kWgBoxRows);
 static_assert(kWgBK * 2 == kWgSwizzleBytes, "a stage row is one 128-byte swizzle row");
