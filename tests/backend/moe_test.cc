@@ -383,7 +383,8 @@ TEST_P(MoeTest, ExpertsGroupedCublas) {
 // The Hopper grouped GEMM (backend option moe_wgmma, moe/grouped_wgmma.cu: TMA, wgmma, persistent CTAs; off by
 // default until measured): the 48B shape at 2048 tokens, token counts off the 128-slot tiles, skewed routing
 // (one expert with every token over several tiles, experts with none, one with exactly one slot), widths off
-// the 256-column tiles and K off the 64-wide stages (I = 96, Hx = 200), SiTU, ids out of range, with cuBLAS on
+// the 256-column tiles and K off the 64-wide stages (I = 96, Hx = 200), the smallest I (64) and a last down tile
+// without its second weight box (Hx = 320), SiTU, ids out of range, with cuBLAS on
 // and off (the wgmma path goes first either way); then shapes it refuses (I < 64, fewer than 128 pairs, widths
 // off 8), which must take the other paths unharmed. Skipped where the backend refuses the option (not an sm_90
 // device, or a build without sm_90a).
@@ -395,6 +396,7 @@ TEST_P(MoeTest, ExpertsGroupedWgmma) {
   const auto silu = backend::Activation::Silu, situ = backend::Activation::Situ;
   auto kimi = make_experts(h, 256, 2304, 1024);
   auto odd = make_experts(h, 16, 200, 96);
+  auto edge = make_experts(h, 16, 320, 64);  // I = 64: one k stage in down; Hx = 320: a last tile of 64 columns
   for (const char* cublas : {"1", "0"}) {
     ASSERT_TRUE(h.dev().set_option("moe_cublas_grouped", cublas).ok());
     SCOPED_TRACE(std::string("moe_cublas_grouped=") + cublas);
@@ -405,6 +407,7 @@ TEST_P(MoeTest, ExpertsGroupedWgmma) {
     run_experts(h, {333, 200, 96, 16, 4, situ, true}, *odd);          // ids out of range
     run_experts(h, {257, 200, 96, 16, 5, silu, false, 0, true}, *odd);  // skewed on few experts
     run_experts(h, {26, 200, 96, 16, 5}, *odd);                         // 130 pairs: just over one tile
+    run_experts(h, {300, 320, 64, 16, 4}, *edge);
   }
   auto small = make_experts(h, 16, 64, 32);
   run_experts(h, {512, 64, 32, 16, 4}, *small);  // refused: I < 64 (TMA boxes larger than the tensor)

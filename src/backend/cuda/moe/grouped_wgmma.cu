@@ -19,8 +19,8 @@
 // accumulator n8 block j < 16 and block j + 16 hold gate and up of one output column; the epilogue rounds
 // both to bf16, applies the activation in fp32 and stores bf16 h. down: 256 weight rows, output rounded to
 // bf16. Rows past an expert's slots (the A rows of the next expert, or past the tensor: zeros) and weight
-// rows past n (the up half, the next expert's rows, or zeros) are computed and never stored; TMA zero-fills k
-// past K.
+// rows past n (gate_up: up rows; down: zeros past the expert, or a stale half stage where the second box would
+// lie wholly past it and is not loaded) are computed and never stored; TMA zero-fills k past K.
 #include <cuda.h>
 #include <cuda_bf16.h>
 
@@ -56,6 +56,7 @@ struct WgmmaGemmParams {
   int n_experts, k, n;            // k: reduction width (gate_up: Hx, down: I); n: output columns (I, Hx)
   int n_tiles;                    // column tiles per 128-slot tile: ceil(n / wgmma_tile_cols)
   int b_second;                   // B's second box starts this many weight rows after the first (gate_up: I)
+  int b_rows;                     // weight rows per expert (gate_up: 2I, down: Hx)
   bf16* out;                      // [P, n], row stride ldo
   int64_t ldo;
   Act act;  // gate_up only
@@ -95,15 +96,19 @@ __global__ void __launch_bounds__(kWgThreads, 1)
     for (int item = int(blockIdx.x); item < n_items; item += int(gridDim.x)) {
       const WgmmaWork w = wgmma_work(item, p.n_tiles, kCols, p.tile_offsets, p.n_experts);
       const int a_row = p.expert_offsets[w.e] + w.m0;
+      // down's last column tile may start its second box past the expert's rows: not loaded (no box is read
+      // wholly out of bounds), its stale half of the stage feeds only columns past n, never stored.
+      const bool second = w.n0 + p.b_second < p.b_rows;
+      const uint32_t bytes = second ? kWgStageBytes : kWgStageBytes - kWgBStageBytes / 2;
       for (int kt = 0; kt < k_tiles; ++kt) {
         mbar_wait(empty0 + 8 * stage, phase ^ 1);  // the consumers are done with this stage's previous tile
         const uint32_t full = full0 + 8 * stage;
-        mbar_arrive_expect_tx(full, kWgStageBytes);
+        mbar_arrive_expect_tx(full, bytes);
         const int k0 = kt * kWgBK;
         const uint32_t b = b0 + stage * kWgBStageBytes;
         tma_load_2d(a0 + stage * kWgAStageBytes, &a_map, full, k0, a_row);
         tma_load_3d(b, &b_map, full, k0, w.n0, w.e);
-        tma_load_3d(b + kWgBStageBytes / 2, &b_map, full, k0, w.n0 + p.b_second, w.e);
+        if (second) tma_load_3d(b + kWgBStageBytes / 2, &b_map, full, k0, w.n0 + p.b_second, w.e);
         if (++stage == kWgStages) {
           stage = 0;
           phase ^= 1;
@@ -269,6 +274,7 @@ Status run_expert_gemms_wgmma(const WgmmaExpertsArgs& c, const CudaContext& cx) 
   p.n = c.I;
   p.n_tiles = (c.I + wgmma_tile_cols(true) - 1) / wgmma_tile_cols(true);
   p.b_second = c.I;  // the up rows of the same columns
+  p.b_rows = 2 * c.I;
   p.out = c.h;
   p.ldo = c.I;
   RILL_TRY(launch("moe_grouped_wgmma_gate_up", {grid(p.n_tiles), dim3(kWgThreads), size_t(kWgSmemBytes)},
@@ -278,6 +284,7 @@ Status run_expert_gemms_wgmma(const WgmmaExpertsArgs& c, const CudaContext& cx) 
   p.n = c.Hx;
   p.n_tiles = (c.Hx + wgmma_tile_cols(false) - 1) / wgmma_tile_cols(false);
   p.b_second = kWgBoxRows;  // the next 128 rows
+  p.b_rows = c.Hx;
   p.out = c.xy;
   p.ldo = c.Hx;
   return launch("moe_grouped_wgmma_down", {grid(p.n_tiles), dim3(kWgThreads), size_t(kWgSmemBytes)},
