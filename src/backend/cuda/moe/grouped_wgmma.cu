@@ -3,24 +3,23 @@
 // experts.
 //
 // Persistent CTAs (grid: the device's SM count, or fewer when the step has fewer work items) walk the work
-// items of moe/wgmma_schedule.h (expert, 128-slot tile, column tile; m-tile major) read from the plan's
-// device offsets, so the launch shape never depends on data and nothing is read back to the host. Each CTA is
-// 384 threads:
+// items of moe/wgmma_schedule.h (expert, 128-slot tile, column tile; m-tile major), found from the plan's
+// device offsets (copied into shared memory once per CTA), so the launch shape never depends on data and
+// nothing is read back to the host. Each CTA is 384 threads:
 //  - warpgroup 0 loads: one thread issues, per 64-wide k step, a TMA box of A (128 slots x 64, 16 KiB) and
-//  two
-//    of B (2 x 128 weight rows x 64, 32 KiB) into one of 4 shared-memory stages (128-byte swizzle),
-//    completing on the stage's `full` mbarrier; before refilling a stage it waits on its `empty` mbarrier. It
-//    keeps 40 registers (setmaxnreg) and runs ahead across work items while the consumers store their tiles.
-//  - warpgroups 1 and 2 compute rows 0-63 and 64-127 of the tile: wait `full`, four wgmma m64n256k16 (A and B
-//    from shared memory through descriptors, fp32 accumulators: 128 registers a thread), commit, wait for
-//    them, release the stage (one arrival per warp on `empty`). Then the epilogue stores straight from
-//    registers.
+//    two of B (2 x 128 weight rows x 64, 32 KiB) into one of 4 shared-memory stages (128-byte swizzle),
+//    completing on the stage's `full` mbarrier; before refilling a stage it waits on its `empty` mbarrier.
+//    It keeps 40 registers (setmaxnreg) and runs ahead across work items while the consumers store tiles.
+//  - warpgroups 1 and 2 compute rows 0-63 and 64-127 of the tile: wait `full`, four wgmma m64n256k16 (A and
+//    B from shared memory through descriptors, fp32 accumulators: 128 registers a thread), commit, wait for
+//    the previous step's group only and release that step's stage (one arrival per warp on `empty`), so the
+//    tensor cores always have the next group queued. Then the epilogue stores straight from registers.
 // gate_up: B rows 0-127 are the gate rows n0.. and rows 128-255 the up rows I + n0.. of the same expert, so
 // accumulator n8 block j < 16 and block j + 16 hold gate and up of one output column; the epilogue rounds
 // both to bf16, applies the activation in fp32 and stores bf16 h. down: 256 weight rows, output rounded to
 // bf16. Rows past an expert's slots (the A rows of the next expert, or past the tensor: zeros) and weight
-// rows past n (gate_up: up rows; down: zeros past the expert, or a stale half stage where the second box would
-// lie wholly past it and is not loaded) are computed and never stored; TMA zero-fills k past K.
+// rows past n (gate_up: up rows; down: zeros past the expert, or a stale half stage where the second box
+// would lie wholly past it and is not loaded) are computed and never stored; TMA zero-fills k past K.
 #include <cuda.h>
 #include <cuda_bf16.h>
 
@@ -49,6 +48,7 @@ static_assert(kWgThreads == 3 * 128 && kConsumerWarps == 2 * 4, "one producer an
 static_assert(kWgBM == 2 * kWgConsumerRows && kWgBoxRows == kWgBM && kWgBN == 2 * kWgBoxRows);
 static_assert(kWgBK * 2 == kWgSwizzleBytes, "a stage row is one 128-byte swizzle row");
 static_assert(kWgAccRegs == 128, "wgmma_m64n256k16_bf16 holds 128 accumulators a thread");
+static_assert(kWgMaxExperts == kMaxExperts, "the offsets' room in shared memory");
 
 struct WgmmaGemmParams {
   const int32_t* expert_offsets;  // [E + 1]: expert e's slots are [offsets[e], offsets[e+1])
@@ -72,6 +72,9 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   const uint32_t base = (smem_addr(smem_raw) + 1023u) & ~1023u;  // kWgSmemBytes keeps 1024 bytes for this
   const uint32_t a0 = base, b0 = base + kWgStages * kWgAStageBytes;
   const uint32_t full0 = base + kWgStages * kWgStageBytes, empty0 = full0 + kWgStages * 8;
+  // The plan's offsets, [E + 1] each, after the barriers (generic pointers into the same aligned window).
+  int32_t* s_slots = reinterpret_cast<int32_t*>(smem_raw + (full0 + kWgBarrierBytes - smem_addr(smem_raw)));
+  int32_t* s_tiles = s_slots + kWgMaxExperts + 1;
   const int warpgroup = int(threadIdx.x) / 128;
   if (threadIdx.x == 0) {
     for (int s = 0; s < kWgStages; ++s) {
@@ -82,10 +85,14 @@ __global__ void __launch_bounds__(kWgThreads, 1)
     tma_prefetch_map(&a_map);
     tma_prefetch_map(&b_map);
   }
-  __syncthreads();
   pdl_prologue();  // the offsets and A come from the kernels before
+  for (int e = int(threadIdx.x); e <= p.n_experts; e += kWgThreads) {
+    s_slots[e] = p.expert_offsets[e];
+    s_tiles[e] = p.tile_offsets[e];
+  }
+  __syncthreads();  // the barriers' initialisation and the offsets
   constexpr int kCols = wgmma_tile_cols(kGateUp);
-  const int n_items = p.tile_offsets[p.n_experts] * p.n_tiles;
+  const int n_items = s_tiles[p.n_experts] * p.n_tiles;
   const int k_tiles = (p.k + kWgBK - 1) / kWgBK;
 
   if (warpgroup == 0) {
@@ -94,8 +101,8 @@ __global__ void __launch_bounds__(kWgThreads, 1)
     int stage = 0;
     uint32_t phase = 0;
     for (int item = int(blockIdx.x); item < n_items; item += int(gridDim.x)) {
-      const WgmmaWork w = wgmma_work(item, p.n_tiles, kCols, p.tile_offsets, p.n_experts);
-      const int a_row = p.expert_offsets[w.e] + w.m0;
+      const WgmmaWork w = wgmma_work(item, p.n_tiles, kCols, s_tiles, p.n_experts);
+      const int a_row = s_slots[w.e] + w.m0;
       // down's last column tile may start its second box past the expert's rows: not loaded (no box is read
       // wholly out of bounds), its stale half of the stage feeds only columns past n, never stored.
       const bool second = w.n0 + p.b_second < p.b_rows;
@@ -125,9 +132,9 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   uint32_t phase = 0;
   float acc[kWgAccRegs];
   for (int item = int(blockIdx.x); item < n_items; item += int(gridDim.x)) {
-    const WgmmaWork w = wgmma_work(item, p.n_tiles, kCols, p.tile_offsets, p.n_experts);
-    const int seg = p.expert_offsets[w.e];
-    const int m_valid = min(kWgBM, p.expert_offsets[w.e + 1] - seg - w.m0);
+    const WgmmaWork w = wgmma_work(item, p.n_tiles, kCols, s_tiles, p.n_experts);
+    const int seg = s_slots[w.e];
+    const int m_valid = min(kWgBM, s_slots[w.e + 1] - seg - w.m0);
 #pragma unroll
     for (int i = 0; i < kWgAccRegs; ++i) acc[i] = 0.0f;
     int in_flight = -1;  // the stage whose wgmmas may still be reading it
@@ -234,7 +241,9 @@ bool wgmma_device_supported(const CudaContext& cx) {
 bool wgmma_experts_supported(const WgmmaExpertsArgs& c, const CudaContext& cx) {
   if (!wgmma_device_supported(cx)) return false;
   // Every dimension at least its box (the TMA boxes never exceed the tensor they read).
-  if (c.I < kWgBK || c.Hx < kWgBoxRows || c.pairs < kWgBM || c.pairs > INT32_MAX || c.E < 1) return false;
+  if (c.I < kWgBK || c.Hx < kWgBoxRows || c.pairs < kWgBM || c.pairs > INT32_MAX || c.E < 1 ||
+      c.E > kWgMaxExperts)
+    return false;
   const StepMaps m = step_maps(c);
   for (const TensorMapBf16* t : {&m.gu_a, &m.gu_b, &m.dn_a, &m.dn_b})
     if (*tensor_map_refusal(*t)) return false;

@@ -25,8 +25,12 @@ constexpr int kWgSwizzleBytes = 128;  // a 128B-swizzled row: kWgBK bf16
 constexpr int kWgAStageBytes = kWgBM * kWgBK * 2, kWgBStageBytes = kWgBN * kWgBK * 2;
 constexpr int kWgStageBytes = kWgAStageBytes + kWgBStageBytes;  // what one stage's TMA loads complete
 // Dynamic shared memory: 1024-byte aligned stages (the swizzle pattern repeats every 8 rows of 128 bytes, and
-// the descriptors' base offset is 0), then 2 * kWgStages mbarriers; +1024 for aligning the dynamic base.
-constexpr int kWgSmemBytes = kWgStages * kWgStageBytes + 2 * kWgStages * 8 + 1024;
+// the descriptors' base offset is 0), then 2 * kWgStages mbarriers, then the plan's slot and tile offsets (E
+// + 1 each, up to kWgMaxExperts; copied once per CTA so the work-item search reads shared memory); +1024 for
+// aligning the dynamic base.
+constexpr int kWgMaxExperts = 1024;  // moe/params.h kMaxExperts
+constexpr int kWgBarrierBytes = 2 * kWgStages * 8, kWgOffsetsBytes = 2 * (kWgMaxExperts + 1) * 4;
+constexpr int kWgSmemBytes = kWgStages * kWgStageBytes + kWgBarrierBytes + kWgOffsetsBytes + 1024;
 constexpr int kWgAccRegs = kWgBN / 2;  // fp32 accumulators per consumer thread (64 x 256 over 128 threads)
 
 // Output columns one work item covers: gate_up 128 (gate and up of each), down 256.
