@@ -210,10 +210,11 @@ Result<std::vector<BenchRow>> bench_ops(backend::Backend& be, const model::Model
     }
     const bool situ = c.activation == model::GluActivation::Situ;
     const double bytes_per_weight = mxfp4 ? 0.5 + 1.0 / 32 : 2.0;  // MXFP4: FP4 codes + one E8M0 scale per 32
-    // Prefill-sized, mid-sized and decode-sized steps. On CUDA the bf16 grouped steps run up to three times in one
-    // run: cuBLAS's grouped GEMM above its pair threshold (the default path), rill's mma.sync grouped kernels, and
-    // (on Hopper, option moe_wgmma) rill's TMA + wgmma kernels. (cuBLAS at every grouped size here, to show where
-    // its per-layer count readback pays.) The wgmma row is left out where the backend refuses the option.
+    // Prefill-sized, mid-sized and decode-sized steps. On CUDA the bf16 grouped steps run up to three times
+    // in one run: cuBLAS's grouped GEMM above its pair threshold (the default path), rill's mma.sync grouped
+    // kernels, and (on Hopper, option moe_wgmma) rill's TMA + wgmma kernels. (cuBLAS at every grouped size
+    // here, to show where its per-layer count readback pays.) The wgmma row is left out where the backend
+    // refuses the option.
     const bool ab = !mxfp4 && be.set_option("moe_cublas_grouped", "0").ok() &&
                     be.set_option("moe_cublas_grouped", "1").ok() && be.set_option("moe_cublas_min_pairs", "0").ok();
     const bool wgmma = ab && be.set_option("moe_wgmma", "1").ok() && be.set_option("moe_wgmma", "0").ok();

@@ -192,8 +192,8 @@ struct ExpertsCase {
   bool bad_ids = false;
   int64_t Is =
       0;  // width of a shared expert (0: none); CUDA's decode GEMVs fuse it, elsewhere Backend runs it
-  // Skewed routing instead of uniform: every token's first expert is 0 (T slots, several tiles), its second one
-  // of 1-3, the rest drawn from [4, E/2); token 0's last expert is E - 1 (exactly one slot) and experts
+  // Skewed routing instead of uniform: every token's first expert is 0 (T slots, several tiles), its second
+  // one of 1-3, the rest drawn from [4, E/2); token 0's last expert is E - 1 (exactly one slot) and experts
   // [E/2, E - 1) get none. Needs k >= 3 and k - 2 <= E/2 - 4.
   bool skewed = false;
 };
@@ -380,13 +380,13 @@ TEST_P(MoeTest, ExpertsGroupedCublas) {
   (void)h.dev().set_option("moe_cublas_grouped", "1");
 }
 
-// The Hopper grouped GEMM (backend option moe_wgmma, moe/grouped_wgmma.cu: TMA, wgmma, persistent CTAs; off by
-// default until measured): the 48B shape at 2048 tokens, token counts off the 128-slot tiles, skewed routing
-// (one expert with every token over several tiles, experts with none, one with exactly one slot), widths off
-// the 256-column tiles and K off the 64-wide stages (I = 96, Hx = 200), the smallest I (64) and a last down tile
-// without its second weight box (Hx = 320), SiTU, ids out of range, with cuBLAS on
-// and off (the wgmma path goes first either way); then shapes it refuses (I < 64, fewer than 128 pairs, widths
-// off 8), which must take the other paths unharmed. Skipped where the backend refuses the option (not an sm_90
+// The Hopper grouped GEMM (backend option moe_wgmma, moe/grouped_wgmma.cu: TMA, wgmma, persistent CTAs; off
+// by default until measured): the 48B shape at 2048 tokens, token counts off the 128-slot tiles, skewed
+// routing (one expert with every token over several tiles, experts with none, one with exactly one slot),
+// widths off the 256-column tiles and K off the 64-wide stages (I = 96, Hx = 200), the smallest I (64) and a
+// last down tile without its second weight box (Hx = 320), SiTU, ids out of range, with cuBLAS on and off
+// (the wgmma path goes first either way); then shapes it refuses (I < 64, fewer than 128 pairs, widths off
+// 8), which must take the other paths unharmed. Skipped where the backend refuses the option (not an sm_90
 // device, or a build without sm_90a).
 TEST_P(MoeTest, ExpertsGroupedWgmma) {
   OpHarness h(GetParam());
@@ -396,7 +396,8 @@ TEST_P(MoeTest, ExpertsGroupedWgmma) {
   const auto silu = backend::Activation::Silu, situ = backend::Activation::Situ;
   auto kimi = make_experts(h, 256, 2304, 1024);
   auto odd = make_experts(h, 16, 200, 96);
-  auto edge = make_experts(h, 16, 320, 64);  // I = 64: one k stage in down; Hx = 320: a last tile of 64 columns
+  // I = 64: one k stage in down; Hx = 320: down's last tile has 64 columns and no second weight box.
+  auto edge = make_experts(h, 16, 320, 64);
   for (const char* cublas : {"1", "0"}) {
     ASSERT_TRUE(h.dev().set_option("moe_cublas_grouped", cublas).ok());
     SCOPED_TRACE(std::string("moe_cublas_grouped=") + cublas);
@@ -404,7 +405,7 @@ TEST_P(MoeTest, ExpertsGroupedWgmma) {
     run_experts(h, {301, 2304, 1024, 256, 8, situ}, *kimi);  // 2408 pairs: partial tiles in most experts
     run_experts(h, {700, 2304, 1024, 256, 8, silu, false, 0, true}, *kimi);  // expert 0: 700 slots, 6 tiles
     run_experts(h, {333, 200, 96, 16, 3}, *odd);
-    run_experts(h, {333, 200, 96, 16, 4, situ, true}, *odd);          // ids out of range
+    run_experts(h, {333, 200, 96, 16, 4, situ, true}, *odd);            // ids out of range
     run_experts(h, {257, 200, 96, 16, 5, silu, false, 0, true}, *odd);  // skewed on few experts
     run_experts(h, {26, 200, 96, 16, 5}, *odd);                         // 130 pairs: just over one tile
     run_experts(h, {300, 320, 64, 16, 4}, *edge);

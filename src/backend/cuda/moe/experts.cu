@@ -470,8 +470,8 @@ struct PlanParams {
   int32_t* slot_token;      // [T * k]: token feeding each slot
 };
 
-// One block: count pairs per expert, exclusive scans of counts and of 64- and 128-slot tiles, scatter pairs to
-// slots.
+// One block: count pairs per expert, exclusive scans of counts and of 64- and 128-slot tiles, scatter pairs
+// to slots.
 // The order of pairs inside an expert's slots depends on atomics, but no result does: each slot's row is
 // computed independently and the combine reads slots by pair.
 __global__ void __launch_bounds__(kPlanThreads) moe_plan_kernel(const PlanParams p) {
@@ -549,10 +549,10 @@ struct ExpertsPlan {
   bool shared = false;  // the shared expert runs in the bf16 decode GEMVs (as pair T * k + t, slot k)
   int64_t T = 0, k = 0, pairs = 0, E = 0, I = 0, Hx = 0, Is = 0;
   int max_tiles = 0, max_wg_tiles = 0;  // upper bounds of 64- and 128-slot tiles over all experts
-  // Scratch pieces (bytes, each 256-aligned), in carving order; `offsets` three times (slots, 64- and 128-slot
-  // tiles). The grouped bf16 path sizes h for gate | up ([pairs, 2I], what the cuBLAS path writes; the mma.sync
-  // and wgmma kernels use [pairs, I] of it) and keeps room for the cuBLAS path's pointer arrays, so the scratch
-  // does not depend on which of the three runs.
+  // Scratch pieces (bytes, each 256-aligned), in carving order; `offsets` three times (slots, 64- and
+  // 128-slot tiles). The grouped bf16 path sizes h for gate | up ([pairs, 2I], what the cuBLAS path writes;
+  // the mma.sync and wgmma kernels use [pairs, I] of it) and keeps room for the cuBLAS path's pointer arrays,
+  // so the scratch does not depend on which of the three runs.
   size_t offsets = 0, pair_slot = 0, slot_token = 0, pointers = 0, h = 0, y = 0, total = 0;
 };
 
@@ -855,8 +855,12 @@ Status run_grouped(const backend::MoeExpertsArgs& a, const ExpertsPlan& s, char*
   RILL_CUDA_CHECK_LAUNCH("moe_plan");
 
   if (!s.mxfp4 && !s.fp8 && cx.options.moe_wgmma) {  // Hopper's TMA + wgmma kernels, graph captures too
-    const moe::WgmmaExpertsArgs w{&a, int(s.E), int(s.I), int(s.Hx), s.pairs, s.max_wg_tiles, pl.expert_offsets,
-                                  pl.wg_tile_offsets, pl.slot_token, y, h};
+    moe::WgmmaExpertsArgs w{&a, int(s.E), int(s.I), int(s.Hx), s.pairs, s.max_wg_tiles};
+    w.expert_offsets = pl.expert_offsets;
+    w.tile_offsets = pl.wg_tile_offsets;
+    w.slot_token = pl.slot_token;
+    w.xy = y;
+    w.h = h;
     if (moe::wgmma_experts_supported(w, cx)) {
       RILL_TRY(moe::run_expert_gemms_wgmma(w, cx));
       return launch_combine(a, s, y, pl.pair_slot, cx);

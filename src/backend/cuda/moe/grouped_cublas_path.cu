@@ -91,8 +91,9 @@ __global__ void moe_act_in_place_kernel(bf16* gate_up, const int32_t* offsets, i
 
 Status launch_gather_rows(const backend::MoeExpertsArgs& a, const int32_t* slot_token, const int32_t* offsets,
                           int E, int Hx, int64_t pairs, bf16* xy, cudaStream_t stream) {
-  return launch("moe_gather_rows", {dim3(unsigned((pairs + kRowWarps - 1) / kRowWarps)), dim3(kRowWarps * 32)},
-                stream, moe_gather_rows_kernel, static_cast<const bf16*>(a.x.data), a.x.stride(0), slot_token,
+  return launch("moe_gather_rows",
+                {dim3(unsigned((pairs + kRowWarps - 1) / kRowWarps)), dim3(kRowWarps * 32)}, stream,
+                moe_gather_rows_kernel, static_cast<const bf16*>(a.x.data), a.x.stride(0), slot_token,
                 offsets, E, Hx, xy);
 }
 
