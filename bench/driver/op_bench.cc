@@ -210,20 +210,31 @@ Result<std::vector<BenchRow>> bench_ops(backend::Backend& be, const model::Model
     }
     const bool situ = c.activation == model::GluActivation::Situ;
     const double bytes_per_weight = mxfp4 ? 0.5 + 1.0 / 32 : 2.0;  // MXFP4: FP4 codes + one E8M0 scale per 32
-    // Prefill-sized, mid-sized and decode-sized steps. On CUDA the bf16 grouped steps run twice: cuBLAS's
-    // grouped GEMM above its pair threshold (the default path) and rill's mma.sync grouped kernels, in one run.
-    // (cuBLAS at every grouped size here, to show where its per-layer count readback pays.)
+    // Prefill-sized, mid-sized and decode-sized steps. On CUDA the bf16 grouped steps run up to three times
+    // in one run: cuBLAS's grouped GEMM above its pair threshold (the default path), rill's mma.sync grouped
+    // kernels, and (on Hopper, option moe_wgmma) rill's TMA + wgmma kernels. (cuBLAS at every grouped size
+    // here, to show where its per-layer count readback pays.) The wgmma row is left out where the backend
+    // refuses the option.
     const bool ab = !mxfp4 && be.set_option("moe_cublas_grouped", "0").ok() &&
                     be.set_option("moe_cublas_grouped", "1").ok() && be.set_option("moe_cublas_min_pairs", "0").ok();
+    const bool wgmma = ab && be.set_option("moe_wgmma", "1").ok() && be.set_option("moe_wgmma", "0").ok();
+    enum class MoePath { Default, RillMma, RillWgmma };
     for (int64_t T : {int64_t(o.prefill_long), int64_t(2048), int64_t(512), int64_t(256), int64_t(1), int64_t(32)}) {
       const bool grouped = T * K > 64;  // moe/params.h kDecodeMaxPairs
-      for (const bool rill_grouped : {false, true}) {
+      for (const MoePath variant : {MoePath::Default, MoePath::RillMma, MoePath::RillWgmma}) {
+        const bool rill_grouped = variant == MoePath::RillMma, rill_wgmma = variant == MoePath::RillWgmma;
         if (rill_grouped && !(ab && grouped)) continue;
+        if (rill_wgmma && !(wgmma && grouped)) continue;
         std::string name = mxfp4 ? fmt::format("moe route+experts, {} tokens, {} of {} MXFP4 experts", T, K, E)
                                  : fmt::format("moe route+experts, {} tokens, {} of {} experts", T, K, E);
-        const char* path = !grouped ? "gathered GEMV" : ab && !rill_grouped ? "cuBLAS grouped GEMM" : "grouped GEMM (mma.sync)";
+        const char* path = !grouped              ? "gathered GEMV"
+                           : rill_wgmma          ? "grouped GEMM (TMA + wgmma)"
+                           : ab && !rill_grouped ? "cuBLAS grouped GEMM"
+                                                 : "grouped GEMM (mma.sync)";
         if (ab && rill_grouped) name += ", rill's grouped GEMM";
+        if (rill_wgmma) name += ", rill's wgmma grouped GEMM";
         if (rill_grouped) RILL_TRY(be.set_option("moe_cublas_grouped", "0"));
+        if (rill_wgmma) RILL_TRY(be.set_option("moe_wgmma", "1"));
         auto row = [&]() -> Result<BenchRow> {
           RILL_ASSIGN_OR_RETURN(TensorView x, pool.random(act, {T, H}, -1, 1));
           TensorView xe = x;
@@ -249,6 +260,7 @@ Result<std::vector<BenchRow>> bench_ops(backend::Backend& be, const model::Model
                           double(T) * K * 3.0 * 2.0 * double(Hx) * double(I), path};
         }();
         if (rill_grouped) RILL_TRY(be.set_option("moe_cublas_grouped", "1"));
+        if (rill_wgmma) RILL_TRY(be.set_option("moe_wgmma", "0"));
         if (!row.ok() && row.status().code() != StatusCode::Unimplemented) return row.status();
         rows.push_back(row.ok() ? *row : not_run("op", name, row.status().message()));
       }

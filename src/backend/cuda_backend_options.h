@@ -63,6 +63,12 @@ struct CudaBackendOptions {
   MlaPrefillPath mla_prefill = MlaPrefillPath::Auto;
   bool moe_cublas_grouped = true;
   int moe_cublas_min_pairs = 256;
+  // The bf16 expert GEMMs of grouped MoE steps through rill's Hopper kernel (moe/grouped_wgmma.cu: TMA,
+  // mbarriers, wgmma, persistent CTAs; sm_90 devices only, graph-capturable), ahead of cuBLAS and the
+  // mma.sync kernels wherever it takes the shapes. Off by default until its op tests have passed on a GPU and
+  // `rill bench` has measured it (written without one). It does not change the scratch a step plans, so
+  // Backend::set_option may flip it between steps. `moe_wgmma`.
+  bool moe_wgmma = false;
 };
 
 // "auto", "cudnn" or "rill": the value of mla_prefill that selects `p`.

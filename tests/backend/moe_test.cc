@@ -192,6 +192,10 @@ struct ExpertsCase {
   bool bad_ids = false;
   int64_t Is =
       0;  // width of a shared expert (0: none); CUDA's decode GEMVs fuse it, elsewhere Backend runs it
+  // Skewed routing instead of uniform: every token's first expert is 0 (T slots, several tiles), its second
+  // one of 1-3, the rest drawn from [4, E/2); token 0's last expert is E - 1 (exactly one slot) and experts
+  // [E/2, E - 1) get none. Needs k >= 3 and k - 2 <= E/2 - 4.
+  bool skewed = false;
 };
 
 // Stacked expert weights with identical bf16 values on both backends (fill_random is bit-identical).
@@ -251,14 +255,28 @@ std::unique_ptr<SharedExpert> make_shared_expert(OpHarness& h, int64_t Hx, int64
 void run_experts(OpHarness& h, const ExpertsCase& c, const Experts& ex) {
   SCOPED_TRACE(::testing::Message() << "T " << c.T << " Hx " << c.Hx << " I " << c.I << " E " << c.E << " k "
                                     << c.k << (c.act == backend::Activation::Situ ? " situ" : " silu")
-                                    << (c.bad_ids ? " bad-ids" : "") << " shared " << c.Is);
+                                    << (c.bad_ids ? " bad-ids" : "") << " shared " << c.Is
+                                    << (c.skewed ? " skewed" : ""));
   // Distinct experts per token, as the router gives; weights as after renormalisation and scaling.
   std::vector<float> ids_dev, ids_cpu, w_dev, w_cpu;
   std::vector<int> perm(size_t(c.E));
   std::iota(perm.begin(), perm.end(), 0);
+  std::vector<int> tail(c.skewed ? size_t(c.E / 2 - 4) : 0);  // skewed routing's draws: experts [4, E/2)
+  std::iota(tail.begin(), tail.end(), 4);
+  if (c.skewed) {
+    ASSERT_TRUE(c.k >= 3 && c.k - 2 <= int(tail.size())) << "skewed routing needs 3 <= k <= E/2 - 2";
+  }
   std::uniform_real_distribution<float> wd(0.05f, 0.6f);
   for (int64_t t = 0; t < c.T; ++t) {
-    std::shuffle(perm.begin(), perm.end(), h.rng());
+    if (c.skewed) {
+      std::shuffle(tail.begin(), tail.end(), h.rng());
+      perm[0] = 0;
+      perm[1] = 1 + int(t % 3);
+      for (int j = 2; j < c.k; ++j) perm[size_t(j)] = tail[size_t(j - 2)];
+      if (t == 0) perm[size_t(c.k - 1)] = int(c.E - 1);
+    } else {
+      std::shuffle(perm.begin(), perm.end(), h.rng());
+    }
     for (int j = 0; j < c.k; ++j) {
       float id = float(perm[size_t(j)]), w = wd(h.rng());
       ids_cpu.push_back(id);
@@ -360,6 +378,44 @@ TEST_P(MoeTest, ExpertsGroupedCublas) {
     run_experts(h, {512, 2304, 1024, 256, 8}, *kimi);
   }
   (void)h.dev().set_option("moe_cublas_grouped", "1");
+}
+
+// The Hopper grouped GEMM (backend option moe_wgmma, moe/grouped_wgmma.cu: TMA, wgmma, persistent CTAs; off
+// by default until measured): the 48B shape at 2048 tokens, token counts off the 128-slot tiles, skewed
+// routing (one expert with every token over several tiles, experts with none, one with exactly one slot),
+// widths off the 256-column tiles and K off the 64-wide stages (I = 96, Hx = 200), the smallest I (64) and a
+// last down tile without its second weight box (Hx = 320), SiTU, ids out of range, with cuBLAS on and off
+// (the wgmma path goes first either way); then shapes it refuses (I < 64, fewer than 128 pairs, widths off
+// 8), which must take the other paths unharmed. Skipped where the backend refuses the option (not an sm_90
+// device, or a build without sm_90a).
+TEST_P(MoeTest, ExpertsGroupedWgmma) {
+  OpHarness h(GetParam());
+  RILL_REQUIRE_BACKEND(h);
+  if (const Status st = h.dev().set_option("moe_wgmma", "1"); !st.ok())
+    GTEST_SKIP() << "no moe_wgmma path here: " << st.to_string();
+  const auto silu = backend::Activation::Silu, situ = backend::Activation::Situ;
+  auto kimi = make_experts(h, 256, 2304, 1024);
+  auto odd = make_experts(h, 16, 200, 96);
+  // I = 64: one k stage in down; Hx = 320: down's last tile has 64 columns and no second weight box.
+  auto edge = make_experts(h, 16, 320, 64);
+  for (const char* cublas : {"1", "0"}) {
+    ASSERT_TRUE(h.dev().set_option("moe_cublas_grouped", cublas).ok());
+    SCOPED_TRACE(std::string("moe_cublas_grouped=") + cublas);
+    run_experts(h, {2048, 2304, 1024, 256, 8}, *kimi);
+    run_experts(h, {301, 2304, 1024, 256, 8, situ}, *kimi);  // 2408 pairs: partial tiles in most experts
+    run_experts(h, {700, 2304, 1024, 256, 8, silu, false, 0, true}, *kimi);  // expert 0: 700 slots, 6 tiles
+    run_experts(h, {333, 200, 96, 16, 3}, *odd);
+    run_experts(h, {333, 200, 96, 16, 4, situ, true}, *odd);            // ids out of range
+    run_experts(h, {257, 200, 96, 16, 5, silu, false, 0, true}, *odd);  // skewed on few experts
+    run_experts(h, {26, 200, 96, 16, 5}, *odd);                         // 130 pairs: just over one tile
+    run_experts(h, {300, 320, 64, 16, 4}, *edge);
+  }
+  auto small = make_experts(h, 16, 64, 32);
+  run_experts(h, {512, 64, 32, 16, 4}, *small);  // refused: I < 64 (TMA boxes larger than the tensor)
+  auto mid = make_experts(h, 16, 256, 128);
+  run_experts(h, {20, 256, 128, 16, 4}, *mid);  // refused: 80 pairs < one 128-slot tile
+  auto narrow = make_experts(h, 6, 36, 20);
+  run_experts(h, {300, 36, 20, 6, 3}, *narrow);  // widths off 8: the scalar GEMVs, whatever the option
 }
 
 // Widths that are not multiples of 8 cannot use 16-byte loads: the scalar GEMV path, even for many pairs.

@@ -19,6 +19,7 @@ struct CudaContext {
   cudaStream_t stream = nullptr;
   int device = 0;
   int sm_count = 0;               // the device's multiprocessors (cudaDevAttrMultiProcessorCount)
+  int cc_major = 0, cc_minor = 0;  // the device's compute capability (sm_90: Hopper's TMA and wgmma)
   size_t max_smem_per_block = 0;  // opt-in limit (cudaDevAttrMaxSharedMemoryPerBlockOptin)
   GemmRunner* gemm = nullptr;     // cuBLASLt handle, plans and algorithm cache
   // Router logits of a decode step ([kGemvMaxRows, moe::kMaxExperts] F32), allocated with the backend: the

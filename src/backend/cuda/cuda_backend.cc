@@ -60,6 +60,8 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::create(int device,
   b->ctx_.device = device;
   b->ctx_.options = options;
   RILL_CUDA_CHECK(cudaDeviceGetAttribute(&b->ctx_.sm_count, cudaDevAttrMultiProcessorCount, device));
+  RILL_CUDA_CHECK(cudaDeviceGetAttribute(&b->ctx_.cc_major, cudaDevAttrComputeCapabilityMajor, device));
+  RILL_CUDA_CHECK(cudaDeviceGetAttribute(&b->ctx_.cc_minor, cudaDevAttrComputeCapabilityMinor, device));
   int smem = 0;
   RILL_CUDA_CHECK(cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
   b->ctx_.max_smem_per_block = size_t(smem);
@@ -77,6 +79,8 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::create(int device,
   RILL_CUDA_CHECK(cudaMemset(b->ctx_.gemv_counter, 0, sizeof(unsigned)));
   RILL_ASSIGN_OR_RETURN(b->moe_grouped_, moe::CublasGroupedGemm::create(moe::kMaxExperts));
   b->ctx_.moe_grouped_gemm = b->moe_grouped_.get();
+  // Resolves the driver's TMA encoder now (moe_wgmma), so no lookup happens inside a graph capture.
+  (void)moe_wgmma_available(b->ctx_);
   // cuDNN's fused attention for MLA prefill: no cuDNN call until a prefill step uses it.
   auto sdpa = mla::CudnnSdpa::create(device);
   if (sdpa.ok()) {
@@ -92,12 +96,22 @@ Status CudaBackend::set_option(const std::string& key, const std::string& value)
   // Only switches that change neither a step's planned scratch nor the stream's launch attributes may change
   // after the backend is made; the rest are fixed by make_cuda_backend's options (--backend-option).
   // (fp8_gemm and mla_prefill change a step's planned scratch: tests and the benchmark set them before planning.)
-  if (key != "moe_cublas_grouped" && key != "moe_cublas_min_pairs" && key != "fp8_gemm" && key != "mla_prefill")
+  if (key != "moe_cublas_grouped" && key != "moe_cublas_min_pairs" && key != "moe_wgmma" &&
+      key != "fp8_gemm" && key != "mla_prefill")
     return invalid_argument("backend option {} is fixed when the backend is made (--backend-option {}={})", key,
                             key, value);
   if (key == "mla_prefill" && value == "cudnn" && !mla_sdpa_)
     return unavailable("backend option mla_prefill=cudnn: this build has no cuDNN (RILL_CUDNN)");
-  RILL_TRY(backend::set_cuda_backend_option(ctx_.options, key + "=" + value));
+  backend::CudaBackendOptions next = ctx_.options;
+  RILL_TRY(backend::set_cuda_backend_option(next, key + "=" + value));
+  // Refused where it cannot run, so a test or benchmark row that asks for it is skipped instead of measuring
+  // another path under its name (made with the option on, such a backend falls back silently).
+  if (key == "moe_wgmma" && next.moe_wgmma && !moe_wgmma_available(ctx_))
+    return unavailable(
+        "backend option moe_wgmma: needs an sm_90 device, sm_90a in RILL_CUDA_ARCHS and a driver "
+        "with TMA (this device is sm_{}{})",
+        ctx_.cc_major, ctx_.cc_minor);
+  ctx_.options = next;
   gemm_->set_fp8_native(ctx_.options.fp8_gemm_native);
   return {};
 }
@@ -517,8 +531,11 @@ class CudaGraph final : public backend::CapturedWork {
 }  // namespace
 
 // Measured on the H100 (docs/PERF.md, 2026-12-06): decode at batch 64 (512 pairs) takes 26.7 ms eagerly with
-// cuBLAS's grouped experts against 32.8 ms replayed from a graph with rill's kernel; at batch 8 the graph wins.
+// cuBLAS's grouped experts against 32.8 ms replayed from a graph with rill's kernel; at batch 8 the graph
+// wins. With moe_wgmma on (Hopper), bf16 grouped steps take the TMA + wgmma kernels, which capture: no limit
+// (not yet measured against the eager cuBLAS step).
 int64_t CudaBackend::graph_max_expert_pairs(bool quantized_experts) const {
+  if (!quantized_experts && ctx_.options.moe_wgmma && moe_wgmma_available(ctx_)) return INT64_MAX;
   if (quantized_experts || !ctx_.options.moe_cublas_grouped || ctx_.moe_grouped_gemm == nullptr) return INT64_MAX;
   return std::max(0, ctx_.options.moe_cublas_min_pairs - 1);
 }

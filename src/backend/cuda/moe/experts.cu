@@ -22,7 +22,9 @@
 //    memory), and FP8 experts with the same kernel body's Fp8Tile policy (E4M3 codes x F32 block scale).
 //    bf16 steps of at least options.moe_cublas_min_pairs pairs outside a graph capture run the two GEMMs
 //    through cuBLAS's grouped GEMM instead (grouped_cublas_path.cu; faster at every size measured); FP8 and
-//    MXFP4 experts always take rill's kernels.
+//    MXFP4 experts always take rill's kernels. With options.moe_wgmma on an sm_90 device, bf16 steps whose
+//    tensors TMA takes run the Hopper kernels first (grouped_wgmma.cu: TMA, wgmma, persistent CTAs; no
+//    readback, so inside graph captures too).
 // Expert ids outside [0, E) contribute nothing (they cannot be reported from the device).
 #include <cub/block/block_scan.cuh>
 #include <cuda_fp8.h>
@@ -40,8 +42,10 @@
 #include "backend/cuda/common/smem.h"
 #include "backend/cuda/moe/device.cuh"
 #include "backend/cuda/moe/grouped_cublas_path.h"
+#include "backend/cuda/moe/grouped_wgmma.h"
 #include "backend/cuda/moe/moe.h"
 #include "backend/cuda/moe/params.h"
+#include "backend/cuda/moe/wgmma_schedule.h"
 
 namespace rill::cuda {
 namespace {
@@ -460,12 +464,14 @@ struct PlanParams {
   int64_t ld_ids;
   int T, k, E;
   int32_t* expert_offsets;  // [E + 1]
-  int32_t* tile_offsets;    // [E + 1]
+  int32_t* tile_offsets;    // [E + 1]: 64-slot tiles (the mma.sync kernels)
+  int32_t* wg_tile_offsets;  // [E + 1]: 128-slot tiles (the wgmma kernels; moe/wgmma_schedule.h)
   int32_t* pair_slot;       // [T * k]: slot of pair t*k+j, -1 for an invalid id
   int32_t* slot_token;      // [T * k]: token feeding each slot
 };
 
-// One block: count pairs per expert, exclusive scans of counts and of 64-slot tiles, scatter pairs to slots.
+// One block: count pairs per expert, exclusive scans of counts and of 64- and 128-slot tiles, scatter pairs
+// to slots.
 // The order of pairs inside an expert's slots depends on atomics, but no result does: each slot's row is
 // computed independently and the combine reads slots by pair.
 __global__ void __launch_bounds__(kPlanThreads) moe_plan_kernel(const PlanParams p) {
@@ -482,18 +488,23 @@ __global__ void __launch_bounds__(kPlanThreads) moe_plan_kernel(const PlanParams
   }
   __syncthreads();
   const int count = tid < p.E ? s_count[tid] : 0, tiles = (count + moe::kBM - 1) / moe::kBM;
-  int offset = 0, tile_offset = 0;
+  const int wg_tiles = moe::wgmma_tiles(count);
+  int offset = 0, tile_offset = 0, wg_tile_offset = 0;
   Scan(scan_tmp).ExclusiveSum(count, offset);
   __syncthreads();
   Scan(scan_tmp).ExclusiveSum(tiles, tile_offset);
+  __syncthreads();
+  Scan(scan_tmp).ExclusiveSum(wg_tiles, wg_tile_offset);
   if (tid < p.E) {
     p.expert_offsets[tid] = offset;
     p.tile_offsets[tid] = tile_offset;
+    p.wg_tile_offsets[tid] = wg_tile_offset;
     s_count[tid] = offset;  // now the expert's first slot
   }
   if (tid == p.E - 1) {
     p.expert_offsets[p.E] = offset + count;
     p.tile_offsets[p.E] = tile_offset + tiles;
+    p.wg_tile_offsets[p.E] = wg_tile_offset + wg_tiles;
   }
   __syncthreads();
   for (int q = tid; q < n_pairs; q += kPlanThreads) {
@@ -537,10 +548,11 @@ struct ExpertsPlan {
   bool fp8 = false;     // FP8 experts: the decode GEMVs' Fp8Rows policy or the grouped GEMM's Fp8Tile policy
   bool shared = false;  // the shared expert runs in the bf16 decode GEMVs (as pair T * k + t, slot k)
   int64_t T = 0, k = 0, pairs = 0, E = 0, I = 0, Hx = 0, Is = 0;
-  int max_tiles = 0;
-  // Scratch pieces (bytes, each 256-aligned), in carving order. The grouped bf16 path sizes h for gate | up
-  // ([pairs, 2I], what the cuBLAS path writes; the mma.sync kernels use its first half) and keeps room for the
-  // cuBLAS path's pointer arrays, so the scratch does not depend on which of the two runs.
+  int max_tiles = 0, max_wg_tiles = 0;  // upper bounds of 64- and 128-slot tiles over all experts
+  // Scratch pieces (bytes, each 256-aligned), in carving order; `offsets` three times (slots, 64- and
+  // 128-slot tiles). The grouped bf16 path sizes h for gate | up ([pairs, 2I], what the cuBLAS path writes;
+  // the mma.sync and wgmma kernels use [pairs, I] of it) and keeps room for the cuBLAS path's pointer arrays,
+  // so the scratch does not depend on which of the three runs.
   size_t offsets = 0, pair_slot = 0, slot_token = 0, pointers = 0, h = 0, y = 0, total = 0;
 };
 
@@ -611,6 +623,7 @@ ExpertsPlan plan_experts(const backend::MoeExpertsArgs& a) {
   s.h = align256((size_t(s.pairs) * size_t(s.I) + size_t(s.T) * size_t(s.Is)) * 2);
   if (s.grouped) {
     s.max_tiles = int((s.pairs + moe::kBM - 1) / moe::kBM + std::min(s.E, s.pairs));
+    s.max_wg_tiles = int((s.pairs + moe::kWgBM - 1) / moe::kWgBM + std::min(s.E, s.pairs));
     s.offsets = align256(size_t(s.E + 1) * 4);
     s.pair_slot = s.slot_token = align256(size_t(s.pairs) * 4);
     s.y = align256(size_t(s.pairs) * size_t(s.Hx) * 2);
@@ -619,7 +632,7 @@ ExpertsPlan plan_experts(const backend::MoeExpertsArgs& a) {
       s.pointers = align256(size_t(6 * s.E) * sizeof(void*));
     }
   }
-  s.total = 2 * s.offsets + s.pair_slot + s.slot_token + s.pointers + s.h + s.y;
+  s.total = 3 * s.offsets + s.pair_slot + s.slot_token + s.pointers + s.h + s.y;
   return s;
 }
 
@@ -832,6 +845,7 @@ Status run_grouped(const backend::MoeExpertsArgs& a, const ExpertsPlan& s, char*
   pl.E = int(s.E);
   pl.expert_offsets = reinterpret_cast<int32_t*>(take(s.offsets));
   pl.tile_offsets = reinterpret_cast<int32_t*>(take(s.offsets));
+  pl.wg_tile_offsets = reinterpret_cast<int32_t*>(take(s.offsets));
   pl.pair_slot = reinterpret_cast<int32_t*>(take(s.pair_slot));
   pl.slot_token = reinterpret_cast<int32_t*>(take(s.slot_token));
   void** pointers = reinterpret_cast<void**>(take(s.pointers));
@@ -840,6 +854,18 @@ Status run_grouped(const backend::MoeExpertsArgs& a, const ExpertsPlan& s, char*
   moe_plan_kernel<<<1, kPlanThreads, 0, cx.stream>>>(pl);
   RILL_CUDA_CHECK_LAUNCH("moe_plan");
 
+  if (!s.mxfp4 && !s.fp8 && cx.options.moe_wgmma) {  // Hopper's TMA + wgmma kernels, graph captures too
+    moe::WgmmaExpertsArgs w{&a, int(s.E), int(s.I), int(s.Hx), s.pairs, s.max_wg_tiles};
+    w.expert_offsets = pl.expert_offsets;
+    w.tile_offsets = pl.wg_tile_offsets;
+    w.slot_token = pl.slot_token;
+    w.xy = y;
+    w.h = h;
+    if (moe::wgmma_experts_supported(w, cx)) {
+      RILL_TRY(moe::run_expert_gemms_wgmma(w, cx));
+      return launch_combine(a, s, y, pl.pair_slot, cx);
+    }
+  }
   bool cublas = !s.mxfp4 && !s.fp8 && cx.moe_grouped_gemm != nullptr && cx.options.moe_cublas_grouped &&
                 s.pairs >= cx.options.moe_cublas_min_pairs;
   if (cublas) {  // it reads the slot counts back to the host: not inside a graph capture
@@ -957,6 +983,10 @@ Status check_experts(const backend::MoeExpertsArgs& a) {
 }
 
 }  // namespace
+
+bool moe_wgmma_available(const CudaContext& cx) {
+  return moe::wgmma_device_supported(cx);
+}
 
 bool moe_fuses_shared_expert(const backend::MoeExpertsArgs& a) {
   if (!a.experts || a.x.rank() != 2 || a.ids.rank() != 2) return false;

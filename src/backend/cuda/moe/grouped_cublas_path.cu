@@ -89,6 +89,14 @@ __global__ void moe_act_in_place_kernel(bf16* gate_up, const int32_t* offsets, i
 
 }  // namespace
 
+Status launch_gather_rows(const backend::MoeExpertsArgs& a, const int32_t* slot_token, const int32_t* offsets,
+                          int E, int Hx, int64_t pairs, bf16* xy, cudaStream_t stream) {
+  return launch("moe_gather_rows",
+                {dim3(unsigned((pairs + kRowWarps - 1) / kRowWarps)), dim3(kRowWarps * 32)}, stream,
+                moe_gather_rows_kernel, static_cast<const bf16*>(a.x.data), a.x.stride(0), slot_token,
+                offsets, E, Hx, xy);
+}
+
 Status run_expert_gemms_cublas(const CublasExpertsArgs& c, const CudaContext& cx) {
   const backend::MoeExpertsArgs& a = *c.args;
   const backend::ExpertWeights& ex = *a.experts;
@@ -114,10 +122,7 @@ Status run_expert_gemms_cublas(const CublasExpertsArgs& c, const CudaContext& cx
                   moe_cublas_pointers_kernel, pp));
   // The host needs the slot counts: the copy goes first, the gather runs while the host waits for it.
   RILL_TRY(cx.moe_grouped_gemm->copy_offsets(c.expert_offsets, c.E, cx.stream));
-  RILL_TRY(launch("moe_gather_rows",
-                  {dim3(unsigned((c.pairs + kRowWarps - 1) / kRowWarps)), dim3(kRowWarps * 32)}, cx.stream,
-                  moe_gather_rows_kernel, static_cast<const bf16*>(a.x.data), a.x.stride(0), c.slot_token,
-                  c.expert_offsets, c.E, c.Hx, c.xy));
+  RILL_TRY(launch_gather_rows(a, c.slot_token, c.expert_offsets, c.E, c.Hx, c.pairs, c.xy, cx.stream));
   RILL_ASSIGN_OR_RETURN(const int32_t* offsets, cx.moe_grouped_gemm->wait_offsets());
   std::vector<int> m;
   m.reserve(size_t(c.E));

@@ -25,4 +25,9 @@ struct CublasExpertsArgs {
 
 Status run_expert_gemms_cublas(const CublasExpertsArgs& c, const CudaContext& cx);
 
+// xy[slot] = x[slot_token[slot]] for the valid slots (offsets[E] of the `pairs`): the activations in expert
+// order, rows of Hx (a multiple of 8, rows 16-byte aligned). Shared with the wgmma path (grouped_wgmma.h).
+Status launch_gather_rows(const backend::MoeExpertsArgs& a, const int32_t* slot_token, const int32_t* offsets,
+                          int E, int Hx, int64_t pairs, bf16* xy, cudaStream_t stream);
+
 }  // namespace rill::cuda::moe

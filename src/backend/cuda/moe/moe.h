@@ -15,5 +15,8 @@ size_t moe_experts_scratch_bytes(const backend::MoeExpertsArgs& a);
 // Whether launch_moe_experts runs a's shared expert in its decode GEMVs (from shapes and formats only).
 bool moe_fuses_shared_expert(const backend::MoeExpertsArgs& a);
 Status launch_moe_experts(const backend::MoeExpertsArgs& a, const CudaContext& cx);
+// Whether this build and device can run the Hopper grouped GEMMs of options.moe_wgmma (sm_90, sm_90a code in
+// the build, the driver's TMA encoder); the first call looks the encoder up.
+bool moe_wgmma_available(const CudaContext& cx);
 
 }  // namespace rill::cuda

@@ -1,0 +1,36 @@
+// The grouped (prefill) bf16 expert GEMMs on Hopper's TMA and wgmma (grouped_wgmma.cu), between the plan
+// kernel and the combine of experts.cu: gather x into expert order, gate_up with the activation in its
+// epilogue, down. No host readback (the work list comes from the plan's device offsets), so it runs inside
+// graph captures too. Same rounding points as the other grouped paths (moe/README.md, "Invariants").
+#pragma once
+
+#include <cstdint>
+
+#include "backend/backend.h"
+#include "backend/cuda/context.h"
+#include "backend/cuda/moe/params.h"
+
+namespace rill::cuda::moe {
+
+struct WgmmaExpertsArgs {
+  const backend::MoeExpertsArgs* args;
+  int E, I, Hx;
+  int64_t pairs;
+  int max_tiles;                  // an upper bound of the 128-slot tiles over all experts (from shapes)
+  const int32_t* expert_offsets;  // [E + 1], device
+  const int32_t* tile_offsets;    // [E + 1], device: each expert's first 128-slot tile (wgmma_tiles)
+  const int32_t* slot_token;      // [pairs], device: the token feeding each slot
+  bf16* xy;                       // [pairs, Hx]: x in expert order, then each slot's expert output y
+  bf16* h;                        // [pairs, I]: the activations
+};
+
+// Whether this build and device run the path (sm_90 with the sm_90a kernels compiled in) and TMA takes the
+// step's tensors (16-byte aligned bases and row strides, every dimension at least its box: I >= 64, Hx >=
+// 128, pairs >= 128). Pointers are read for alignment only; nothing is launched.
+bool wgmma_experts_supported(const WgmmaExpertsArgs& c, const CudaContext& cx);
+// Whether the device and build could run it at all (the backend refuses moe_wgmma=1 elsewhere).
+bool wgmma_device_supported(const CudaContext& cx);
+
+Status run_expert_gemms_wgmma(const WgmmaExpertsArgs& c, const CudaContext& cx);
+
+}  // namespace rill::cuda::moe

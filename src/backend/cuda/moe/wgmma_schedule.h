@@ -1,0 +1,101 @@
+// The index arithmetic of the Hopper grouped expert GEMM (grouped_wgmma.cu), host and device: tile sizes, the
+// persistent CTAs' work items, the shared-memory layout TMA writes (128-byte swizzle), the wgmma matrix
+// descriptor and the m64nNk16 accumulator layout. No CUDA headers, so the CPU test binary checks every
+// function here against brute force (tests/backend/cpu/moe_wgmma_schedule_test.cc).
+#pragma once
+
+#include <cstdint>
+
+#if defined(__CUDACC__)
+#define RILL_MOE_HD __host__ __device__
+#else
+#define RILL_MOE_HD
+#endif
+
+namespace rill::cuda::moe {
+
+// Tiles: 128 slots (two consumer warpgroups of 64 rows) x 256 weight rows x 64 k per stage (one 128-byte
+// swizzle row of bf16), 4 stages of A 16 KiB + B 32 KiB. 384 threads: warpgroup 0 loads (one thread issues
+// TMA), warpgroups 1-2 compute m64n256k16. gate_up's B tile is 128 gate rows then the 128 up rows of the same
+// columns, so a tile covers 128 columns of I; down's covers 256 columns of Hx.
+constexpr int kWgBM = 128, kWgBN = 256, kWgBK = 64, kWgStages = 4, kWgThreads = 384;
+constexpr int kWgConsumerRows = 64;   // rows of A per consumer warpgroup (wgmma's M)
+constexpr int kWgBoxRows = 128;       // rows of one TMA box (A: a whole tile; B: half of one)
+constexpr int kWgSwizzleBytes = 128;  // a 128B-swizzled row: kWgBK bf16
+constexpr int kWgAStageBytes = kWgBM * kWgBK * 2, kWgBStageBytes = kWgBN * kWgBK * 2;
+constexpr int kWgStageBytes = kWgAStageBytes + kWgBStageBytes;  // what one stage's TMA loads complete
+// Dynamic shared memory: 1024-byte aligned stages (the swizzle pattern repeats every 8 rows of 128 bytes, and
+// the descriptors' base offset is 0), then 2 * kWgStages mbarriers, then the plan's slot and tile offsets (E
+// + 1 each, up to kWgMaxExperts; copied once per CTA so the work-item search reads shared memory); +1024 for
+// aligning the dynamic base.
+constexpr int kWgMaxExperts = 1024;  // moe/params.h kMaxExperts
+constexpr int kWgBarrierBytes = 2 * kWgStages * 8, kWgOffsetsBytes = 2 * (kWgMaxExperts + 1) * 4;
+constexpr int kWgSmemBytes = kWgStages * kWgStageBytes + kWgBarrierBytes + kWgOffsetsBytes + 1024;
+constexpr int kWgAccRegs = kWgBN / 2;  // fp32 accumulators per consumer thread (64 x 256 over 128 threads)
+
+// Output columns one work item covers: gate_up 128 (gate and up of each), down 256.
+RILL_MOE_HD constexpr int wgmma_tile_cols(bool gate_up) {
+  return gate_up ? kWgBN / 2 : kWgBN;
+}
+
+// 128-slot tiles of an expert with `count` slots (the plan kernel's scan of these gives the tile offsets).
+RILL_MOE_HD constexpr int wgmma_tiles(int count) {
+  return (count + kWgBM - 1) / kWgBM;
+}
+
+// One work item of a persistent CTA: expert e, its tile of slots starting at m0 (relative to the expert's
+// first slot), output columns from n0.
+struct WgmmaWork {
+  int e, m0, n0;
+};
+
+// Work item `item` in [0, tile_offsets[E] * n_tiles): m-tile major, the n_tiles column tiles of one (expert,
+// m-tile) consecutive, so CTAs running at once share the A tile and read one expert's weights while they are
+// in L2. tile_offsets[e]: expert e's first 128-slot tile (an exclusive scan; experts without slots repeat
+// the next offset). The expert is the last e whose first tile is <= the m-tile (binary search).
+RILL_MOE_HD inline WgmmaWork wgmma_work(int item, int n_tiles, int tile_cols, const int32_t* tile_offsets,
+                                        int n_experts) {
+  const int mt = item / n_tiles, nt = item - mt * n_tiles;
+  int lo = 0, hi = n_experts - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) >> 1;
+    if (tile_offsets[mid] <= mt)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  return {lo, (mt - tile_offsets[lo]) * kWgBM, nt * tile_cols};
+}
+
+// Byte offset of element (row, col) of a bf16 tile with 128-byte rows in the 128B-swizzled layout TMA writes
+// (CU_TENSOR_MAP_SWIZZLE_128B, tile base 1024-byte aligned): the 16-byte chunk index of the column is XORed
+// with row % 8. wgmma reads the same layout through its descriptor (layout type 1).
+RILL_MOE_HD constexpr uint32_t swizzle128_offset(int row, int col) {
+  const uint32_t byte = uint32_t(col) * 2;
+  return uint32_t(row) * kWgSwizzleBytes + ((((byte >> 4) ^ uint32_t(row & 7)) & 7) << 4) + (byte & 15);
+}
+
+// The wgmma shared-memory matrix descriptor (PTX ISA, "Matrix Descriptor Format"): start address >> 4 in bits
+// 0-13, leading-dimension byte offset >> 4 in bits 16-29, stride byte offset >> 4 in bits 32-45, base offset
+// 0 in bits 49-51 (1024-byte aligned tiles), layout type in bits 62-63 (1: 128-byte swizzle). K-major
+// operands in the 128B swizzle: SBO = 1024 (the next 8-row group), LBO unused (a k16 step stays inside a
+// 128-byte row; set to 1), and stepping k by 16 inside the 64-element row adds 32 bytes to the start address.
+constexpr uint32_t kWgSbo = 8 * kWgSwizzleBytes, kWgLbo = 16;
+RILL_MOE_HD constexpr uint64_t wgmma_desc_sw128(uint32_t smem_addr) {
+  return uint64_t((smem_addr & 0x3FFFF) >> 4) | (uint64_t(kWgLbo >> 4) << 16) |
+         (uint64_t(kWgSbo >> 4) << 32) | (uint64_t(1) << 62);
+}
+
+// Where accumulator register i (0 .. N/2 - 1) of lane `lane` in warp `warp` (0-3 of its warpgroup) sits in
+// the 64 x N output of wgmma m64nNk16 with fp32 accumulators (PTX ISA, "Register Fragments and Shared Memory
+// Matrix Layouts" for wgmma D): n8 block j = i / 4, c = i % 4; row 16 warp + lane / 4 (+ 8 for c >= 2),
+// column 8 j + 2 (lane % 4) + c % 2.
+struct WgmmaAccPos {
+  int row, col;
+};
+RILL_MOE_HD constexpr WgmmaAccPos wgmma_acc_pos(int warp, int lane, int i) {
+  const int j = i >> 2, c = i & 3;
+  return {16 * warp + (lane >> 2) + 8 * (c >> 1), 8 * j + 2 * (lane & 3) + (c & 1)};
+}
+
+}  // namespace rill::cuda::moe

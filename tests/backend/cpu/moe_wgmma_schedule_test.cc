@@ -1,0 +1,182 @@
+// The index arithmetic of the Hopper grouped expert GEMM (src/backend/cuda/moe/wgmma_schedule.h), on the
+// host: the kernel runs the same functions on the device, where no test can see them one by one. Work items
+// against a brute-force enumeration over random per-expert slot counts (zeros, single slots and several
+// tiles), the matrix descriptor against its closed form, the 128-byte swizzle as a bijection with the XOR
+// rule, and the wgmma accumulator map as a bijection onto the 64 x N tile with the pairs the epilogue stores
+// together.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <random>
+#include <set>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "backend/cuda/moe/wgmma_schedule.h"
+#include "test_seed.h"
+
+namespace rill::cuda::moe {
+namespace {
+
+// Every (expert, m0, n0) of a step in the kernel's order: m-tile major, experts in order, column tiles inner.
+std::vector<std::tuple<int, int, int>> brute_force_items(const std::vector<int>& counts, int n,
+                                                         int tile_cols) {
+  std::vector<std::tuple<int, int, int>> items;
+  for (size_t e = 0; e < counts.size(); ++e)
+    for (int m0 = 0; m0 < counts[e]; m0 += kWgBM)
+      for (int n0 = 0; n0 < n; n0 += tile_cols) items.emplace_back(int(e), m0, n0);
+  return items;
+}
+
+// The plan kernel's exclusive scan of 128-slot tiles (experts/E + 1 entries).
+std::vector<int32_t> tile_offsets(const std::vector<int>& counts) {
+  std::vector<int32_t> off(counts.size() + 1, 0);
+  for (size_t e = 0; e < counts.size(); ++e) off[e + 1] = off[e] + wgmma_tiles(counts[e]);
+  return off;
+}
+
+void check_schedule(const std::vector<int>& counts, int n, bool gate_up) {
+  const int cols = wgmma_tile_cols(gate_up), n_tiles = (n + cols - 1) / cols;
+  const std::vector<int32_t> off = tile_offsets(counts);
+  const auto expected = brute_force_items(counts, n, cols);
+  const int n_items = off.back() * n_tiles;
+  ASSERT_EQ(size_t(n_items), expected.size());
+  for (int item = 0; item < n_items; ++item) {
+    const WgmmaWork w = wgmma_work(item, n_tiles, cols, off.data(), int(counts.size()));
+    ASSERT_EQ(std::make_tuple(w.e, w.m0, w.n0), expected[size_t(item)]) << "item " << item;
+    ASSERT_LT(w.m0, counts[size_t(w.e)]) << "a tile starts past its expert's slots";
+  }
+}
+
+TEST(MoeWgmmaSchedule, WorkItemsMatchBruteForce) {
+  const uint32_t seed = rill::testing::test_seed();  // RILL_TEST_SEED replays
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  for (int round = 0; round < 200; ++round) {
+    const int E = std::uniform_int_distribution<int>(1, 300)(rng);
+    std::vector<int> counts(static_cast<size_t>(E));
+    const int shape = round % 4;  // empty-heavy, single slots, several tiles, mixed
+    for (int& c : counts) {
+      const int r = std::uniform_int_distribution<int>(0, 99)(rng);
+      c = shape == 0   ? (r < 80 ? 0 : r)
+          : shape == 1 ? (r < 50 ? 1 : 0)
+          : shape == 2 ? std::uniform_int_distribution<int>(0, 700)(rng)
+                       : (r < 30   ? 0
+                          : r < 45 ? 1
+                          : r < 60 ? kWgBM
+                          : r < 75 ? kWgBM + 1
+                                   : r * 7);
+    }
+    if (round % 10 == 0) std::fill(counts.begin(), counts.end() - 1, 0);  // all slots in the last expert
+    const int n = std::uniform_int_distribution<int>(8, 2400)(rng) / 8 * 8;
+    SCOPED_TRACE("round " + std::to_string(round) + " E " + std::to_string(E) + " n " + std::to_string(n));
+    check_schedule(counts, n, true);
+    check_schedule(counts, n, false);
+  }
+  check_schedule(std::vector<int>(7, 0), 1024, true);  // no slots at all: no items
+}
+
+TEST(MoeWgmmaSchedule, KimiLinearShapeItems) {
+  // 8192 tokens x top-8 spread evenly over 256 experts: 256 slots each, 2 tiles; I = 1024 and Hx = 2304.
+  const std::vector<int> counts(256, 256);
+  check_schedule(counts, 1024, true);
+  check_schedule(counts, 2304, false);
+  const std::vector<int32_t> off = tile_offsets(counts);
+  EXPECT_EQ(off.back() * (1024 / wgmma_tile_cols(true)), 512 * 8);
+  EXPECT_EQ(off.back() * ((2304 + kWgBN - 1) / kWgBN), 512 * 9);
+}
+
+TEST(MoeWgmmaSchedule, DescriptorBits) {
+  // start >> 4 in bits 0-13, LBO 16 >> 4 = 1 in bits 16-29, SBO 1024 >> 4 = 64 in bits 32-45, 128B swizzle
+  // (1) in bits 62-63, base offset 0.
+  const uint64_t fixed = (uint64_t(1) << 16) | (uint64_t(64) << 32) | (uint64_t(1) << 62);
+  EXPECT_EQ(wgmma_desc_sw128(0), fixed);
+  EXPECT_EQ(wgmma_desc_sw128(1024), fixed | 64);
+  EXPECT_EQ(wgmma_desc_sw128(0x2a400 + 32), fixed | ((0x2a400 + 32) >> 4));
+  EXPECT_EQ(wgmma_desc_sw128(0x3fff0), fixed | 0x3fff);  // the largest 14-bit start
+  for (uint32_t a = 0; a < (1u << 18); a += 16) {
+    const uint64_t d = wgmma_desc_sw128(a);
+    ASSERT_EQ(d & 0x3fff, a >> 4);
+    ASSERT_EQ((d >> 16) & 0x3fff, 1u);
+    ASSERT_EQ((d >> 32) & 0x3fff, 64u);
+    ASSERT_EQ((d >> 49) & 7, 0u);
+    ASSERT_EQ(d >> 62, 1u);
+    ASSERT_EQ(
+        d & ~(uint64_t(0x3fff) | (uint64_t(0x3fff) << 16) | (uint64_t(0x3fff) << 32) | (uint64_t(3) << 62)),
+        0u);
+  }
+  // A k16 step inside the 128-byte row moves the start by 32 bytes: field + 2.
+  EXPECT_EQ(wgmma_desc_sw128(4096 + 3 * 32) - wgmma_desc_sw128(4096), 6u);
+}
+
+TEST(MoeWgmmaSchedule, Swizzle128IsTheXorOfRowIntoChunk) {
+  // A 1024-byte-aligned tile of R rows x 64 bf16: every element gets its own byte pair, inside its row, and
+  // the address bits 4-6 are the logical chunk XOR bits 7-9 (the row within the 8-row pattern).
+  constexpr int kRows = 256;
+  std::vector<int> seen(size_t(kRows) * kWgSwizzleBytes, 0);
+  for (int r = 0; r < kRows; ++r)
+    for (int c = 0; c < kWgBK; ++c) {
+      const uint32_t off = swizzle128_offset(r, c);
+      ASSERT_EQ(off % 2, 0u);
+      ASSERT_EQ(off / kWgSwizzleBytes, uint32_t(r)) << "stays in its row";
+      const uint32_t logical = uint32_t(r) * kWgSwizzleBytes + uint32_t(c) * 2;
+      ASSERT_EQ(off, logical ^ (((logical >> 7) & 7) << 4)) << "row " << r << " col " << c;
+      ASSERT_EQ(seen[off]++, 0) << "two elements at byte " << off;
+    }
+  // Columns 8t .. 8t + 7 (one 16-byte chunk) stay together: TMA and wgmma move whole chunks.
+  for (int r = 0; r < 8; ++r)
+    for (int c = 0; c < kWgBK; ++c)
+      ASSERT_EQ(swizzle128_offset(r, c) - swizzle128_offset(r, c & ~7), uint32_t(c & 7) * 2);
+  EXPECT_EQ(swizzle128_offset(1, 0), 128u + 16u);
+  EXPECT_EQ(swizzle128_offset(7, 63), 7u * 128 + ((7u ^ 7u) << 4) + 14);
+}
+
+TEST(MoeWgmmaSchedule, AccumulatorMapIsABijection) {
+  for (int n : {256, 128, 64, 8}) {
+    SCOPED_TRACE("N " + std::to_string(n));
+    std::vector<int> seen(size_t(64 * n), 0);
+    for (int warp = 0; warp < 4; ++warp)
+      for (int lane = 0; lane < 32; ++lane)
+        for (int i = 0; i < n / 2; ++i) {
+          const WgmmaAccPos p = wgmma_acc_pos(warp, lane, i);
+          ASSERT_GE(p.row, 16 * warp);
+          ASSERT_LT(p.row, 16 * warp + 16) << "a warp owns its 16 rows";
+          ASSERT_GE(p.col, 0);
+          ASSERT_LT(p.col, n);
+          ASSERT_EQ(seen[size_t(p.row * n + p.col)]++, 0)
+              << "warp " << warp << " lane " << lane << " i " << i;
+          if (i % 2 == 0) {  // the epilogue stores registers i, i + 1 as one bf16 pair
+            const WgmmaAccPos q = wgmma_acc_pos(warp, lane, i + 1);
+            ASSERT_EQ(q.row, p.row);
+            ASSERT_EQ(q.col, p.col + 1);
+            ASSERT_EQ(p.col % 2, 0);
+          }
+        }
+  }
+  // gate_up: register i < 64 (columns 0-127: gate) and i + 64 (columns 128-255: up) are the same output
+  // column.
+  for (int lane = 0; lane < 32; ++lane)
+    for (int i = 0; i < kWgAccRegs / 2; ++i) {
+      const WgmmaAccPos g = wgmma_acc_pos(1, lane, i), u = wgmma_acc_pos(1, lane, i + kWgAccRegs / 2);
+      ASSERT_LT(g.col, kWgBN / 2);
+      ASSERT_EQ(u.row, g.row);
+      ASSERT_EQ(u.col, g.col + kWgBN / 2);
+    }
+  EXPECT_EQ(wgmma_acc_pos(0, 0, 0).row, 0);
+  EXPECT_EQ(wgmma_acc_pos(3, 31, 127).row, 16 * 3 + 7 + 8);
+  EXPECT_EQ(wgmma_acc_pos(3, 31, 127).col, 8 * 31 + 6 + 1);
+}
+
+TEST(MoeWgmmaSchedule, SharedMemoryFitsAndAligns) {
+  EXPECT_EQ(kWgAStageBytes % 1024, 0);
+  EXPECT_EQ(kWgBStageBytes % 1024, 0);
+  EXPECT_EQ(kWgBStageBytes / 2 % 1024, 0) << "B's second box starts on a swizzle pattern boundary";
+  EXPECT_EQ(kWgConsumerRows * kWgSwizzleBytes % 1024, 0) << "the second consumer's A rows too";
+  EXPECT_LE(kWgSmemBytes, 227 * 1024) << "H100 / H200 opt-in limit per block";
+  EXPECT_EQ(kWgStageBytes, (kWgBM + kWgBN) * kWgBK * 2);
+}
+
+}  // namespace
+}  // namespace rill::cuda::moe
