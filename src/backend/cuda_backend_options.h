@@ -57,18 +57,21 @@ struct CudaBackendOptions {
   // MLA prefill attention (mla/cudnn_sdpa.h): auto (the default) takes cuDNN's fused attention where the build
   // has cuDNN (RILL_CUDNN) and cuDNN plans the step's shape, else rill's flash kernel (a refused shape is logged
   // once); cudnn takes cuDNN or fails the step (tests and the benchmark's A/B, so a fallback cannot pass for
-  // cuDNN); rill takes rill's kernel. H100, cuDNN 9.14, T = 2048 x 32 heads: 0.198 ms against 0.365 ms. It changes the scratch a step plans (cuDNN's K copy): Backend::set_option
-  // may change it only before a step is planned. Prefill steps inside a CUDA graph capture take rill's kernel.
+  // cuDNN); rill takes rill's kernel. H100, cuDNN 9.14, T = 2048 x 32 heads: 0.198 ms against 0.365 ms. It
+  // changes the scratch a step plans (cuDNN's K copy): Backend::set_option may change it only before a step is
+  // planned. Prefill steps inside a CUDA graph capture take rill's kernel.
   // `mla_prefill` = auto | cudnn | rill.
   MlaPrefillPath mla_prefill = MlaPrefillPath::Auto;
   bool moe_cublas_grouped = true;
   int moe_cublas_min_pairs = 256;
   // The bf16 expert GEMMs of grouped MoE steps through rill's Hopper kernel (moe/grouped_wgmma.cu: TMA,
   // mbarriers, wgmma, persistent CTAs; sm_90 devices only, graph-capturable), ahead of cuBLAS and the
-  // mma.sync kernels wherever it takes the shapes. Off by default until its op tests have passed on a GPU and
-  // `rill bench` has measured it (written without one). It does not change the scratch a step plans, so
-  // Backend::set_option may flip it between steps. `moe_wgmma`.
-  bool moe_wgmma = false;
+  // mma.sync kernels wherever it takes the shapes; off: cuBLAS, then the mma.sync kernels. Measured on the H100
+  // (2026-12-06, 48B shape, route + experts): 4.46 / 1.90 / 1.32 / 1.20 / 0.66 ms for 8192 / 2048 / 512 / 256 /
+  // 32 tokens x top-8 where cuBLAS took 5.04 / 1.94 / 1.39 / 1.22 / 0.68; and since it needs no host readback,
+  // decode batches of any size replay from graphs (composed 48B, batch 256: 42.7 ms against 53.1). It does not
+  // change the scratch a step plans, so Backend::set_option may flip it between steps. `moe_wgmma`.
+  bool moe_wgmma = true;
 };
 
 // "auto", "cudnn" or "rill": the value of mla_prefill that selects `p`.

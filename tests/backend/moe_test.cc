@@ -359,11 +359,13 @@ TEST_P(MoeTest, ExpertsGroupedManyTokens) {
 
 // Grouped steps (here of 4000+ (token, expert) pairs): on CUDA the expert GEMMs go through cuBLAS's grouped
 // GEMM (moe/cublas_grouped.h) by default; each case also runs through rill's mma.sync grouped kernels (backend
-// option moe_cublas_grouped = 0) where the backend has the option. 1024 experts for 520 tokens leave experts
-// with no slot and with one; widths off the 64 x 128 tiles; SiTU; ids out of range.
+// option moe_cublas_grouped = 0) where the backend has the option, with the Hopper kernel (moe_wgmma, the
+// default where it takes the shape) off. 1024 experts for 520 tokens leave experts with no slot and with one;
+// widths off the 64 x 128 tiles; SiTU; ids out of range.
 TEST_P(MoeTest, ExpertsGroupedCublas) {
   OpHarness h(GetParam());
   RILL_REQUIRE_BACKEND(h);
+  (void)h.dev().set_option("moe_wgmma", "0");  // a backend without the option has neither path
   auto many = make_experts(h, 1024, 64, 32);
   auto odd = make_experts(h, 4, 200, 40);
   auto kimi = make_experts(h, 256, 2304, 1024);
@@ -378,10 +380,11 @@ TEST_P(MoeTest, ExpertsGroupedCublas) {
     run_experts(h, {512, 2304, 1024, 256, 8}, *kimi);
   }
   (void)h.dev().set_option("moe_cublas_grouped", "1");
+  (void)h.dev().set_option("moe_wgmma", "1");
 }
 
-// The Hopper grouped GEMM (backend option moe_wgmma, moe/grouped_wgmma.cu: TMA, wgmma, persistent CTAs; off
-// by default until measured): the 48B shape at 2048 tokens, token counts off the 128-slot tiles, skewed
+// The Hopper grouped GEMM (backend option moe_wgmma, moe/grouped_wgmma.cu: TMA, wgmma, persistent CTAs; the
+// default on sm_90 since measured): the 48B shape at 2048 tokens, token counts off the 128-slot tiles, skewed
 // routing (one expert with every token over several tiles, experts with none, one with exactly one slot),
 // widths off the 256-column tiles and K off the 64-wide stages (I = 96, Hx = 200), the smallest I (64) and a
 // last down tile without its second weight box (Hx = 320), SiTU, ids out of range, with cuBLAS on and off
