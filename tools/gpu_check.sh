@@ -115,10 +115,17 @@ fi
 
 # --- peers on the same GPU (issue #33): transformers' KimiLinear composed like `rill bench --composed`, fla's
 # chunk_kda alone; PEER_ARGS passes options (e.g. "--kda-tokens 8192 32768 --tokens 8192")
+# flash-linear-attention is not on the device image: a copy of its `fla` package (pure Python + Triton) carried as
+# .deps/fla.tar.gz (tools/README.md) is put on PYTHONPATH for this run only.
 if want peers && [[ -x $BUILD/rill ]]; then
   $BUILD/rill bench --preset kimi-linear-48b --print-config > /tmp/rill-48b-config.json 2> "$LOGS/peer_config.log"
-  timeout ${PEER_TIMEOUT:-300} python3 tools/reference/peer_prefill.py /tmp/rill-48b-config.json ${PEER_ARGS:-} \
-    > "$LOGS/peer_prefill.log" 2>&1
+  peer_path=${PYTHONPATH:-}
+  if [[ -f .deps/fla.tar.gz ]]; then
+    rm -rf /tmp/rill-fla && mkdir -p /tmp/rill-fla && tar xzf .deps/fla.tar.gz -C /tmp/rill-fla &&
+      peer_path=/tmp/rill-fla${peer_path:+:$peer_path}
+  fi
+  PYTHONPATH=$peer_path timeout ${PEER_TIMEOUT:-300} python3 tools/reference/peer_prefill.py /tmp/rill-48b-config.json \
+    ${PEER_ARGS:-} > "$LOGS/peer_prefill.log" 2>&1
   note "peers (transformers composed, fla chunk_kda): rc=$?"
   grep -E "RESULT|transformers [0-9]|model options|slice|chunk_kda|not importable|failed|Error" "$LOGS/peer_prefill.log" | head -20
 fi
