@@ -195,10 +195,14 @@ fi
 
 # --- profile: per-kernel device time of one batch-1 decode step (ncu, NVTX range from rill bench) -----------
 if want profile && [[ -x $BUILD/rill ]]; then
-  range="decode batch ${PROFILE_BATCH:-1} at 4096 context"
+  # PROFILE_RANGE / PROFILE_ARGS profile another step, e.g. the 8K prompt's layers on an H100:
+  # PROFILE_RANGE="prefill 1 x 8192 tokens" PROFILE_ARGS="--composed --skip-ops --repeats 1 --prefill-batch 0
+  # --decode-batches 1 --verify-drafts 0" (every slice's run of the range is summed).
+  range=${PROFILE_RANGE:-"decode batch ${PROFILE_BATCH:-1} at 4096 context"}
   timeout ${PROFILE_TIMEOUT:-300} ncu --clock-control none --nvtx --nvtx-include "$range/" --metrics gpu__time_duration.sum,dram__bytes_read.sum,launch__grid_size \
-    --csv --page raw $BUILD/rill bench --load-format dummy --preset kimi-linear-48b --skip-ops --repeats 1 \
-    --prefill-tokens 64 --decode-batches ${PROFILE_BATCH:-1} > "$LOGS/profile_raw.csv" 2> "$LOGS/profile.err"
+    --csv --page raw $BUILD/rill bench --load-format dummy --preset kimi-linear-48b \
+    ${PROFILE_ARGS:---skip-ops --repeats 1 --prefill-tokens 64 --decode-batches ${PROFILE_BATCH:-1}} \
+    > "$LOGS/profile_raw.csv" 2> "$LOGS/profile.err"
   note "ncu profile of '$range': rc=$?"
   python3 tools/kernel_profile.py "$LOGS/profile_raw.csv" | tee "$OUT/profile.txt" | head -60
 fi
