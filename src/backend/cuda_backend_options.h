@@ -68,9 +68,10 @@ struct CudaBackendOptions {
   // mbarriers, wgmma, persistent CTAs; sm_90 devices only, graph-capturable), ahead of cuBLAS and the
   // mma.sync kernels wherever it takes the shapes; off: cuBLAS, then the mma.sync kernels. Measured on the H100
   // (2026-12-06, 48B shape, route + experts): 4.46 / 1.90 / 1.32 / 1.20 / 0.66 ms for 8192 / 2048 / 512 / 256 /
-  // 32 tokens x top-8 where cuBLAS took 5.04 / 1.94 / 1.39 / 1.22 / 0.68; and since it needs no host readback,
-  // decode batches of any size replay from graphs (composed 48B, batch 256: 42.7 ms against 53.1). It does not
-  // change the scratch a step plans, so Backend::set_option may flip it between steps. `moe_wgmma`.
+  // 32 tokens x top-8 where cuBLAS took 5.04 / 1.94 / 1.39 / 1.22 / 0.68 (composed 48B: an 8K prompt 188.5 ms
+  // against 205.7). A graph can hold it (no host readback); which decode batches run from graphs is still
+  // CudaBackend::graph_max_expert_pairs' measured limit. It does not change the scratch a step plans, so
+  // Backend::set_option may flip it between steps. `moe_wgmma`.
   bool moe_wgmma = true;
 };
 

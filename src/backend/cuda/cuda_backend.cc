@@ -531,11 +531,11 @@ class CudaGraph final : public backend::CapturedWork {
 }  // namespace
 
 // Measured on the H100 (docs/PERF.md, 2026-12-06): decode at batch 64 (512 pairs) takes 26.7 ms eagerly with
-// cuBLAS's grouped experts against 32.8 ms replayed from a graph with rill's kernel; at batch 8 the graph
-// wins. With moe_wgmma on (Hopper), bf16 grouped steps take the TMA + wgmma kernels, which capture: no limit
-// (not yet measured against the eager cuBLAS step).
+// cuBLAS's grouped experts against 32.8 ms replayed from a graph with rill's mma.sync kernel; at batch 8 the
+// graph wins. With the wgmma experts (moe_wgmma, which a graph can hold) the composed 48B still ran batch 64
+// faster eagerly (25.17 ms, 26.05 from its graph: the graph's count-only attention plans) and batch 256 alike
+// (42.87 / 42.68), so the limit stays.
 int64_t CudaBackend::graph_max_expert_pairs(bool quantized_experts) const {
-  if (!quantized_experts && ctx_.options.moe_wgmma && moe_wgmma_available(ctx_)) return INT64_MAX;
   if (quantized_experts || !ctx_.options.moe_cublas_grouped || ctx_.moe_grouped_gemm == nullptr) return INT64_MAX;
   return std::max(0, ctx_.options.moe_cublas_min_pairs - 1);
 }
