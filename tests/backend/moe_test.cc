@@ -383,6 +383,70 @@ TEST_P(MoeTest, ExpertsGroupedCublas) {
   (void)h.dev().set_option("moe_wgmma", "1");
 }
 
+// A grouped experts step replayed from a CUDA graph, as a decode bucket of 16-31 sequences runs it (160 pairs at
+// the 48B shape: the wgmma path on Hopper, rill's mma.sync kernels elsewhere; cuBLAS never runs inside a graph):
+// each replay brings new routing and activations in the captured buffers (the plan runs on the device), and each
+// matches the CPU reference on them, and the first the eager step on the same inputs bit for bit.
+TEST_P(MoeTest, ExpertsGroupedReplayedFromAGraph) {
+  OpHarness h(GetParam());
+  RILL_REQUIRE_BACKEND(h);
+  if (!h.dev().can_capture()) GTEST_SKIP() << "the tested backend does not capture graphs";
+  const int64_t T = 20, Hx = 2304, I = 1024, E = 256;
+  const int k = 8;
+  auto ex = make_experts(h, E, Hx, I);
+  BackendTensor xd = h.empty(h.dev(), DType::BF16, {T, Hx}), id = h.empty(h.dev(), DType::I32, {T, k}),
+                gd = h.empty(h.dev(), DType::F32, {T, k}), yd = h.empty(h.dev(), DType::BF16, {T, Hx});
+  backend::MoeExpertsArgs a{xd.view, id.view, gd.view, &ex->dev, backend::Activation::Silu, 0.0f, 0.0f, yd.view,
+                            nullptr};
+  DeviceScratch s = plan_scratch(h, a);
+  a.scratch = s.arena.get();
+  // Round r's inputs: distinct experts per token, weights as the router leaves them, fresh activations; the
+  // device copies land in the captured buffers, the CPU runs its reference on the same values.
+  std::vector<int> perm(static_cast<size_t>(E));
+  std::iota(perm.begin(), perm.end(), 0);
+  std::uniform_real_distribution<float> wd(0.05f, 0.6f);
+  auto next_round = [&](BackendTensor* yc) {
+    std::vector<float> ids, w;
+    for (int64_t t = 0; t < T; ++t) {
+      std::shuffle(perm.begin(), perm.end(), h.rng());
+      for (int j = 0; j < k; ++j) {
+        ids.push_back(float(perm[size_t(j)]));
+        w.push_back(wd(h.rng()));
+      }
+    }
+    const std::vector<float> x = h.randn(T * Hx);
+    auto [xc, xn] = h.put_both(x, DType::F32, DType::BF16, {T, Hx});
+    BackendTensor ic = h.put(h.cpu(), ids, DType::I32, {T, k}), in = h.put(h.dev(), ids, DType::I32, {T, k});
+    BackendTensor gc = h.put(h.cpu(), w, DType::F32, {T, k}), gn = h.put(h.dev(), w, DType::F32, {T, k});
+    for (auto [dst, src] : {std::pair{&xd, &xn}, std::pair{&id, &in}, std::pair{&gd, &gn}})
+      ASSERT_TRUE(h.dev().copy_device_to_device(dst->view.data, src->view.data, src->view.nbytes()).ok());
+    ASSERT_TRUE(h.dev().synchronize().ok());  // the fresh buffers go out of scope below
+    *yc = h.empty(h.cpu(), DType::F32, {T, Hx});
+    backend::MoeExpertsArgs ca{xc.view, ic.view, gc.view, &ex->cpu, backend::Activation::Silu, 0.0f, 0.0f,
+                               yc->view, nullptr};
+    const Status st = h.cpu().moe_experts(ca);
+    ASSERT_TRUE(st.ok()) << st.to_string();
+  };
+  BackendTensor yc;
+  next_round(&yc);
+  ASSERT_TRUE(h.dev().moe_experts(a).ok());  // eagerly first (one-time set-up such as shared-memory opt-ins)
+  const std::vector<float> eager = h.get(h.dev(), yd.view);
+  EXPECT_LE(rel_l2(eager, h.get(h.cpu(), yc.view)), kExpertsTol);
+  auto work = h.dev().capture([&] { return h.dev().moe_experts(a); });
+  ASSERT_TRUE(work.ok()) << work.status().to_string();
+  for (int replay = 0; replay < 3; ++replay) {
+    SCOPED_TRACE("replay " + std::to_string(replay));
+    if (replay > 0) next_round(&yc);
+    ASSERT_TRUE((*work)->replay().ok());
+    const std::vector<float> got = h.get(h.dev(), yd.view);
+    if (replay == 0) {
+      EXPECT_EQ(got, eager) << "the replay of the captured step differs from the eager step";
+    }
+    EXPECT_LE(rel_l2(got, h.get(h.cpu(), yc.view)), kExpertsTol);
+  }
+  EXPECT_EQ(s.arena->used(), 0u) << "moe_experts must give its scratch back";
+}
+
 // The Hopper grouped GEMM (backend option moe_wgmma, moe/grouped_wgmma.cu: TMA, wgmma, persistent CTAs; the
 // default on sm_90 since measured): the 48B shape at 2048 tokens, token counts off the 128-slot tiles, skewed
 // routing (one expert with every token over several tiles, experts with none, one with exactly one slot),
