@@ -19,7 +19,7 @@ const char* mla_prefill_name(MlaPrefillPath p) {
 
 std::string cuda_backend_option_keys() {
   return "pdl, kda_fused_decode, kda_recurrent_verify, moe_fuse_shared, decode_fusion, mla_expand_rows, "
-         "gemm_autotune, moe_cublas_grouped, moe_cublas_min_pairs, moe_wgmma, fp8_gemm, mla_prefill";
+         "gemm_autotune, moe_cublas_grouped, moe_cublas_min_pairs, moe_wgmma, moe_wgmma_fp8, fp8_gemm, mla_prefill";
 }
 
 Status set_cuda_backend_option(CudaBackendOptions& o, std::string_view key_value) {
@@ -36,6 +36,7 @@ Status set_cuda_backend_option(CudaBackendOptions& o, std::string_view key_value
                : key == "gemm_autotune"        ? &o.gemm_autotune
                : key == "moe_cublas_grouped"   ? &o.moe_cublas_grouped
                : key == "moe_wgmma"            ? &o.moe_wgmma
+               : key == "moe_wgmma_fp8"        ? &o.moe_wgmma_fp8
                                                : nullptr;
   if (flag) {
     RILL_ASSIGN_OR_RETURN(*flag, parse_bool(key, value));

@@ -73,6 +73,13 @@ struct CudaBackendOptions {
   // CudaBackend::graph_max_expert_pairs' measured limit. It does not change the scratch a step plans, so
   // Backend::set_option may flip it between steps. `moe_wgmma`.
   bool moe_wgmma = true;
+  // FP8 experts (E4M3, 128 x 128 weight blocks) of grouped MoE steps through the same Hopper kernel structure
+  // with FP8 operands (moe/grouped_wgmma_fp8.cu: activations quantised per row and 128 columns, wgmma k32
+  // e4m3, each 128-column block's product scaled into fp32); off: the mma.sync grouped GEMM that dequantises
+  // to bf16 tiles. Written without a GPU and not yet run on one, hence off by default. The scratch a step
+  // plans holds its quantised activations either way, so Backend::set_option may flip it between steps.
+  // `moe_wgmma_fp8`.
+  bool moe_wgmma_fp8 = false;
 };
 
 // "auto", "cudnn" or "rill": the value of mla_prefill that selects `p`.

@@ -37,8 +37,9 @@ std::vector<int32_t> tile_offsets(const std::vector<int>& counts) {
   return off;
 }
 
-void check_schedule(const std::vector<int>& counts, int n, bool gate_up) {
-  const int cols = wgmma_tile_cols(gate_up), n_tiles = (n + cols - 1) / cols;
+void check_schedule(const std::vector<int>& counts, int n, bool gate_up, bool fp8 = false) {
+  const int cols = fp8 ? wgmma_fp8_tile_cols(gate_up) : wgmma_tile_cols(gate_up),
+            n_tiles = (n + cols - 1) / cols;
   const std::vector<int32_t> off = tile_offsets(counts);
   const auto expected = brute_force_items(counts, n, cols);
   const int n_items = off.back() * n_tiles;
@@ -74,6 +75,9 @@ TEST(MoeWgmmaSchedule, WorkItemsMatchBruteForce) {
     SCOPED_TRACE("round " + std::to_string(round) + " E " + std::to_string(E) + " n " + std::to_string(n));
     check_schedule(counts, n, true);
     check_schedule(counts, n, false);
+    const int n128 = std::max(128, n / 128 * 128);  // the FP8 kernel's widths: multiples of 128
+    check_schedule(counts, n128, true, true);
+    check_schedule(counts, n128, false, true);
   }
   check_schedule(std::vector<int>(7, 0), 1024, true);  // no slots at all: no items
 }
@@ -176,6 +180,53 @@ TEST(MoeWgmmaSchedule, SharedMemoryFitsAndAligns) {
   EXPECT_EQ(kWgConsumerRows * kWgSwizzleBytes % 1024, 0) << "the second consumer's A rows too";
   EXPECT_LE(kWgSmemBytes, 227 * 1024) << "H100 / H200 opt-in limit per block";
   EXPECT_EQ(kWgStageBytes, (kWgBM + kWgBN) * kWgBK * 2);
+}
+
+// The FP8 variant (grouped_wgmma_fp8.cu): 64-column gate_up and 128-column down tiles at the 48B shape, the
+// weight rows and scale block of each B box against brute force, the n128 accumulators' box, and the shared
+// memory of 6 stages of 32 KiB.
+TEST(MoeWgmmaSchedule, Fp8TilesScaleBlocksAndAccumulators) {
+  const std::vector<int> counts(256, 256);
+  check_schedule(counts, 1024, true, true);
+  check_schedule(counts, 2304, false, true);
+  EXPECT_EQ(tile_offsets(counts).back() * (1024 / wgmma_fp8_tile_cols(true)), 512 * 16);
+  EXPECT_EQ(tile_offsets(counts).back() * (2304 / wgmma_fp8_tile_cols(false)), 512 * 18);
+  for (int I : {128, 256, 1024, 2048})
+    for (bool gate_up : {true, false}) {
+      const int n = gate_up ? I : 2304, cols = wgmma_fp8_tile_cols(gate_up);
+      for (int n0 = 0; n0 < n; n0 += cols)
+        for (int box = 0; box < 2; ++box) {
+          const int row0 = wgmma_fp8_b_row(gate_up, n0, I, box);
+          // Brute force: tile row r (0-127) of box r / 64 is the weight row of output column n0 + r % 64
+          // (gate_up: gate for box 0, up for box 1) or n0 + r (down).
+          for (int r = box * kWg8BoxRows; r < (box + 1) * kWg8BoxRows; ++r) {
+            const int want = gate_up ? (r < 64 ? n0 + r : I + n0 + r - 64) : n0 + r;
+            ASSERT_EQ(row0 + r - box * kWg8BoxRows, want) << "I " << I << " n0 " << n0 << " r " << r;
+            ASSERT_EQ(wgmma_fp8_w_scale_row(gate_up, n0, I, box), want / 128) << "a box inside one block";
+          }
+        }
+    }
+  // m64n128: registers 0-31 (n8 blocks 0-7) are columns 0-63 (box 0), 32-63 columns 64-127 (box 1); gate_up
+  // pairs register i with i + 32 (the same output column, gate and up).
+  for (int warp = 0; warp < 4; ++warp)
+    for (int lane = 0; lane < 32; ++lane)
+      for (int i = 0; i < kWg8AccRegs; ++i) {
+        const WgmmaAccPos p = wgmma_acc_pos(warp, lane, i);
+        ASSERT_LT(p.col, kWg8BN);
+        ASSERT_EQ(wgmma_fp8_acc_box(i), p.col / kWg8BoxRows) << "lane " << lane << " i " << i;
+        if (i < kWg8AccRegs / 2) {
+          const WgmmaAccPos u = wgmma_acc_pos(warp, lane, i + kWg8AccRegs / 2);
+          ASSERT_EQ(u.row, p.row);
+          ASSERT_EQ(u.col, p.col + kWg8BN / 2);
+        }
+      }
+  EXPECT_EQ(wgmma_fp8_a_scale_index(5, 0, 100), 5);
+  EXPECT_EQ(wgmma_fp8_a_scale_index(5, 3, 100), 305);
+  EXPECT_EQ(kWg8AStageBytes % 1024, 0);
+  EXPECT_EQ(kWg8BStageBytes / 2 % 1024, 0) << "B's second box starts on a swizzle pattern boundary";
+  EXPECT_EQ(kWg8BK, kWg8ScaleBlock) << "one stage row is one scale block of codes";
+  EXPECT_EQ(kWg8BK, kWgSwizzleBytes) << "128 E4M3 codes are one 128-byte swizzle row";
+  EXPECT_LE(kWg8SmemBytes, 227 * 1024) << "H100 / H200 opt-in limit per block";
 }
 
 }  // namespace

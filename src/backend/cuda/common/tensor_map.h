@@ -15,9 +15,13 @@
 
 namespace rill::cuda {
 
-// A bf16 tensor of rank 2 or 3 read in boxes laid out with the 128-byte swizzle (box[0] * 2 == 128 bytes at
-// most), zeros for elements outside it.
+// The element type TMA moves: bf16, or bytes (E4M3 codes; TMA only copies them, so U8 describes FP8 too).
+enum class TensorMapElem { Bf16, U8 };
+
+// A tensor of rank 2 or 3 (bf16 unless `elem` says bytes) read in boxes laid out with the 128-byte swizzle
+// (box[0] elements make 128 bytes at most), zeros for elements outside it.
 struct TensorMapBf16 {
+  TensorMapElem elem = TensorMapElem::Bf16;
   const void* base = nullptr;  // 16-byte aligned
   int rank = 2;
   uint64_t dims[3] = {};     // elements, innermost first; dims[0] contiguous

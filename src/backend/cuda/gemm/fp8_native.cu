@@ -66,7 +66,8 @@ __global__ void __launch_bounds__(256) fp8_copy_scales_kernel(const ScaleCopyPar
 }
 
 // The weight scales' row stride rounded up to 4 blocks, as PyTorch's _scaled_mm checks ask for cuBLASLt's
-// BLK128x128_32F scales (not yet checked on the GPU here: PrefillNativeFp8 at K = 2304, 18 blocks, is the case).
+// BLK128x128_32F scales (not yet checked on the GPU here: PrefillNativeFp8 at K = 2304, 18 blocks, is the
+// case).
 constexpr bool kPadScales = true;
 
 bool pad_scales() {
@@ -103,17 +104,19 @@ Fp8NativeStage fp8_native_stage(int64_t M, const backend::LinearWeight& w, void*
   return s;
 }
 
-Status launch_fp8_native_stage(const backend::GemmArgs& a, const Fp8NativeStage& s, cudaStream_t stream) {
-  const int64_t M = a.x.size(0), K = a.x.size(1);
-  QuantParams q{static_cast<const __nv_bfloat16*>(a.x.data),
-                a.x.stride(0),
-                int(M),
-                int(K),
-                static_cast<uint8_t*>(s.codes),
-                s.x_scales};
+Status launch_fp8_quantize_rows(const void* x, int64_t ldx, int64_t M, int64_t K, void* codes,
+                                float* x_scales, cudaStream_t stream) {
+  if (M <= 0) return {};
+  QuantParams q{static_cast<const __nv_bfloat16*>(x), ldx,     int(M), int(K),
+                static_cast<uint8_t*>(codes),         x_scales};
   const dim3 qgrid(unsigned(K / kGroup), unsigned((M + kRowsPerBlock - 1) / kRowsPerBlock));
-  RILL_TRY(
-      launch("fp8_quantize_rows", {qgrid, dim3(kRowsPerBlock * 32), 0}, stream, fp8_quantize_rows_kernel, q));
+  return launch("fp8_quantize_rows", {qgrid, dim3(kRowsPerBlock * 32), 0}, stream, fp8_quantize_rows_kernel,
+                q);
+}
+
+Status launch_fp8_native_stage(const backend::GemmArgs& a, const Fp8NativeStage& s, cudaStream_t stream) {
+  RILL_TRY(launch_fp8_quantize_rows(a.x.data, a.x.stride(0), a.x.size(0), a.x.size(1), s.codes, s.x_scales,
+                                    stream));
   const backend::LinearWeight& w = *a.w;
   ScaleCopyParams c{static_cast<const float*>(w.scales.data),
                     w.scales.stride(0),

@@ -24,7 +24,9 @@
 //    through cuBLAS's grouped GEMM instead (grouped_cublas_path.cu; faster at every size measured); FP8 and
 //    MXFP4 experts always take rill's kernels. With options.moe_wgmma on an sm_90 device, bf16 steps whose
 //    tensors TMA takes run the Hopper kernels first (grouped_wgmma.cu: TMA, wgmma, persistent CTAs; no
-//    readback, so inside graph captures too).
+//    readback, so inside graph captures too). With options.moe_wgmma_fp8 (off by default), FP8 experts with
+//    128 x 128 blocks run the FP8 twin of those kernels (grouped_wgmma_fp8.cu: activations quantised per slot
+//    and 128 columns, wgmma on E4M3 codes, block scales applied per k block in fp32).
 // Expert ids outside [0, E) contribute nothing (they cannot be reported from the device).
 #include <cub/block/block_scan.cuh>
 #include <cuda_fp8.h>
@@ -553,7 +555,10 @@ struct ExpertsPlan {
   // 128-slot tiles). The grouped bf16 path sizes h for gate | up ([pairs, 2I], what the cuBLAS path writes;
   // the mma.sync and wgmma kernels use [pairs, I] of it) and keeps room for the cuBLAS path's pointer arrays,
   // so the scratch does not depend on which of the three runs.
-  size_t offsets = 0, pair_slot = 0, slot_token = 0, pointers = 0, h = 0, y = 0, total = 0;
+  // Grouped FP8 steps also keep the quantised A of moe_wgmma_fp8 (E4M3 [pairs, max(Hx, I)] and F32 scales
+  // [max(Hx, I) / 128, pairs]) whatever the option says, so Backend::set_option may flip it between steps.
+  size_t offsets = 0, pair_slot = 0, slot_token = 0, pointers = 0, h = 0, y = 0, codes = 0, a_scales = 0,
+         total = 0;
 };
 
 bool div8(int64_t v) {
@@ -631,8 +636,13 @@ ExpertsPlan plan_experts(const backend::MoeExpertsArgs& a) {
       s.h = align256(size_t(s.pairs) * size_t(2 * s.I) * 2);
       s.pointers = align256(size_t(6 * s.E) * sizeof(void*));
     }
+    if (s.fp8) {
+      const size_t k = size_t(std::max(s.Hx, s.I));
+      s.codes = align256(size_t(s.pairs) * k);
+      s.a_scales = align256((k + 127) / 128 * size_t(s.pairs) * 4);
+    }
   }
-  s.total = 3 * s.offsets + s.pair_slot + s.slot_token + s.pointers + s.h + s.y;
+  s.total = 3 * s.offsets + s.pair_slot + s.slot_token + s.pointers + s.h + s.y + s.codes + s.a_scales;
   return s;
 }
 
@@ -851,6 +861,8 @@ Status run_grouped(const backend::MoeExpertsArgs& a, const ExpertsPlan& s, char*
   void** pointers = reinterpret_cast<void**>(take(s.pointers));
   bf16* h = reinterpret_cast<bf16*>(take(s.h));
   bf16* y = reinterpret_cast<bf16*>(take(s.y));
+  uint8_t* codes = reinterpret_cast<uint8_t*>(take(s.codes));
+  float* a_scales = reinterpret_cast<float*>(take(s.a_scales));
   moe_plan_kernel<<<1, kPlanThreads, 0, cx.stream>>>(pl);
   RILL_CUDA_CHECK_LAUNCH("moe_plan");
 
@@ -863,6 +875,20 @@ Status run_grouped(const backend::MoeExpertsArgs& a, const ExpertsPlan& s, char*
     w.h = h;
     if (moe::wgmma_experts_supported(w, cx)) {
       RILL_TRY(moe::run_expert_gemms_wgmma(w, cx));
+      return launch_combine(a, s, y, pl.pair_slot, cx);
+    }
+  }
+  if (s.fp8 && cx.options.moe_wgmma_fp8) {  // FP8 operands on Hopper's wgmma (128 x 128 weight blocks only)
+    moe::WgmmaExpertsArgs w{&a, int(s.E), int(s.I), int(s.Hx), s.pairs, s.max_wg_tiles};
+    w.expert_offsets = pl.expert_offsets;
+    w.tile_offsets = pl.wg_tile_offsets;
+    w.slot_token = pl.slot_token;
+    w.xy = y;
+    w.h = h;
+    w.codes = codes;
+    w.a_scales = a_scales;
+    if (moe::wgmma_fp8_experts_supported(w, cx)) {
+      RILL_TRY(moe::run_expert_gemms_wgmma_fp8(w, cx));
       return launch_combine(a, s, y, pl.pair_slot, cx);
     }
   }

@@ -22,6 +22,9 @@ struct WgmmaExpertsArgs {
   const int32_t* slot_token;      // [pairs], device: the token feeding each slot
   bf16* xy;                       // [pairs, Hx]: x in expert order, then each slot's expert output y
   bf16* h;                        // [pairs, I]: the activations
+  // FP8 experts only (grouped_wgmma_fp8.cu): the quantised A of either GEMM (x gathered, then h).
+  uint8_t* codes = nullptr;   // E4M3 [pairs, max(Hx, I)]
+  float* a_scales = nullptr;  // [max(Hx, I) / 128, pairs]
 };
 
 // Whether this build and device run the path (sm_90 with the sm_90a kernels compiled in) and TMA takes the
@@ -32,5 +35,10 @@ bool wgmma_experts_supported(const WgmmaExpertsArgs& c, const CudaContext& cx);
 bool wgmma_device_supported(const CudaContext& cx);
 
 Status run_expert_gemms_wgmma(const WgmmaExpertsArgs& c, const CudaContext& cx);
+
+// The FP8 variant (options.moe_wgmma_fp8): E4M3 experts with 128 x 128 F32 block scales, I and Hx multiples
+// of 128, pairs >= 128; gather, quantise x, gate_up, quantise h, down (grouped_wgmma_fp8.cu).
+bool wgmma_fp8_experts_supported(const WgmmaExpertsArgs& c, const CudaContext& cx);
+Status run_expert_gemms_wgmma_fp8(const WgmmaExpertsArgs& c, const CudaContext& cx);
 
 }  // namespace rill::cuda::moe

@@ -98,4 +98,49 @@ RILL_MOE_HD constexpr WgmmaAccPos wgmma_acc_pos(int warp, int lane, int i) {
   return {16 * warp + (lane >> 2) + 8 * (c >> 1), 8 * j + 2 * (lane & 3) + (c & 1)};
 }
 
+// ------------------------------------------------------------------------------------------ FP8 variant
+// grouped_wgmma_fp8.cu: E4M3 operands, one 128-byte swizzle row = 128 codes = one 128-column scale block per
+// stage (BK 128). The tile is 128 slots x 128 weight rows (two 64-row TMA boxes of B) x 128 k; each consumer
+// warpgroup runs m64n128k32 into a block accumulator (64 registers) and promotes it into its fp32 main one
+// (64 registers): main += blk * a_scale[row][kb] * w_scale[e][row block][kb]. gate_up's tile is 64 gate rows
+// then the 64 up rows of the same output columns (64 columns of I), down's 128 weight rows (128 of Hx); both
+// need I and Hx multiples of 128, so a tile never straddles a weight scale block and every k block is whole.
+constexpr int kWg8BK = 128, kWg8BN = 128, kWg8Stages = 6;
+constexpr int kWg8BoxRows = 64;  // rows of one B box (A boxes stay kWgBoxRows = 128 slots)
+constexpr int kWg8AStageBytes = kWgBM * kWg8BK, kWg8BStageBytes = kWg8BN * kWg8BK;
+constexpr int kWg8StageBytes = kWg8AStageBytes + kWg8BStageBytes;
+constexpr int kWg8BarrierBytes = 2 * kWg8Stages * 8;
+constexpr int kWg8SmemBytes = kWg8Stages * kWg8StageBytes + kWg8BarrierBytes + kWgOffsetsBytes + 1024;
+constexpr int kWg8AccRegs = kWg8BN / 2;  // per accumulator (block and main): 64 x 128 over 128 threads
+constexpr int kWg8ScaleBlock = 128;      // activations' and weights' scale blocks (128 x 128 weights only)
+
+// Output columns one FP8 work item covers: gate_up 64 (gate and up of each), down 128.
+RILL_MOE_HD constexpr int wgmma_fp8_tile_cols(bool gate_up) {
+  return gate_up ? kWg8BN / 2 : kWg8BN;
+}
+
+// The weight row where B box `box` (0 or 1) of the FP8 tile at output column n0 starts: gate_up box 0 the
+// gate rows n0.., box 1 the up rows I + n0..; down box 0 the rows n0.., box 1 n0 + 64...
+RILL_MOE_HD constexpr int wgmma_fp8_b_row(bool gate_up, int n0, int I, int box) {
+  return gate_up ? box * I + n0 : n0 + box * kWg8BoxRows;
+}
+
+// The weight scale block row (of the [E, rows / 128, K / 128] scales) of B box `box`: a box's 64 rows never
+// straddle a 128-row block (n0 is a multiple of 64, I of 128).
+RILL_MOE_HD constexpr int wgmma_fp8_w_scale_row(bool gate_up, int n0, int I, int box) {
+  return wgmma_fp8_b_row(gate_up, n0, I, box) / kWg8ScaleBlock;
+}
+
+// Which B box accumulator register i (0 .. kWg8AccRegs - 1) of m64n128 multiplies: n8 block j = i / 4 reads
+// weight rows 8j.., box 0 for j < 8 (columns 0-63 of the tile), box 1 after.
+RILL_MOE_HD constexpr int wgmma_fp8_acc_box(int i) {
+  return (i >> 2) >= kWg8BN / 16 ? 1 : 0;
+}
+
+// The activation scale of slot `slot` and k block kb in the [K / 128, pairs] scales (gemm/fp8_native.h's
+// x_scales layout): slot-major within a k block, so a warp's rows read adjacent floats.
+RILL_MOE_HD constexpr int64_t wgmma_fp8_a_scale_index(int64_t slot, int kb, int64_t pairs) {
+  return int64_t(kb) * pairs + slot;
+}
+
 }  // namespace rill::cuda::moe

@@ -1,0 +1,323 @@
+// Grouped expert GEMMs for FP8 experts on Hopper (options.moe_wgmma_fp8): E4M3 weights with 128 x 128 F32
+// block scales, activations quantised per (slot, 128 columns) to E4M3 with scale amax / 448 (gemm/
+// fp8_native.cu's kernel, the dense native FP8 GEMM's rule), then out[slot, :] = sum over k blocks kb of
+// (codes_a . codes_w^T)[kb] * a_scale[slot][kb] * w_scale[e][row / 128][kb].
+//
+// The bf16 kernel's structure (grouped_wgmma.cu; its instantiation is untouched, this is a second kernel
+// beside it, so the verified bf16 code did not change): persistent CTAs walk moe/wgmma_schedule.h's work
+// items from the plan's device offsets; 384 threads, warpgroup 0 loads and warpgroups 1-2 compute rows 0-63
+// and 64-127.
+//  - the loader issues per 128-code k block a TMA box of A (128 slots x 128 codes, 16 KiB) and two of B (64
+//    weight rows x 128 codes each) into one of kWg8Stages stages (128-byte swizzle: one row is one scale
+//    block).
+//  - each consumer: wait `full`, four wgmma m64n128k32 e4m3 into a block accumulator (64 registers), commit,
+//    wait for it (the scales apply per block, so no group stays in flight), release the stage, then promote:
+//    main += blk * a_scale(row) * w_scale(box). The other consumer's wgmmas overlap this one's promotion.
+// gate_up: box 0 the 64 gate rows n0.., box 1 the up rows I + n0.. (their own scale block), so registers i
+// and i + 32 hold gate and up of one output column; the epilogue rounds both to bf16, applies the activation
+// in fp32 and stores bf16 h (as the bf16 kernel). down: 128 weight rows of one scale block, bf16 y. I and Hx
+// are multiples of 128, so every box lies inside its tensor and every k block is whole; rows past an expert's
+// slots (the next expert's, or zeros past the tensor) are computed and never stored.
+#include <cuda.h>
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <atomic>
+
+#include "backend/cuda/common/check.h"
+#include "backend/cuda/common/hopper.cuh"
+#include "backend/cuda/common/launch.h"
+#include "backend/cuda/common/pdl.cuh"
+#include "backend/cuda/common/smem.h"
+#include "backend/cuda/common/tensor_map.h"
+#include "backend/cuda/gemm/fp8_native.h"
+#include "backend/cuda/moe/device.cuh"
+#include "backend/cuda/moe/grouped_cublas_path.h"
+#include "backend/cuda/moe/grouped_wgmma.h"
+#include "backend/cuda/moe/wgmma_schedule.h"
+
+namespace rill::cuda::moe {
+namespace {
+
+constexpr int kConsumerWarps = 8;  // arrivals that release a stage: every consumer warp after its wgmma wait
+constexpr int kProducerRegs = 40, kConsumerRegs = 232;
+static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 65536);
+static_assert(kWg8BK == kWgSwizzleBytes && kWg8BK == kWg8ScaleBlock, "a stage row is one scale block");
+static_assert(kWg8BN == 2 * kWg8BoxRows && kWgBM == 2 * kWgConsumerRows);
+static_assert(kWg8AccRegs == 64, "wgmma_m64n128k32_e4m3 holds 64 accumulators a thread");
+
+struct WgmmaFp8Params {
+  const int32_t* expert_offsets;  // [E + 1]: expert e's slots are [offsets[e], offsets[e+1])
+  const int32_t* tile_offsets;    // [E + 1]: expert e's first 128-slot tile
+  int n_experts, k, n;            // k: reduction width (gate_up: Hx, down: I); n: output columns (I, Hx)
+  int n_tiles;                    // column tiles per 128-slot tile: n / wgmma_fp8_tile_cols
+  int I;                          // gate_up: where the up rows start (wgmma_fp8_b_row)
+  int64_t pairs;
+  const float* a_scales;  // [k / 128, pairs]
+  const float* w_scales;  // [E, weight rows / 128, k / 128], strides below (elements)
+  int64_t ws_expert_stride, ws_ld;
+  bf16* out;  // [pairs, n], row stride ldo
+  int64_t ldo;
+  Act act;  // gate_up only
+  float beta, linear_beta;
+};
+
+template <bool kGateUp>
+__global__ void __launch_bounds__(kWgThreads, 1)
+    moe_grouped_wgmma_fp8_kernel(const __grid_constant__ CUtensorMap a_map,
+                                 const __grid_constant__ CUtensorMap b_map, const WgmmaFp8Params p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  const uint32_t base = (smem_addr(smem_raw) + 1023u) & ~1023u;  // kWg8SmemBytes keeps 1024 bytes for this
+  const uint32_t a0 = base, b0 = base + kWg8Stages * kWg8AStageBytes;
+  const uint32_t full0 = base + kWg8Stages * kWg8StageBytes, empty0 = full0 + kWg8Stages * 8;
+  int32_t* s_slots = reinterpret_cast<int32_t*>(smem_raw + (full0 + kWg8BarrierBytes - smem_addr(smem_raw)));
+  int32_t* s_tiles = s_slots + kWgMaxExperts + 1;
+  const int warpgroup = int(threadIdx.x) / 128;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kWg8Stages; ++s) {
+      mbar_init(full0 + 8 * s, 1);
+      mbar_init(empty0 + 8 * s, kConsumerWarps);
+    }
+    mbar_fence_init();
+    tma_prefetch_map(&a_map);
+    tma_prefetch_map(&b_map);
+  }
+  pdl_prologue();  // the offsets, codes and scales come from the kernels before
+  for (int e = int(threadIdx.x); e <= p.n_experts; e += kWgThreads) {
+    s_slots[e] = p.expert_offsets[e];
+    s_tiles[e] = p.tile_offsets[e];
+  }
+  __syncthreads();
+  constexpr int kCols = wgmma_fp8_tile_cols(kGateUp);
+  const int n_items = s_tiles[p.n_experts] * p.n_tiles;
+  const int k_tiles = p.k / kWg8BK;
+
+  if (warpgroup == 0) {
+    setmaxnreg_dec<kProducerRegs>();
+    if (threadIdx.x != 0) return;
+    int stage = 0;
+    uint32_t phase = 0;
+    for (int item = int(blockIdx.x); item < n_items; item += int(gridDim.x)) {
+      const WgmmaWork w = wgmma_work(item, p.n_tiles, kCols, s_tiles, p.n_experts);
+      const int a_row = s_slots[w.e] + w.m0;
+      const int b_row0 = wgmma_fp8_b_row(kGateUp, w.n0, p.I, 0),
+                b_row1 = wgmma_fp8_b_row(kGateUp, w.n0, p.I, 1);
+      for (int kt = 0; kt < k_tiles; ++kt) {
+        mbar_wait(empty0 + 8 * stage, phase ^ 1);
+        const uint32_t full = full0 + 8 * stage;
+        mbar_arrive_expect_tx(full, kWg8StageBytes);
+        const int k0 = kt * kWg8BK;
+        const uint32_t b = b0 + stage * kWg8BStageBytes;
+        tma_load_2d(a0 + stage * kWg8AStageBytes, &a_map, full, k0, a_row);
+        tma_load_3d(b, &b_map, full, k0, b_row0, w.e);
+        tma_load_3d(b + kWg8BStageBytes / 2, &b_map, full, k0, b_row1, w.e);
+        if (++stage == kWg8Stages) {
+          stage = 0;
+          phase ^= 1;
+        }
+      }
+    }
+    return;
+  }
+
+  setmaxnreg_inc<kConsumerRegs>();
+  const int consumer = warpgroup - 1;
+  const int warp = (int(threadIdx.x) >> 5) & 3, lane = int(threadIdx.x) & 31;
+  const int row0 =
+      consumer * kWgConsumerRows + 16 * warp + (lane >> 2);  // this thread's rows: row0, row0 + 8
+  int stage = 0;
+  uint32_t phase = 0;
+  float acc[kWg8AccRegs], blk[kWg8AccRegs];
+  for (int item = int(blockIdx.x); item < n_items; item += int(gridDim.x)) {
+    const WgmmaWork w = wgmma_work(item, p.n_tiles, kCols, s_tiles, p.n_experts);
+    const int seg = s_slots[w.e];
+    const int m_valid = min(kWgBM, s_slots[w.e + 1] - seg - w.m0);
+    const bool valid0 = row0 < m_valid, valid1 = row0 + 8 < m_valid;  // slots of this expert (< pairs)
+    const float* a_s0 = p.a_scales + (seg + w.m0 + row0);
+    const float* ws = p.w_scales + int64_t(w.e) * p.ws_expert_stride;
+    const float* ws0 = ws + int64_t(wgmma_fp8_w_scale_row(kGateUp, w.n0, p.I, 0)) * p.ws_ld;
+    const float* ws1 = ws + int64_t(wgmma_fp8_w_scale_row(kGateUp, w.n0, p.I, 1)) * p.ws_ld;
+#pragma unroll
+    for (int i = 0; i < kWg8AccRegs; ++i) acc[i] = 0.0f;
+    for (int kt = 0; kt < k_tiles; ++kt) {
+      // This block's scales, loaded while the stage may still be arriving (L2 hits after the first tile).
+      const int64_t at = wgmma_fp8_a_scale_index(0, kt, p.pairs);
+      const float sa0 = valid0 ? a_s0[at] : 0.0f, sa1 = valid1 ? a_s0[at + 8] : 0.0f;
+      const float sw0 = ws0[kt], sw1 = ws1[kt];
+      mbar_wait(full0 + 8 * stage, phase);
+      const uint32_t a = a0 + stage * kWg8AStageBytes + consumer * kWgConsumerRows * kWgSwizzleBytes;
+      const uint32_t b = b0 + stage * kWg8BStageBytes;
+#pragma unroll
+      for (int i = 0; i < kWg8AccRegs; ++i) wgmma_fence_operand(blk[i]);
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < kWg8BK / 32; ++kk)  // k32 steps: 32 bytes along the swizzled 128-byte rows
+        wgmma_m64n128k32_e4m3(blk, wgmma_desc_sw128(a + kk * 32), wgmma_desc_sw128(b + kk * 32),
+                              kk != 0 ? 1u : 0u);
+      wgmma_commit();
+      wgmma_wait<0>();  // the block's product is complete (its shared-memory reads too)
+#pragma unroll
+      for (int i = 0; i < kWg8AccRegs; ++i) wgmma_fence_operand(blk[i]);
+      if (lane == 0) mbar_arrive(empty0 + 8 * stage);  // one arrival per warp
+      // Promotion: register i's row is row0 (+ 8 for i % 4 >= 2), its weight rows those of box
+      // wgmma_fp8_acc_box(i) (both compile-time per unrolled i).
+      const float s00 = sa0 * sw0, s01 = sa0 * sw1, s10 = sa1 * sw0, s11 = sa1 * sw1;
+#pragma unroll
+      for (int i = 0; i < kWg8AccRegs; ++i) {
+        const bool hi_row = (i & 2) != 0, box1 = wgmma_fp8_acc_box(i) != 0;
+        acc[i] = fmaf(blk[i], hi_row ? (box1 ? s11 : s10) : (box1 ? s01 : s00), acc[i]);
+      }
+      if (++stage == kWg8Stages) {
+        stage = 0;
+        phase ^= 1;
+      }
+    }
+    // Epilogue: accumulator pairs (i, i + 1) share a row and hold adjacent columns (wgmma_acc_pos).
+    bf16* out = p.out + int64_t(seg + w.m0) * p.ldo + w.n0;
+#pragma unroll
+    for (int i = 0; i < (kGateUp ? kWg8AccRegs / 2 : kWg8AccRegs); i += 2) {
+      const WgmmaAccPos q = wgmma_acc_pos(warp, lane, i);
+      const int row = consumer * kWgConsumerRows + q.row;
+      if (row >= m_valid) continue;  // n is a multiple of the tile's columns
+      float v0 = acc[i], v1 = acc[i + 1];
+      if constexpr (kGateUp) {  // up is n8 block j + 8: 32 registers further
+        v0 = expert_act(p.act, round_bf16(v0), round_bf16(acc[i + kWg8AccRegs / 2]), p.beta, p.linear_beta);
+        v1 = expert_act(p.act, round_bf16(v1), round_bf16(acc[i + 1 + kWg8AccRegs / 2]), p.beta,
+                        p.linear_beta);
+      }
+      *reinterpret_cast<__nv_bfloat162*>(out + int64_t(row) * p.ldo + q.col) = __floats2bfloat162_rn(v0, v1);
+    }
+  }
+#else
+  __trap();  // the host launches this only where the sm_90a build runs (wgmma_fp8_experts_supported)
+#endif
+}
+
+// TMA's view of a step's FP8 tensors (bytes): A boxes of 128 slots x 128 codes from the quantised
+// activations, B boxes of 64 weight rows x 128 codes of one expert (rank 3: k, row, expert).
+struct StepMaps {
+  TensorMapBf16 gu_a, gu_b, dn_a, dn_b;
+};
+
+StepMaps step_maps(const WgmmaExpertsArgs& c) {
+  const backend::ExpertWeights& ex = *c.args->experts;
+  auto activations = [&](int64_t k) {
+    TensorMapBf16 t;
+    t.elem = TensorMapElem::U8;
+    t.base = c.codes;
+    t.rank = 2;
+    t.dims[0] = uint64_t(k);
+    t.dims[1] = uint64_t(c.pairs);
+    t.strides[0] = uint64_t(k);
+    t.box[0] = kWg8BK;
+    t.box[1] = kWgBoxRows;
+    return t;
+  };
+  auto weights = [&](const TensorView& w) {
+    TensorMapBf16 t;
+    t.elem = TensorMapElem::U8;
+    t.base = w.data;
+    t.rank = 3;
+    t.dims[0] = uint64_t(w.size(2));
+    t.dims[1] = uint64_t(w.size(1));
+    t.dims[2] = uint64_t(w.size(0));
+    t.strides[0] = uint64_t(w.stride(1));
+    t.strides[1] = uint64_t(w.stride(0));
+    t.box[0] = kWg8BK;
+    t.box[1] = kWg8BoxRows;
+    t.box[2] = 1;
+    return t;
+  };
+  return {activations(c.Hx), weights(ex.gate_up), activations(c.I), weights(ex.down)};
+}
+
+// F32 [E, rows / 128, k / 128] scales with contiguous rows.
+bool scales_ok(const TensorView& s, int64_t E, int64_t rows, int64_t k) {
+  return s.dtype == DType::F32 && s.rank() == 3 && s.size(0) == E && s.size(1) == rows / kWg8ScaleBlock &&
+         s.size(2) == k / kWg8ScaleBlock && (s.size(2) <= 1 || s.stride(2) == 1);
+}
+
+std::atomic<uint64_t> g_smem_gate_up{0}, g_smem_down{0};  // opt_in_smem: once per device
+
+}  // namespace
+
+bool wgmma_fp8_experts_supported(const WgmmaExpertsArgs& c, const CudaContext& cx) {
+  if (!wgmma_device_supported(cx) || cx.max_smem_per_block < size_t(kWg8SmemBytes)) return false;
+  const backend::ExpertWeights& ex = *c.args->experts;
+  if (ex.format != backend::WeightFormat::Fp8 || ex.gate_up.dtype != DType::F8E4M3 ||
+      ex.down.dtype != DType::F8E4M3 || ex.block.rows != kWg8ScaleBlock || ex.block.cols != kWg8ScaleBlock)
+    return false;
+  if (c.I % kWg8ScaleBlock != 0 || c.Hx % kWg8ScaleBlock != 0 || c.pairs < kWgBM || c.pairs > INT32_MAX ||
+      c.E < 1 || c.E > kWgMaxExperts || !c.codes || !c.a_scales)
+    return false;
+  if (ex.gate_up.stride(2) != 1 || ex.down.stride(2) != 1 ||
+      !scales_ok(ex.gate_up_scales, c.E, 2 * c.I, c.Hx) || !scales_ok(ex.down_scales, c.E, c.Hx, c.I))
+    return false;
+  const StepMaps m = step_maps(c);
+  for (const TensorMapBf16* t : {&m.gu_a, &m.gu_b, &m.dn_a, &m.dn_b})
+    if (*tensor_map_refusal(*t)) return false;
+  return true;
+}
+
+Status run_expert_gemms_wgmma_fp8(const WgmmaExpertsArgs& c, const CudaContext& cx) {
+  const backend::MoeExpertsArgs& a = *c.args;
+  const backend::ExpertWeights& ex = *a.experts;
+  const StepMaps m = step_maps(c);
+  RILL_ASSIGN_OR_RETURN(const CUtensorMap gu_a,
+                        make_tensor_map(m.gu_a, "moe_experts (wgmma fp8): quantised x"));
+  RILL_ASSIGN_OR_RETURN(const CUtensorMap gu_b,
+                        make_tensor_map(m.gu_b, "moe_experts (wgmma fp8): gate_up weights"));
+  RILL_ASSIGN_OR_RETURN(const CUtensorMap dn_a,
+                        make_tensor_map(m.dn_a, "moe_experts (wgmma fp8): quantised activations"));
+  RILL_ASSIGN_OR_RETURN(const CUtensorMap dn_b,
+                        make_tensor_map(m.dn_b, "moe_experts (wgmma fp8): down weights"));
+  auto* gate_up = moe_grouped_wgmma_fp8_kernel<true>;
+  auto* down = moe_grouped_wgmma_fp8_kernel<false>;
+  RILL_TRY(opt_in_smem("moe_grouped_wgmma_fp8", reinterpret_cast<const void*>(gate_up), kWg8SmemBytes, cx,
+                       &g_smem_gate_up));
+  RILL_TRY(opt_in_smem("moe_grouped_wgmma_fp8", reinterpret_cast<const void*>(down), kWg8SmemBytes, cx,
+                       &g_smem_down));
+  RILL_TRY(launch_gather_rows(a, c.slot_token, c.expert_offsets, c.E, c.Hx, c.pairs, c.xy, cx.stream));
+  RILL_TRY(launch_fp8_quantize_rows(c.xy, c.Hx, c.pairs, c.Hx, c.codes, c.a_scales, cx.stream));
+
+  WgmmaFp8Params p{};
+  p.expert_offsets = c.expert_offsets;
+  p.tile_offsets = c.tile_offsets;
+  p.n_experts = c.E;
+  p.I = c.I;
+  p.pairs = c.pairs;
+  p.a_scales = c.a_scales;
+  p.act = a.activation == backend::Activation::Silu ? Act::Silu : Act::Situ;
+  p.beta = a.beta;
+  p.linear_beta = a.linear_beta;
+  auto grid = [&](int n_tiles) {
+    return dim3(
+        unsigned(std::max<int64_t>(1, std::min<int64_t>(cx.sm_count, int64_t(c.max_tiles) * n_tiles))));
+  };
+
+  p.k = c.Hx;
+  p.n = c.I;
+  p.n_tiles = c.I / wgmma_fp8_tile_cols(true);
+  p.w_scales = static_cast<const float*>(ex.gate_up_scales.data);
+  p.ws_expert_stride = ex.gate_up_scales.stride(0);
+  p.ws_ld = ex.gate_up_scales.stride(1);
+  p.out = c.h;
+  p.ldo = c.I;
+  RILL_TRY(launch("moe_grouped_wgmma_fp8_gate_up", {grid(p.n_tiles), dim3(kWgThreads), size_t(kWg8SmemBytes)},
+                  cx.stream, gate_up, gu_a, gu_b, p));
+  RILL_TRY(launch_fp8_quantize_rows(c.h, c.I, c.pairs, c.I, c.codes, c.a_scales, cx.stream));
+
+  p.k = c.I;
+  p.n = c.Hx;
+  p.n_tiles = c.Hx / wgmma_fp8_tile_cols(false);
+  p.w_scales = static_cast<const float*>(ex.down_scales.data);
+  p.ws_expert_stride = ex.down_scales.stride(0);
+  p.ws_ld = ex.down_scales.stride(1);
+  p.out = c.xy;
+  p.ldo = c.Hx;
+  return launch("moe_grouped_wgmma_fp8_down", {grid(p.n_tiles), dim3(kWgThreads), size_t(kWg8SmemBytes)},
+                cx.stream, down, dn_a, dn_b, p);
+}
+
+}  // namespace rill::cuda::moe
