@@ -265,6 +265,82 @@ Result<std::vector<BenchRow>> bench_ops(backend::Backend& be, const model::Model
         rows.push_back(row.ok() ? *row : not_run("op", name, row.status().message()));
       }
     }
+    // FP8 experts (E4M3, 128 x 128 F32 block scales: the --quantization fp8 layout) at the grouped sizes: the
+    // dequantising mma.sync GEMM (the default) and, on Hopper where the backend takes the option, the FP8
+    // wgmma kernels (moe_wgmma_fp8). Same routing and timing as the rows above. Only on backends with the
+    // option (CUDA), so a CPU run does not time FP8 experts at prefill sizes.
+    if (!mxfp4 && Hx == H && H % 128 == 0 && I % 128 == 0 && be.set_option("moe_wgmma_fp8", "0").ok()) {
+      backend::ExpertWeights ex8;
+      ex8.format = backend::WeightFormat::Fp8;
+      ex8.block = {128, 128};
+      auto codes =
+          [&](Shape s) -> Result<TensorView> {  // non-negative finite E4M3 bytes; signs from the scales
+        RILL_ASSIGN_OR_RETURN(TensorView u8, pool.random(DType::U8, s, 0.0f, 126.0f));
+        return TensorView::make(u8.data, DType::F8E4M3, u8.shape, u8.device);
+      };
+      RILL_ASSIGN_OR_RETURN(ex8.gate_up, codes({E, 2 * I, H}));
+      RILL_ASSIGN_OR_RETURN(ex8.gate_up_scales,
+                            pool.random(DType::F32, {E, 2 * I / 128, H / 128}, -1e-4f, 1e-4f));
+      RILL_ASSIGN_OR_RETURN(ex8.down, codes({E, H, I}));
+      RILL_ASSIGN_OR_RETURN(ex8.down_scales, pool.random(DType::F32, {E, H / 128, I / 128}, -1e-4f, 1e-4f));
+      const bool wgmma8 = be.set_option("moe_wgmma_fp8", "1").ok();
+      RILL_TRY(be.set_option("moe_wgmma_fp8", "0"));
+      for (int64_t T : {int64_t(o.prefill_long), int64_t(2048), int64_t(512), int64_t(256)}) {
+        for (const bool on : {false, true}) {
+          if (on && !wgmma8) continue;
+          std::string name = fmt::format("moe route+experts, {} tokens, {} of {} FP8 experts", T, K, E);
+          if (on) name += ", rill's FP8 wgmma grouped GEMM";
+          if (on) RILL_TRY(be.set_option("moe_wgmma_fp8", "1"));
+          auto row = [&]() -> Result<BenchRow> {
+            RILL_ASSIGN_OR_RETURN(TensorView x, pool.random(act, {T, H}, -1, 1));
+            RILL_ASSIGN_OR_RETURN(TensorView ids, pool.zeros(DType::I32, {T, K}));
+            RILL_ASSIGN_OR_RETURN(TensorView wts, pool.zeros(DType::F32, {T, K}));
+            RILL_ASSIGN_OR_RETURN(TensorView out, pool.zeros(act, {T, H}));
+            backend::MoeRouteArgs route{x,
+                                        router,
+                                        bias,
+                                        int(K),
+                                        c.moe.n_groups,
+                                        c.moe.topk_group,
+                                        c.moe.renormalize,
+                                        false,
+                                        c.moe.routed_scaling_factor,
+                                        ids,
+                                        wts};
+            backend::MoeExpertsArgs exa{x,
+                                        ids,
+                                        wts,
+                                        &ex8,
+                                        situ ? backend::Activation::Situ : backend::Activation::Silu,
+                                        situ ? c.situ_beta : 0.0f,
+                                        situ ? c.situ_linear_beta : 0.0f,
+                                        out,
+                                        nullptr};
+            RILL_ASSIGN_OR_RETURN(exa.scratch, pool.scratch_for([&](backend::Backend& on_be, Arena* s) {
+              auto b = exa;
+              b.scratch = s;
+              return on_be.moe_experts(b);
+            }));
+            RILL_ASSIGN_OR_RETURN(double ms, time_op(be, reps, [&]() -> Status {
+                                    exa.scratch->reset();
+                                    RILL_TRY(be.moe_route(route));
+                                    return be.moe_experts(exa);
+                                  }));
+            const double unique = double(E) * (1.0 - std::pow(1.0 - double(K) / double(E), double(T)));
+            return BenchRow{
+                "op",
+                name,
+                ms,
+                unique * 3.0 * double(H) * double(I) * (1.0 + 4.0 / (128 * 128)) + double(T) * H * 2 * 2,
+                double(T) * K * 3.0 * 2.0 * double(H) * double(I),
+                on ? "grouped GEMM (TMA + wgmma, E4M3)" : "grouped GEMM (mma.sync, dequantised FP8)"};
+          }();
+          if (on) RILL_TRY(be.set_option("moe_wgmma_fp8", "0"));
+          if (!row.ok() && row.status().code() != StatusCode::Unimplemented) return row.status();
+          rows.push_back(row.ok() ? *row : not_run("op", name, row.status().message()));
+        }
+      }
+    }
     if (ab)  // back to the default threshold for the whole-model rows
       RILL_TRY(be.set_option("moe_cublas_min_pairs",
                              std::to_string(backend::CudaBackendOptions{}.moe_cublas_min_pairs)));
