@@ -211,9 +211,9 @@ Result<std::vector<BenchRow>> bench_ops(backend::Backend& be, const model::Model
     const bool situ = c.activation == model::GluActivation::Situ;
     const double bytes_per_weight = mxfp4 ? 0.5 + 1.0 / 32 : 2.0;  // MXFP4: FP4 codes + one E8M0 scale per 32
     // Prefill-sized, mid-sized and decode-sized steps. On CUDA the bf16 grouped steps run up to three times
-    // in one run: cuBLAS's grouped GEMM above its pair threshold (the default path), rill's mma.sync grouped
-    // kernels, and (on Hopper, option moe_wgmma) rill's TMA + wgmma kernels. (cuBLAS at every grouped size
-    // here, to show where its per-layer count readback pays.) The wgmma row is left out where the backend
+    // in one run: cuBLAS's grouped GEMM (the unnamed row, with moe_wgmma off), rill's mma.sync grouped kernels,
+    // and (on Hopper, option moe_wgmma, the default there) rill's TMA + wgmma kernels. (cuBLAS at every grouped
+    // size here, to show where its per-layer count readback pays.) The wgmma row is left out where the backend
     // refuses the option.
     const bool ab = !mxfp4 && be.set_option("moe_cublas_grouped", "0").ok() &&
                     be.set_option("moe_cublas_grouped", "1").ok() && be.set_option("moe_cublas_min_pairs", "0").ok();
@@ -341,9 +341,10 @@ Result<std::vector<BenchRow>> bench_ops(backend::Backend& be, const model::Model
         }
       }
     }
-    if (ab)  // back to the default threshold for the whole-model rows
+    if (ab)  // back to the defaults for the whole-model rows (the caller re-applies --backend-option values)
       RILL_TRY(be.set_option("moe_cublas_min_pairs",
                              std::to_string(backend::CudaBackendOptions{}.moe_cublas_min_pairs)));
+    if (wgmma) RILL_TRY(be.set_option("moe_wgmma", backend::CudaBackendOptions{}.moe_wgmma ? "1" : "0"));
   }
 
   if (c.attn_res_block_size > 0) {  // K3 Block AttnRes depth mix, at the deepest layer's candidate count.

@@ -321,6 +321,12 @@ int run_bench(int argc, char** argv) {
     auto ops = bench::bench_ops(**be, *cfg, o);
     if (!ops.ok()) return report_error("bench", ops.status());
     rows.insert(rows.end(), ops->begin(), ops->end());
+    // The op rows A/B paths through Backend::set_option and leave the switches at their defaults: the model
+    // rows run with the --backend-option values given (keys fixed when the backend is made stay as they are).
+    for (const std::string& kv : dev.backend_options) {
+      const size_t eq = kv.find('=');
+      if (eq != std::string::npos) (void)(*be)->set_option(kv.substr(0, eq), kv.substr(eq + 1));
+    }
   }
   if (!skip_model && !composed) {
     std::fprintf(stderr, "loading the model (%s) ...\n", load_format == "dummy" ? "dummy weights" : dir.c_str());
