@@ -208,6 +208,32 @@ Result<std::vector<BenchRow>> bench_ops(backend::Backend& be, const model::Model
       RILL_ASSIGN_OR_RETURN(ex.gate_up, pool.random(DType::BF16, {E, 2 * I, H}, -0.03f, 0.03f));
       RILL_ASSIGN_OR_RETURN(ex.down, pool.random(DType::BF16, {E, H, I}, -0.03f, 0.03f));
     }
+    // The router alone, both of its prefill paths (moe_route_gemm_min_tokens): the logits GEMM + selection
+    // kernel, and the cluster kernel that reads the router once per 8 tokens. Only where the backend has the
+    // option (CUDA).
+    if (be.set_option("moe_route_gemm_min_tokens", "1").ok()) {
+      for (int64_t T : {int64_t(o.prefill_long), int64_t(2048), int64_t(256), int64_t(64), int64_t(32), int64_t(8)}) {
+        for (const bool gemm : {true, false}) {
+          RILL_TRY(be.set_option("moe_route_gemm_min_tokens", gemm ? "1" : "1073741824"));
+          const std::string name = fmt::format("moe route, {} tokens, {} experts, {}", T, E,
+                                               gemm ? "logits GEMM + selection" : "cluster kernel");
+          auto row = [&]() -> Result<BenchRow> {
+            RILL_ASSIGN_OR_RETURN(TensorView x, pool.random(act, {T, H}, -1, 1));
+            RILL_ASSIGN_OR_RETURN(TensorView ids, pool.zeros(DType::I32, {T, K}));
+            RILL_ASSIGN_OR_RETURN(TensorView wts, pool.zeros(DType::F32, {T, K}));
+            const backend::MoeRouteArgs route{x,   router, bias, int(K), c.moe.n_groups, c.moe.topk_group,
+                                              c.moe.renormalize, false, c.moe.routed_scaling_factor, ids, wts};
+            RILL_ASSIGN_OR_RETURN(double ms, time_op(be, reps, [&] { return be.moe_route(route); }));
+            return BenchRow{"op", name, ms, double(E) * H * 2 + double(T) * H * 2, 2.0 * double(T) * H * E,
+                            gemm ? "cuBLASLt GEMM, fp32 logits" : "8-CTA clusters"};
+          }();
+          if (!row.ok() && row.status().code() != StatusCode::Unimplemented) return row.status();
+          rows.push_back(row.ok() ? *row : not_run("op", name, row.status().message()));
+        }
+      }
+      RILL_TRY(be.set_option("moe_route_gemm_min_tokens",
+                             std::to_string(backend::CudaBackendOptions{}.moe_route_gemm_min_tokens)));
+    }
     const bool situ = c.activation == model::GluActivation::Situ;
     const double bytes_per_weight = mxfp4 ? 0.5 + 1.0 / 32 : 2.0;  // MXFP4: FP4 codes + one E8M0 scale per 32
     // Prefill-sized, mid-sized and decode-sized steps. On CUDA the bf16 grouped steps run up to three times
@@ -266,7 +292,7 @@ Result<std::vector<BenchRow>> bench_ops(backend::Backend& be, const model::Model
       }
     }
     // FP8 experts (E4M3, 128 x 128 F32 block scales: the --quantization fp8 layout) at the grouped sizes: the
-    // dequantising mma.sync GEMM (the default) and, on Hopper where the backend takes the option, the FP8
+    // dequantising mma.sync GEMM and, on Hopper where the backend takes the option (the default there), the FP8
     // wgmma kernels (moe_wgmma_fp8). Same routing and timing as the rows above. Only on backends with the
     // option (CUDA), so a CPU run does not time FP8 experts at prefill sizes.
     if (!mxfp4 && Hx == H && H % 128 == 0 && I % 128 == 0 && be.set_option("moe_wgmma_fp8", "0").ok()) {
@@ -340,6 +366,8 @@ Result<std::vector<BenchRow>> bench_ops(backend::Backend& be, const model::Model
           rows.push_back(row.ok() ? *row : not_run("op", name, row.status().message()));
         }
       }
+      if (wgmma8)  // back to the default for the whole-model rows
+        RILL_TRY(be.set_option("moe_wgmma_fp8", backend::CudaBackendOptions{}.moe_wgmma_fp8 ? "1" : "0"));
     }
     if (ab)  // back to the defaults for the whole-model rows (the caller re-applies --backend-option values)
       RILL_TRY(be.set_option("moe_cublas_min_pairs",

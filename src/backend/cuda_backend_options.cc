@@ -11,6 +11,15 @@ Result<bool> parse_bool(std::string_view key, std::string_view v) {
   return invalid_argument("backend option {}: expected 0/1/true/false/on/off, got \"{}\"", key, v);
 }
 
+// A count in [0, 2^30]; `what` names it in the error.
+Result<int> parse_count(std::string_view key, std::string_view v, std::string_view what) {
+  int n = -1;
+  const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+  if (ec != std::errc() || end != v.data() + v.size() || n < 0 || n > (1 << 30))
+    return invalid_argument("backend option {}: expected {} in [0, 2^30], got \"{}\"", key, what, v);
+  return n;
+}
+
 }  // namespace
 
 const char* mla_prefill_name(MlaPrefillPath p) {
@@ -19,7 +28,8 @@ const char* mla_prefill_name(MlaPrefillPath p) {
 
 std::string cuda_backend_option_keys() {
   return "pdl, kda_fused_decode, kda_recurrent_verify, moe_fuse_shared, decode_fusion, mla_expand_rows, "
-         "gemm_autotune, moe_cublas_grouped, moe_cublas_min_pairs, moe_wgmma, moe_wgmma_fp8, fp8_gemm, mla_prefill";
+         "gemm_autotune, moe_cublas_grouped, moe_cublas_min_pairs, moe_wgmma, moe_wgmma_fp8, moe_route_gemm_min_tokens, "
+         "fp8_gemm, mla_prefill";
 }
 
 Status set_cuda_backend_option(CudaBackendOptions& o, std::string_view key_value) {
@@ -56,22 +66,15 @@ Status set_cuda_backend_option(CudaBackendOptions& o, std::string_view key_value
                                        : MlaPrefillPath::Rill;
     return {};
   }
-  if (key == "moe_cublas_min_pairs") {
-    int n = -1;
-    const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
-    if (ec != std::errc() || end != value.data() + value.size() || n < 0)
-      return invalid_argument("backend option moe_cublas_min_pairs: expected a count of pairs >= 0, got \"{}\"",
-                              value);
-    o.moe_cublas_min_pairs = n;
-    return {};
-  }
-  if (key == "mla_expand_rows") {
-    int n = -1;
-    const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
-    if (ec != std::errc() || end != value.data() + value.size() || n < 0 || n > (1 << 30))
-      return invalid_argument(
-          "backend option mla_expand_rows: expected rows in [0, 2^30] (0: the default), got \"{}\"", value);
-    o.mla_expand_rows = n;
+  int* count = key == "moe_cublas_min_pairs"        ? &o.moe_cublas_min_pairs
+               : key == "moe_route_gemm_min_tokens" ? &o.moe_route_gemm_min_tokens
+               : key == "mla_expand_rows"           ? &o.mla_expand_rows
+                                                    : nullptr;
+  if (count) {
+    RILL_ASSIGN_OR_RETURN(*count, parse_count(key, value,
+                                              key == "mla_expand_rows" ? "rows (0: the default)"
+                                              : key == "moe_cublas_min_pairs" ? "a count of pairs"
+                                                                              : "a count of tokens"));
     return {};
   }
   return invalid_argument("unknown backend option \"{}\" (keys: {})", key, cuda_backend_option_keys());

@@ -49,6 +49,8 @@ struct CudaBackendOptions {
   // the smallest measured size: on an H100 (2026-12-06, 48B shape) cuBLAS took 0.70 / 1.21 / 1.35 / 1.91 /
   // 4.92 ms for 32 / 256 / 512 / 2048 / 8192 tokens x top-8 where rill's kernels took 0.91 / 1.64 / 1.85 /
   // 2.49 / 6.70, its per-layer count readback included.
+  bool moe_cublas_grouped = true;
+  int moe_cublas_min_pairs = 256;
   // Dense FP8 GEMMs above the GEMV's rows: a bf16 copy of the weight in scratch and the bf16 GEMM (dequant,
   // the default) or cuBLASLt's block-scaled FP8 matmul on activations quantised per token and 128 columns
   // (native; not measured yet). It changes the scratch a GEMM plans: Backend::set_option may change it only
@@ -62,8 +64,6 @@ struct CudaBackendOptions {
   // planned. Prefill steps inside a CUDA graph capture take rill's kernel.
   // `mla_prefill` = auto | cudnn | rill.
   MlaPrefillPath mla_prefill = MlaPrefillPath::Auto;
-  bool moe_cublas_grouped = true;
-  int moe_cublas_min_pairs = 256;
   // The bf16 expert GEMMs of grouped MoE steps through rill's Hopper kernel (moe/grouped_wgmma.cu: TMA,
   // mbarriers, wgmma, persistent CTAs; sm_90 devices only, graph-capturable), ahead of cuBLAS and the
   // mma.sync kernels wherever it takes the shapes; off: cuBLAS, then the mma.sync kernels. Measured on the H100
@@ -76,10 +76,17 @@ struct CudaBackendOptions {
   // FP8 experts (E4M3, 128 x 128 weight blocks) of grouped MoE steps through the same Hopper kernel structure
   // with FP8 operands (moe/grouped_wgmma_fp8.cu: activations quantised per row and 128 columns, wgmma k32
   // e4m3, each 128-column block's product scaled into fp32); off: the mma.sync grouped GEMM that dequantises
-  // to bf16 tiles. Written without a GPU and not yet run on one, hence off by default. The scratch a step
-  // plans holds its quantised activations either way, so Backend::set_option may flip it between steps.
-  // `moe_wgmma_fp8`.
-  bool moe_wgmma_fp8 = false;
+  // to bf16 tiles. Measured on the H100 (2026-12-06, 48B shape, route + experts): 3.39 / 1.27 / 0.81 / 0.71
+  // ms for 8192 / 2048 / 512 / 256 tokens x top-8 where the mma.sync GEMM took 7.28 / 2.48 / 1.34 / 1.21; the
+  // whole FP8 48B's 8K prompt 164.6 ms against 266.8. The scratch a step plans holds its quantised
+  // activations either way, so Backend::set_option may flip it between steps. `moe_wgmma_fp8`.
+  bool moe_wgmma_fp8 = true;
+  // Router logits of steps of at least this many tokens as a cuBLASLt GEMM followed by a selection kernel
+  // (moe/route.cu); fewer: the router's cluster kernel (each cluster of 8 CTAs reads the whole router per 8
+  // tokens: 0.96 ms at 8K tokens on the H100, where the GEMM reads it once). Steps of at most kGemvMaxRows
+  // tokens take the split GEMV either way. No scratch changes, so Backend::set_option may change it between
+  // steps (the benchmark's A/B). `moe_route_gemm_min_tokens`.
+  int moe_route_gemm_min_tokens = 32;
 };
 
 // "auto", "cudnn" or "rill": the value of mla_prefill that selects `p`.

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "backend/op_harness.h"
+#include "test_backend_options.h"
 #include "backend/workspace_planner.h"
 
 namespace rill::testing {
@@ -171,9 +172,29 @@ void run_fp8_experts(OpHarness& h, const Fp8Experts& ex, int64_t T, int k,
 
 class Fp8ExpertsTest : public ::testing::TestWithParam<std::string> {};
 
+// Pins moe_wgmma_fp8 for a test's scope where the backend has the option (CUDA; on by default there), and
+// restores this run's value after: the tests of the dequantising grouped GEMM run it at its own bound even where
+// the Hopper FP8 kernels would take the shape.
+class Fp8WgmmaSetting {
+ public:
+  Fp8WgmmaSetting(backend::Backend& be, bool on)
+      : be_(be), status_(be.set_option("moe_wgmma_fp8", on ? "1" : "0")) {}
+  ~Fp8WgmmaSetting() {
+    if (status_.ok()) (void)be_.set_option("moe_wgmma_fp8", cuda_backend_options().moe_wgmma_fp8 ? "1" : "0");
+  }
+  Fp8WgmmaSetting(const Fp8WgmmaSetting&) = delete;
+  Fp8WgmmaSetting& operator=(const Fp8WgmmaSetting&) = delete;
+  const Status& status() const { return status_; }
+
+ private:
+  backend::Backend& be_;
+  Status status_;
+};
+
 TEST_P(Fp8ExpertsTest, DecodeAndPrefillSizedSteps) {
   OpHarness h(GetParam());
   RILL_REQUIRE_BACKEND(h);
+  const Fp8WgmmaSetting dequantising(h.dev(), false);
   auto a = make_fp8_experts(h, 8, 256, 128, {128, 128});
   for (int64_t T : {1, 2, 3, 4, 40}) run_fp8_experts(h, *a, T, 2);
   run_fp8_experts(h, *a, 3, 2, backend::Activation::Situ);
@@ -190,12 +211,13 @@ TEST_P(Fp8ExpertsTest, KimiLinear48bShape) {
   for (int64_t T : {1, 4}) run_fp8_experts(h, *ex, T, 8);
 }
 
-// The grouped path (> 64 pairs, Hx and I multiples of 32): 128 x 128 blocks with partial blocks (Hx 160),
+// The dequantising grouped path (> 64 pairs, Hx and I multiples of 32; moe_wgmma_fp8 off): 128 x 128 blocks with partial blocks (Hx 160),
 // per-channel scales, 32-row x 64-column blocks, many experts with 0 or 1 slots (64 experts, 72 pairs), odd
 // T, SiTU, and the 48B expert shape at prefill-sized T.
 TEST_P(Fp8ExpertsTest, GroupedPath) {
   OpHarness h(GetParam());
   RILL_REQUIRE_BACKEND(h);
+  const Fp8WgmmaSetting dequantising(h.dev(), false);
   auto a = make_fp8_experts(h, 8, 160, 128, {128, 128});
   for (int64_t T : {33, 37, 300}) run_fp8_experts(h, *a, T, 2);
   run_fp8_experts(h, *a, 65, 2, backend::Activation::Situ);
@@ -209,6 +231,7 @@ TEST_P(Fp8ExpertsTest, GroupedPath) {
 TEST_P(Fp8ExpertsTest, KimiLinear48bShapePrefill) {
   OpHarness h(GetParam());
   RILL_REQUIRE_BACKEND(h);
+  const Fp8WgmmaSetting dequantising(h.dev(), false);
   auto ex = make_fp8_experts(h, 16, 2304, 1024, {128, 128});
   for (int64_t T : {9, 100}) run_fp8_experts(h, *ex, T, 8);
   auto pc = make_fp8_experts(h, 16, 2304, 1024, {1, backend::Fp8Blocks::kWholeRow});
@@ -249,8 +272,8 @@ constexpr double kWgmmaFp8Tol = 6e-2;
 TEST_P(Fp8ExpertsTest, Fp8ExpertsGroupedWgmma) {
   OpHarness h(GetParam());
   RILL_REQUIRE_BACKEND(h);
-  if (const Status st = h.dev().set_option("moe_wgmma_fp8", "1"); !st.ok())
-    GTEST_SKIP() << "no moe_wgmma_fp8 path here: " << st.to_string();
+  const Fp8WgmmaSetting wgmma(h.dev(), true);
+  if (!wgmma.status().ok()) GTEST_SKIP() << "no moe_wgmma_fp8 path here: " << wgmma.status().to_string();
   const auto silu = backend::Activation::Silu, situ = backend::Activation::Situ;
   auto kimi = make_fp8_experts(h, 256, 2304, 1024, {128, 128});
   run_fp8_experts(h, *kimi, 2048, 8, silu, 0, false, kWgmmaFp8Tol);
@@ -266,7 +289,6 @@ TEST_P(Fp8ExpertsTest, Fp8ExpertsGroupedWgmma) {
   run_fp8_experts(h, *a, 300, 2);
   auto c = make_fp8_experts(h, 8, 256, 128, {1, backend::Fp8Blocks::kWholeRow});
   run_fp8_experts(h, *c, 129, 2);
-  ASSERT_TRUE(h.dev().set_option("moe_wgmma_fp8", "0").ok());
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, Fp8ExpertsTest, ::testing::ValuesIn(tested_backends()));

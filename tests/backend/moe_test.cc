@@ -17,6 +17,7 @@
 
 #include "backend/op_harness.h"
 #include "backend/workspace_planner.h"
+#include "test_backend_options.h"
 
 namespace rill::testing {
 namespace {
@@ -181,6 +182,27 @@ TEST_P(MoeTest, RouteKimiLinearShapes) {
     run_route(h, {T, 2304, 256, 8, 1, 1, true});
   }
   run_route(h, {5, 7168, 896, 16});  // K3-sized router: the largest shared-memory footprint
+}
+
+// Steps of at least moe_route_gemm_min_tokens tokens take the logits GEMM + selection kernel, fewer the
+// cluster kernel: both paths at the same sizes, and a step of three logit chunks (896 experts: 1,170 tokens
+// a chunk of moe::kRouteLogitsFloats).
+TEST_P(MoeTest, RouteGemmAndClusterPaths) {
+  OpHarness h(GetParam());
+  RILL_REQUIRE_BACKEND(h);
+  if (!h.dev().set_option("moe_route_gemm_min_tokens", "5").ok()) GTEST_SKIP() << "no router paths to choose";
+  for (const char* min_tokens : {"5", "1073741824"}) {
+    SCOPED_TRACE(::testing::Message() << "moe_route_gemm_min_tokens=" << min_tokens);
+    ASSERT_TRUE(h.dev().set_option("moe_route_gemm_min_tokens", min_tokens).ok());
+    for (int64_t T : {5, 64, 300, 2048}) run_route(h, {T, 2304, 256, 8, 8, 4});
+    for (int64_t T : {5, 300}) run_route(h, {T, 2304, 256, 8, 1, 1, true});
+    run_route(h, {2500, 256, 896, 16});
+    run_route(h, {33, 7168, 896, 16, 1, 1, false, false});
+  }
+  ASSERT_TRUE(h.dev()
+                  .set_option("moe_route_gemm_min_tokens",
+                              std::to_string(cuda_backend_options().moe_route_gemm_min_tokens))
+                  .ok());
 }
 
 // ------------------------------------------------------------------------------------------------- experts

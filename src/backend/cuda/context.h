@@ -22,8 +22,8 @@ struct CudaContext {
   int cc_major = 0, cc_minor = 0;  // the device's compute capability (sm_90: Hopper's TMA and wgmma)
   size_t max_smem_per_block = 0;  // opt-in limit (cudaDevAttrMaxSharedMemoryPerBlockOptin)
   GemmRunner* gemm = nullptr;     // cuBLASLt handle, plans and algorithm cache
-  // Router logits of a decode step ([kGemvMaxRows, moe::kMaxExperts] F32), allocated with the backend: the
-  // small-batch router computes them with the split GEMV and selects experts in a second kernel.
+  // Router logits (moe::kRouteLogitsFloats F32), allocated with the backend: a decode step's [T, E] from the
+  // split GEMV, a prefill step's from a GEMM in chunks of tokens; a selection kernel reads them (moe/route.cu).
   float* route_logits = nullptr;
   // The arrival counter of the GEMVs that run a tail in their last CTA (gemm/gemv.cuh): zero between launches.
   // One per backend: its kernels run in stream order on `stream`, one such launch at a time.

@@ -74,7 +74,7 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::create(int device,
   b->gemm_->set_autotune(options.gemm_autotune);
   b->gemm_->set_fp8_native(options.fp8_gemm_native);
   RILL_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&b->ctx_.route_logits),
-                             size_t(kGemvMaxRows) * moe::kMaxExperts * sizeof(float)));
+                             size_t(moe::kRouteLogitsFloats) * sizeof(float)));
   RILL_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&b->ctx_.gemv_counter), sizeof(unsigned)));
   RILL_CUDA_CHECK(cudaMemset(b->ctx_.gemv_counter, 0, sizeof(unsigned)));
   RILL_ASSIGN_OR_RETURN(b->moe_grouped_, moe::CublasGroupedGemm::create(moe::kMaxExperts));
@@ -97,6 +97,7 @@ Status CudaBackend::set_option(const std::string& key, const std::string& value)
   // after the backend is made; the rest are fixed by make_cuda_backend's options (--backend-option).
   // (fp8_gemm and mla_prefill change a step's planned scratch: tests and the benchmark set them before planning.)
   if (key != "moe_cublas_grouped" && key != "moe_cublas_min_pairs" && key != "moe_wgmma" &&
+      key != "moe_route_gemm_min_tokens" &&
       key != "moe_wgmma_fp8" && key != "fp8_gemm" && key != "mla_prefill")
     return invalid_argument("backend option {} is fixed when the backend is made (--backend-option {}={})", key,
                             key, value);

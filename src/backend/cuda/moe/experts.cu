@@ -24,7 +24,7 @@
 //    through cuBLAS's grouped GEMM instead (grouped_cublas_path.cu; faster at every size measured); FP8 and
 //    MXFP4 experts always take rill's kernels. With options.moe_wgmma on an sm_90 device, bf16 steps whose
 //    tensors TMA takes run the Hopper kernels first (grouped_wgmma.cu: TMA, wgmma, persistent CTAs; no
-//    readback, so inside graph captures too). With options.moe_wgmma_fp8 (off by default), FP8 experts with
+//    readback, so inside graph captures too). With options.moe_wgmma_fp8 (on by default), FP8 experts with
 //    128 x 128 blocks run the FP8 twin of those kernels (grouped_wgmma_fp8.cu: activations quantised per slot
 //    and 128 columns, wgmma on E4M3 codes, block scales applied per k block in fp32).
 // Expert ids outside [0, E) contribute nothing (they cannot be reported from the device).

@@ -36,6 +36,12 @@ constexpr int kMaxExperts = 1024;  // the plan kernel scans expert counts with o
 // memory.
 constexpr int kRouteTokens = 8, kRouteThreads = 512;
 constexpr int kRouteMaxGroups = 32;  // group scores live one per lane
+// Prefill routing (T >= options.moe_route_gemm_min_tokens): the logits as a cuBLASLt GEMM into
+// CudaContext::route_logits, kRouteLogitsFloats floats, in chunks of kRouteLogitsFloats / E tokens (4,096 for
+// Kimi Linear's 256 experts, 1,170 for K3's 896), then a selection kernel of kSelectTokens warps per CTA.
+constexpr int64_t kRouteLogitsFloats = int64_t(1) << 20;
+static_assert(kRouteLogitsFloats >= int64_t(kMaxExperts) * 8, "a decode step's logits ([kGemvMaxRows, E]) fit");
+constexpr int kSelectTokens = 8;
 
 enum class Act : int { Silu = 0, Situ = 1 };
 
