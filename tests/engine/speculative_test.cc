@@ -399,7 +399,8 @@ TEST_P(Speculative, ReplayRecordsCommitEveryAcceptedCount) {
 }
 
 // Records and checkpoint + re-feed generate the same tokens (and logits) with drafts right up to random
-// points, random k, in batches; the engine's memory plan says which it holds.
+// points, random k, in batches; records again with the decode graphs' padded steps run eagerly
+// (capture_graphs false: the padding sequences copy a verify step but must not write records).
 TEST_P(Speculative, ReplayRecordsEqualCheckpointAndReFeed) {
   const uint32_t seed = test_seed();
   SCOPED_TRACE("RILL_TEST_SEED=" + std::to_string(seed));
@@ -412,20 +413,23 @@ TEST_P(Speculative, ReplayRecordsEqualCheckpointAndReFeed) {
     drafter->learn(p, reference(rs.back()).ids);
   }
   const int k = 1 + int(rng() % 6);
-  std::vector<Outcome> by_mode[2];
-  for (const cache::KdaRollback mode : {cache::KdaRollback::Checkpoint, cache::KdaRollback::Records}) {
+  std::vector<Outcome> by_mode[3];
+  for (int run = 0; run < 3; ++run) {
     EngineOptions o = speculating(k, drafter, 64);
-    o.speculative.kda_rollback = mode;
+    o.speculative.kda_rollback = run == 0 ? cache::KdaRollback::Checkpoint : cache::KdaRollback::Records;
+    o.capture_graphs = run != 2;
     Harness on(current_fixture, o);
-    by_mode[int(mode)] = on.run_all(rs);
+    by_mode[run] = on.run_all(rs);
     const EngineStats s = on.engine().stats();
     EXPECT_GT(s.spec_num_accepted_tokens, 0u);
     EXPECT_LT(s.spec_num_accepted_tokens, s.spec_num_draft_tokens);
     EXPECT_EQ(s.kv_blocks_used, 0);
     EXPECT_EQ(s.state_slots_used, 0);
   }
-  for (size_t i = 0; i < rs.size(); ++i)
+  for (size_t i = 0; i < rs.size(); ++i) {
     expect_same(by_mode[1][i], by_mode[0][i], "records vs checkpoint, request " + std::to_string(i));
+    expect_same(by_mode[2][i], by_mode[0][i], "records in padded steps vs checkpoint, request " + std::to_string(i));
+  }
 }
 
 // Stop ids and EOS inside an accepted run end the sequence at that token; later drafts are dropped.
