@@ -666,10 +666,12 @@ TEST(KdaCuda, ReplayRecordsMatchCpuAndFoldBitExactly) {
   const std::vector<float> win_cpu = h.get(h.cpu(), conv.first.view), win_dev = h.get(h.dev(), conv.second.view);
   EXPECT_EQ(win_dev, win_cpu);
   const size_t win = size_t((kK - 1) * 3 * P);
-  for (const Seq& q : seqs)
-    if (q.records)
+  for (const Seq& q : seqs) {
+    if (q.records) {
       EXPECT_EQ(slice(win_dev, size_t(q.slot) * win, win), slice(windows, size_t(q.slot) * win, win))
           << "window of record slot " << q.slot;
+    }
+  }
   const std::vector<float> cr_cpu = h.get(h.cpu(), crec_cpu.view), cr_dev = h.get(h.dev(), crec_dev.view);
   const size_t crow = size_t(3 * P);
   for (const Seq& q : seqs)
