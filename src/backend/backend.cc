@@ -57,6 +57,29 @@ class Check {
   Status status_;
 };
 
+// The sequences a layout marks for replay records (BatchLayout::seq_kda_records) against the record buffer
+// `rec` of `op` ([n_record_slots, R, ...]): it must be given, and each marked sequence's slot and new tokens
+// must fit it; a marked sequence starts past position 0 (records fold onto a computed state) and takes no
+// in-step snapshot.
+Status check_record_seqs(const char* op, const BatchLayout& l, const TensorView& rec, const char* rec_name) {
+  const BatchLayoutHost* host = l.host;
+  if (!host || host->seq_kda_records.empty()) return {};
+  for (int s = 0; s < host->n_seqs(); ++s) {
+    if (!host->seq_kda_records[size_t(s)]) continue;
+    if (rec.empty()) return internal_error("{}: sequence {} writes replay records but {} is not given", op, s, rec_name);
+    const int slot = host->seq_state_slot[size_t(s)];
+    if (slot < 0 || slot >= rec.size(0) || host->n_new(s) > rec.size(1))
+      return internal_error("{}: sequence {} (slot {}, {} new tokens) does not fit {} {}", op, s, slot,
+                            host->n_new(s), rec_name, rec.describe());
+    if (host->seq_start_pos[size_t(s)] == 0)
+      return internal_error("{}: sequence {} writes replay records from position 0", op, s);
+    const auto& sb = host->kda_snapshots.seq_begin;
+    if (!sb.empty() && sb[size_t(s) + 1] > sb[size_t(s)])
+      return internal_error("{}: sequence {} writes replay records and takes in-step snapshots", op, s);
+  }
+  return {};
+}
+
 // Planning (plans_only): takes the op's scratch from the (measuring) arena and gives it back, so it counts
 // towards the high-water mark exactly as the real op's use will.
 Status reserve_scratch(Arena* scratch, size_t bytes) {
@@ -147,8 +170,9 @@ Status Backend::upload_layout_fixed(const BatchLayoutHost& host, int block_size,
 size_t Backend::fixed_layout_bytes(int n_seqs, int n_tokens, int block_table_stride) {
   auto a256 = [](size_t n) { return (n * 4 + 255) / 256 * 256; };
   const size_t S = size_t(n_seqs), T = size_t(n_tokens);
-  // seq_token_start, seq_start_pos, seq_state_slot, token_seq, token_pos, then the block tables.
-  return a256(S + 1) + 2 * a256(S) + 2 * a256(T) + a256(S * size_t(block_table_stride));
+  // seq_token_start, seq_start_pos, seq_state_slot, seq_kda_records, token_seq, token_pos, then the block
+  // tables.
+  return a256(S + 1) + 3 * a256(S) + 2 * a256(T) + a256(S * size_t(block_table_stride));
 }
 
 Result<std::unique_ptr<CapturedWork>> Backend::capture(const std::function<Status()>&) {
@@ -374,6 +398,13 @@ Status Backend::kda_prepare(const KdaPrepareArgs& a) {
                                 host->seq_start_pos[size_t(s)] + host->n_new(s), a.conv_state.size(0));
       }
   }
+  if (!a.conv_records.empty()) {
+    c.tensor(a.conv_records, "conv_records", 3)
+        .dtype(a.conv_records, "conv_records", a.conv_state.dtype)
+        .dim(a.conv_records, "conv_records", 2, 3 * P);
+    RILL_TRY(c.done());
+  }
+  RILL_TRY(check_record_seqs("kda_prepare", *a.layout, a.conv_records, "conv_records"));
   return kda_prepare_impl(a);
 }
 
@@ -403,7 +434,51 @@ Status Backend::kda_attention(const KdaAttentionArgs& a) {
       .dim(a.beta, "beta", 1, a.q.size(1))
       .that(a.q.size(0) == a.layout->n_tokens, "T != layout tokens");
   RILL_TRY(c.done());
+  if (!a.records.empty()) {
+    c.tensor(a.records, "records", 5)
+        .dtype(a.records, "records", DType::F32)
+        .that(a.records.is_contiguous(), "records must be contiguous")
+        .dim(a.records, "records", 2, a.q.size(1))
+        .dim(a.records, "records", 3, 3)
+        .dim(a.records, "records", 4, a.q.size(2));
+    RILL_TRY(c.done());
+  }
+  RILL_TRY(check_record_seqs("kda_attention", *a.layout, a.records, "records"));
   return kda_attention_impl(a);
+}
+
+Status Backend::kda_fold(const KdaFoldArgs& a) {
+  if (plans_only()) return {};
+  Check c("kda_fold");
+  c.tensor(a.records, "records", 5)
+      .dtype(a.records, "records", DType::F32)
+      .that(a.records.is_contiguous(), "records must be contiguous")
+      .tensor(a.conv_records, "conv_records", 3)
+      .tensor(a.state, "state", 4)
+      .dtype(a.state, "state", DType::F32)
+      .tensor(a.conv_state, "conv_state", 3)
+      .dtype(a.conv_records, "conv_records", a.conv_state.dtype)
+      .tensor(a.slots, "slots", 1)
+      .dtype(a.slots, "slots", DType::I32)
+      .tensor(a.n_tokens, "n_tokens", 1)
+      .dtype(a.n_tokens, "n_tokens", DType::I32)
+      .same_shape(a.slots, "slots", a.n_tokens, "n_tokens");
+  RILL_TRY(c.done());
+  c.dim(a.records, "records", 2, a.state.size(1))
+      .dim(a.records, "records", 3, 3)
+      .dim(a.records, "records", 4, a.state.size(2))
+      .dim(a.state, "state", 3, a.state.size(2))
+      .dim(a.conv_records, "conv_records", 0, a.records.size(0))
+      .dim(a.conv_records, "conv_records", 1, a.records.size(1))
+      .dim(a.conv_records, "conv_records", 2, a.conv_state.size(2))
+      .that(a.records.size(0) <= a.state.size(0) && a.records.size(0) <= a.conv_state.size(0),
+            "more record slots than state slots");
+  RILL_TRY(c.done());
+  return kda_fold_impl(a);
+}
+
+Status Backend::kda_fold_impl(const KdaFoldArgs&) {
+  return unimplemented("kda_fold: the {} backend has no replay records", name());
 }
 
 Status Backend::kda_output(const KdaOutputArgs& a) {

@@ -149,6 +149,11 @@ struct KdaPrepareArgs {
   TensorView q, k, v;  // act [T, Hk, d]: conv + SiLU outputs (not yet L2-normalised)
   TensorView g;        // F32 [T, Hk, d]: log-decay
   TensorView beta;     // F32 [T, Hk]
+  // Replay records (speculative decoding, kda_rollback "records"): act [n_record_slots, R, 3P]. A sequence
+  // the layout marks (BatchLayout::seq_kda_records) has its new pre-conv rows copied to row j = 0..n_new-1 of
+  // its slot's entry and its conv window left as it was (kda_fold moves it on). Required when a sequence is
+  // marked; R >= its n_new.
+  TensorView conv_records;
 };
 
 // The gated delta rule over each sequence's new tokens (spec §3.3 5-6): L2-normalises q and k (eps 1e-6 on
@@ -162,6 +167,28 @@ struct KdaAttentionArgs {
   const BatchLayout* layout = nullptr;
   TensorView out;  // act [T, Hk, d]
   Arena* scratch = nullptr;
+  // Replay records (speculative decoding, kda_rollback "records"): F32 [n_record_slots, R, Hk, 3, d_k] with
+  // d_v == d_k. A sequence the layout marks (BatchLayout::seq_kda_records; start_pos > 0, no in-step
+  // snapshots, n_new <= R) runs the recurrence from its slot's state as usual but leaves the slot as it was
+  // and writes, for its new token j and head h, entry [slot][j][h] = (beta k̂, alpha = exp(g), e), e = v -
+  // (diag(alpha) S)^T k̂ the delta rule's correction: what kda_fold needs to repeat the update
+  // S = diag(alpha) S + (beta k̂) e^T bit for bit. Required when a sequence is marked.
+  TensorView records;
+};
+
+// Commits speculative decoding's replay records (KdaAttentionArgs::records, KdaPrepareArgs::conv_records):
+// for each i with n_tokens[i] = a > 0, slot s = slots[i]: the state of every head is folded through records
+// [s][0 .. a) in order, S = diag(alpha) S + (beta k̂) e^T, with the same roundings as the verify step that
+// wrote them (so it equals the state that step computed after its a-th token, bit for bit), and the conv
+// window becomes the last K-1 rows of [window | conv_records[s][0 .. a)]. n_tokens[i] == 0: nothing. The
+// counts and slots are device arrays, so a replayed graph can fold whatever the step accepted.
+struct KdaFoldArgs {
+  TensorView records;       // F32 [n_record_slots, R, Hk, 3, d]
+  TensorView conv_records;  // act [n_record_slots, R, 3P]
+  TensorView state;         // F32 [n_slots, Hk, d, d] (updated)
+  TensorView conv_state;    // act [n_slots, K-1, 3P] (updated)
+  TensorView slots;         // I32 [n]: state slots, distinct, each < n_record_slots
+  TensorView n_tokens;      // I32 [n]: records to fold, in [0, R]
 };
 
 // Gated RMSNorm (spec §3.0): per token and head, fp32 y = o * rsqrt(mean(o^2)+eps) * w * sigmoid(gate).
@@ -508,6 +535,7 @@ class Backend {
   Status kda_prepare(const KdaPrepareArgs& a);
   Status kda_attention(const KdaAttentionArgs& a);
   Status kda_output(const KdaOutputArgs& a);
+  Status kda_fold(const KdaFoldArgs& a);
   // The fused KDA decode step: backends without it answer Unimplemented. kda_fuses_decode says whether the
   // model should use it for `a` (formats and sizes, and the backend's policy); elsewhere the model runs the
   // separate ops (gemm, kda_prepare, kda_attention, kda_output).
@@ -564,6 +592,8 @@ class Backend {
   virtual Status kda_prepare_impl(const KdaPrepareArgs& a) = 0;
   virtual Status kda_attention_impl(const KdaAttentionArgs& a) = 0;
   virtual Status kda_output_impl(const KdaOutputArgs& a) = 0;
+  // Default: Unimplemented (a backend without replay records; the runner then keeps checkpoint + re-feed).
+  virtual Status kda_fold_impl(const KdaFoldArgs& a);
   virtual Status kda_decode_impl(const KdaDecodeArgs& a);
   virtual Status mla_cache_write_impl(const MlaCacheWriteArgs& a) = 0;
   virtual Status mla_attention_impl(const MlaAttentionArgs& a) = 0;

@@ -35,6 +35,9 @@ struct BatchLayoutHost {
   std::vector<int32_t> seq_token_start;  // [n_seqs + 1]
   std::vector<int32_t> seq_start_pos;    // [n_seqs]  tokens of the sequence already computed (cached)
   std::vector<int32_t> seq_state_slot;   // [n_seqs]  KDA state slot
+  // [n_seqs] 1: the sequence's KDA writes replay records (speculative decoding's verify step with
+  // kda_rollback "records") and leaves its state slot and conv window as they were; 0: updates them in place.
+  std::vector<int32_t> seq_kda_records;
   std::vector<int32_t> block_tables;     // [n_seqs * max_blocks_per_seq] MLA cache block ids, -1 padded
   std::vector<int32_t> token_seq;        // [n_tokens] sequence index of each token
   std::vector<int32_t> token_pos;        // [n_tokens] absolute position of each token
@@ -63,6 +66,7 @@ struct BatchLayout {
   const int32_t* seq_token_start = nullptr;  // [n_seqs + 1]
   const int32_t* seq_start_pos = nullptr;    // [n_seqs]
   const int32_t* seq_state_slot = nullptr;   // [n_seqs]
+  const int32_t* seq_kda_records = nullptr;  // [n_seqs] BatchLayoutHost::seq_kda_records
   const int32_t* block_tables = nullptr;     // [n_seqs, max_blocks_per_seq]
   const int32_t* token_seq = nullptr;        // [n_tokens]
   const int32_t* token_pos = nullptr;        // [n_tokens]

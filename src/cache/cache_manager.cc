@@ -24,6 +24,10 @@ std::string MemoryPlan::describe() const {
         ", {} KDA checkpoint slots for speculative decoding ({:.1f} MiB, {:.2f} MiB per sequence)",
         n_checkpoints, double(checkpoint_bytes) / (1 << 20),
         double(checkpoint_bytes) / n_checkpoints / (1 << 20));
+  if (n_record_slots > 0)
+    s += fmt::format(
+        ", KDA replay records of {} tokens for speculative decoding ({:.1f} MiB, {:.2f} MiB per sequence)",
+        record_tokens, double(record_bytes) / (1 << 20), double(record_bytes) / n_record_slots / (1 << 20));
   return s;
 }
 
@@ -38,6 +42,11 @@ Result<CacheManager> CacheManager::create(const MemoryPlan& plan, const PrefixCa
   if (plan.n_checkpoints != 0 && plan.n_checkpoints != plan.n_slots)
     return invalid_argument("caches: {} speculation checkpoints for {} sequence slots (one each, or none)",
                             plan.n_checkpoints, plan.n_slots);
+  if ((plan.n_record_slots != 0 && plan.n_record_slots != plan.n_slots) ||
+      (plan.n_record_slots > 0 && (plan.record_tokens < 2 || plan.n_checkpoints > 0)))
+    return invalid_argument("caches: {} replay record slots of {} tokens for {} sequence slots and {} checkpoints "
+                            "(one per sequence slot, at least 2 tokens, instead of checkpoints; or none)",
+                            plan.n_record_slots, plan.record_tokens, plan.n_slots, plan.n_checkpoints);
   if (plan.n_host_blocks < 0 || plan.n_host_snapshots < 0 || (plan.n_host_blocks > 0) != (plan.n_host_snapshots > 0))
     return invalid_argument("caches: a host tier needs blocks and snapshots (got {} and {})", plan.n_host_blocks,
                             plan.n_host_snapshots);
@@ -338,6 +347,15 @@ Status CacheManager::roll_back(SequenceCache* seq, int n_tokens) {
     return internal_error("roll_back: the sequence holds no slot or no checkpoint");
   ops_.kda_slot_copies.push_back({checkpoint_slot(seq->slot), seq->slot});
   return truncate(seq, n_tokens);
+}
+
+Status CacheManager::fold_records(SequenceCache* seq, int n_tokens, int n_blocks_tokens) {
+  if (!has_records()) return internal_error("fold_records: the caches were planned without replay records");
+  if (seq->slot < 0 || seq->slot >= n_record_slots_ || n_tokens < 1 || n_tokens > record_tokens_)
+    return internal_error("fold_records: {} tokens into slot {} ({} record slots of {} tokens)", n_tokens, seq->slot,
+                          n_record_slots_, record_tokens_);
+  ops_.kda_folds.push_back({seq->slot, n_tokens});
+  return truncate(seq, n_blocks_tokens);
 }
 
 Status CacheManager::truncate(SequenceCache* seq, int n_tokens) {

@@ -79,11 +79,20 @@ struct PrefixHit {
   int n_tokens(int block_size) const { return int(entries.size()) * block_size; }
 };
 
+// How speculative decoding rolls the KDA state back after a draft is rejected (--speculative-config
+// "kda_rollback"): Checkpoint copies each sequence's slot to a checkpoint slot before a verify step and back on a
+// rejection, then re-feeds the committed tokens; Records has the verify step write replay records instead and
+// folds the committed tokens' records in afterwards (no copy, no re-feed; backend.h KdaFoldArgs).
+enum class KdaRollback : uint8_t { Checkpoint, Records };
+
 struct MemoryPlan {
   int n_slots = 0, n_blocks = 0, block_size = 64, n_snapshots = 0, n_staging = 0;
-  // Speculative decoding: one checkpoint state slot per sequence slot (0 or n_slots).
+  // Speculative decoding: one checkpoint state slot per sequence slot (0 or n_slots), or with kda_rollback
+  // "records" instead replay records of `record_tokens` (k + 1) tokens per sequence slot (n_record_slots 0 or
+  // n_slots; record_bytes over every KDA layer).
   int n_checkpoints = 0;
-  int64_t state_bytes = 0, kv_bytes = 0, snapshot_bytes = 0, checkpoint_bytes = 0;
+  int n_record_slots = 0, record_tokens = 0;
+  int64_t state_bytes = 0, kv_bytes = 0, snapshot_bytes = 0, checkpoint_bytes = 0, record_bytes = 0;
   // Host tier (prefix caching only): MLA blocks and KDA snapshots in host memory, and the bytes of one of each
   // (every layer).
   int n_host_blocks = 0, n_host_snapshots = 0;
@@ -174,7 +183,16 @@ class CacheManager {
   // tier). The caller applies take_ops() next.
   Status persist_all();
 
-  // Speculative decoding (rollback by checkpoint + re-feed): every sequence slot has its own checkpoint slot.
+  // Speculative decoding: how a verify step is rolled back — checkpoint + re-feed (every sequence slot has its
+  // own checkpoint slot) or replay records (every sequence slot has records of record_tokens() tokens).
+  bool can_roll_back() const { return has_checkpoints() || has_records(); }
+  bool has_records() const { return n_record_slots_ > 0; }
+  int record_tokens() const { return record_tokens_; }
+  // After a verify step that wrote replay records for `seq`: folds the first `n_tokens` (its committed tokens)
+  // into its slot (a KdaFold, applied before the next step), and gives back blocks past the `n_blocks_tokens`
+  // positions its tokens now cover (the MLA cache past the committed tokens is written again before it is
+  // read, so only its length changes).
+  Status fold_records(SequenceCache* seq, int n_tokens, int n_blocks_tokens);
   bool has_checkpoints() const { return n_checkpoints_ > 0; }
   int32_t checkpoint_slot(int32_t slot) const { return first_checkpoint_ + slot; }
   // Before a step that feeds drafts after position `pos` (= the sequence's computed tokens): copies the
@@ -225,6 +243,8 @@ class CacheManager {
         first_staging_(plan.n_slots + plan.n_snapshots),
         n_checkpoints_(plan.n_checkpoints),
         first_checkpoint_(plan.n_slots + plan.n_snapshots + n_staging_),
+        n_record_slots_(plan.n_record_slots),
+        record_tokens_(plan.record_tokens),
         host_blocks_("host tier blocks", prefix.enabled ? plan.n_host_blocks : 0),
         host_snapshots_("host tier snapshots", prefix.enabled ? plan.n_host_snapshots : 0),
         host_block_bytes_(plan.host_block_bytes),
@@ -269,6 +289,7 @@ class CacheManager {
   PrefixIndex index_;
   int n_staging_ = 0, first_staging_ = 0;
   int n_checkpoints_ = 0, first_checkpoint_ = 0;
+  int n_record_slots_ = 0, record_tokens_ = 0;
   uint64_t evicted_blocks_ = 0, evicted_snapshots_ = 0;
   IdPool host_blocks_, host_snapshots_;
   int64_t host_block_bytes_ = 0, host_snapshot_bytes_ = 0;

@@ -14,6 +14,14 @@ struct KdaSlotCopy {
   int32_t from = 0, to = 0;
 };
 
+// Speculative decoding's rollback by replay records (kda_rollback "records"): after a verify step that wrote
+// records for the sequence in state slot `slot`, fold its first `n_tokens` records (the committed tokens)
+// into the slot's KDA state and conv window in every KDA layer (Backend::kda_fold).
+struct KdaFold {
+  int32_t slot = 0;
+  int32_t n_tokens = 0;
+};
+
 // A move between the device caches and the host tier (issue #38): an evicted MLA block (every MLA layer's
 // rows of it) or KDA snapshot (every KDA layer's state and conv window) copied to host memory, or one brought
 // back for a prefix hit.
@@ -58,6 +66,10 @@ struct DiskLoad {
 };
 
 struct CacheOps {
+  // Applied before everything below: the scheduler queues a fold right after the step that wrote its records,
+  // before anything else touches that sequence's slot, and nothing queued before it in the same batch reads
+  // or writes that slot (slots are the sequence's own while it holds them).
+  std::vector<KdaFold> kda_folds;
   // In the order the cache manager issued them; applied before the step they travel with, so a copy issued
   // after step N (a snapshot of its state) runs before step N + 1 changes the slot.
   std::vector<KdaSlotCopy> kda_slot_copies;
@@ -65,7 +77,9 @@ struct CacheOps {
   std::vector<DiskWrite> disk_writes;  // in order, interleaved with the tier copies by `after`
   // The disk writes wait for room in the disk tier's queue instead of being dropped (persisting at shutdown).
   bool disk_writes_wait = false;
-  bool empty() const { return kda_slot_copies.empty() && tier_copies.empty() && disk_writes.empty(); }
+  bool empty() const {
+    return kda_folds.empty() && kda_slot_copies.empty() && tier_copies.empty() && disk_writes.empty();
+  }
 };
 
 }  // namespace rill::cache

@@ -391,6 +391,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const ExecutorFactory& make_execu
   ro.enforce_eager = o.enforce_eager;
   ro.capture_graphs = o.capture_graphs;
   ro.num_speculative_tokens = o.speculative.enabled() ? o.speculative.num_speculative_tokens : 0;
+  ro.kda_rollback = o.speculative.kda_rollback;
   ro.host_tier_bytes = int64_t(o.kv_offloading_gib * double(1ll << 30));
   ro.disk_tier.dir = o.kv_offloading_dir;
   ro.disk_tier.max_bytes = int64_t(o.kv_offloading_disk_gib * double(1ll << 30));

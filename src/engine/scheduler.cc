@@ -113,12 +113,15 @@ int Scheduler::speculation_end(const Sequence& s) const {
 // step's budget. None while a re-feed longer than one verify window is pending: the checkpoint is taken
 // before the step, so a rejection sends the sequence back to its start, and re-fed tokens would otherwise
 // pile up over consecutive rejections.
+// With replay records, the step's tokens must fit the records (k + 1 of them) and fold onto a computed state.
 int Scheduler::draft_limit(const Sequence& s, int n_own, int budget) const {
   const int k_max = limits_.num_speculative_tokens;
-  if (!drafter_ || k_max <= 0 || !s.speculates || !caches_.has_checkpoints() || n_own > k_max + 1) return 0;
+  if (!drafter_ || k_max <= 0 || !s.speculates || !caches_.can_roll_back() || n_own > k_max + 1) return 0;
+  if (caches_.has_records() && s.n_computed == 0) return 0;
+  const int record_room = caches_.has_records() ? caches_.record_tokens() - n_own : INT_MAX;
   const int n_tokens = int(s.tokens.size());
-  return std::max(0, std::min({k_max, s.max_new_tokens - s.n_generated() - 1,
-                               limits_.max_model_len - n_tokens - 1, budget, speculation_end(s) - n_tokens}));
+  return std::max(0, std::min({k_max, s.max_new_tokens - s.n_generated() - 1, limits_.max_model_len - n_tokens - 1,
+                               budget, speculation_end(s) - n_tokens, record_room}));
 }
 
 // The budget is reserved for each sequence's full k before the drafter answers (a proposal may come back
@@ -158,16 +161,18 @@ int Scheduler::plan_drafts(std::vector<ScheduledSeq>& seqs, int budget) {
            caches_.blocks_to_grow(s.cache, n_tokens + int(drafts.size())) > caches_.available_blocks())
       drafts.pop_back();
     if (drafts.empty() || !caches_.grow(&s.cache, n_tokens + int(drafts.size())).ok()) continue;
-    if (!caches_.save_checkpoint(&s.cache, s.n_computed).ok()) continue;
+    // Replay records need nothing before the step: its KDA writes them instead of updating the slot.
+    if (!caches_.has_records() && !caches_.save_checkpoint(&s.cache, s.n_computed).ok()) continue;
     budget -= int(drafts.size());
     add_drafts(*p, std::move(drafts));
+    p->step.kda_records = caches_.has_records();
   }
   return budget;
 }
 
 std::vector<int32_t> Scheduler::propose_for_mask(const Sequence& s) const {
   const int k_max = limits_.num_speculative_tokens;
-  if (!drafter_ || k_max <= 0 || !s.speculates || !caches_.has_checkpoints()) return {};
+  if (!drafter_ || k_max <= 0 || !s.speculates || !caches_.can_roll_back()) return {};
   const int k = std::min({k_max, s.max_new_tokens - s.n_generated() - 1,
                           limits_.max_model_len - int(s.tokens.size()) - 1});
   if (k <= 0) return {};
@@ -278,11 +283,21 @@ void Scheduler::postprocess(const StepPlan& plan, const std::vector<int32_t>& sa
     }
     const size_t first_row = row;
     row += size_t(p.n_logit_rows());
-    // A rejected draft leaves the slot's state past the committed tokens: the sequence stays at the step's
-    // start (its checkpoint) and nothing of this step is committed to the caches.
-    const bool rejected = acc.n_accepted < p.n_drafts;
-    if (!rejected) {
-      s->n_computed += p.step.n_new;
+    // Checkpoint: a rejected draft leaves the slot's state past the committed tokens, so the sequence stays at
+    // the step's start (its checkpoint) and nothing of this step is committed to the caches. Replay records:
+    // the step's own tokens and the accepted drafts are committed (their records folded into the slot before
+    // the next step; the MLA cache past them is written again before it is read), the rest is forgotten.
+    const bool rejected = acc.n_accepted < p.n_drafts, records = p.step.kda_records;
+    if (!rejected || records) {
+      const int n_committed = p.step.n_new - (p.n_drafts - acc.n_accepted);
+      s->n_computed += n_committed;
+      if (records) {
+        // Blocks are kept up to the position the next step feeds (the token sampled after the last committed).
+        if (Status st = caches_.fold_records(&s->cache, n_committed, s->n_computed + 1); !st.ok()) {
+          finish(s->id, FinishReason::Error, st.message());
+          continue;
+        }
+      }
       // Index the blocks this step filled and take the snapshots due here (prefix caching): first those the
       // step saved inside itself (staging slots), in order, then the one at its end. Errors (device copies)
       // only cost cache entries: the sequence's own blocks and slot are left as they are.
@@ -290,7 +305,7 @@ void Scheduler::postprocess(const StepPlan& plan, const std::vector<int32_t>& sa
       std::vector<int32_t> with_drafts;
       if (p.n_drafts > 0 && caches_.prefix_caching()) {
         with_drafts = s->tokens;
-        with_drafts.insert(with_drafts.end(), p.drafts().begin(), p.drafts().end());
+        with_drafts.insert(with_drafts.end(), p.drafts().begin(), p.drafts().begin() + acc.n_accepted);
       }
       const std::span<const int32_t> committed = with_drafts.empty() ? s->tokens : with_drafts;
       for (const model::KdaSnapshotRequest& r : p.step.kda_snapshots)
@@ -340,7 +355,7 @@ void Scheduler::postprocess(const StepPlan& plan, const std::vector<int32_t>& sa
         ended = true;
       }
     }
-    if (ended || !rejected) continue;
+    if (ended || !rejected || records) continue;
     // Back to the checkpoint (the state at `start`); blocks past the committed tokens go back to the pool.
     if (Status st = caches_.roll_back(&s->cache, int(s->tokens.size())); !st.ok()) {
       finish(s->id, FinishReason::Error, st.message());

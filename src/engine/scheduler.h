@@ -13,7 +13,9 @@
 // decode token is followed by up to k drafts, with the budget the decode tokens leave; its state slot is
 // checkpointed before the step. postprocess accepts drafts (spec/acceptance.h); when a draft is rejected
 // the slot is restored from the checkpoint, blocks past the committed tokens are freed, and the next step
-// feeds the committed tokens again (then drafts on). Drafts never enter Sequence::tokens, the prefix index or
+// feeds the committed tokens again (then drafts on). With replay records instead (the caches'
+// has_records(), kda_rollback "records") the step writes records and postprocess commits the accepted tokens
+// by folding theirs in (CacheManager::fold_records): no checkpoint, no re-feed. Drafts never enter Sequence::tokens, the prefix index or
 // a snapshot: only committed tokens do. Every sequence that leaves (finished, cancelled, failed) gives back
 // its caches exactly once; a release the caches refuse (an id released twice) finishes that request with an
 // Internal error.

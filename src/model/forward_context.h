@@ -67,6 +67,10 @@ struct LayerCache {
   TensorView kda_state;  // F32 [n_slots, Hk, d, d]
   TensorView kda_conv;   // act [n_slots, K-1, 3P]
   TensorView mla_kv;     // act [n_blocks, block_size, kv_lora + rope]
+  // Replay records (speculative decoding, kda_rollback "records"; empty otherwise): per sequence slot and fed
+  // token of a verify step, every head's (beta k̂, alpha, e) and the token's pre-conv q|k|v row.
+  TensorView kda_records;       // F32 [n_record_slots, R, Hk, 3, d]
+  TensorView kda_conv_records;  // act [n_record_slots, R, 3P]
 };
 
 }  // namespace rill::model

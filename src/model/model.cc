@@ -40,8 +40,19 @@ int64_t ModelCaches::bytes_needed(const ModelConfig& c, DType act, int n_slots, 
   return total.value_or(INT64_MAX);
 }
 
+int64_t ModelCaches::record_bytes(const ModelConfig& c, DType act, RecordShape r) {
+  if (r.n_slots <= 0 || r.n_tokens <= 0) return 0;
+  const int64_t P = c.kda.projection_size();
+  const int64_t per_layer =
+      int64_t(align256(size_t(r.n_slots) * size_t(r.n_tokens) * size_t(c.kda.n_heads) * 3 * size_t(c.kda.head_dim) * 4) +
+              align256(size_t(r.n_slots) * size_t(r.n_tokens) * size_t(3 * P) * dtype_size(act)));
+  const int64_t fold_args = int64_t(align256(size_t(2 * r.n_slots) * sizeof(int32_t)));
+  return checked_sum(checked_product({c.n_held_layers_of(LayerKind::Kda), per_layer}).value_or(INT64_MAX), fold_args)
+      .value_or(INT64_MAX);
+}
+
 Result<ModelCaches> ModelCaches::allocate(backend::Backend& be, const ModelConfig& c, int n_slots, int n_blocks,
-                                          int block_size) {
+                                          int block_size, RecordShape records) {
   if (n_slots < 1 || n_blocks < 1 || block_size < 1)
     return invalid_argument("caches need at least one state slot and one block (got {} slots, {} blocks)", n_slots, n_blocks);
   ModelCaches out;
@@ -73,6 +84,28 @@ Result<ModelCaches> ModelCaches::allocate(backend::Backend& be, const ModelConfi
       p += align256(L.mla_kv.nbytes());
     }
     out.layers.push_back(L);
+  }
+  // Replay records: their own allocation, so the caches above keep their layout with or without them. Never
+  // read before written (a fold reads only what the verify step before it wrote), so not cleared.
+  if (const int64_t rb = record_bytes(c, act, records); rb > 0) {
+    if (records.n_slots > n_slots)
+      return invalid_argument("caches: {} record slots for {} state slots", records.n_slots, n_slots);
+    RILL_TRY(be.check_available(uint64_t(rb), fmt::format("the KDA replay records ({} slots x {} tokens)",
+                                                          records.n_slots, records.n_tokens)));
+    RILL_ASSIGN_OR_RETURN(auto rec_alloc, be.allocate(size_t(rb)));
+    char* q = static_cast<char*>(rec_alloc.data());
+    out.storage.push_back(std::move(rec_alloc));
+    out.records = records;
+    out.fold_args = TensorView::make(q, DType::I32, {2, records.n_slots}, be.device());
+    q += align256(out.fold_args.nbytes());
+    const int64_t Hk = c.kda.n_heads, d = c.kda.head_dim, P = c.kda.projection_size();
+    for (LayerCache& L : out.layers) {
+      if (L.kda_state.empty()) continue;
+      L.kda_records = TensorView::make(q, DType::F32, {records.n_slots, records.n_tokens, Hk, 3, d}, be.device());
+      q += align256(L.kda_records.nbytes());
+      L.kda_conv_records = TensorView::make(q, act, {records.n_slots, records.n_tokens, 3 * P}, be.device());
+      q += align256(L.kda_conv_records.nbytes());
+    }
   }
   return out;
 }

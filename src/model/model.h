@@ -19,14 +19,24 @@
 namespace rill::model {
 
 // Device memory for the KDA state slots, conv windows and paged MLA latent cache of every layer.
+// Speculative decoding's replay records (kda_rollback "records"): `n_tokens` tokens' records for each of the
+// first `n_slots` state slots (the sequence slots), in every KDA layer (LayerCache::kda_records).
+struct RecordShape {
+  int n_slots = 0, n_tokens = 0;
+};
+
 struct ModelCaches {
   int n_slots = 0, n_blocks = 0, block_size = 64;
+  RecordShape records;
+  TensorView fold_args;  // I32 [2, records.n_slots]: a fold's slots, then its counts (the runner's kda_fold input)
   std::vector<LayerCache> layers;
   std::vector<backend::DeviceAllocation> storage;
 
   static Result<ModelCaches> allocate(backend::Backend& be, const ModelConfig& c, int n_slots, int n_blocks,
-                                      int block_size = 64);
+                                      int block_size = 64, RecordShape records = {});
   static int64_t bytes_needed(const ModelConfig& c, DType act, int n_slots, int n_blocks, int block_size = 64);
+  // The replay records' bytes over every KDA layer this rank holds (0 for an empty shape).
+  static int64_t record_bytes(const ModelConfig& c, DType act, RecordShape records);
 };
 
 // The largest step the workspace must hold.

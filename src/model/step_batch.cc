@@ -38,6 +38,10 @@ Status StepBatch::to_layout(int block_size, backend::BatchLayoutHost* out) const
     if (int64_t(q.block_table.size()) < need)
       return invalid_argument("step: sequence {} covers {} positions but has {} blocks of {}", s,
                               q.start_pos + q.n_new, q.block_table.size(), block_size);
+    if (q.kda_records && (q.start_pos == 0 || !q.kda_snapshots.empty()))
+      return invalid_argument("step: sequence {} writes KDA replay records but {}", s,
+                              q.start_pos == 0 ? "starts at position 0 (records fold onto a computed state)"
+                                               : "also asks for in-step snapshots");
     max_blocks = std::max(max_blocks, int(q.block_table.size()));
     total += q.n_new;
     int32_t prev = q.start_pos;
@@ -60,6 +64,7 @@ Status StepBatch::to_layout(int block_size, backend::BatchLayoutHost* out) const
     const SequenceStep& q = seqs[s];
     l.seq_start_pos.push_back(q.start_pos);
     l.seq_state_slot.push_back(q.state_slot);
+    l.seq_kda_records.push_back(q.kda_records ? 1 : 0);
     for (int b = 0; b < l.max_blocks_per_seq; ++b)
       l.block_tables.push_back(b < int(q.block_table.size()) ? q.block_table[b] : -1);
     for (int i = 0; i < q.n_new; ++i) {

@@ -45,6 +45,11 @@ struct SequenceStep {
   }
   // In increasing pos; each a multiple of the KDA chunk (64) past start_pos and before start_pos + n_new.
   std::vector<KdaSnapshotRequest> kda_snapshots;
+  // Speculative decoding's rollback by replay records (kda_rollback "records"): this step's KDA leaves the
+  // slot's state and conv window as they were and writes a record per token into the slot's record buffers
+  // (LayerCache::kda_records); the runner folds the committed tokens' records in afterwards (CacheOps'
+  // KdaFold). Needs start_pos > 0 and no in-step snapshots.
+  bool kda_records = false;
 };
 
 struct StepBatch {

@@ -65,6 +65,7 @@ Result<TensorView> DecodeGraphs::run(model::Model& m, const model::ModelCaches& 
     model::SequenceStep pad = batch.seqs.front();  // the same q tokens and logits rows
     pad.start_pos = 0;
     pad.state_slot = pad_slot_;
+    pad.kda_records = false;  // the padding slot has no records (and starts at 0); it runs in place
     pad.block_table = {pad_block_};
     padded.seqs.push_back(std::move(pad));
     padded.token_ids.insert(padded.token_ids.end(), size_t(q), 0);

@@ -29,7 +29,7 @@ Result<double> cache_memory_budget(size_t free, size_t total, double utilization
 Result<MemoryPlan> plan_memory(backend::Backend& be, const model::ModelConfig& c, int n_slots,
                                int max_model_len, double kv_fraction, int n_blocks, int block_size,
                                const PrefixCacheOptions& prefix, double gpu_memory_utilization,
-                               bool speculation) {
+                               bool speculation, cache::KdaRollback rollback, int record_tokens) {
   if (n_slots < 1) return invalid_argument("--max-batch-size must be at least 1");
   if (block_size < 1) return invalid_argument("block size must be positive");
   if (prefix.enabled && (prefix.snapshot_interval < block_size || prefix.snapshot_interval % block_size != 0))
@@ -55,16 +55,24 @@ Result<MemoryPlan> plan_memory(backend::Backend& be, const model::ModelConfig& c
   // position a step can pass. (Writing the snapshots straight into pool slots reserved before the step would
   // save this memory and the copy after the step.)
   p.n_staging = prefix.enabled ? std::max(prefix.staging_slots, 0) : 0;
-  // Speculative decoding: a checkpoint slot per sequence slot holds the state from before its drafts.
-  p.n_checkpoints = speculation ? n_slots : 0;
+  // Speculative decoding: a checkpoint slot per sequence slot holds the state from before its drafts, or
+  // replay records of its verify step's tokens (8.5x smaller at the 48B shape and k = 4: docs/PERF.md).
+  const bool records = speculation && rollback == cache::KdaRollback::Records;
+  if (records && record_tokens < 2)
+    return invalid_argument("replay records need at least 2 tokens a step (got {})", record_tokens);
+  p.n_checkpoints = speculation && !records ? n_slots : 0;
   p.checkpoint_bytes = state_bytes(p.n_checkpoints);
+  p.n_record_slots = records ? n_slots : 0;
+  p.record_tokens = records ? record_tokens : 0;
+  p.record_bytes = model::ModelCaches::record_bytes(c, act, {p.n_record_slots, p.record_tokens});
   p.state_bytes = state;
   if (n_blocks > 0) {
     p.n_blocks = n_blocks;
   } else if (auto mem = be.device_memory()) {
     const double u = gpu_memory_utilization;
     RILL_ASSIGN_OR_RETURN(const double caches, cache_memory_budget(mem->first, mem->second, u, kv_fraction));
-    const double budget = caches - double(state_bytes(n_slots + n_snapshots + p.n_staging + p.n_checkpoints));
+    const double budget =
+        caches - double(state_bytes(n_slots + n_snapshots + p.n_staging + p.n_checkpoints)) - double(p.record_bytes);
     if (budget < double(per_block))
       return resource_exhausted(
           "no device memory left for the KV cache: {} leaves {:.2f} GiB for the caches, less than the "
@@ -94,7 +102,7 @@ Result<MemoryPlan> plan_memory(backend::Backend& be, const model::ModelConfig& c
   }
   // Where the flags size the caches (the CPU, --num-kv-blocks) rather than the free memory: they must fit.
   RILL_TRY(be.check_available(
-      uint64_t(p.state_bytes + p.kv_bytes + p.snapshot_bytes + p.checkpoint_bytes),
+      uint64_t(p.state_bytes + p.kv_bytes + p.snapshot_bytes + p.checkpoint_bytes + p.record_bytes),
       fmt::format("the caches ({}; set by --max-batch-size, --max-model-len, --num-kv-blocks)",
                   p.describe())));
   return p;

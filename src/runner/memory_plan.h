@@ -20,10 +20,13 @@ Result<double> cache_memory_budget(size_t free, size_t total, double utilization
 
 // With `gpu_memory_utilization` > 0 the device memory budget follows it (cache_memory_budget) and
 // `kv_fraction` is not used. With `speculation`, every sequence slot gets a checkpoint slot (its state from
-// before a step's draft tokens), taken from the same budget.
+// before a step's draft tokens) or, with `rollback` Records, replay records of `record_tokens` (k + 1) tokens,
+// taken from the same budget.
 Result<cache::MemoryPlan> plan_memory(backend::Backend& be, const model::ModelConfig& c, int n_slots,
                                       int max_model_len, double kv_fraction, int n_blocks, int block_size,
                                       const cache::PrefixCacheOptions& prefix = {},
-                                      double gpu_memory_utilization = 0, bool speculation = false);
+                                      double gpu_memory_utilization = 0, bool speculation = false,
+                                      cache::KdaRollback rollback = cache::KdaRollback::Checkpoint,
+                                      int record_tokens = 0);
 
 }  // namespace rill::runner

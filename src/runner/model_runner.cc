@@ -47,6 +47,34 @@ Status apply_slot_copies(backend::Backend& be, const model::ModelCaches& caches,
   return {};
 }
 
+// Replay records' folds (CacheOps::kda_folds): the slots and counts go to the device once, then one kda_fold
+// per KDA layer.
+Status apply_folds(backend::Backend& be, const model::ModelCaches& caches, const std::vector<cache::KdaFold>& folds) {
+  if (folds.empty()) return {};
+  const int n = int(folds.size());
+  if (n > caches.records.n_slots || caches.fold_args.empty())
+    return internal_error("{} replay record folds but the caches hold records for {} slots", n, caches.records.n_slots);
+  std::vector<int32_t> args(size_t(2 * caches.records.n_slots), 0);  // slots, then counts
+  std::set<int32_t> seen;
+  for (int i = 0; i < n; ++i) {
+    const cache::KdaFold& f = folds[size_t(i)];
+    if (f.slot < 0 || f.slot >= caches.records.n_slots || f.n_tokens < 0 || f.n_tokens > caches.records.n_tokens ||
+        !seen.insert(f.slot).second)
+      return internal_error("replay record fold of {} tokens into slot {} (records: {} slots x {} tokens; one fold "
+                            "per slot)", f.n_tokens, f.slot, caches.records.n_slots, caches.records.n_tokens);
+    args[size_t(i)] = f.slot;
+    args[size_t(caches.records.n_slots + i)] = f.n_tokens;
+  }
+  RILL_TRY(be.upload_async(caches.fold_args.data, args.data(), args.size() * sizeof(int32_t)));
+  int32_t* dev = caches.fold_args.ptr<int32_t>();
+  const TensorView slots = TensorView::make(dev, DType::I32, {n}, be.device());
+  const TensorView counts = TensorView::make(dev + caches.records.n_slots, DType::I32, {n}, be.device());
+  for (const model::LayerCache& L : caches.layers)
+    if (!L.kda_state.empty())
+      RILL_TRY(be.kda_fold({L.kda_records, L.kda_conv_records, L.kda_state, L.kda_conv, slots, counts}));
+  return {};
+}
+
 }  // namespace
 
 Status apply_cache_ops(backend::Backend& be, const model::ModelCaches& caches, const cache::CacheOps& ops,
@@ -58,6 +86,7 @@ Status apply_cache_ops(backend::Backend& be, const model::ModelCaches& caches, c
     return internal_error("{} host tier copies but the runner has no host tier", ops.tier_copies.size());
   if (!ops.disk_writes.empty() && (!host || !host->enabled() || !disk))
     return internal_error("{} disk tier writes but the runner has no disk tier", ops.disk_writes.size());
+  RILL_TRY(apply_folds(be, caches, ops.kda_folds));
   const auto& slot = ops.kda_slot_copies;
   size_t done = 0;  // slot copies applied
   // Slot copies up to `upto`, then each run of host tier copies placed there.
@@ -130,13 +159,15 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(std::unique_ptr<model::
   RILL_ASSIGN_OR_RETURN(
       cache::MemoryPlan plan,
       plan_memory(be, c, o.max_batch_size, want_len, o.kv_cache_fraction, o.num_kv_blocks, o.block_size,
-                  prefix, o.gpu_memory_utilization, o.num_speculative_tokens > 0));
+                  prefix, o.gpu_memory_utilization, o.num_speculative_tokens > 0, o.kda_rollback,
+                  o.num_speculative_tokens + 1));
   // Graphs pad with one state slot and one MLA block past those the cache manager hands out.
   const bool graphs = !o.enforce_eager && (be.can_capture() || !o.capture_graphs);
   const int n_slots = cache::CacheManager::state_slots_needed(plan, prefix);
   RILL_ASSIGN_OR_RETURN(model::ModelCaches caches,
                         model::ModelCaches::allocate(be, c, n_slots + (graphs ? 1 : 0),
-                                                     plan.n_blocks + (graphs ? 1 : 0), plan.block_size));
+                                                     plan.n_blocks + (graphs ? 1 : 0), plan.block_size,
+                                                     {plan.n_record_slots, plan.record_tokens}));
   RILL_ASSIGN_OR_RETURN(Sampler sampler, Sampler::create(be, max_rows));
   std::unique_ptr<ModelRunner> r(new ModelRunner(std::move(model), std::move(sampler)));
   r->plan_ = plan;

@@ -46,6 +46,9 @@ struct RunnerOptions {
   // Speculative decoding: draft tokens a sequence may bring to one step (0: off). A step then has up to
   // 1 + num_speculative_tokens logits rows per sequence, and every sequence slot gets a checkpoint slot.
   int num_speculative_tokens = 0;
+  // How a rejected draft's KDA state is rolled back (cache::KdaRollback): checkpoint slots (the default), or
+  // replay records of num_speculative_tokens + 1 tokens per sequence slot instead.
+  cache::KdaRollback kda_rollback = cache::KdaRollback::Checkpoint;
   // Prefix caching's host tier (vLLM's --kv-offloading-size, in bytes; 0: none): evicted MLA blocks and KDA
   // snapshots kept in host memory (pinned on CUDA). Memory that cannot be had is logged and the tier skipped.
   int64_t host_tier_bytes = 0;
@@ -62,8 +65,8 @@ struct RunnerOptions {
   DraftModelOptions draft;
 };
 
-// Applies a step's cache operations to `caches` (KDA slot copies, on the backend's stream, with the effect of
-// running them in order): every layer's copies of a wave go out as one Backend::copy_device_to_device_batch;
+// Applies a step's cache operations to `caches` (replay record folds first, as Backend::kda_fold per KDA
+// layer; then KDA slot copies, on the backend's stream, with the effect of running them in order): every layer's copies of a wave go out as one Backend::copy_device_to_device_batch;
 // the host tier's copies (`host`; required when there are any) as Backend::copy_host_tier_batch between them,
 // where their `after` places them. `tier_seconds` (optional) adds the host time spent issuing those. The
 // disk writes (`disk`; required when there are any) copy their host items out where their `after` places

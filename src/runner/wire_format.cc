@@ -146,6 +146,7 @@ Bytes encode_step(const model::StepBatch& batch, const cache::CacheOps& ops) {
     w.put<int32_t>(s.state_slot);
     w.put<uint8_t>(uint8_t(s.logits));
     w.put<int32_t>(s.n_logits);
+    w.put<uint8_t>(s.kda_records ? 1 : 0);
     w.put_ints(s.block_table);
     w.put<uint32_t>(uint32_t(s.kda_snapshots.size()));
     for (const model::KdaSnapshotRequest& k : s.kda_snapshots) {
@@ -158,6 +159,11 @@ Bytes encode_step(const model::StepBatch& batch, const cache::CacheOps& ops) {
     w.put<int32_t>(c.from);
     w.put<int32_t>(c.to);
   }
+  w.put<uint32_t>(uint32_t(ops.kda_folds.size()));
+  for (const cache::KdaFold& f : ops.kda_folds) {
+    w.put<int32_t>(f.slot);
+    w.put<int32_t>(f.n_tokens);
+  }
   return w.take();
 }
 
@@ -167,7 +173,7 @@ Result<StepMessage> decode_step(std::span<const uint8_t> bytes) {
   StepMessage m;
   RILL_TRY(r.get_ints(m.batch.token_ids, "token ids"));
   uint32_t n_seqs = 0;
-  RILL_TRY(r.count(n_seqs, 25, "sequence count"));  // 25: the fixed bytes of one sequence
+  RILL_TRY(r.count(n_seqs, 26, "sequence count"));  // 26: the fixed bytes of one sequence
   m.batch.seqs.resize(n_seqs);
   for (model::SequenceStep& s : m.batch.seqs) {
     uint8_t logits = 0;
@@ -179,6 +185,7 @@ Result<StepMessage> decode_step(std::span<const uint8_t> bytes) {
       return invalid_argument("step message: logits kind {} is none of None, Last, All, LastN", int(logits));
     s.logits = model::LogitsNeeded(logits);
     RILL_TRY(r.get(s.n_logits, "n_logits"));
+    RILL_TRY(r.get_bool(s.kda_records, "kda_records"));
     RILL_TRY(r.get_ints(s.block_table, "block table"));
     uint32_t n_snapshots = 0;
     RILL_TRY(r.count(n_snapshots, 8, "snapshot count"));
@@ -194,6 +201,13 @@ Result<StepMessage> decode_step(std::span<const uint8_t> bytes) {
   for (cache::KdaSlotCopy& c : m.ops.kda_slot_copies) {
     RILL_TRY(r.get(c.from, "slot copy from"));
     RILL_TRY(r.get(c.to, "slot copy to"));
+  }
+  uint32_t n_folds = 0;
+  RILL_TRY(r.count(n_folds, 8, "record fold count"));
+  m.ops.kda_folds.resize(n_folds);
+  for (cache::KdaFold& f : m.ops.kda_folds) {
+    RILL_TRY(r.get(f.slot, "record fold slot"));
+    RILL_TRY(r.get(f.n_tokens, "record fold tokens"));
   }
   RILL_TRY(r.end());
   return m;
@@ -219,6 +233,9 @@ Status runner_options_fields(IO& io, Options& o) {
   RILL_TRY(io.field(o.enforce_eager, "enforce_eager"));
   RILL_TRY(io.field(o.capture_graphs, "capture_graphs"));
   RILL_TRY(io.field(o.num_speculative_tokens, "num_speculative_tokens"));
+  bool records = o.kda_rollback == cache::KdaRollback::Records;
+  RILL_TRY(io.field(records, "kda_rollback"));
+  if constexpr (!std::is_const_v<Options>) o.kda_rollback = records ? cache::KdaRollback::Records : cache::KdaRollback::Checkpoint;
   return io.field(o.max_logit_rows, "max_logit_rows");
 }
 template <typename IO, typename Report>

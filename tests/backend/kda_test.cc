@@ -47,6 +47,7 @@ const char* gate_name(Gate g) {
 struct Seq {
   int start_pos, n_new, slot;
   std::vector<model::KdaSnapshotRequest> snaps = {};  // in-step snapshots (prefix caching): {pos, slot}
+  bool records = false;                               // writes replay records (speculative decoding)
 };
 
 model::StepBatch make_batch(const std::vector<Seq>& seqs) {
@@ -57,6 +58,7 @@ model::StepBatch make_batch(const std::vector<Seq>& seqs) {
     st.n_new = s.n_new;
     st.state_slot = s.slot;
     st.kda_snapshots = s.snaps;
+    st.kda_records = s.records;
     st.block_table.assign(size_t((s.start_pos + s.n_new + 63) / 64), 0);
     b.seqs.push_back(st);
     b.token_ids.resize(b.token_ids.size() + size_t(s.n_new), 0);
@@ -619,6 +621,137 @@ TEST(KdaCuda, FusedDecodeMatchesTheSeparateOps) {
     for (Gate gate : {Gate::Softplus, Gate::Bounded})
       for (bool low_rank : {true, false}) check_fused_decode(h, heads, gate, low_rank, seqs, 7);
   check_fused_decode(h, 32, Gate::Softplus, true, {{4000, 1, 0}}, 1);  // batch 1, the bench's shape
+}
+
+// Speculative decoding's replay records (kda_rollback "records"): one step mixing two verify sequences that
+// write records (5 tokens, and 17 — past the recurrent kernel's usual 16 — with slots shuffled) with a plain
+// prefill and a plain decode; then kda_fold of 1, 3 and all of their tokens. Against the CPU: conv outputs,
+// attention outputs, records and folded states within the attention tolerance; conv records, untouched
+// windows and folded windows exact (bf16 copies). On the GPU alone, bit for bit: slots of record sequences
+// unchanged by the step, and the fold of all tokens equal to the state the same step computes in place
+// without records (the fold repeats the kernel's fmaf on the recorded floats) — that step has a record buffer
+// but marks nobody, so the 17-token sequence takes the recurrent kernel there too.
+TEST(KdaCuda, ReplayRecordsMatchCpuAndFoldBitExactly) {
+  OpHarness h(kTested);
+  RILL_REQUIRE_BACKEND(h);
+  const int heads = 4, R = 17, n_slots = 6;
+  const int64_t P = int64_t(heads) * kD;
+  const std::vector<Seq> seqs = {{12, 5, 3, {}, true}, {70, 17, 0, {}, true}, {0, 40, 1}, {30, 1, 4}};
+  std::vector<Seq> plain_seqs = seqs;
+  for (Seq& q : plain_seqs) q.records = false;
+  const model::StepBatch batch = make_batch(seqs), plain_batch = make_batch(plain_seqs);
+  const int64_t T = batch.n_tokens();
+  const GateParams gp = gate_params(h, heads, Gate::SoftplusMild);
+  const DType act = h.dev().act_dtype();
+
+  // kda_prepare with conv records.
+  const PrepareIo io = prepare_inputs(h, T, heads, gp);
+  const Shape cs{n_slots, kK - 1, 3 * P}, crs{n_slots, R, 3 * P};
+  const std::vector<float> windows = h.randn(cs.numel());
+  auto conv = h.put_both(windows, DType::F32, act, cs);
+  BackendTensor crec_cpu = h.empty(h.cpu(), DType::F32, crs), crec_dev = h.empty(h.dev(), act, crs);
+  const PrepareOut oc = prepare_outputs(h, h.cpu(), T, heads, DType::F32);
+  const PrepareOut od = prepare_outputs(h, h.dev(), T, heads, act);
+  backend::BatchLayout lc, ld;
+  h.layouts(batch, 64, &lc, &ld);
+  backend::KdaPrepareArgs pc = prepare_args(io, true, conv.first.view, heads, gp, &lc, oc, 0, T),
+                          pd = prepare_args(io, false, conv.second.view, heads, gp, &ld, od, 0, T);
+  pc.conv_records = crec_cpu.view;
+  pd.conv_records = crec_dev.view;
+  ASSERT_TRUE(h.cpu().kda_prepare(pc).ok());
+  Status st = h.dev().kda_prepare(pd);
+  ASSERT_TRUE(st.ok()) << st.message();
+  EXPECT_LE(rel_l2(h.get(h.dev(), od.q.view), h.get(h.cpu(), oc.q.view)), kConvTol);
+  EXPECT_LE(rel_l2(h.get(h.dev(), od.v.view), h.get(h.cpu(), oc.v.view)), kConvTol);
+  const std::vector<float> win_cpu = h.get(h.cpu(), conv.first.view), win_dev = h.get(h.dev(), conv.second.view);
+  EXPECT_EQ(win_dev, win_cpu);
+  const size_t win = size_t((kK - 1) * 3 * P);
+  for (const Seq& q : seqs) {
+    if (q.records) {
+      EXPECT_EQ(slice(win_dev, size_t(q.slot) * win, win), slice(windows, size_t(q.slot) * win, win))
+          << "window of record slot " << q.slot;
+    }
+  }
+  const std::vector<float> cr_cpu = h.get(h.cpu(), crec_cpu.view), cr_dev = h.get(h.dev(), crec_dev.view);
+  const size_t crow = size_t(3 * P);
+  for (const Seq& q : seqs)
+    if (q.records) {
+      const size_t off = size_t(q.slot) * R * crow, n = size_t(q.n_new) * crow;
+      EXPECT_EQ(slice(cr_dev, off, n), slice(cr_cpu, off, n)) << "conv records of slot " << q.slot;
+    }
+
+  // kda_attention with records, and the same step without them on the GPU (its states: the fold's target).
+  States stt = make_states(h, n_slots, heads, 0.1f);
+  const std::vector<float> state0 = h.get(h.dev(), stt.dev.view);
+  const Shape actv{T, heads, kD}, rs{n_slots, R, heads, 3, kD};
+  auto q = h.put_both(h.randn(T * P), DType::F32, act, actv);
+  auto k = h.put_both(h.randn(T * P), DType::F32, act, actv);
+  auto v = h.put_both(h.randn(T * P), DType::F32, act, actv);
+  auto g = h.put_both(make_g(h, gp, T, heads), DType::F32, DType::F32, actv);
+  std::vector<float> beta = h.randn(T * heads, 1.0f, false);
+  for (float& b : beta) b = 1.0f / (1.0f + std::exp(-b));
+  auto bt = h.put_both(beta, DType::F32, DType::F32, {T, heads});
+  const BackendTensor out_cpu = h.empty(h.cpu(), DType::F32, actv), out_dev = h.empty(h.dev(), act, actv),
+                      out_plain = h.empty(h.dev(), act, actv);
+  BackendTensor rec_cpu = h.empty(h.cpu(), DType::F32, rs), rec_dev = h.empty(h.dev(), DType::F32, rs);
+  backend::KdaAttentionArgs ac{q.first.view, k.first.view, v.first.view, g.first.view, bt.first.view,
+                               stt.cpu.view, &lc, out_cpu.view, nullptr, rec_cpu.view};
+  st = h.cpu().kda_attention(ac);
+  ASSERT_TRUE(st.ok()) << st.message();
+  run_dev_attention(h, {q.second.view, k.second.view, v.second.view, g.second.view, bt.second.view, stt.dev.view,
+                        &ld, out_dev.view, nullptr, rec_dev.view});
+  // The plain step has a record buffer too but marks nobody (the engine's other steps): the same kernels run.
+  BackendTensor plain_state = h.put(h.dev(), state0, DType::F32, {n_slots, heads, kD, kD});
+  BackendTensor rec_unused = h.empty(h.dev(), DType::F32, rs);
+  backend::BatchLayout lc2, ld2;
+  h.layouts(plain_batch, 64, &lc2, &ld2);
+  run_dev_attention(h, {q.second.view, k.second.view, v.second.view, g.second.view, bt.second.view,
+                        plain_state.view, &ld2, out_plain.view, nullptr, rec_unused.view});
+  EXPECT_LE(rel_l2(h.get(h.dev(), out_dev.view), h.get(h.cpu(), out_cpu.view)), kAttnTol);
+  EXPECT_EQ(h.get(h.dev(), out_dev.view), h.get(h.dev(), out_plain.view)) << "outputs with and without records";
+  const std::vector<float> s_dev = h.get(h.dev(), stt.dev.view), s_cpu = h.get(h.cpu(), stt.cpu.view),
+                           s_plain = h.get(h.dev(), plain_state.view);
+  const size_t per_slot = size_t(stt.slot_elems()), per_rec = size_t(heads) * 3 * kD;
+  const std::vector<float> r_cpu = h.get(h.cpu(), rec_cpu.view), r_dev = h.get(h.dev(), rec_dev.view);
+  for (const Seq& sq : seqs) {
+    const size_t so = size_t(sq.slot) * per_slot;
+    if (!sq.records) {
+      EXPECT_LE(rel_l2(slice(s_dev, so, per_slot), slice(s_cpu, so, per_slot)), kAttnTol) << "slot " << sq.slot;
+      continue;
+    }
+    EXPECT_EQ(slice(s_dev, so, per_slot), slice(state0, so, per_slot)) << "record slot " << sq.slot << " changed";
+    const size_t ro = size_t(sq.slot) * R * per_rec, rn = size_t(sq.n_new) * per_rec;
+    EXPECT_LE(rel_l2(slice(r_dev, ro, rn), slice(r_cpu, ro, rn)), kAttnTol) << "records of slot " << sq.slot;
+  }
+
+  // Folds of 1, 3 and every token of each record sequence (slot 2 in the list with 0 tokens: untouched).
+  for (int count : {1, 3, R}) {
+    SCOPED_TRACE("fold of " + std::to_string(count));
+    const std::vector<int32_t> slots = {3, 0, 2}, counts = {std::min(count, 5), count, 0};
+    std::vector<float> sl(slots.begin(), slots.end()), ct(counts.begin(), counts.end());
+    auto slots_t = h.put_both(sl, DType::I32, DType::I32, {3});
+    auto counts_t = h.put_both(ct, DType::I32, DType::I32, {3});
+    auto fs = h.put_both(s_cpu, DType::F32, DType::F32, {n_slots, heads, kD, kD});
+    auto fw = h.put_both(win_cpu, DType::F32, act, cs);
+    ASSERT_TRUE(h.cpu().kda_fold({rec_cpu.view, crec_cpu.view, fs.first.view, fw.first.view, slots_t.first.view,
+                                  counts_t.first.view}).ok());
+    BackendTensor fs_dev = h.put(h.dev(), s_dev, DType::F32, {n_slots, heads, kD, kD});
+    st = h.dev().kda_fold({rec_dev.view, crec_dev.view, fs_dev.view, fw.second.view, slots_t.second.view,
+                           counts_t.second.view});
+    ASSERT_TRUE(st.ok()) << st.message();
+    const std::vector<float> got = h.get(h.dev(), fs_dev.view), want = h.get(h.cpu(), fs.first.view);
+    for (int i = 0; i < 3; ++i) {
+      const size_t so = size_t(slots[size_t(i)]) * per_slot;
+      EXPECT_LE(rel_l2(slice(got, so, per_slot), slice(want, so, per_slot)), kAttnTol) << "slot " << slots[size_t(i)];
+    }
+    EXPECT_EQ(slice(got, 2 * per_slot, per_slot), slice(s_dev, 2 * per_slot, per_slot)) << "slot 2 folded 0 tokens";
+    EXPECT_EQ(h.get(h.dev(), fw.second.view), h.get(h.cpu(), fw.first.view)) << "folded windows";
+    if (count == R) {
+      EXPECT_EQ(slice(got, 0, per_slot), slice(s_plain, 0, per_slot)) << "slot 0: fold of all vs in place";
+      EXPECT_EQ(slice(got, 3 * per_slot, per_slot), slice(s_plain, 3 * per_slot, per_slot))
+          << "slot 3: fold of all vs in place";
+    }
+  }
 }
 
 TEST(KdaCuda, RejectsOtherHeadDims) {

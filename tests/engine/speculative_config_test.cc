@@ -41,6 +41,16 @@ TEST(SpeculativeConfig, ParsesVllmKeys) {
   ASSERT_TRUE(neither.ok());
   EXPECT_EQ(neither->prompt_lookup_min, 5);
   EXPECT_EQ(neither->prompt_lookup_max, 5);
+  EXPECT_EQ(neither->kda_rollback, cache::KdaRollback::Checkpoint);  // the default
+  // rill's own key: how a rejected draft's KDA state is rolled back.
+  auto records = spec::parse_speculative_config(
+      R"({"method": "suffix", "num_speculative_tokens": 3, "kda_rollback": "records"})");
+  ASSERT_TRUE(records.ok()) << records.status().to_string();
+  EXPECT_EQ(records->kda_rollback, cache::KdaRollback::Records);
+  auto checkpoint = spec::parse_speculative_config(
+      R"({"method": "ngram", "num_speculative_tokens": 3, "kda_rollback": "checkpoint"})");
+  ASSERT_TRUE(checkpoint.ok()) << checkpoint.status().to_string();
+  EXPECT_EQ(checkpoint->kda_rollback, cache::KdaRollback::Checkpoint);
 }
 
 TEST(SpeculativeConfig, ErrorsNameTheKeyOrMethod) {
@@ -53,6 +63,10 @@ TEST(SpeculativeConfig, ErrorsNameTheKeyOrMethod) {
       {R"({"method": "ngram", "num_speculative_tokens": "4"})",
        "\"num_speculative_tokens\" must be an integer"},
       {R"({"method": "ngram"})", "\"num_speculative_tokens\" is required"},
+      {R"({"method": "ngram", "num_speculative_tokens": 4, "kda_rollback": "copy"})",
+       "\"kda_rollback\" must be \"checkpoint\" or \"records\" (got \"copy\")"},
+      {R"({"method": "ngram", "num_speculative_tokens": 4, "kda_rollback": 1})",
+       "\"kda_rollback\" must be \"checkpoint\" or \"records\" (got 1)"},
       {R"({"num_speculative_tokens": 4})", "\"method\" is required"},
       {R"({"method": "suffix", "num_speculative_tokens": 4, "prompt_lookup_max": 3})",
        "\"prompt_lookup_max\" does not apply to method \"suffix\""},

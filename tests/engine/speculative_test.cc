@@ -205,8 +205,9 @@ void expect_same(const Outcome& on, const Outcome& off, const std::string& what)
 // of them gets its next tokens, corrupted as the mode says; any other context gets nothing.
 class ReferenceDrafter final : public spec::Drafter {
  public:
-  enum class Mode { Oracle, Wrong, Random, FirstRight };
-  ReferenceDrafter(Mode mode, uint32_t seed = 0) : mode_(mode), seed_(seed) {}
+  enum class Mode { Oracle, Wrong, Random, FirstRight, RightFirstN };
+  // RightFirstN: the first `n_right` drafts of each proposal are right, the rest wrong.
+  ReferenceDrafter(Mode mode, uint32_t seed = 0, int n_right = 0) : mode_(mode), seed_(seed), n_right_(n_right) {}
   void learn(std::vector<int32_t> prompt, const std::vector<int32_t>& output) {
     prompt.insert(prompt.end(), output.begin(), output.end());
     known_.push_back(std::move(prompt));
@@ -226,6 +227,9 @@ class ReferenceDrafter final : public spec::Drafter {
           break;
         case Mode::FirstRight:  // exactly one draft accepted per verify step
           for (size_t i = 1; i < d.size(); ++i) d[i] = 3 + (d[i] + 1 - 3) % 500;
+          break;
+        case Mode::RightFirstN:
+          for (size_t i = size_t(n_right_); i < d.size(); ++i) d[i] = 3 + (d[i] + 1 - 3) % 500;
           break;
         case Mode::Random: {
           // Per context: no drafts, fewer, or right up to a point and wrong from there.
@@ -254,6 +258,7 @@ class ReferenceDrafter final : public spec::Drafter {
  private:
   Mode mode_;
   uint32_t seed_;
+  int n_right_ = 0;
   std::vector<std::vector<int32_t>> known_;
 };
 
@@ -358,6 +363,73 @@ TEST_P(Speculative, DraftsRightUpToARandomPointChangeNothing) {
   EXPECT_LT(s.spec_num_accepted_tokens, s.spec_num_draft_tokens);
   EXPECT_EQ(s.kv_blocks_used, 0);  // truncations and rollbacks gave every block back
   EXPECT_EQ(s.state_slots_used, 0);
+}
+
+// Rollback by replay records (--speculative-config "kda_rollback": "records"): for every accepted count a in
+// 0..k, verify steps that accept exactly a drafts commit, through the fold of a + 1 records, the state of the
+// plain run — the logits of every later position are its bits (expect_same), which they would not be with a
+// state off by one token or one rounding — and nothing is re-fed: every verify step is one sequence's
+// [last, d1..dk] (the tokens processed are the prompt's, then k + 1 per verify step). The caches' memory
+// plan holds records instead of checkpoint slots.
+TEST_P(Speculative, ReplayRecordsCommitEveryAcceptedCount) {
+  const uint32_t seed = test_seed();
+  SCOPED_TRACE("RILL_TEST_SEED=" + std::to_string(seed));
+  std::mt19937 rng(seed);
+  const int k = 4;
+  const auto ps = prompts(rng, 2);
+  std::vector<Outcome> want;
+  for (const auto& p : ps) want.push_back(reference(p, greedy(23)));
+  for (int a = 0; a <= k; ++a) {
+    SCOPED_TRACE("accepted per verify step: " + std::to_string(a));
+    auto drafter = std::make_shared<ReferenceDrafter>(ReferenceDrafter::Mode::RightFirstN, 0, a);
+    for (size_t i = 0; i < ps.size(); ++i) drafter->learn(ps[i], want[i].ids);
+    EngineOptions o = speculating(k, drafter);
+    o.speculative.kda_rollback = cache::KdaRollback::Records;
+    Harness on(current_fixture, o);
+    const std::vector<Outcome> got = on.run_all({{ps[0], greedy(23)}, {ps[1], greedy(23)}});
+    for (size_t i = 0; i < ps.size(); ++i) expect_same(got[i], want[i], "request " + std::to_string(i));
+    const EngineStats s = on.engine().stats();
+    EXPECT_GT(s.spec_num_drafts, 4u);
+    // Each verify step accepted a drafts, except near max_tokens where fewer were proposed.
+    EXPECT_LE(s.spec_num_accepted_tokens, uint64_t(a) * s.spec_num_drafts);
+    EXPECT_GE(s.spec_num_accepted_tokens + 2 * uint64_t(k), uint64_t(a) * s.spec_num_drafts);
+    EXPECT_EQ(s.kv_blocks_used, 0);
+    EXPECT_EQ(s.state_slots_used, 0);
+  }
+}
+
+// Records and checkpoint + re-feed generate the same tokens (and logits) with drafts right up to random
+// points, random k, in batches; records again with the decode graphs' padded steps run eagerly
+// (capture_graphs false: the padding sequences copy a verify step but must not write records).
+TEST_P(Speculative, ReplayRecordsEqualCheckpointAndReFeed) {
+  const uint32_t seed = test_seed();
+  SCOPED_TRACE("RILL_TEST_SEED=" + std::to_string(seed));
+  std::mt19937 rng(seed);
+  auto drafter = std::make_shared<ReferenceDrafter>(ReferenceDrafter::Mode::Random, seed);
+  const auto ps = prompts(rng, 4);
+  std::vector<Request> rs;
+  for (const auto& p : ps) {
+    rs.push_back({p, greedy(20 + int(rng() % 30))});
+    drafter->learn(p, reference(rs.back()).ids);
+  }
+  const int k = 1 + int(rng() % 6);
+  std::vector<Outcome> by_mode[3];
+  for (int run = 0; run < 3; ++run) {
+    EngineOptions o = speculating(k, drafter, 64);
+    o.speculative.kda_rollback = run == 0 ? cache::KdaRollback::Checkpoint : cache::KdaRollback::Records;
+    o.capture_graphs = run != 2;
+    Harness on(current_fixture, o);
+    by_mode[run] = on.run_all(rs);
+    const EngineStats s = on.engine().stats();
+    EXPECT_GT(s.spec_num_accepted_tokens, 0u);
+    EXPECT_LT(s.spec_num_accepted_tokens, s.spec_num_draft_tokens);
+    EXPECT_EQ(s.kv_blocks_used, 0);
+    EXPECT_EQ(s.state_slots_used, 0);
+  }
+  for (size_t i = 0; i < rs.size(); ++i) {
+    expect_same(by_mode[1][i], by_mode[0][i], "records vs checkpoint, request " + std::to_string(i));
+    expect_same(by_mode[2][i], by_mode[0][i], "records in padded steps vs checkpoint, request " + std::to_string(i));
+  }
 }
 
 // Stop ids and EOS inside an accepted run end the sequence at that token; later drafts are dropped.

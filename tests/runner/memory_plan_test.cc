@@ -40,6 +40,31 @@ TEST(MemoryPlan, APlanLargerThanTheAvailableMemoryIsRefusedWithTheFlags) {
   EXPECT_TRUE(plan_memory(*be, c, 4, 4096, 0.9, 0, 64, {}).ok());
 }
 
+// Speculative decoding's rollback storage: a checkpoint state slot per sequence slot, or with kda_rollback
+// "records" replay records of k + 1 tokens instead — at the 48B shape (20 KDA layers, 32 heads of 128, 3 x 128
+// fp32 per head and token, plus the bf16 pre-conv row of 3 x 4096) 8.5x smaller than a checkpoint at k = 4.
+TEST(MemoryPlan, ReplayRecordsReplaceCheckpointSlots) {
+  auto be = backend::make_cpu_backend();
+  const model::ModelConfig c = kimi_linear_48b();
+  auto ckpt = plan_memory(*be, c, 4, 4096, 0.9, 64, 64, {}, 0, true);
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status().to_string();
+  EXPECT_EQ(ckpt->n_checkpoints, 4);
+  EXPECT_EQ(ckpt->n_record_slots, 0);
+  auto rec = plan_memory(*be, c, 4, 4096, 0.9, 64, 64, {}, 0, true, cache::KdaRollback::Records, 5);
+  ASSERT_TRUE(rec.ok()) << rec.status().to_string();
+  EXPECT_EQ(rec->n_checkpoints, 0);
+  EXPECT_EQ(rec->checkpoint_bytes, 0);
+  EXPECT_EQ(rec->n_record_slots, 4);
+  EXPECT_EQ(rec->record_tokens, 5);
+  // The CPU's activations are fp32: the pre-conv rows take 4 bytes a value there (2 on the GPU).
+  const int64_t per_layer = 4 * 5 * (32 * 3 * 128 * 4 + 3 * 4096 * 4);
+  EXPECT_EQ(rec->record_bytes, 20 * per_layer + 256);  // + the fold's slot and count arrays
+  EXPECT_LT(rec->record_bytes * 4, ckpt->checkpoint_bytes);  // 4.5x with fp32 rows, 8.5x with bf16
+  EXPECT_NE(rec->describe().find("KDA replay records of 5 tokens"), std::string::npos) << rec->describe();
+  EXPECT_EQ(rec->describe().find("checkpoint"), std::string::npos) << rec->describe();
+  EXPECT_FALSE(plan_memory(*be, c, 4, 4096, 0.9, 64, 64, {}, 0, true, cache::KdaRollback::Records, 1).ok());
+}
+
 // --gpu-memory-utilization with vLLM's meaning: the process holds at most U x total, so the caches get
 // U x total less what is in use (total - free); --kv-cache-fraction is a share of the free memory.
 TEST(MemoryPlan, GpuMemoryUtilizationBudgetsTheDeviceTotal) {

@@ -71,6 +71,7 @@ Status CpuBackend::upload_layout(const BatchLayoutHost& host, int block_size, Ba
   l.seq_token_start = host.seq_token_start.data();
   l.seq_start_pos = host.seq_start_pos.data();
   l.seq_state_slot = host.seq_state_slot.data();
+  l.seq_kda_records = host.seq_kda_records.data();
   l.block_tables = host.block_tables.data();
   l.token_seq = host.token_seq.data();
   l.token_pos = host.token_pos.data();

@@ -36,6 +36,7 @@ class CpuBackend final : public Backend {
   Status kda_prepare_impl(const KdaPrepareArgs& a) override;
   Status kda_attention_impl(const KdaAttentionArgs& a) override;
   Status kda_output_impl(const KdaOutputArgs& a) override;
+  Status kda_fold_impl(const KdaFoldArgs& a) override;
   Status mla_cache_write_impl(const MlaCacheWriteArgs& a) override;
   Status mla_attention_impl(const MlaAttentionArgs& a) override;
   Status moe_route_impl(const MoeRouteArgs& a) override;

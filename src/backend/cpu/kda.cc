@@ -36,6 +36,13 @@ void conv_sequence(const KdaPrepareArgs& a, int s, std::vector<float>& window) {
       out.ptr<float>()[t * out.stride(0) + ch] = y;  // [T, Hk, d] contiguous in (Hk, d)
     }
   }
+  // Replay records: the window stays as it was; the step's inputs go to the slot's records for kda_fold.
+  if (!a.conv_records.empty() && l.seq_kda_records && l.seq_kda_records[s]) {
+    float* rec = a.conv_records.ptr<float>() + int64_t(l.seq_state_slot[s]) * a.conv_records.stride(0);
+    for (int i = 0; i < n; ++i)
+      std::memcpy(rec + i * a.conv_records.stride(1), &window[size_t((K - 1 + i) * C)], size_t(C) * sizeof(float));
+    return;
+  }
   std::memcpy(state, &window[size_t(n * C)], size_t((K - 1) * C) * sizeof(float));
   // In-step snapshots (prefix caching): the window after position pos is the K-1 inputs before it, window
   // rows [rel, rel + K-1) with rel the step's inputs folded in by then — as the step's end above (rel = n).
@@ -111,19 +118,27 @@ void normalise_qk(const KdaAttentionArgs& a, int t0, int n, int64_t h, float* q,
 // 1741313225 failed one run in four, as the steps its prompts were prefilled in varied with timing. It is the
 // GPU's form; the CPU is the oracle, and the recurrence has no triangular solve to lose digits in.
 //
-// One token: S = diag(exp g) S; e = v - S^T k; S += beta k e^T; o = S^T q.  S is [d_k][d_v]; `e` is scratch
-// of d floats.
+// One token: S = diag(alpha) S with alpha = exp(g); e = v - S^T k; S += (beta k) e^T; o = S^T q. S is
+// [d_k][d_v]. The two state updates are their own functions because kda_fold repeats them from a token's
+// replay record (beta k, alpha, e): the same code on the same floats gives the same bits. `rec` holds 3 d
+// floats, [beta k | alpha | e], filled here.
+void decay_rows(float* S, const float* alpha, int64_t d) {
+  for (int64_t c = 0; c < d; ++c)
+    for (int64_t j = 0; j < d; ++j) S[c * d + j] *= alpha[c];
+}
+void add_rank1(float* S, const float* bk, const float* e, int64_t d) {
+  for (int64_t c = 0; c < d; ++c)
+    for (int64_t j = 0; j < d; ++j) S[c * d + j] += bk[c] * e[j];
+}
 void recurrent_step(float* S, const float* q, const float* k, const float* v, const float* g, float beta, int64_t d,
-                    float* o, float* e) {
-  for (int64_t c = 0; c < d; ++c) {
-    const float decay = std::exp(g[c]);
-    for (int64_t j = 0; j < d; ++j) S[c * d + j] *= decay;
-  }
+                    float* o, float* rec) {
+  float *bk = rec, *alpha = rec + d, *e = rec + 2 * d;
+  for (int64_t c = 0; c < d; ++c) alpha[c] = std::exp(g[c]), bk[c] = beta * k[c];
+  decay_rows(S, alpha, d);
   for (int64_t j = 0; j < d; ++j) e[j] = v[j];
   for (int64_t c = 0; c < d; ++c)
     for (int64_t j = 0; j < d; ++j) e[j] -= S[c * d + j] * k[c];
-  for (int64_t c = 0; c < d; ++c)
-    for (int64_t j = 0; j < d; ++j) S[c * d + j] += beta * k[c] * e[j];
+  add_rank1(S, bk, e, d);
   for (int64_t j = 0; j < d; ++j) o[j] = 0.0f;
   for (int64_t c = 0; c < d; ++c)
     for (int64_t j = 0; j < d; ++j) o[j] += S[c * d + j] * q[c];
@@ -150,6 +165,14 @@ Status CpuBackend::kda_attention_impl(const KdaAttentionArgs& a) {
       if (n == 0) continue;
       float* S = a.state.ptr<float>() + l.seq_state_slot[s] * a.state.stride(0) + h * a.state.stride(1);
       if (l.seq_start_pos[s] == 0) std::fill(S, S + d * d, 0.0f);
+      // Replay records: the recurrence runs on a copy, the slot keeps the state from before the step, and
+      // each token's (beta k, alpha, e) goes to the slot's records (kda_fold commits the accepted ones).
+      const bool records = !a.records.empty() && l.seq_kda_records && l.seq_kda_records[s];
+      std::vector<float> copy;
+      if (records) {
+        copy.assign(S, S + d * d);
+        S = copy.data();
+      }
       std::vector<float> q(static_cast<size_t>(n * d)), k(static_cast<size_t>(n * d)), v(static_cast<size_t>(n * d)), g(static_cast<size_t>(n * d)), beta(static_cast<size_t>(n)),
           o(static_cast<size_t>(n * d));
       normalise_qk(a, t0, n, h, q.data(), k.data());
@@ -162,9 +185,14 @@ Status CpuBackend::kda_attention_impl(const KdaAttentionArgs& a) {
       // Snapshots asked for inside the step (prefix caching): copy S out as the recurrence passes them.
       int j = snaps.n > 0 ? snaps.seq_begin[s] : 0;
       const int j_end = snaps.n > 0 ? snaps.seq_begin[s + 1] : 0;
-      std::vector<float> scratch(static_cast<size_t>(d));
+      std::vector<float> rec(static_cast<size_t>(3 * d));
       for (int i = 0; i < n; ++i) {
-        recurrent_step(S, &q[i * d], &k[i * d], &v[i * d], &g[i * d], beta[i], d, &o[i * d], scratch.data());
+        recurrent_step(S, &q[i * d], &k[i * d], &v[i * d], &g[i * d], beta[i], d, &o[i * d], rec.data());
+        if (records) {
+          const int64_t slot = l.seq_state_slot[s];
+          std::copy(rec.begin(), rec.end(),
+                    a.records.ptr<float>() + slot * a.records.stride(0) + i * a.records.stride(1) + h * a.records.stride(2));
+        }
         for (; j < j_end && snaps.requests[j].pos - l.seq_start_pos[s] == i + 1; ++j) {
           float* dst = a.state.ptr<float>() + snaps.requests[j].slot * a.state.stride(0) + h * a.state.stride(1);
           std::copy(S, S + d * d, dst);
@@ -174,6 +202,43 @@ Status CpuBackend::kda_attention_impl(const KdaAttentionArgs& a) {
         std::memcpy(a.out.ptr<float>() + (t0 + i) * a.out.stride(0) + h * a.out.stride(1), &o[i * d], size_t(d) * 4);
     }
   });
+  return {};
+}
+
+Status CpuBackend::kda_fold_impl(const KdaFoldArgs& a) {
+  const int64_t n = a.slots.size(0), R = a.records.size(1), Hk = a.state.size(1), d = a.state.size(2);
+  const int32_t* slots = a.slots.ptr<int32_t>();
+  const int32_t* counts = a.n_tokens.ptr<int32_t>();
+  for (int64_t i = 0; i < n; ++i)
+    if (counts[i] != 0 && (slots[i] < 0 || slots[i] >= a.records.size(0) || counts[i] < 0 || counts[i] > R))
+      return internal_error("kda_fold: fold {} of {} records into slot {} outside [0, {}] records x [0, {}) slots",
+                            i, counts[i], slots[i], R, a.records.size(0));
+  cpu::pool().parallel_for(n * Hk, 1, [&](int64_t b, int64_t e) {
+    for (int64_t job = b; job < e; ++job) {
+      const int64_t i = job / Hk, h = job % Hk;
+      if (counts[i] == 0) continue;
+      float* S = a.state.ptr<float>() + slots[i] * a.state.stride(0) + h * a.state.stride(1);
+      for (int t = 0; t < counts[i]; ++t) {
+        const float* rec =
+            a.records.ptr<float>() + slots[i] * a.records.stride(0) + t * a.records.stride(1) + h * a.records.stride(2);
+        decay_rows(S, rec + d, d);
+        add_rank1(S, rec, rec + 2 * d, d);
+      }
+    }
+  });
+  // Conv window: rows [a, a + K-1) of [window (K-1 rows) | the step's inputs]. Every source row lies at or
+  // after the row it lands in, so an ascending copy in place is exact.
+  const int64_t K1 = a.conv_state.size(1), C = a.conv_state.size(2);
+  for (int64_t i = 0; i < n; ++i) {
+    if (counts[i] == 0) continue;
+    float* win = a.conv_state.ptr<float>() + slots[i] * a.conv_state.stride(0);
+    const float* in = a.conv_records.ptr<float>() + slots[i] * a.conv_records.stride(0);
+    for (int64_t r = 0; r < K1; ++r) {
+      const int64_t src = counts[i] + r;
+      const float* from = src < K1 ? win + src * a.conv_state.stride(1) : in + (src - K1) * a.conv_records.stride(1);
+      std::memmove(win + r * a.conv_state.stride(1), from, size_t(C) * sizeof(float));
+    }
+  }
   return {};
 }
 

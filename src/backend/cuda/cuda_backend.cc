@@ -424,8 +424,9 @@ Status CudaBackend::upload_layout(const backend::BatchLayoutHost& host, int bloc
   backend::BatchLayout& l = *out;
   l = backend::layout_scalars(host, block_size);
   const std::vector<int32_t>* arrays[] = {&host.seq_token_start, &host.seq_start_pos, &host.seq_state_slot,
-                                          &host.block_tables,    &host.token_seq,     &host.token_pos};
-  const int32_t** fields[] = {&l.seq_token_start, &l.seq_start_pos, &l.seq_state_slot,
+                                          &host.seq_kda_records, &host.block_tables,  &host.token_seq,
+                                          &host.token_pos};
+  const int32_t** fields[] = {&l.seq_token_start, &l.seq_start_pos, &l.seq_state_slot, &l.seq_kda_records,
                               &l.block_tables,    &l.token_seq,     &l.token_pos};
   // The snapshot requests travel only when the step asks for snapshots (their pointers stay null otherwise).
   const backend::KdaSnapshotsHost& snaps = host.kda_snapshots;
@@ -476,11 +477,11 @@ Status CudaBackend::upload_layout_fixed(const backend::BatchLayoutHost& host, in
   l = backend::layout_scalars(host, block_size);
   l.max_blocks_per_seq = block_table_stride;
   const std::vector<int32_t>* arrays[] = {&host.seq_token_start, &host.seq_start_pos, &host.seq_state_slot,
-                                          &host.token_seq, &host.token_pos};
-  const int32_t** fields[] = {&l.seq_token_start, &l.seq_start_pos, &l.seq_state_slot, &l.token_seq,
-                              &l.token_pos};
+                                          &host.seq_kda_records, &host.token_seq,     &host.token_pos};
+  const int32_t** fields[] = {&l.seq_token_start, &l.seq_start_pos, &l.seq_state_slot, &l.seq_kda_records,
+                              &l.token_seq,       &l.token_pos};
   char* p = static_cast<char*>(dst);
-  for (size_t i = 0; i < 5; ++i) {
+  for (size_t i = 0; i < std::size(arrays); ++i) {
     RILL_TRY(stage(arrays[i]->data(), arrays[i]->size() * 4, p));
     *fields[i] = reinterpret_cast<const int32_t*>(p);
     p += align256(arrays[i]->size() * 4);
@@ -637,6 +638,9 @@ Status CudaBackend::kda_prepare_impl(const backend::KdaPrepareArgs& a) {
 }
 Status CudaBackend::kda_attention_impl(const backend::KdaAttentionArgs& a) {
   return launch_kda_attention(a, ctx_);
+}
+Status CudaBackend::kda_fold_impl(const backend::KdaFoldArgs& a) {
+  return launch_kda_fold(a, ctx_);
 }
 Status CudaBackend::kda_output_impl(const backend::KdaOutputArgs& a) {
   return launch_kda_output_norm(a, ctx_);

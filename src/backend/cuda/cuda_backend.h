@@ -92,6 +92,7 @@ class CudaBackend final : public backend::Backend {
   Status kda_prepare_impl(const backend::KdaPrepareArgs& a) override;
   Status kda_attention_impl(const backend::KdaAttentionArgs& a) override;
   Status kda_output_impl(const backend::KdaOutputArgs& a) override;
+  Status kda_fold_impl(const backend::KdaFoldArgs& a) override;
   Status kda_decode_impl(const backend::KdaDecodeArgs& a) override;
   Status mla_cache_write_impl(const backend::MlaCacheWriteArgs& a) override;
   Status mla_attention_impl(const backend::MlaAttentionArgs& a) override;

@@ -75,12 +75,12 @@ Result<SpeculativeConfig> parse_speculative_config(std::string_view json, bool d
     return std::find(std::begin(keys), std::end(keys), key) != std::end(keys);
   };
   for (const auto& [key, value] : j.items())
-    if (key != "method" && key != "num_speculative_tokens" && key != "model" && !in(kNgramKeys, key) &&
-        !in(kSuffixKeys, key))
+    if (key != "method" && key != "num_speculative_tokens" && key != "model" && key != "kda_rollback" &&
+        !in(kNgramKeys, key) && !in(kSuffixKeys, key))
       return invalid_argument(
           "{}: unknown key \"{}\" (known: method, num_speculative_tokens, prompt_lookup_min, "
           "prompt_lookup_max, suffix_decoding_max_tree_depth, suffix_decoding_max_cached_requests, "
-          "suffix_decoding_min_token_prob, suffix_decoding_max_spec_factor, model)",
+          "suffix_decoding_min_token_prob, suffix_decoding_max_spec_factor, model, kda_rollback)",
           kWhere, key);
   // The method first: one that is not built is the error to see, whatever else the object says.
   if (!j.contains("method"))
@@ -104,6 +104,17 @@ Result<SpeculativeConfig> parse_speculative_config(std::string_view json, bool d
     if (!j["model"].is_string())
       return invalid_argument("{}: \"model\" must be a string (got {})", kWhere, j["model"].dump());
     c.draft_model = j["model"].get<std::string>();
+  }
+  if (j.contains("kda_rollback")) {  // rill's own: every method verifies through the same KDA
+    const nlohmann::json& v = j["kda_rollback"];
+    const std::string name = v.is_string() ? v.get<std::string>() : std::string();
+    if (name == "checkpoint")
+      c.kda_rollback = cache::KdaRollback::Checkpoint;
+    else if (name == "records")
+      c.kda_rollback = cache::KdaRollback::Records;
+    else
+      return invalid_argument("{}: \"kda_rollback\" must be \"checkpoint\" or \"records\" (got {})", kWhere,
+                              v.dump());
   }
   if (!j.contains("num_speculative_tokens"))
     return invalid_argument("{}: \"num_speculative_tokens\" is required", kWhere);

@@ -2,13 +2,15 @@
 // "ngram", "num_speculative_tokens": K, "prompt_lookup_max": N, "prompt_lookup_min": M}), `suffix` (suffix
 // decoding: "suffix_decoding_max_tree_depth", "suffix_decoding_max_cached_requests",
 // "suffix_decoding_min_token_prob", "suffix_decoding_max_spec_factor") and `draft_model` ("model": DIR;
-// in the commands that take it); `mtp` is refused by name.
+// in the commands that take it); `mtp` is refused by name. rill's own key "kda_rollback" ("checkpoint", the
+// default, or "records") chooses how a rejected draft's KDA state is rolled back (cache::KdaRollback).
 #pragma once
 
 #include <memory>
 #include <string>
 #include <string_view>
 
+#include "cache/cache_manager.h"
 #include "core/status.h"
 #include "engine/spec/drafter.h"
 #include "engine/spec/suffix_drafter.h"
@@ -21,6 +23,8 @@ struct SpeculativeConfig {
   int prompt_lookup_min = 5, prompt_lookup_max = 5;  // ngram
   SuffixDrafterOptions suffix;                       // suffix
   std::string draft_model;                           // draft_model: the checkpoint directory (vLLM's "model")
+  // "kda_rollback": checkpoint slots + re-feed (default) or replay records folded after acceptance.
+  cache::KdaRollback kda_rollback = cache::KdaRollback::Checkpoint;
   bool enabled() const { return num_speculative_tokens > 0; }
   // The ranges (errors name the key); a disabled config is valid.
   Status validate() const;

@@ -117,6 +117,7 @@ Status kda_forward(ForwardContext& cx, const ModelConfig& c, const KdaWeights& w
   prep.v = cx.ws.alloc(act, {T, Hk, d});
   prep.g = cx.ws.alloc(DType::F32, {T, Hk, d});
   prep.beta = cx.ws.alloc(DType::F32, {T, Hk});
+  prep.conv_records = cache.kda_conv_records;  // written only for the sequences the layout marks
   RILL_TRY(be.kda_prepare(prep));  // also the conv windows of the step's in-step snapshots
   cx.tap("kda.q", prep.q);
   cx.tap("kda.k", prep.k);
@@ -125,7 +126,8 @@ Status kda_forward(ForwardContext& cx, const ModelConfig& c, const KdaWeights& w
   cx.tap("kda.beta", prep.beta);
 
   TensorView o = cx.ws.alloc(act, {T, Hk, d});
-  RILL_TRY(be.kda_attention({prep.q, prep.k, prep.v, prep.g, prep.beta, cache.kda_state, &cx.layout, o, &cx.ws}));
+  RILL_TRY(be.kda_attention(
+      {prep.q, prep.k, prep.v, prep.g, prep.beta, cache.kda_state, &cx.layout, o, &cx.ws, cache.kda_records}));
   cx.tap("kda.o", o);
 
   TensorView normed = cx.ws.alloc(act, {T, P});

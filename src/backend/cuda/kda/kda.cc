@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "backend/cuda/common/align.h"
 #include "backend/cuda/common/check.h"
@@ -142,6 +143,16 @@ Status launch_kda_prepare(const backend::KdaPrepareArgs& a, const CudaContext& c
   // Backend::kda_prepare checked each request's rows and slot on the host.
   p.snap_begin = l.kda_snapshots.seq_begin;
   p.snaps = l.kda_snapshots.requests;
+  if (!a.conv_records.empty()) {  // Backend::kda_prepare checked the marked sequences fit
+    if (a.conv_records.stride(2) != 1 || !aligned16(a.conv_records.data) || a.conv_records.stride(0) % 8 ||
+        a.conv_records.stride(1) % 8)
+      return invalid_argument("{}: conv_records must have 16-byte aligned contiguous rows, got {}", op,
+                              a.conv_records.describe());
+    p.seq_records = l.seq_kda_records;
+    p.conv_records = bf(a.conv_records);
+    p.ld_cr_slot = a.conv_records.stride(0);
+    p.ld_cr_row = a.conv_records.stride(1);
+  }
   p.n_tokens = l.n_tokens;
   p.proj = a.n_heads * a.head_dim;
   const int per_block = kPrepThreads * kPrepVec;
@@ -194,7 +205,12 @@ Status launch_kda_attention(const backend::KdaAttentionArgs& a, const CudaContex
   // context) a verify step of k = 1 at batch 1 took 4.12 ms instead of 4.95 through the chunked path, at
   // batch 64 33.7 instead of 42.2 (docs/PERF.md). CudaBackendOptions::kda_recurrent_verify off sends them
   // down the chunked path again (tests of that path; comparisons). The scratch size covers either choice.
-  const int recurrent_max = cx.options.kda_recurrent_verify ? kRecurrentMaxTokens : 1;
+  // Replay records are written by the recurrent kernel only: with a record buffer every sequence of up to its
+  // R tokens takes that kernel (Backend::kda_attention checked the marked ones fit), whether marked or not, so
+  // which kernels run depends on the counts alone and a captured graph replays any marking.
+  const bool records = !a.records.empty();
+  const int recurrent_max = std::max(cx.options.kda_recurrent_verify ? kRecurrentMaxTokens : 1,
+                                     records ? int(a.records.size(1)) : 0);
   int n_recurrent = 0, n_prefill = 0, n_chunks = 0;
   for (int s = 0; s < l.host->n_seqs(); ++s) {
     const int n = l.host->n_new(s);
@@ -228,6 +244,12 @@ Status launch_kda_attention(const backend::KdaAttentionArgs& a, const CudaContex
   io.n_seqs = l.n_seqs;
   io.n_heads = int(a.q.size(1));
   io.recurrent_max = recurrent_max;
+  if (records) {
+    io.seq_records = l.seq_kda_records;
+    io.records = a.records.ptr<float>();
+    io.ld_rec_slot = a.records.stride(0);
+    io.ld_rec_token = a.records.stride(1);
+  }
 
   RILL_TRY(launch_recurrent_step(io, n_recurrent, cx));
 
@@ -262,6 +284,45 @@ Status launch_kda_attention(const backend::KdaAttentionArgs& a, const CudaContex
   }
   a.scratch->release_to(mark);  // stream-ordered: later users of this scratch run after these kernels
   return {};
+}
+
+Status launch_kda_fold(const backend::KdaFoldArgs& a, const CudaContext& cx) {
+  using namespace kda;
+  const char* op = "kda_fold (CUDA)";
+  if (a.state.size(2) != kHeadDim)
+    return invalid_argument("{}: head dim {} unsupported (kernels are built for {})", op, a.state.size(2), kHeadDim);
+  if (a.conv_state.size(1) != kConvTaps - 1)
+    return invalid_argument("{}: conv window of {} rows unsupported (kernels are built for {})", op,
+                            a.conv_state.size(1), kConvTaps - 1);
+  if (a.conv_state.size(2) != 3 * a.state.size(1) * kHeadDim)
+    return invalid_argument("{}: conv_state {} is not q | k | v of {} heads", op, a.conv_state.describe(),
+                            a.state.size(1));
+  RILL_TRY(check_state(a.state, op));
+  RILL_TRY(check_conv_state(a.conv_state, op));
+  if (a.conv_records.stride(2) != 1 || !aligned16(a.conv_records.data) || a.conv_records.stride(0) % 8 ||
+      a.conv_records.stride(1) % 8 || !aligned16(a.records.data))
+    return invalid_argument("{}: records and conv_records must be 16-byte aligned with contiguous rows", op);
+  FoldParams p{};
+  p.records = a.records.ptr<float>();
+  p.ld_rec_slot = a.records.stride(0);
+  p.ld_rec_token = a.records.stride(1);
+  p.conv_records = static_cast<const __nv_bfloat16*>(a.conv_records.data);
+  p.ld_cr_slot = a.conv_records.stride(0);
+  p.ld_cr_row = a.conv_records.stride(1);
+  p.state = a.state.ptr<float>();
+  p.ld_state_slot = a.state.stride(0);
+  p.ld_state_head = a.state.stride(1);
+  p.conv_state = static_cast<__nv_bfloat16*>(a.conv_state.data);
+  p.ld_cs_slot = a.conv_state.stride(0);
+  p.ld_cs_row = a.conv_state.stride(1);
+  p.slots = a.slots.ptr<int32_t>();
+  p.n_tokens = a.n_tokens.ptr<int32_t>();
+  p.n_folds = int(a.slots.size(0));
+  p.n_heads = int(a.state.size(1));
+  p.n_record_slots = int(a.records.size(0));
+  p.max_tokens = int(a.records.size(1));
+  p.proj = int(a.state.size(1)) * kHeadDim;
+  return launch_fold(p, cx.stream);
 }
 
 bool kda_decode_fusable(const backend::KdaDecodeArgs& a) {

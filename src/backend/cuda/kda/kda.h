@@ -10,6 +10,8 @@ namespace rill::cuda {
 Status launch_kda_prepare(const backend::KdaPrepareArgs& a, const CudaContext& cx);
 size_t kda_attention_scratch_bytes(const backend::KdaAttentionArgs& a);
 Status launch_kda_attention(const backend::KdaAttentionArgs& a, const CudaContext& cx);
+// Speculative decoding's replay records folded into their slots (fold.cu).
+Status launch_kda_fold(const backend::KdaFoldArgs& a, const CudaContext& cx);
 // The fused decode step: whether `a` fits the kernel (formats and sizes; the model uses it where it fits
 // unless CudaBackendOptions::kda_fused_decode is off), and its launcher.
 bool kda_decode_fusable(const backend::KdaDecodeArgs& a);

@@ -37,6 +37,11 @@ struct PrepareParams {
   // snap_begin[s + 1]); each gets the K-1 pre-conv rows before its pos as its slot's window. Null: none.
   const int32_t* snap_begin;
   const backend::KdaSnapshotRequest* snaps;
+  // Replay records (kda_rollback "records"): a sequence with seq_records[s] != 0 keeps its window and has its
+  // new pre-conv rows copied to conv_records[slot][j]. Null conv_records: none.
+  const int32_t* seq_records;      // [n_seqs]
+  __nv_bfloat16* conv_records;     // [n_record_slots, R, 3P]
+  int64_t ld_cr_slot, ld_cr_row;
   int n_tokens, proj;  // T, P
   int conv_blocks;     // blockIdx.x < conv_blocks: conv CTAs; the rest: gate CTAs
   int bounded_gate;    // 1: K3 lower_bound * sigmoid(...); 0: Kimi Linear -exp(A_log) softplus(...)
@@ -60,9 +65,31 @@ struct AttentionIo {
   // snaps[j].pos into slot snaps[j].slot, j in [snap_begin[s], snap_begin[s + 1]). Null: none asked for.
   const int32_t* snap_begin;
   const backend::KdaSnapshotRequest* snaps;
+  // Replay records (kda_rollback "records"): a sequence with seq_records[s] != 0 (recurrent kernel: kda.cc
+  // raises recurrent_max to the records' R) leaves its slot's state as it was and writes records[slot][j][h] =
+  // (beta k̂, alpha, e) for its token j and head h. Null records: none.
+  const int32_t* seq_records;  // [n_seqs]
+  float* records;              // [n_record_slots, R, Hk, 3, d] contiguous
+  int64_t ld_rec_slot, ld_rec_token;
   int n_tokens, n_seqs, n_heads;
   // Sequences with 1 <= n_new <= recurrent_max take the recurrent kernel, the others the chunked path.
   int recurrent_max;
+};
+
+// kda_fold (fold.cu): one CTA per (fold, head) folds n_tokens[i] records into slot slots[i]'s state and
+// moves its conv window on.
+struct FoldParams {
+  const float* records;                  // [n_record_slots, R, Hk, 3, d] contiguous
+  int64_t ld_rec_slot, ld_rec_token;
+  const __nv_bfloat16* conv_records;     // [n_record_slots, R, 3P]
+  int64_t ld_cr_slot, ld_cr_row;
+  float* state;                          // [n_slots, Hk, d_k, d_v]
+  int64_t ld_state_slot, ld_state_head;
+  __nv_bfloat16* conv_state;             // [n_slots, K-1, 3P]
+  int64_t ld_cs_slot, ld_cs_row;
+  const int32_t *slots, *n_tokens;       // [n]
+  int n_folds, n_heads, n_record_slots, max_tokens;  // n, Hk, records' slots, R
+  int proj;                              // P
 };
 
 // The fused decode step (decode_fused.cu): every sequence brings one token; one CTA per (sequence, head).

@@ -20,6 +20,8 @@ Status launch_prepare(const PrepareParams& p, cudaStream_t stream);
 Status launch_recurrent_step(const AttentionIo& io, int n_recurrent, const CudaContext& cx);
 // The whole decode step of a layer after its projections, one CTA per (sequence, head) (decode_fused.cu).
 Status launch_decode_fused(const DecodeParams& p, int n_seqs, const CudaContext& cx);
+// Replay records' fold: one CTA per (fold, head) (fold.cu).
+Status launch_fold(const FoldParams& p, cudaStream_t stream);
 // Lists the prefill sequences and their chunks into p.plan (one CTA).
 Status launch_chunk_plan(const ChunkParams& p, cudaStream_t stream);
 // Per (chunk, head): Γ, L, Aqk, the unit-lower solve, W, U, Qg, Kd, gamma. n_chunks from the host layout.

@@ -71,6 +71,7 @@ __device__ void conv_tile(const PrepareParams& p, int tile_start) {
 
   float hist[kHist][kPrepVec];  // hist[j] = x_{i-K+1+j}
   int t0 = 0, t_end = -1;
+  bf16* rec = nullptr;  // the sequence's conv records (replay records), or null
   for (int t = a; t < b; ++t) {
     if (t >= t_end) {  // first token of the range or of a new sequence: rebuild the history
       const int s = p.token_seq[t];
@@ -79,6 +80,8 @@ __device__ void conv_tile(const PrepareParams& p, int tile_start) {
       const int i = t - t0;  // 0 or >= K-1 by ownership
       const bool window = p.seq_start_pos[s] > 0;
       bf16* win = p.conv_state + int64_t(p.seq_state_slot[s]) * p.ld_cs_slot + ch;
+      rec = p.conv_records && p.seq_records[s] ? p.conv_records + int64_t(p.seq_state_slot[s]) * p.ld_cr_slot + ch
+                                               : nullptr;
 #pragma unroll
       for (int j = 0; j < kHist; ++j) {
         const int pos = i - kHist + j;
@@ -91,7 +94,7 @@ __device__ void conv_tile(const PrepareParams& p, int tile_start) {
           for (int c = 0; c < kPrepVec; ++c) hist[j][c] = 0.0f;
         }
       }
-      if (i == 0) {  // new window = last K-1 of [old window (hist) | the n new inputs]
+      if (i == 0 && !rec) {  // new window = last K-1 of [old window (hist) | the n new inputs]
         const int n = t_end - t0;
 #pragma unroll
         for (int r = 0; r < kHist; ++r) {
@@ -114,6 +117,7 @@ __device__ void conv_tile(const PrepareParams& p, int tile_start) {
     }
     float x[kPrepVec], y[kPrepVec];
     load8(in + int64_t(t) * p.ld_qkv, x);
+    if (rec) store8(rec + int64_t(t - t0) * p.ld_cr_row, x);  // exact: bf16 values copied
 #pragma unroll
     for (int c = 0; c < kPrepVec; ++c) {
       // Same order and rounding as the CPU reference: ((w0 x0 + w1 x1) + w2 x2) + w3 x3, no FMA contraction.

@@ -37,6 +37,7 @@ __global__ void __launch_bounds__(kStepThreads, VB >= 64 ? 3 : 4) kda_step_kerne
   const int h = sh % io.n_heads, s = sh / io.n_heads;
   const int t0 = io.seq_token_start[s], n = io.seq_token_start[s + 1] - t0;
   if (n < 1 || n > io.recurrent_max) return;  // longer sequences take the chunked path
+  const bool rec = io.records != nullptr && io.seq_records[s] != 0;  // replay records: kda.cc sets recurrent_max
   const int tid = int(threadIdx.x), cg = tid % kNcg, rg = tid / kNcg;
   const int col = vb * VB + cg * 4, row0 = rg * kR;
   float* S = io.state + int64_t(io.seq_state_slot[s]) * io.ld_state_slot + int64_t(h) * io.ld_state_head;
@@ -63,10 +64,24 @@ __global__ void __launch_bounds__(kStepThreads, VB >= 64 ? 3 : 4) kda_step_kerne
       step_gates(q, k, g, io.beta[int64_t(t) * io.ld_beta + h], tid, sg);
     }
     __syncthreads();
+    float* rec_row = rec ? io.records + int64_t(io.seq_state_slot[s]) * io.ld_rec_slot + int64_t(j) * io.ld_rec_token +
+                               int64_t(h) * 3 * kHeadDim
+                         : nullptr;
+    if (rec && vb == 0 && tid < 32) {  // beta k̂ and alpha as step_update forms them, from shared memory
+      const int c0 = tid * 4;
+      float4 bk, al;
+      bk.x = sg.beta * sg.kh[c0], bk.y = sg.beta * sg.kh[c0 + 1], bk.z = sg.beta * sg.kh[c0 + 2],
+      bk.w = sg.beta * sg.kh[c0 + 3];
+      al = make_float4(sg.alpha[c0], sg.alpha[c0 + 1], sg.alpha[c0 + 2], sg.alpha[c0 + 3]);
+      *reinterpret_cast<float4*>(rec_row + c0) = bk;
+      *reinterpret_cast<float4*>(rec_row + kHeadDim + c0) = al;
+    }
     float v[4];
     load4(io.v + int64_t(t) * io.ld_v + h * kHeadDim + col, v);
-    const float4 o =
-        step_update<kR, kNrg, kNcg>(st, sg, red_a, red_b, rg, cg, row0, make_float4(v[0], v[1], v[2], v[3]));
+    float4 e;
+    const float4 o = step_update<kR, kNrg, kNcg>(st, sg, red_a, red_b, rg, cg, row0,
+                                                 make_float4(v[0], v[1], v[2], v[3]), rec ? &e : nullptr);
+    if (rec && rg == 0) *reinterpret_cast<float4*>(rec_row + 2 * kHeadDim + col) = e;
     if (rg == 0) {
       uint2 u;
       u.x = pack_bf16x2(o.x, o.y);
@@ -75,6 +90,7 @@ __global__ void __launch_bounds__(kStepThreads, VB >= 64 ? 3 : 4) kda_step_kerne
     }
     if (j + 1 < n) __syncthreads();  // the next token's gates and sums overwrite what this one read
   }
+  if (rec) return;  // the slot keeps the state from before the step; kda_fold commits the accepted tokens
 #pragma unroll
   for (int r = 0; r < kR; ++r) __stcs(reinterpret_cast<float4*>(S + (row0 + r) * kHeadDim + col), st[r]);
 }
