@@ -83,10 +83,12 @@ struct CudaBackendOptions {
   bool moe_wgmma_fp8 = true;
   // Router logits of steps of at least this many tokens as a cuBLASLt GEMM followed by a selection kernel
   // (moe/route.cu); fewer: the router's cluster kernel (each cluster of 8 CTAs reads the whole router per 8
-  // tokens: 0.96 ms at 8K tokens on the H100, where the GEMM reads it once). Steps of at most kGemvMaxRows
-  // tokens take the split GEMV either way. No scratch changes, so Backend::set_option may change it between
+  // tokens). Steps of at most kGemvMaxRows tokens take the split GEMV either way. Measured on the H100
+  // (2026-12-06, 48B router, 256 x 2304): the GEMM path 0.025 / 0.026 / 0.025 / 0.027 / 0.243 ms for 8 / 64 /
+  // 256 / 2048 / 32768 tokens where the cluster kernel took 0.029 / 0.029 / 0.056 / 0.252 / 3.69, so the
+  // threshold is the smallest size measured. No scratch changes, so Backend::set_option may change it between
   // steps (the benchmark's A/B). `moe_route_gemm_min_tokens`.
-  int moe_route_gemm_min_tokens = 32;
+  int moe_route_gemm_min_tokens = 8;
 };
 
 // "auto", "cudnn" or "rill": the value of mla_prefill that selects `p`.
