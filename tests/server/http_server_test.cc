@@ -381,6 +381,16 @@ TEST(HttpLimits, HeadDeadlineIsTotal) {
   EXPECT_EQ(exchange(s.port(), "GET /ok HTTP/1.1\r\nHost: x\r\n\r\n").body, "GET /ok ");
 }
 
+// The Keep-Alive header advertises less idle time than the server waits: 5 s less, or half of a shorter deadline.
+TEST(HttpLimits, KeepAliveHeaderLeavesAMarginBeforeTheServerCloses) {
+  EXPECT_EQ(advertised_keep_alive_seconds(30s), 25);
+  EXPECT_EQ(advertised_keep_alive_seconds(60s), 55);
+  EXPECT_EQ(advertised_keep_alive_seconds(10s), 5);
+  EXPECT_EQ(advertised_keep_alive_seconds(4s), 2);
+  EXPECT_EQ(advertised_keep_alive_seconds(1500ms), 0);
+  EXPECT_EQ(advertised_keep_alive_seconds(0ms), 0);
+}
+
 TEST(HttpLimits, BodyAndKeepAliveDeadlines) {
   HttpLimits l = small_limits();
   l.body_timeout = 300ms;

@@ -2,6 +2,7 @@
 // listener enforces (each a `rill serve` flag; README.md lists them).
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 
@@ -29,5 +30,16 @@ struct HttpLimits {
   int io_threads = 2;          // run the sockets (no route code runs there)
   int handler_threads = 256;   // requests handled at once (a stream holds its thread while it runs)
 };
+
+// The idle time a response's `Keep-Alive: timeout=N` advertises, in whole seconds: keep_alive_timeout less a
+// margin (5 s, or half of a shorter timeout), so a client that honours the header stops reusing a connection
+// before the server closes it. Advertising the deadline itself left no margin: a client whose event loop was
+// busy (undici, 64 streams under ThreadSanitizer) sent a request on a connection idle for 30 s as the server
+// closed it, and the request failed with a connection error.
+inline long long advertised_keep_alive_seconds(std::chrono::milliseconds keep_alive_timeout) {
+  const std::chrono::milliseconds margin = std::min<std::chrono::milliseconds>(std::chrono::seconds(5),
+                                                                               keep_alive_timeout / 2);
+  return std::chrono::duration_cast<std::chrono::seconds>(keep_alive_timeout - margin).count();
+}
 
 }  // namespace rill::server

@@ -405,7 +405,7 @@ class Session : public std::enable_shared_from_this<Session> {
     m.keep_alive(keep_alive);
     if (!keep_alive) m.set(http::field::connection, "close");
     if (keep_alive && m.version() == 11)
-      m.set("Keep-Alive", "timeout=" + std::to_string(server_.limits.keep_alive_timeout.count() / 1000));
+      m.set("Keep-Alive", "timeout=" + std::to_string(advertised_keep_alive_seconds(server_.limits.keep_alive_timeout)));
   }
 
   void send_whole(HttpResponse res, int version, bool keep_alive) {
