@@ -18,13 +18,14 @@
 
 namespace rill::model {
 
-// Device memory for the KDA state slots, conv windows and paged MLA latent cache of every layer.
 // Speculative decoding's replay records (kda_rollback "records"): `n_tokens` tokens' records for each of the
 // first `n_slots` state slots (the sequence slots), in every KDA layer (LayerCache::kda_records).
 struct RecordShape {
   int n_slots = 0, n_tokens = 0;
 };
 
+// Device memory for the KDA state slots, conv windows and paged MLA latent cache of every layer, and the replay
+// records where speculative decoding takes them.
 struct ModelCaches {
   int n_slots = 0, n_blocks = 0, block_size = 64;
   RecordShape records;
