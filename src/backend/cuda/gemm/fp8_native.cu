@@ -27,14 +27,19 @@ struct QuantParams {
   int M, K;
   uint8_t* codes;   // [M, K]
   float* x_scales;  // [K / 128, M]
+  // Gathered rows (launch_fp8_quantize_gathered_rows): row m of the codes is row src_rows[m] of x, for m below
+  // *n_valid (the rest are left as they are); nullptr: row m of x, every row.
+  const int32_t* src_rows;
+  const int32_t* n_valid;
 };
 
 __global__ void __launch_bounds__(kRowsPerBlock * 32) fp8_quantize_rows_kernel(const QuantParams p) {
   pdl_prologue();
   const int lane = threadIdx.x & 31, m = blockIdx.y * kRowsPerBlock + (threadIdx.x >> 5), g = blockIdx.x;
-  if (m >= p.M) return;
+  if (m >= p.M || (p.n_valid && m >= *p.n_valid)) return;
+  const int64_t src = p.src_rows ? int64_t(p.src_rows[m]) : int64_t(m);
   const int k = g * kGroup + lane * 4;
-  const uint2 u = *reinterpret_cast<const uint2*>(p.x + int64_t(m) * p.ldx + k);
+  const uint2 u = *reinterpret_cast<const uint2*>(p.x + src * p.ldx + k);
   const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u.x));
   const float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u.y));
   float amax = fmaxf(fmaxf(fabsf(a.x), fabsf(a.y)), fmaxf(fabsf(b.x), fabsf(b.y)));
@@ -107,8 +112,15 @@ Fp8NativeStage fp8_native_stage(int64_t M, const backend::LinearWeight& w, void*
 Status launch_fp8_quantize_rows(const void* x, int64_t ldx, int64_t M, int64_t K, void* codes,
                                 float* x_scales, cudaStream_t stream) {
   if (M <= 0) return {};
-  QuantParams q{static_cast<const __nv_bfloat16*>(x), ldx,     int(M), int(K),
-                static_cast<uint8_t*>(codes),         x_scales};
+  return launch_fp8_quantize_gathered_rows(x, ldx, nullptr, nullptr, M, K, codes, x_scales, stream);
+}
+
+Status launch_fp8_quantize_gathered_rows(const void* x, int64_t ldx, const int32_t* src_rows,
+                                         const int32_t* n_valid, int64_t M, int64_t K, void* codes,
+                                         float* x_scales, cudaStream_t stream) {
+  if (M <= 0) return {};
+  QuantParams q{static_cast<const __nv_bfloat16*>(x), ldx, int(M), int(K), static_cast<uint8_t*>(codes),
+                x_scales, src_rows, n_valid};
   const dim3 qgrid(unsigned(K / kGroup), unsigned((M + kRowsPerBlock - 1) / kRowsPerBlock));
   return launch("fp8_quantize_rows", {qgrid, dim3(kRowsPerBlock * 32), 0}, stream, fp8_quantize_rows_kernel,
                 q);

@@ -32,5 +32,11 @@ Status launch_fp8_native_stage(const backend::GemmArgs& a, const Fp8NativeStage&
 // x [M, K] (row stride ldx, 8-byte aligned rows, K % 128 == 0) to E4M3 codes [M, K] and scales [K / 128, M].
 Status launch_fp8_quantize_rows(const void* x, int64_t ldx, int64_t M, int64_t K, void* codes,
                                 float* x_scales, cudaStream_t stream);
+// The same with the rows gathered: code row m from x row src_rows[m], for m < *n_valid (device values; the
+// rows past it are not written). The FP8 grouped experts quantise x straight into expert order with it
+// instead of gathering bf16 rows first and quantising those (one pass over the slots instead of three).
+Status launch_fp8_quantize_gathered_rows(const void* x, int64_t ldx, const int32_t* src_rows,
+                                         const int32_t* n_valid, int64_t M, int64_t K, void* codes,
+                                         float* x_scales, cudaStream_t stream);
 
 }  // namespace rill::cuda

@@ -19,8 +19,7 @@ namespace rill::cuda::kda {
 using bf16 = __nv_bfloat16;
 
 // --- 8 bf16 <-> 8 floats (one 16-byte access) ---
-__device__ __forceinline__ void load8(const bf16* p, float (&x)[8]) {
-  const uint4 u = *reinterpret_cast<const uint4*>(p);
+__device__ __forceinline__ void unpack8(const uint4& u, float (&x)[8]) {
   const uint32_t w[4] = {u.x, u.y, u.z, u.w};
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
@@ -29,6 +28,10 @@ __device__ __forceinline__ void load8(const bf16* p, float (&x)[8]) {
     x[2 * i] = f.x;
     x[2 * i + 1] = f.y;
   }
+}
+
+__device__ __forceinline__ void load8(const bf16* p, float (&x)[8]) {
+  unpack8(*reinterpret_cast<const uint4*>(p), x);
 }
 
 __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {

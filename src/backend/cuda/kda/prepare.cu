@@ -28,6 +28,33 @@ __device__ __forceinline__ int owned_begin(const PrepareParams& p, int x) {
   return x;
 }
 
+// A thread's 16-byte rows of tokens [a, b) of a step-long input (row stride ld), read kAhead tokens ahead of
+// their use: the token loops below store each token's outputs before the next token's load, and a load
+// issued only then cost one dependent round trip per token (ncu, H100, 8K tokens: 0.41 ms a layer at 25%
+// occupancy, 0.7 TB/s). The inputs are never written during the step (__ldg).
+struct RowsAhead {
+  static constexpr int kAhead = 4;
+  const bf16* base;
+  int64_t ld;
+  int b;
+  uint4 r[kAhead];  // tokens t .. t + kAhead - 1 (zeros past b); shifted, never indexed dynamically
+  __device__ __forceinline__ RowsAhead(const bf16* base_, int64_t ld_, int a, int b_) : base(base_), ld(ld_), b(b_) {
+#pragma unroll
+    for (int u = 0; u < kAhead; ++u) r[u] = load(a + u);
+  }
+  __device__ __forceinline__ uint4 load(int t) const {
+    return t < b ? __ldg(reinterpret_cast<const uint4*>(base + int64_t(t) * ld)) : make_uint4(0, 0, 0, 0);
+  }
+  // Token t's row (t: the tokens in order from a), and the load of token t + kAhead.
+  __device__ __forceinline__ uint4 next(int t) {
+    const uint4 cur = r[0];
+#pragma unroll
+    for (int u = 0; u + 1 < kAhead; ++u) r[u] = r[u + 1];
+    r[kAhead - 1] = load(t + kAhead);
+    return cur;
+  }
+};
+
 __device__ __forceinline__ float silu_f32(float x) {
   return x / (1.0f + expf(-x));
 }
@@ -72,7 +99,9 @@ __device__ void conv_tile(const PrepareParams& p, int tile_start) {
   float hist[kHist][kPrepVec];  // hist[j] = x_{i-K+1+j}
   int t0 = 0, t_end = -1;
   bf16* rec = nullptr;  // the sequence's conv records (replay records), or null
+  RowsAhead ahead(in, p.ld_qkv, a, b);
   for (int t = a; t < b; ++t) {
+    const uint4 x_raw = ahead.next(t);
     if (t >= t_end) {  // first token of the range or of a new sequence: rebuild the history
       const int s = p.token_seq[t];
       t0 = p.seq_token_start[s];
@@ -116,7 +145,7 @@ __device__ void conv_tile(const PrepareParams& p, int tile_start) {
       }
     }
     float x[kPrepVec], y[kPrepVec];
-    load8(in + int64_t(t) * p.ld_qkv, x);
+    unpack8(x_raw, x);
     if (rec) store8(rec + int64_t(t - t0) * p.ld_cr_row, x);  // exact: bf16 values copied
 #pragma unroll
     for (int c = 0; c < kPrepVec; ++c) {
@@ -148,9 +177,10 @@ __device__ void gate_tile(const PrepareParams& p, int tile_start) {
     bias[4] = b1.x, bias[5] = b1.y, bias[6] = b1.z, bias[7] = b1.w;
   }
   const int t_end = min(tile_start + kPrepTile, p.n_tokens);
+  RowsAhead ahead(p.graw + ch, p.ld_graw, tile_start, t_end);
   for (int t = tile_start; t < t_end; ++t) {
     float x[kPrepVec], g[kPrepVec];
-    load8(p.graw + int64_t(t) * p.ld_graw + ch, x);
+    unpack8(ahead.next(t), x);
 #pragma unroll
     for (int c = 0; c < kPrepVec; ++c) {
       const float z = x[c] + bias[c];

@@ -1,6 +1,7 @@
 // Grouped expert GEMMs for FP8 experts on Hopper (options.moe_wgmma_fp8): E4M3 weights with 128 x 128 F32
 // block scales, activations quantised per (slot, 128 columns) to E4M3 with scale amax / 448 (gemm/
-// fp8_native.cu's kernel, the dense native FP8 GEMM's rule), then out[slot, :] = sum over k blocks kb of
+// fp8_native.cu's kernel, the dense native FP8 GEMM's rule; x straight from its token rows into expert order,
+// h where the gate_up GEMM wrote it), then out[slot, :] = sum over k blocks kb of
 // (codes_a . codes_w^T)[kb] * a_scale[slot][kb] * w_scale[e][row / 128][kb].
 //
 // The bf16 kernel's structure (grouped_wgmma.cu; its instantiation is untouched, this is a second kernel
@@ -13,6 +14,8 @@
 //  - each consumer: wait `full`, four wgmma m64n128k32 e4m3 into a block accumulator (64 registers), commit,
 //    wait for it (the scales apply per block, so no group stays in flight), release the stage, then promote:
 //    main += blk * a_scale(row) * w_scale(box). The other consumer's wgmmas overlap this one's promotion.
+//    (Promoting block kt - 1 while block kt's wgmmas run, with two block accumulators, measured slower on
+//    the H100: the 48B's FP8 8K prompt 141.9 ms against 138.8, docs/PERF.md.)
 // gate_up: box 0 the 64 gate rows n0.., box 1 the up rows I + n0.. (their own scale block), so registers i
 // and i + 32 hold gate and up of one output column; the epilogue rounds both to bf16, applies the activation
 // in fp32 and stores bf16 h (as the bf16 kernel). down: 128 weight rows of one scale block, bf16 y. I and Hx
@@ -278,8 +281,10 @@ Status run_expert_gemms_wgmma_fp8(const WgmmaExpertsArgs& c, const CudaContext& 
                        &g_smem_gate_up));
   RILL_TRY(opt_in_smem("moe_grouped_wgmma_fp8", reinterpret_cast<const void*>(down), kWg8SmemBytes, cx,
                        &g_smem_down));
-  RILL_TRY(launch_gather_rows(a, c.slot_token, c.expert_offsets, c.E, c.Hx, c.pairs, c.xy, cx.stream));
-  RILL_TRY(launch_fp8_quantize_rows(c.xy, c.Hx, c.pairs, c.Hx, c.codes, c.a_scales, cx.stream));
+  // x quantised straight into expert order (slot s from token slot_token[s]); no bf16 copy of the gathered
+  // rows (H100, 8K tokens: the gather's 0.18 ms and the quantisation's 0.20 ms a layer became 0.24 ms).
+  RILL_TRY(launch_fp8_quantize_gathered_rows(a.x.data, a.x.stride(0), c.slot_token, c.expert_offsets + c.E,
+                                             c.pairs, c.Hx, c.codes, c.a_scales, cx.stream));
 
   WgmmaFp8Params p{};
   p.expert_offsets = c.expert_offsets;

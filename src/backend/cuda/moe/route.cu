@@ -308,16 +308,43 @@ __global__ void __cluster_dims__(kRouteTokens, 1, 1) __launch_bounds__(kRouteThr
   if (rank < nt && warp == 0) route_select(p, row, t0 + rank, lane);
 }
 
-// Routes tokens [t0, t0 + n) from their logit rows in `logits` ([T, E], row stride E), warp w of the calling
-// threads token t0 + w. The rows and the bias are copied to shared memory first (`rows` [n, E], `bias` [E]):
-// the selection rereads every score once per chosen expert (from global memory this took 15 us). The rows are
-// read past L1 (__ldcg): in the GEMV's tail other CTAs wrote them.
-__device__ void select_tokens(RouteParams p, const float* logits, int t0, int n, float* rows, float* bias) {
-  for (int i = threadIdx.x; i < n * p.E; i += blockDim.x) rows[i] = __ldcg(logits + int64_t(t0) * p.E + i);
-  if (p.bias) {
-    for (int e = threadIdx.x; e < p.E; e += blockDim.x) bias[e] = p.bias[e];
-    p.bias = bias;  // the selection reads each biased score once per round
+// Copies n floats from global memory to shared memory, kBatch loads in flight per thread before any store:
+// a loop of load-then-store left one dependent round trip per element per thread (the generic shared
+// pointer may alias the global one), 15 us for a decode token's 256 logits and 256 biases on the H100.
+// kCg: read past L1 (rows other CTAs of the same launch wrote).
+template <bool kCg>
+__device__ __forceinline__ void stage_floats(float* __restrict__ dst, const float* __restrict__ src, int n) {
+  constexpr int kBatch = 8;
+  const int step = int(blockDim.x);
+  for (int i0 = int(threadIdx.x); i0 < n; i0 += step * kBatch) {
+    float v[kBatch];
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int i = i0 + u * step;
+      v[u] = i < n ? (kCg ? __ldcg(src + i) : __ldg(src + i)) : 0.0f;
+    }
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u)
+      if (i0 + u * step < n) dst[i0 + u * step] = v[u];
   }
+}
+
+// The selection rereads each biased score once per round: the bias goes to shared memory first (`bias` [E]).
+// A weight, so a kernel may stage it before its pdl_wait.
+__device__ __forceinline__ void stage_bias(RouteParams& p, float* bias) {
+  if (!p.bias) return;
+  stage_floats<false>(bias, p.bias, p.E);
+  p.bias = bias;
+}
+
+// Routes tokens [t0, t0 + n) from their logit rows in `logits` ([T, E], row stride E), warp w of the calling
+// threads token t0 + w. The rows and the bias (unless stage_bias ran: p.bias then points at shared memory
+// already) are copied to shared memory first (`rows` [n, E], `bias` [E]): the selection rereads every score
+// once per chosen expert (from global memory this took 15 us). The rows are read past L1 (__ldcg): in the
+// GEMV's tail other CTAs wrote them.
+__device__ void select_tokens(RouteParams p, const float* logits, int t0, int n, float* rows, float* bias) {
+  if (p.bias != bias) stage_bias(p, bias);
+  stage_floats<true>(rows, logits + int64_t(t0) * p.E, n * p.E);
   __syncthreads();
   const int w = int(threadIdx.x >> 5);
   if (w < n) route_select(p, rows + w * p.E, t0 + w, int(threadIdx.x & 31));
@@ -325,8 +352,9 @@ __device__ void select_tokens(RouteParams p, const float* logits, int t0, int n,
 
 // Unfused decode selection (decode_fusion off): one warp per token (blockIdx.x) after the logits GEMV.
 __global__ void __launch_bounds__(32) moe_select_kernel(RouteParams p, const float* logits) {
-  pdl_prologue();
   __shared__ float row[moe::kMaxExperts], bias[moe::kMaxExperts];
+  stage_bias(p, bias);  // while the logits GEMV finishes
+  pdl_prologue();
   select_tokens(p, logits, int(blockIdx.x), 1, row, bias);
 }
 
