@@ -81,6 +81,12 @@ struct CudaBackendOptions {
   // whole FP8 48B's 8K prompt 164.6 ms against 266.8. The scratch a step plans holds its quantised
   // activations either way, so Backend::set_option may flip it between steps. `moe_wgmma_fp8`.
   bool moe_wgmma_fp8 = true;
+  // The FP8 grouped GEMMs in clusters of two CTAs that take adjacent column tiles of one 128-slot tile and
+  // share its A box through TMA multicast (each loads one half for both), so the quantised activations cross
+  // L2 once per pair (moe/grouped_wgmma_fp8.cu, kPair). Written without a GPU to test whether the FP8 GEMM is
+  // bound by L2 traffic (its 128 x 128 tile moves 32 KB per 4.2 MFLOP): off until measured. No scratch
+  // changes, so Backend::set_option may flip it between steps. `moe_wgmma_fp8_pairs`.
+  bool moe_wgmma_fp8_pairs = false;
   // Router logits of steps of at least this many tokens as a cuBLASLt GEMM followed by a selection kernel
   // (moe/route.cu); fewer: the router's cluster kernel (each cluster of 8 CTAs reads the whole router per 8
   // tokens). Steps of at most kGemvMaxRows tokens take the split GEMV either way. Measured on the H100

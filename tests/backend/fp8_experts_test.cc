@@ -276,13 +276,23 @@ TEST_P(Fp8ExpertsTest, Fp8ExpertsGroupedWgmma) {
   if (!wgmma.status().ok()) GTEST_SKIP() << "no moe_wgmma_fp8 path here: " << wgmma.status().to_string();
   const auto silu = backend::Activation::Silu, situ = backend::Activation::Situ;
   auto kimi = make_fp8_experts(h, 256, 2304, 1024, {128, 128});
-  run_fp8_experts(h, *kimi, 2048, 8, silu, 0, false, kWgmmaFp8Tol);
-  run_fp8_experts(h, *kimi, 301, 8, situ, 0, false, kWgmmaFp8Tol);  // 2408 pairs: partial tiles
-  run_fp8_experts(h, *kimi, 17, 8, silu, 0, false, kWgmmaFp8Tol);   // 136 pairs: just over one tile
-  run_fp8_experts(h, *kimi, 700, 8, silu, 0, true, kWgmmaFp8Tol);   // expert 0: 700 slots, 6 tiles
-  auto small = make_fp8_experts(h, 16, 256, 128, {128, 128});       // one k block in down, two in gate_up
-  run_fp8_experts(h, *small, 333, 5, silu, 0, true, kWgmmaFp8Tol);
-  run_fp8_experts(h, *small, 129, 1, situ, 0, false, kWgmmaFp8Tol);
+  auto small = make_fp8_experts(h, 16, 256, 128, {128, 128});  // one k block in down, two in gate_up
+  auto odd = make_fp8_experts(h, 8, 384, 256, {128, 128});     // 3 column tiles in down: no pairs there
+  // One CTA per work item, then clusters of two sharing A (moe_wgmma_fp8_pairs, where the device runs them).
+  for (const bool pairs : {false, true}) {
+    SCOPED_TRACE(::testing::Message() << "moe_wgmma_fp8_pairs=" << pairs);
+    if (!h.dev().set_option("moe_wgmma_fp8_pairs", pairs ? "1" : "0").ok()) continue;
+    run_fp8_experts(h, *kimi, 2048, 8, silu, 0, false, kWgmmaFp8Tol);
+    run_fp8_experts(h, *kimi, 301, 8, situ, 0, false, kWgmmaFp8Tol);  // 2408 pairs: partial tiles
+    run_fp8_experts(h, *kimi, 17, 8, silu, 0, false, kWgmmaFp8Tol);   // 136 pairs: just over one tile
+    run_fp8_experts(h, *kimi, 700, 8, silu, 0, true, kWgmmaFp8Tol);   // expert 0: 700 slots, 6 tiles
+    run_fp8_experts(h, *small, 333, 5, silu, 0, true, kWgmmaFp8Tol);
+    run_fp8_experts(h, *small, 129, 1, situ, 0, false, kWgmmaFp8Tol);
+    run_fp8_experts(h, *odd, 150, 2, silu, 0, false, kWgmmaFp8Tol);
+  }
+  ASSERT_TRUE(h.dev()
+                  .set_option("moe_wgmma_fp8_pairs", cuda_backend_options().moe_wgmma_fp8_pairs ? "1" : "0")
+                  .ok());
   // Refused, on the existing paths at their bound: fewer than 128 pairs; Hx off 128; other blocks.
   run_fp8_experts(h, *small, 20, 4);
   auto a = make_fp8_experts(h, 8, 160, 128, {128, 128});

@@ -45,6 +45,16 @@ await run("e2e_bench_serve_spec", async (track) => {
   const args = ["--dataset-name", "file", "--dataset-path", prompts, "--num-prompts", "6", "--max-concurrency", "2",
     "--ignore-eos"];
 
+  // The table's numbers as vLLM's Python prints them (f"{x:.2f}"): the double's exact value rounded half to
+  // even. JS toFixed rounds an exact tie up (1.125 -> "1.13" where Python and rill print "1.12": one accepted
+  // token in 8 drafts).
+  const pyFixed2 = (x) => {
+    const exact = Math.abs(x).toPrecision(100);  // every digit of the double (these have far fewer than 100)
+    const [, frac = ""] = exact.split(".");
+    if (/^50*$/.test(frac.slice(2)) && Number(frac[1]) % 2 === 0) return (x < 0 ? "-" : "") + exact.slice(0, exact.indexOf(".") + 3);
+    return x.toFixed(2);
+  };
+
   // One bench run against `server`; its Speculative Decoding numbers must be the /metrics deltas around it.
   const checkedRun = async (server, what) => {
     const resultFile = path.join(dir, "result.json");
@@ -63,12 +73,12 @@ await run("e2e_bench_serve_spec", async (track) => {
     assertEq(j.spec_decode_per_position_acceptance_rates.length, K, `${what}: one rate per draft position`);
     j.spec_decode_per_position_acceptance_rates.forEach((v, i) => near(v, e.perPosition[i], `${what}: position ${i}`));
     for (const line of ["-------------Speculative Decoding---------------",
-      `Acceptance rate (%):                     ${e.rate.toFixed(2)}`,
-      `Acceptance length:                       ${e.length.toFixed(2)}`,
+      `Acceptance rate (%):                     ${pyFixed2(e.rate)}`,
+      `Acceptance length:                       ${pyFixed2(e.length)}`,
       `Drafts:                                  ${e.drafts}`, `Draft tokens:                            ${e.draftTokens}`,
       `Accepted tokens:                         ${e.accepted}`, "Per-position acceptance (%):",
-      `  Position 0:                            ${(100 * e.perPosition[0]).toFixed(2)}`,
-      `  Position ${K - 1}:                            ${(100 * e.perPosition[K - 1]).toFixed(2)}`])
+      `  Position 0:                            ${pyFixed2(100 * e.perPosition[0])}`,
+      `  Position ${K - 1}:                            ${pyFixed2(100 * e.perPosition[K - 1])}`])
       assert(r.out.includes(line), `${what}: the table has '${line}':\n${r.out}`);
     return e;
   };

@@ -28,21 +28,26 @@ struct LaunchShape {
   dim3 grid;
   dim3 block;
   size_t smem = 0;
+  unsigned cluster = 1;  // CTAs per thread-block cluster along x (grid.x a multiple of it); 1: no clusters
 };
 
 template <typename... Params, typename... Args>
 Status launch(const char* name, const LaunchShape& shape, cudaStream_t stream, void (*kernel)(Params...),
               Args&&... args) {
-  cudaLaunchAttribute attr{};
-  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr.val.programmaticStreamSerializationAllowed = pdl_enabled(stream) ? 1 : 0;
+  cudaLaunchAttribute attr[2]{};
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = pdl_enabled(stream) ? 1 : 0;
+  attr[1].id = cudaLaunchAttributeClusterDimension;
+  attr[1].val.clusterDim.x = shape.cluster;
+  attr[1].val.clusterDim.y = 1;
+  attr[1].val.clusterDim.z = 1;
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = shape.grid;
   cfg.blockDim = shape.block;
   cfg.dynamicSmemBytes = shape.smem;
   cfg.stream = stream;
-  cfg.attrs = &attr;
-  cfg.numAttrs = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = shape.cluster > 1 ? 2 : 1;
   const cudaError_t err = cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
   if (err != cudaSuccess)
     return internal_error("kernel {} failed to launch: {}", name, cudaGetErrorString(err));

@@ -16,6 +16,9 @@
 //    main += blk * a_scale(row) * w_scale(box). The other consumer's wgmmas overlap this one's promotion.
 //    (Promoting block kt - 1 while block kt's wgmmas run, with two block accumulators, measured slower on
 //    the H100: the 48B's FP8 8K prompt 141.9 ms against 138.8, docs/PERF.md.)
+//  - option moe_wgmma_fp8_pairs (off; written without a GPU, to measure whether the tile is bound by L2
+//    traffic): clusters of two CTAs on adjacent column tiles share the A box, each loading one 64-slot half
+//    for both through TMA multicast (kPair below).
 // gate_up: box 0 the 64 gate rows n0.., box 1 the up rows I + n0.. (their own scale block), so registers i
 // and i + 32 hold gate and up of one output column; the epilogue rounds both to bf16, applies the activation
 // in fp32 and stores bf16 h (as the bf16 kernel). down: 128 weight rows of one scale block, bf16 y. I and Hx
@@ -38,6 +41,7 @@
 #include "backend/cuda/moe/grouped_cublas_path.h"
 #include "backend/cuda/moe/grouped_wgmma.h"
 #include "backend/cuda/moe/wgmma_schedule.h"
+#include "core/log.h"
 
 namespace rill::cuda::moe {
 namespace {
@@ -65,7 +69,13 @@ struct WgmmaFp8Params {
   float beta, linear_beta;
 };
 
-template <bool kGateUp>
+// kPair: launched in clusters of two CTAs that take adjacent column tiles of one 128-slot tile (work items 2i
+// and 2i + 1: n_tiles is even, so both lie in one (expert, m-tile)); each CTA's loader fetches one 64-slot half
+// of the shared A box (a_map's boxes are 64 rows) and multicasts it into both CTAs' stage, so A crosses L2
+// once per pair. A stage is refilled only after the consumers of both CTAs released it (each consumer warp
+// arrives on both CTAs' `empty` barrier); every thread stays to the cluster barriers at the start (barrier
+// initialisation visible to the peer) and the end (no CTA leaves while its peer may still write into it).
+template <bool kGateUp, bool kPair>
 __global__ void __launch_bounds__(kWgThreads, 1)
     moe_grouped_wgmma_fp8_kernel(const __grid_constant__ CUtensorMap a_map,
                                  const __grid_constant__ CUtensorMap b_map, const WgmmaFp8Params p) {
@@ -80,7 +90,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   if (threadIdx.x == 0) {
     for (int s = 0; s < kWg8Stages; ++s) {
       mbar_init(full0 + 8 * s, 1);
-      mbar_init(empty0 + 8 * s, kConsumerWarps);
+      mbar_init(empty0 + 8 * s, kConsumerWarps * (kPair ? 2 : 1));
     }
     mbar_fence_init();
     tma_prefetch_map(&a_map);
@@ -91,19 +101,33 @@ __global__ void __launch_bounds__(kWgThreads, 1)
     s_slots[e] = p.expert_offsets[e];
     s_tiles[e] = p.tile_offsets[e];
   }
-  __syncthreads();
+  if constexpr (kPair)
+    cluster_sync();  // also the CTA barrier for the offsets
+  else
+    __syncthreads();
   constexpr int kCols = wgmma_fp8_tile_cols(kGateUp);
   const int n_items = s_tiles[p.n_experts] * p.n_tiles;
   const int k_tiles = p.k / kWg8BK;
+  // This CTA's work items: units strided over the grid's CTAs, or over its clusters (kPair: a unit is the
+  // pair's two items, wgmma_pair_item).
+  const int rank = kPair ? int(cluster_cta_rank()) : 0;
+  const int first_unit = kPair ? int(cluster_index()) : int(blockIdx.x);
+  const int unit_stride = kPair ? int(cluster_count()) : int(gridDim.x);
+  const int n_units = kPair ? n_items / 2 : n_items;
 
   if (warpgroup == 0) {
     setmaxnreg_dec<kProducerRegs>();
-    if (threadIdx.x != 0) return;
+    if (threadIdx.x != 0) {
+      if constexpr (kPair) cluster_sync();
+      return;
+    }
     int stage = 0;
     uint32_t phase = 0;
-    for (int item = int(blockIdx.x); item < n_items; item += int(gridDim.x)) {
+    for (int unit = first_unit; unit < n_units; unit += unit_stride) {
+      const int item = kPair ? wgmma_pair_item(unit, rank) : unit;
       const WgmmaWork w = wgmma_work(item, p.n_tiles, kCols, s_tiles, p.n_experts);
       const int a_row = s_slots[w.e] + w.m0;
+      const int a_half_row = wgmma_pair_a_row(a_row, rank, int(p.pairs));  // kPair: this CTA's half of A
       const int b_row0 = wgmma_fp8_b_row(kGateUp, w.n0, p.I, 0),
                 b_row1 = wgmma_fp8_b_row(kGateUp, w.n0, p.I, 1);
       for (int kt = 0; kt < k_tiles; ++kt) {
@@ -112,7 +136,11 @@ __global__ void __launch_bounds__(kWgThreads, 1)
         mbar_arrive_expect_tx(full, kWg8StageBytes);
         const int k0 = kt * kWg8BK;
         const uint32_t b = b0 + stage * kWg8BStageBytes;
-        tma_load_2d(a0 + stage * kWg8AStageBytes, &a_map, full, k0, a_row);
+        if constexpr (kPair)
+          tma_load_2d_multicast(a0 + stage * kWg8AStageBytes + rank * kWgConsumerRows * kWg8BK, &a_map, full, k0,
+                                a_half_row, 0x3);
+        else
+          tma_load_2d(a0 + stage * kWg8AStageBytes, &a_map, full, k0, a_row);
         tma_load_3d(b, &b_map, full, k0, b_row0, w.e);
         tma_load_3d(b + kWg8BStageBytes / 2, &b_map, full, k0, b_row1, w.e);
         if (++stage == kWg8Stages) {
@@ -121,6 +149,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
         }
       }
     }
+    if constexpr (kPair) cluster_sync();
     return;
   }
 
@@ -132,7 +161,8 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   int stage = 0;
   uint32_t phase = 0;
   float acc[kWg8AccRegs], blk[kWg8AccRegs];
-  for (int item = int(blockIdx.x); item < n_items; item += int(gridDim.x)) {
+  for (int unit = first_unit; unit < n_units; unit += unit_stride) {
+    const int item = kPair ? wgmma_pair_item(unit, rank) : unit;
     const WgmmaWork w = wgmma_work(item, p.n_tiles, kCols, s_tiles, p.n_experts);
     const int seg = s_slots[w.e];
     const int m_valid = min(kWgBM, s_slots[w.e + 1] - seg - w.m0);
@@ -162,7 +192,14 @@ __global__ void __launch_bounds__(kWgThreads, 1)
       wgmma_wait<0>();  // the block's product is complete (its shared-memory reads too)
 #pragma unroll
       for (int i = 0; i < kWg8AccRegs; ++i) wgmma_fence_operand(blk[i]);
-      if (lane == 0) mbar_arrive(empty0 + 8 * stage);  // one arrival per warp
+      if (lane == 0) {  // one arrival per warp (on both CTAs' barrier when they share the stage's A)
+        if constexpr (kPair) {
+          mbar_arrive_cluster(empty0 + 8 * stage, 0);
+          mbar_arrive_cluster(empty0 + 8 * stage, 1);
+        } else {
+          mbar_arrive(empty0 + 8 * stage);
+        }
+      }
       // Promotion: register i's row is row0 (+ 8 for i % 4 >= 2), its weight rows those of box
       // wgmma_fp8_acc_box(i) (both compile-time per unrolled i).
       const float s00 = sa0 * sw0, s01 = sa0 * sw1, s10 = sa1 * sw0, s11 = sa1 * sw1;
@@ -192,6 +229,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
       *reinterpret_cast<__nv_bfloat162*>(out + int64_t(row) * p.ldo + q.col) = __floats2bfloat162_rn(v0, v1);
     }
   }
+  if constexpr (kPair) cluster_sync();
 #else
   __trap();  // the host launches this only where the sm_90a build runs (wgmma_fp8_experts_supported)
 #endif
@@ -199,11 +237,12 @@ __global__ void __launch_bounds__(kWgThreads, 1)
 
 // TMA's view of a step's FP8 tensors (bytes): A boxes of 128 slots x 128 codes from the quantised
 // activations, B boxes of 64 weight rows x 128 codes of one expert (rank 3: k, row, expert).
+// With `pair_halves` the A boxes are 64 slots (one CTA's half of a pair's shared box).
 struct StepMaps {
   TensorMapBf16 gu_a, gu_b, dn_a, dn_b;
 };
 
-StepMaps step_maps(const WgmmaExpertsArgs& c) {
+StepMaps step_maps(const WgmmaExpertsArgs& c, bool pair_halves = false) {
   const backend::ExpertWeights& ex = *c.args->experts;
   auto activations = [&](int64_t k) {
     TensorMapBf16 t;
@@ -214,7 +253,7 @@ StepMaps step_maps(const WgmmaExpertsArgs& c) {
     t.dims[1] = uint64_t(c.pairs);
     t.strides[0] = uint64_t(k);
     t.box[0] = kWg8BK;
-    t.box[1] = kWgBoxRows;
+    t.box[1] = pair_halves ? kWgConsumerRows : kWgBoxRows;
     return t;
   };
   auto weights = [&](const TensorView& w) {
@@ -241,7 +280,42 @@ bool scales_ok(const TensorView& s, int64_t E, int64_t rows, int64_t k) {
          s.size(2) == k / kWg8ScaleBlock && (s.size(2) <= 1 || s.stride(2) == 1);
 }
 
-std::atomic<uint64_t> g_smem_gate_up{0}, g_smem_down{0};  // opt_in_smem: once per device
+// opt_in_smem: once per device and kernel ([kPair])
+std::atomic<uint64_t> g_smem_gate_up[2], g_smem_down[2];
+
+// How many clusters of two of the pair kernel can be resident at once on this device (its shared memory
+// allows one CTA per SM, and a cluster's two CTAs must share a GPC): the pair grid is at most twice this, so
+// every CTA of the persistent grid runs from the start. 0: clusters of two cannot run here.
+// The pair kernels' shared memory is opted into first (the occupancy query counts it).
+Result<int> max_pair_clusters(const CudaContext& cx) {
+  RILL_TRY(opt_in_smem("moe_grouped_wgmma_fp8", reinterpret_cast<const void*>(moe_grouped_wgmma_fp8_kernel<true, true>),
+                       kWg8SmemBytes, cx, &g_smem_gate_up[1]));
+  RILL_TRY(opt_in_smem("moe_grouped_wgmma_fp8", reinterpret_cast<const void*>(moe_grouped_wgmma_fp8_kernel<false, true>),
+                       kWg8SmemBytes, cx, &g_smem_down[1]));
+  static std::atomic<int> cached[64];  // per device ordinal: 0 unknown, else count + 1
+  std::atomic<int>& slot = cached[cx.device & 63];
+  if (const int v = slot.load(std::memory_order_relaxed); v > 0) return v - 1;
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeClusterDimension;
+  attr.val.clusterDim.x = 2;
+  attr.val.clusterDim.y = 1;
+  attr.val.clusterDim.z = 1;
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(unsigned(2 * std::max(cx.sm_count / 2, 1)));
+  cfg.blockDim = dim3(kWgThreads);
+  cfg.dynamicSmemBytes = kWg8SmemBytes;
+  cfg.attrs = &attr;
+  cfg.numAttrs = 1;
+  int n = 0;
+  if (cudaOccupancyMaxActiveClusters(&n, reinterpret_cast<const void*>(moe_grouped_wgmma_fp8_kernel<true, true>), &cfg) !=
+      cudaSuccess) {
+    (void)cudaGetLastError();
+    n = 0;
+  }
+  slot.store(n + 1, std::memory_order_relaxed);
+  RILL_LOG_INFO("moe experts (wgmma fp8): {} clusters of two CTAs resident at once on device {}", n, cx.device);
+  return n;
+}
 
 }  // namespace
 
@@ -275,12 +349,26 @@ Status run_expert_gemms_wgmma_fp8(const WgmmaExpertsArgs& c, const CudaContext& 
                         make_tensor_map(m.dn_a, "moe_experts (wgmma fp8): quantised activations"));
   RILL_ASSIGN_OR_RETURN(const CUtensorMap dn_b,
                         make_tensor_map(m.dn_b, "moe_experts (wgmma fp8): down weights"));
-  auto* gate_up = moe_grouped_wgmma_fp8_kernel<true>;
-  auto* down = moe_grouped_wgmma_fp8_kernel<false>;
+  // Clusters of two CTAs sharing A (option moe_wgmma_fp8_pairs) for a GEMM whose column tiles pair up.
+  int pair_clusters = 0;
+  if (cx.options.moe_wgmma_fp8_pairs) {
+    RILL_ASSIGN_OR_RETURN(pair_clusters, max_pair_clusters(cx));
+  }
+  const int gu_tiles = c.I / wgmma_fp8_tile_cols(true), dn_tiles = c.Hx / wgmma_fp8_tile_cols(false);
+  const bool gu_pair = pair_clusters > 0 && gu_tiles % 2 == 0, dn_pair = pair_clusters > 0 && dn_tiles % 2 == 0;
+  CUtensorMap gu_a_half = gu_a, dn_a_half = dn_a;  // 64-slot A boxes for the pair kernels
+  if (gu_pair || dn_pair) {
+    const StepMaps halves = step_maps(c, true);
+    RILL_ASSIGN_OR_RETURN(gu_a_half, make_tensor_map(halves.gu_a, "moe_experts (wgmma fp8): quantised x, halves"));
+    RILL_ASSIGN_OR_RETURN(dn_a_half,
+                          make_tensor_map(halves.dn_a, "moe_experts (wgmma fp8): quantised activations, halves"));
+  }
+  auto* gate_up = gu_pair ? moe_grouped_wgmma_fp8_kernel<true, true> : moe_grouped_wgmma_fp8_kernel<true, false>;
+  auto* down = dn_pair ? moe_grouped_wgmma_fp8_kernel<false, true> : moe_grouped_wgmma_fp8_kernel<false, false>;
   RILL_TRY(opt_in_smem("moe_grouped_wgmma_fp8", reinterpret_cast<const void*>(gate_up), kWg8SmemBytes, cx,
-                       &g_smem_gate_up));
+                       &g_smem_gate_up[gu_pair]));
   RILL_TRY(opt_in_smem("moe_grouped_wgmma_fp8", reinterpret_cast<const void*>(down), kWg8SmemBytes, cx,
-                       &g_smem_down));
+                       &g_smem_down[dn_pair]));
   // x quantised straight into expert order (slot s from token slot_token[s]); no bf16 copy of the gathered
   // rows (H100, 8K tokens: the gather's 0.18 ms and the quantisation's 0.20 ms a layer became 0.24 ms).
   RILL_TRY(launch_fp8_quantize_gathered_rows(a.x.data, a.x.stride(0), c.slot_token, c.expert_offsets + c.E,
@@ -296,9 +384,15 @@ Status run_expert_gemms_wgmma_fp8(const WgmmaExpertsArgs& c, const CudaContext& 
   p.act = a.activation == backend::Activation::Silu ? Act::Silu : Act::Situ;
   p.beta = a.beta;
   p.linear_beta = a.linear_beta;
-  auto grid = [&](int n_tiles) {
-    return dim3(
-        unsigned(std::max<int64_t>(1, std::min<int64_t>(cx.sm_count, int64_t(c.max_tiles) * n_tiles))));
+  // Persistent grids: one CTA per SM (the shared memory allows one), fewer when the step has fewer items; pair
+  // grids: the resident clusters of two, fewer when the step has fewer item pairs.
+  auto shape = [&](int n_tiles, bool pair) {
+    const int64_t items = int64_t(c.max_tiles) * n_tiles;
+    if (pair)
+      return LaunchShape{dim3(unsigned(2 * std::max<int64_t>(1, std::min<int64_t>(pair_clusters, items / 2)))),
+                         dim3(kWgThreads), size_t(kWg8SmemBytes), 2};
+    return LaunchShape{dim3(unsigned(std::max<int64_t>(1, std::min<int64_t>(cx.sm_count, items)))),
+                       dim3(kWgThreads), size_t(kWg8SmemBytes)};
   };
 
   p.k = c.Hx;
@@ -309,8 +403,8 @@ Status run_expert_gemms_wgmma_fp8(const WgmmaExpertsArgs& c, const CudaContext& 
   p.ws_ld = ex.gate_up_scales.stride(1);
   p.out = c.h;
   p.ldo = c.I;
-  RILL_TRY(launch("moe_grouped_wgmma_fp8_gate_up", {grid(p.n_tiles), dim3(kWgThreads), size_t(kWg8SmemBytes)},
-                  cx.stream, gate_up, gu_a, gu_b, p));
+  RILL_TRY(launch("moe_grouped_wgmma_fp8_gate_up", shape(p.n_tiles, gu_pair), cx.stream, gate_up,
+                  gu_pair ? gu_a_half : gu_a, gu_b, p));
   RILL_TRY(launch_fp8_quantize_rows(c.h, c.I, c.pairs, c.I, c.codes, c.a_scales, cx.stream));
 
   p.k = c.I;
@@ -321,8 +415,8 @@ Status run_expert_gemms_wgmma_fp8(const WgmmaExpertsArgs& c, const CudaContext& 
   p.ws_ld = ex.down_scales.stride(1);
   p.out = c.xy;
   p.ldo = c.Hx;
-  return launch("moe_grouped_wgmma_fp8_down", {grid(p.n_tiles), dim3(kWgThreads), size_t(kWg8SmemBytes)},
-                cx.stream, down, dn_a, dn_b, p);
+  return launch("moe_grouped_wgmma_fp8_down", shape(p.n_tiles, dn_pair), cx.stream, down,
+                dn_pair ? dn_a_half : dn_a, dn_b, p);
 }
 
 }  // namespace rill::cuda::moe

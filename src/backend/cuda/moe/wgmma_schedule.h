@@ -143,4 +143,18 @@ RILL_MOE_HD constexpr int64_t wgmma_fp8_a_scale_index(int64_t slot, int kb, int6
   return int64_t(kb) * pairs + slot;
 }
 
+// FP8 pair clusters (grouped_wgmma_fp8.cu kPair): unit u of the pair grid is work items 2u (cluster rank 0)
+// and 2u + 1 (rank 1). With an even number of column tiles both are column tiles of one (expert, m-tile), so
+// the pair shares the tile's A box; each rank loads one 64-slot half of it for both.
+RILL_MOE_HD constexpr int wgmma_pair_item(int unit, int rank) {
+  return 2 * unit + rank;
+}
+
+// The first slot of rank `rank`'s half of the A box of the tile starting at slot a_row (< pairs). A second
+// half wholly past the slots feeds only rows that are never stored (the tile's valid rows are < pairs -
+// a_row <= 64 then); it reads the last 64 slots instead, so no TMA box lies wholly outside the tensor.
+RILL_MOE_HD constexpr int wgmma_pair_a_row(int a_row, int rank, int pairs) {
+  return a_row + rank * kWgConsumerRows < pairs ? a_row + rank * kWgConsumerRows : pairs - kWgConsumerRows;
+}
+
 }  // namespace rill::cuda::moe
