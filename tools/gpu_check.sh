@@ -195,7 +195,8 @@ fi
 
 # --- profile: per-kernel device time of one batch-1 decode step (ncu, NVTX range from rill bench) -----------
 if want profile && [[ -x $BUILD/rill ]]; then
-  # PROFILE_RANGE / PROFILE_ARGS profile another step, e.g. the 8K prompt's layers on an H100:
+  # PROFILE_RANGE / PROFILE_ARGS profile another step, e.g. the 8K prompt's layers on an H100 (or, with
+  # "--quantization fp8", the whole FP8 model's):
   # PROFILE_RANGE="prefill 1 x 8192 tokens" PROFILE_ARGS="--composed --skip-ops --repeats 1 --prefill-batch 0
   # --decode-batches 1 --verify-drafts 0" (every slice's run of the range is summed).
   range=${PROFILE_RANGE:-"decode batch ${PROFILE_BATCH:-1} at 4096 context"}
@@ -205,6 +206,17 @@ if want profile && [[ -x $BUILD/rill ]]; then
     > "$LOGS/profile_raw.csv" 2> "$LOGS/profile.err"
   note "ncu profile of '$range': rc=$?"
   python3 tools/kernel_profile.py "$LOGS/profile_raw.csv" | tee "$OUT/profile.txt" | head -60
+  # PROFILE_DETAILS="regex1 regex2 ...": ncu's speed-of-light, memory and warp-state sections of one launch of each
+  # kernel matching each regex in the same range, one ncu run per regex (a single --launch-count over an
+  # alternation spends the count on whichever kernels come first), into $OUT/profile_details.txt.
+  for k in ${PROFILE_DETAILS:-}; do
+    timeout ${PROFILE_TIMEOUT:-300} ncu --clock-control none --nvtx --nvtx-include "$range/" -k "regex:$k" --launch-count 1 \
+      --section SpeedOfLight --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \
+      --section WarpStateStats --section Occupancy --section LaunchStats $BUILD/rill bench --load-format dummy \
+      --preset kimi-linear-48b ${PROFILE_ARGS:---skip-ops --repeats 1 --prefill-tokens 64 --decode-batches ${PROFILE_BATCH:-1}} \
+      >> "$OUT/profile_details.txt" 2>> "$LOGS/profile_details.err"
+    note "ncu details of '$k' in '$range': rc=$?"
+  done
 fi
 
 # --- serving benchmark: rill serve with dummy 48B weights and the real Kimi tokenizer (carried in .deps/kimi) -
