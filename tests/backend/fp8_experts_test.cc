@@ -264,9 +264,10 @@ TEST_P(Fp8ExpertsTest, SharedExpertBesideFp8Experts) {
 // +-1/(100 sqrt(fan-in)), x ~ N(0, 1)) gives rel L2 0.0405 from quantising x and h alone; the bf16 roundings
 // add well under 1%, so 6e-2 (the dense native FP8 GEMM, one quantised operand, allows 5e-2). Cases: the 48B
 // shape (E 256, Hx 2304, I 1024) at 2048 tokens x top-8 and odd token counts (partial 128-slot tiles), skewed
-// routing (expert 0 with every token over many tiles, experts with no slot and one with one slot), SiTU; then
-// the shapes it refuses (other block shapes, widths off 128, fewer than 128 pairs) on the existing paths at
-// their own bound. Skipped where the backend refuses the option (not sm_90, or no sm_90a in the build).
+// routing (expert 0 with every token over many tiles, experts with no slot and one with one slot), SiTU, a
+// down GEMM with an odd number of column tiles (no pair clusters there), each with moe_wgmma_fp8_pairs off and
+// on; then the shapes it refuses (other block shapes, widths off 128, fewer than 128 pairs) on the existing
+// paths at their own bound. Skipped where the backend refuses the option (not sm_90, or no sm_90a in the build).
 constexpr double kWgmmaFp8Tol = 6e-2;
 
 TEST_P(Fp8ExpertsTest, Fp8ExpertsGroupedWgmma) {
