@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <climits>
 
+#include "core/log.h"
 #include "engine/spec/acceptance.h"
 
 namespace rill::engine {
@@ -257,8 +258,29 @@ StepPlan Scheduler::schedule() {
   return plan;
 }
 
+void Scheduler::record_replayed_step(const StepPlan& plan, double seconds) {
+  if (plan.seqs.empty()) return;
+  const int n = int(plan.seqs.size()), q = plan.seqs.front().step.n_new;
+  for (const ScheduledSeq& p : plan.seqs)  // a replayed step is uniform; anything else is not a cost sample
+    if (!p.samples || p.step.n_new != q || p.n_drafts != q - 1) return;
+  step_costs_.record(n, q, seconds);
+  if (q == 1 || !limits_.break_even.measured) return;
+  const std::pair<int, int> key{step_costs_.batch_class(n), q};
+  const std::optional<double> r = step_costs_.verify_ratio(n, q);
+  if (r && ratios_logged_.insert(key).second)
+    RILL_LOG_INFO("speculation: a verify step of {} drafts at up to {} sequences costs {:.2f} decode steps "
+                  "({:.3f} / {:.3f} ms): sequences below {:.2f} accepted drafts a step stop speculating",
+                  q - 1, key.first, *r, *step_costs_.seconds(n, q) * 1e3, *step_costs_.seconds(n, 1) * 1e3,
+                  limits_.break_even.threshold(r));
+}
+
 void Scheduler::postprocess(const StepPlan& plan, const std::vector<int32_t>& sampled, const TokenSink& sink,
                             std::span<const uint8_t> nonfinite) {
+  // The verify step's measured cost in decode steps (its batch-size class, its most drafts), if known.
+  int most_drafts = 0;
+  for (const ScheduledSeq& p : plan.seqs) most_drafts = std::max(most_drafts, p.n_drafts);
+  const std::optional<double> verify_ratio =
+      most_drafts > 0 ? step_costs_.verify_ratio(int(plan.seqs.size()), 1 + most_drafts) : std::nullopt;
   size_t row = 0;
   for (const ScheduledSeq& p : plan.seqs) {
     Sequence* s = p.seq;
@@ -318,7 +340,7 @@ void Scheduler::postprocess(const StepPlan& plan, const std::vector<int32_t>& sa
       spec_.n_draft_tokens += uint64_t(p.n_drafts);
       spec_.n_accepted_tokens += uint64_t(acc.n_accepted);
       spec_.acceptance_lengths[std::min(acc.emitted.size(), spec_.acceptance_lengths.size()) - 1]++;
-      if (s->speculates && !s->acceptance.observe(acc.n_accepted, limits_.break_even)) {
+      if (s->speculates && !s->acceptance.observe(acc.n_accepted, limits_.break_even, verify_ratio)) {
         s->speculates = false;
         spec_.n_stopped++;
       }

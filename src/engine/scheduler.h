@@ -25,14 +25,17 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <set>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cache/cache_manager.h"
 #include "engine/sequence.h"
 #include "engine/spec/acceptance.h"
 #include "engine/spec/drafter.h"
+#include "engine/spec/step_costs.h"
 #include "engine/stop_checker.h"
 #include "model/step_batch.h"
 
@@ -92,7 +95,8 @@ class Scheduler {
   // (Drafter::observe_finished).
   Scheduler(cache::CacheManager& caches, SchedulerLimits limits, std::vector<int32_t> eos_ids,
             spec::Drafter* drafter = nullptr)
-      : caches_(caches), limits_(limits), eos_ids_(std::move(eos_ids)), drafter_(drafter) {
+      : caches_(caches), limits_(limits), eos_ids_(std::move(eos_ids)), drafter_(drafter),
+        step_costs_(limits.max_batch_size) {
     spec_.acceptance_lengths.assign(size_t(std::max(limits_.num_speculative_tokens, 0) + 1), 0);
   }
 
@@ -107,6 +111,10 @@ class Scheduler {
   // infinity; a sequence with one finishes with an Error and nothing of its step is committed or emitted.
   void postprocess(const StepPlan& plan, const std::vector<int32_t>& sampled, const TokenSink& sink = {},
                    std::span<const uint8_t> nonfinite = {});
+  // The wall time of a step the executor replayed from a graph (runner::StepOutput::replayed), before its
+  // postprocess: what decode and verify steps cost, which sets the break-even (spec/step_costs.h).
+  void record_replayed_step(const StepPlan& plan, double seconds);
+  const spec::StepCosts& step_costs() const { return step_costs_; }
   // Ends a sequence now (cancel, stop string, error) and frees its caches. Unknown ids: no-op.
   void finish(uint64_t id, FinishReason reason, std::string detail = {});
   // Ends every running and waiting sequence (shutdown without drain).
@@ -159,6 +167,8 @@ class Scheduler {
   std::vector<int32_t> eos_ids_;
   spec::Drafter* drafter_ = nullptr;
   SpecDecodeStats spec_;
+  spec::StepCosts step_costs_;
+  std::set<std::pair<int, int>> ratios_logged_;  // (batch class, q) whose measured break-even was logged
   std::deque<std::unique_ptr<Sequence>> waiting_;
   std::vector<std::unique_ptr<Sequence>> running_;  // admission order (newest last)
   std::vector<Finished> finished_;

@@ -230,11 +230,17 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(std::unique_ptr<model::
 
 Result<TensorView> ModelRunner::forward(const model::StepBatch& batch, const cache::CacheOps& ops) {
   tier_seconds_ = 0;
+  replayed_ = false;
   RILL_TRY(apply_cache_ops(model_->backend(), caches_, ops, &host_, &tier_seconds_, disk_.get()));
   if (batch.seqs.empty()) return TensorView{};
   // The step is checked here and laid out once: padded to its bucket by the graphs, else as it is.
   RILL_TRY(model_->check_step(batch, caches_));
-  if (graphs_ && graphs_->bucket(*model_, batch) > 0) return graphs_->run(*model_, caches_, batch);
+  if (graphs_ && graphs_->bucket(*model_, batch) > 0) {
+    const uint64_t replays = graphs_->replays();
+    Result<TensorView> logits = graphs_->run(*model_, caches_, batch);
+    replayed_ = graphs_->replays() > replays;
+    return logits;
+  }
   RILL_TRY(batch.to_layout(caches_.block_size, &layout_));
   RILL_TRY(model_->prepare(batch, layout_, caches_));
   return model_->run_prepared(caches_);
@@ -246,6 +252,7 @@ Result<StepOutput> ModelRunner::execute(const model::StepBatch& batch, const Sam
   StepOutput out;
   RILL_ASSIGN_OR_RETURN(TensorView logits, forward(batch, ops));
   out.tier_copy_seconds = tier_seconds_;
+  out.replayed = replayed_;
   if (batch.seqs.empty()) return out;
   RILL_TRY(sampler_.run(logits, sampling, &out.tokens));
   if (sampling.want_logits) {  // as the sampler left them (penalties and masks work in place)

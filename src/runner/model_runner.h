@@ -128,6 +128,7 @@ class ModelRunner {
   HostTier host_;
   std::unique_ptr<DiskTier> disk_;
   double tier_seconds_ = 0;  // host time in the host tier's copies of the last step
+  bool replayed_ = false;    // the last forward replayed a decode graph
   int max_model_len_ = 0;
   std::optional<DecodeGraphs> graphs_;  // see RunnerOptions::enforce_eager and capture_graphs
 };

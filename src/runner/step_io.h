@@ -53,6 +53,9 @@ struct StepOutput {
   int64_t vocab = 0;
   // Host time the step's host tier copies took before it ran (CPU: the copies; CUDA: issuing them).
   double tier_copy_seconds = 0;
+  // The step replayed a captured decode graph: its wall time is a steady-state step's (the engine measures
+  // decode and verify costs from these, engine/spec/step_costs.h).
+  bool replayed = false;
 };
 
 }  // namespace rill::runner

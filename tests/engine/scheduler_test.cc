@@ -257,5 +257,70 @@ TEST(Scheduler, TheStepDescribesEverySequenceAsScheduled) {
   s.finish_all(FinishReason::Cancelled);
 }
 
+// A speculating sequence that gets one of its two drafts accepted every step stops once the measured verify
+// steps cost more than two decode steps (break-even r - 1 > 1), and goes on where they cost less, where
+// nothing is measured (the static 0.5) or where the rule is told not to use measurements.
+TEST(Scheduler, MeasuredStepCostsSetTheBreakEven) {
+  struct Case {
+    const char* what;
+    double verify_seconds;  // a decode step takes 1.0; 0: none measured
+    bool measured;
+    bool stops;
+  };
+  for (const Case& c : {Case{"r = 3", 3.0, true, true}, Case{"r = 1.5", 1.5, true, false},
+                        Case{"nothing measured", 0, true, false}, Case{"r = 3, measured off", 3.0, false, false}}) {
+    SCOPED_TRACE(c.what);
+    Fixture f(4, 64, 0, /*checkpoints=*/true);
+    FixedDrafter drafter;
+    drafter.drafts = {7, 8};
+    SchedulerLimits lim{4, 200, 4096, true, /*num_speculative_tokens=*/2};
+    lim.break_even.min_steps = 4;
+    lim.break_even.measured = c.measured;
+    Scheduler s(*f.caches, lim, {2}, &drafter);
+    // What graph replays of one sequence measured: decode steps (1 token) and verify steps (1 + 2 drafts).
+    if (c.verify_seconds > 0) {
+      StepPlan decode, verify;
+      decode.seqs.push_back({.step = {.n_new = 1}, .samples = true});
+      verify.seqs.push_back({.step = {.n_new = 3}, .samples = true, .n_drafts = 2});
+      for (int i = 0; i < spec::StepCosts::kMinSamples; ++i) {
+        s.record_replayed_step(decode, 1.0);
+        s.record_replayed_step(verify, c.verify_seconds);
+      }
+      ASSERT_TRUE(s.step_costs().verify_ratio(1, 3));
+    }
+    auto one = seq(1, 63);
+    one->speculates = true;
+    s.add(std::move(one));
+    StepPlan p = s.schedule();  // its prompt
+    s.postprocess(p, ones(p));
+    // Verify steps accept draft 7 and reject 8 (9 sampled there); a rejection's rollback re-feeds the
+    // accepted token in the next step, which brings no drafts.
+    int verify_steps = 0;
+    for (int step = 0; step < 4 * lim.break_even.min_steps && verify_steps < lim.break_even.min_steps; ++step) {
+      p = s.schedule();
+      ASSERT_EQ(p.seqs.size(), 1u);
+      if (p.seqs[0].n_drafts == 0) {
+        s.postprocess(p, std::vector<int32_t>(size_t(p.seqs[0].n_logit_rows()), 3));
+        continue;
+      }
+      ASSERT_EQ(p.seqs[0].n_drafts, 2) << "step " << step;
+      s.postprocess(p, {7, 9, 9});
+      ++verify_steps;
+    }
+    ASSERT_EQ(verify_steps, lim.break_even.min_steps);
+    EXPECT_EQ(s.spec_decode().n_stopped, c.stops ? 1u : 0u);
+    // Speculating sequences draft at least every other step; one that stopped never again.
+    int drafted = 0;
+    for (int step = 0; step < 2; ++step) {
+      p = s.schedule();
+      ASSERT_EQ(p.seqs.size(), 1u);
+      drafted += p.seqs[0].n_drafts > 0;
+      s.postprocess(p, std::vector<int32_t>(size_t(p.seqs[0].n_logit_rows()), 3));
+    }
+    EXPECT_EQ(drafted > 0, !c.stops);
+    s.finish_all(FinishReason::Cancelled);
+  }
+}
+
 }  // namespace
 }  // namespace rill::engine

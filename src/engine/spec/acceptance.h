@@ -17,7 +17,9 @@
 // seeded requests give the same tokens with and without speculation. Greedy is the case p_j = argmax.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -34,27 +36,38 @@ Acceptance accept_drafts(std::span<const int32_t> drafts, std::span<const int32_
 // Break-even (speculative.md §3: speculation slower than plain decode when drafts are rarely accepted; a
 // sequence whose acceptance stays low should stop): an exponential moving average of the drafts accepted
 // per verify step (weight `weight` for the newest step, the first step's value to start). Once at least
-// `min_steps` verify steps are seen and the average is below `break_even`, speculation stops for the
+// `min_steps` verify steps are seen and the average is below the break-even, speculation stops for the
 // sequence for good (its later steps are plain decode steps; its output is the same either way).
-// Why these defaults: a verify step of k + 1 tokens costs at least one decode step (more on the GPU: k + 1
-// tokens through the MoE and the chunked KDA form; TokenSpeed measured K3 speculation at 0.55x of plain
-// decode at batch 1), so fewer than ~0.5 accepted drafts per step (1.5 tokens per step) no longer pays;
-// 8 steps and weight 0.25 let a bad start recover and fire within ~8 steps of a drafter gone wrong. They are
-// a choice, not a measurement — docs/PERF.md numbers on the GPU should set them. (vLLM turns speculation
-// off by batch size, `disable_by_batch_size`; this is per sequence and by acceptance.)
+// The break-even: a verify step costing r decode steps emits 1 + a tokens for a accepted drafts, so it pays
+// while a >= r - 1. Where the engine has measured r for the step's batch-size class and draft count
+// (StepCosts: graph replays, i.e. the GPU), the break-even is r - 1 (`measured`); until then, and where
+// nothing is measured (the CPU, --enforce-eager), it is `break_even`. Why 0.5 there: a verify step of k + 1
+// tokens costs at least one decode step; TokenSpeed measured K3 speculation at 0.55x of plain decode at batch
+// 1, and the CPU is no guide. 8 steps and weight 0.25 let a bad start recover and fire within ~8 steps of a
+// drafter gone wrong. (vLLM turns speculation off by batch size, `disable_by_batch_size`; this is per
+// sequence and by acceptance.) Per sequence, r - 1 is the batch's break-even, not the sequence's own: in a
+// step of several sequences one that stops speculating saves the step only its share of the extra tokens.
 struct BreakEvenRule {
   int min_steps = 8;
   double weight = 0.25;
-  double break_even = 0.5;  // accepted drafts per verify step
+  double break_even = 0.5;  // accepted drafts per verify step, where no cost ratio is measured
+  bool measured = true;     // use r - 1 for a measured cost ratio r (false: always `break_even`)
+
+  // Accepted drafts per verify step below which speculation does not pay, for the measured verify / decode
+  // cost ratio (if any) of the step.
+  double threshold(std::optional<double> verify_ratio) const {
+    return measured && verify_ratio ? std::max(*verify_ratio - 1, 0.0) : break_even;
+  }
 };
 
 class AcceptanceAverage {
  public:
   // Records a verify step that fed drafts and accepted `n_accepted`; false once speculation should stop.
-  bool observe(int n_accepted, const BreakEvenRule& rule) {
+  // `verify_ratio`: the measured cost of that step in decode steps, if known (BreakEvenRule::threshold).
+  bool observe(int n_accepted, const BreakEvenRule& rule, std::optional<double> verify_ratio = std::nullopt) {
     mean_ = n_steps_ == 0 ? n_accepted : (1 - rule.weight) * mean_ + rule.weight * n_accepted;
     ++n_steps_;
-    return n_steps_ < rule.min_steps || mean_ >= rule.break_even;
+    return n_steps_ < rule.min_steps || mean_ >= rule.threshold(verify_ratio);
   }
   double mean() const { return mean_; }
 
