@@ -251,7 +251,8 @@ void Engine::Impl::step() {
       iteration_tokens += p.step.n_new;
     }
   const auto step_end = std::chrono::steady_clock::now();
-  if (out->replayed) sched->record_replayed_step(plan, std::chrono::duration<double>(step_end - step_start).count());
+  if (out->replayed)  // a steady-state step's cost (speculation's break-even)
+    sched->record_replayed_step(plan, std::chrono::duration<double>(step_end - step_start).count());
   // Each emitted token in order (a verify step's accepted drafts, then its last token), as a step per token
   // would see it: its logprobs, the constraint, the text with stop strings. A stop string ends the sequence
   // at its token; the scheduler drops the rest.

@@ -267,8 +267,9 @@ TEST(Scheduler, MeasuredStepCostsSetTheBreakEven) {
     bool measured;
     bool stops;
   };
-  for (const Case& c : {Case{"r = 3", 3.0, true, true}, Case{"r = 1.5", 1.5, true, false},
-                        Case{"nothing measured", 0, true, false}, Case{"r = 3, measured off", 3.0, false, false}}) {
+  for (const Case& c :
+       {Case{"r = 3", 3.0, true, true}, Case{"r = 1.5", 1.5, true, false},
+        Case{"nothing measured", 0, true, false}, Case{"r = 3, measured off", 3.0, false, false}}) {
     SCOPED_TRACE(c.what);
     Fixture f(4, 64, 0, /*checkpoints=*/true);
     FixedDrafter drafter;
@@ -296,7 +297,8 @@ TEST(Scheduler, MeasuredStepCostsSetTheBreakEven) {
     // Verify steps accept draft 7 and reject 8 (9 sampled there); a rejection's rollback re-feeds the
     // accepted token in the next step, which brings no drafts.
     int verify_steps = 0;
-    for (int step = 0; step < 4 * lim.break_even.min_steps && verify_steps < lim.break_even.min_steps; ++step) {
+    for (int step = 0; step < 4 * lim.break_even.min_steps && verify_steps < lim.break_even.min_steps;
+         ++step) {
       p = s.schedule();
       ASSERT_EQ(p.seqs.size(), 1u);
       if (p.seqs[0].n_drafts == 0) {

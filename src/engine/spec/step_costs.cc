@@ -6,7 +6,8 @@
 
 namespace rill::engine::spec {
 
-StepCosts::StepCosts(int max_batch_size) : classes_(runner::decode_graph_buckets(std::max(max_batch_size, 1))) {}
+StepCosts::StepCosts(int max_batch_size)
+    : classes_(runner::decode_graph_buckets(std::max(max_batch_size, 1))) {}
 
 int StepCosts::batch_class(int n_seqs) const {
   for (int b : classes_)

@@ -5,8 +5,9 @@
 // t(decode) times a decode step's cost; it pays while 1 + a >= r, so the break-even is a = r - 1 accepted
 // drafts per step. r is not a constant: at batch 1 on the 48B shape the five tokens of a k = 4 step read ~5x
 // the experts a decode step reads (docs/PERF.md: 2.48x on an H100), at batch 64 the experts are read anyway
-// (1.82x), and on the demo model the step is launch-bound (close to 1x). So r is measured here, per batch-size
-// class (the decode graphs' buckets: powers of two, then the largest batch) and tokens per sequence.
+// (1.82x), and on the demo model the step is launch-bound (close to 1x). So r is measured here, per
+// batch-size class (the decode graphs' buckets: powers of two, then the largest batch) and tokens per
+// sequence.
 //
 // Only steps replayed from a captured graph are recorded (runner::StepOutput::replayed): their wall time is
 // the steady state's, where an eager step's includes first-run work (cuBLASLt's algorithm timing, a capture)
