@@ -244,13 +244,18 @@ Result<std::vector<BenchRow>> bench_ops(backend::Backend& be, const model::Model
     const bool ab = !mxfp4 && be.set_option("moe_cublas_grouped", "0").ok() &&
                     be.set_option("moe_cublas_grouped", "1").ok() && be.set_option("moe_cublas_min_pairs", "0").ok();
     const bool wgmma = ab && be.set_option("moe_wgmma", "1").ok() && be.set_option("moe_wgmma", "0").ok();
+    // MXFP4 experts: the mma.sync grouped GEMM (the unnamed row, moe_wgmma_mxfp4 off) and, where the backend
+    // takes the option, the Hopper kernel's MXFP4 policy (the A/B that decides the option's default).
+    const char* mxfp4_default = backend::CudaBackendOptions{}.moe_wgmma_mxfp4 ? "1" : "0";
+    const bool wgmma4 = mxfp4 && be.set_option("moe_wgmma_mxfp4", "1").ok() &&
+                        be.set_option("moe_wgmma_mxfp4", "0").ok();
     enum class MoePath { Default, RillMma, RillWgmma };
     for (int64_t T : {int64_t(o.prefill_long), int64_t(2048), int64_t(512), int64_t(256), int64_t(1), int64_t(32)}) {
       const bool grouped = T * K > 64;  // moe/params.h kDecodeMaxPairs
       for (const MoePath variant : {MoePath::Default, MoePath::RillMma, MoePath::RillWgmma}) {
         const bool rill_grouped = variant == MoePath::RillMma, rill_wgmma = variant == MoePath::RillWgmma;
         if (rill_grouped && !(ab && grouped)) continue;
-        if (rill_wgmma && !(wgmma && grouped)) continue;
+        if (rill_wgmma && !((wgmma || wgmma4) && grouped)) continue;
         std::string name = mxfp4 ? fmt::format("moe route+experts, {} tokens, {} of {} MXFP4 experts", T, K, E)
                                  : fmt::format("moe route+experts, {} tokens, {} of {} experts", T, K, E);
         const char* path = !grouped              ? "gathered GEMV"
@@ -260,7 +265,7 @@ Result<std::vector<BenchRow>> bench_ops(backend::Backend& be, const model::Model
         if (ab && rill_grouped) name += ", rill's grouped GEMM";
         if (rill_wgmma) name += ", rill's wgmma grouped GEMM";
         if (rill_grouped) RILL_TRY(be.set_option("moe_cublas_grouped", "0"));
-        if (rill_wgmma) RILL_TRY(be.set_option("moe_wgmma", "1"));
+        if (rill_wgmma) RILL_TRY(be.set_option(mxfp4 ? "moe_wgmma_mxfp4" : "moe_wgmma", "1"));
         auto row = [&]() -> Result<BenchRow> {
           RILL_ASSIGN_OR_RETURN(TensorView x, pool.random(act, {T, H}, -1, 1));
           TensorView xe = x;
@@ -286,11 +291,12 @@ Result<std::vector<BenchRow>> bench_ops(backend::Backend& be, const model::Model
                           double(T) * K * 3.0 * 2.0 * double(Hx) * double(I), path};
         }();
         if (rill_grouped) RILL_TRY(be.set_option("moe_cublas_grouped", "1"));
-        if (rill_wgmma) RILL_TRY(be.set_option("moe_wgmma", "0"));
+        if (rill_wgmma) RILL_TRY(be.set_option(mxfp4 ? "moe_wgmma_mxfp4" : "moe_wgmma", "0"));
         if (!row.ok() && row.status().code() != StatusCode::Unimplemented) return row.status();
         rows.push_back(row.ok() ? *row : not_run("op", name, row.status().message()));
       }
     }
+    if (wgmma4) RILL_TRY(be.set_option("moe_wgmma_mxfp4", mxfp4_default));
     // FP8 experts (E4M3, 128 x 128 F32 block scales: the --quantization fp8 layout) at the grouped sizes: the
     // dequantising mma.sync GEMM and, on Hopper where the backend takes the option (the default there), the FP8
     // wgmma kernels (moe_wgmma_fp8). Same routing and timing as the rows above. Only on backends with the

@@ -29,7 +29,7 @@ const char* mla_prefill_name(MlaPrefillPath p) {
 std::string cuda_backend_option_keys() {
   return "pdl, kda_fused_decode, kda_recurrent_verify, moe_fuse_shared, decode_fusion, mla_expand_rows, "
          "gemm_autotune, moe_cublas_grouped, moe_cublas_min_pairs, moe_wgmma, moe_wgmma_fp8, "
-         "moe_wgmma_fp8_pairs, moe_route_gemm_min_tokens, fp8_gemm, mla_prefill";
+         "moe_wgmma_fp8_pairs, moe_wgmma_mxfp4, moe_route_gemm_min_tokens, fp8_gemm, mla_prefill";
 }
 
 Status set_cuda_backend_option(CudaBackendOptions& o, std::string_view key_value) {
@@ -48,6 +48,7 @@ Status set_cuda_backend_option(CudaBackendOptions& o, std::string_view key_value
                : key == "moe_wgmma"            ? &o.moe_wgmma
                : key == "moe_wgmma_fp8"        ? &o.moe_wgmma_fp8
                : key == "moe_wgmma_fp8_pairs"  ? &o.moe_wgmma_fp8_pairs
+               : key == "moe_wgmma_mxfp4"      ? &o.moe_wgmma_mxfp4
                                                : nullptr;
   if (flag) {
     RILL_ASSIGN_OR_RETURN(*flag, parse_bool(key, value));

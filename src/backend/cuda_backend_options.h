@@ -87,6 +87,12 @@ struct CudaBackendOptions {
   // bound by L2 traffic (its 128 x 128 tile moves 32 KB per 4.2 MFLOP): off until measured. No scratch
   // changes, so Backend::set_option may flip it between steps. `moe_wgmma_fp8_pairs`.
   bool moe_wgmma_fp8_pairs = false;
+  // MXFP4 experts (K3's) of grouped MoE steps through the bf16 Hopper kernel's body with its MXFP4 weight
+  // policy (moe/grouped_wgmma.cu Mxfp4Weights: packed codes by TMA, dequantised to bf16 in shared memory by
+  // the loading warpgroup, wgmma m64n256k16; Hx and I multiples of 64); off: the mma.sync grouped GEMM that
+  // dequantises 32-column tiles (moe/grouped_gemm_mxfp4.cu). Written without a GPU: off until measured. No
+  // scratch changes, so Backend::set_option may flip it between steps. `moe_wgmma_mxfp4`.
+  bool moe_wgmma_mxfp4 = false;
   // Router logits of steps of at least this many tokens as a cuBLASLt GEMM followed by a selection kernel
   // (moe/route.cu); fewer: the router's cluster kernel (each cluster of 8 CTAs reads the whole router per 8
   // tokens). Steps of at most kGemvMaxRows tokens take the split GEMV either way. Measured on the H100

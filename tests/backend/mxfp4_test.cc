@@ -13,6 +13,7 @@
 
 #include "backend/op_harness.h"
 #include "backend/workspace_planner.h"
+#include "test_backend_options.h"
 
 namespace rill::testing {
 namespace {
@@ -189,6 +190,27 @@ TEST_P(Mxfp4Test, ExpertsGroupedK3Shapes) {
   run_mxfp4_experts(h, *ex, 5, 16, backend::Activation::Situ);
   run_mxfp4_experts(h, *ex, 12, 16, backend::Activation::Situ, Routing::Skewed);
   run_mxfp4_experts(h, *ex, 5, 16, backend::Activation::Silu);
+}
+
+// The grouped path on the Hopper kernel's MXFP4 policy (option moe_wgmma_mxfp4: codes by TMA, dequantised to
+// bf16 in shared memory, wgmma; skipped where the device cannot run it): K3's experts at 192 and 640 pairs,
+// partial column tiles in both GEMMs (I = 192: gate_up's second tile half empty; Hx = 384: down's second tile
+// without its second box), one k step in down (I = 64), experts with several tiles and experts with none.
+TEST_P(Mxfp4Test, ExpertsGroupedWgmma) {
+  OpHarness h(GetParam());
+  RILL_REQUIRE_BACKEND(h);
+  const Status on = h.dev().set_option("moe_wgmma_mxfp4", "1");
+  if (!on.ok()) GTEST_SKIP() << "no moe_wgmma_mxfp4 path here: " << on.to_string();
+  auto k3 = make_mxfp4_experts(h, 20, 3584, 3072);
+  run_mxfp4_experts(h, *k3, 12, 16, backend::Activation::Situ, Routing::Skewed);
+  run_mxfp4_experts(h, *k3, 40, 16, backend::Activation::Situ);
+  auto tails = make_mxfp4_experts(h, 8, 384, 192);
+  run_mxfp4_experts(h, *tails, 300, 2, backend::Activation::Silu, Routing::Skewed);  // expert 0: 3 tiles
+  run_mxfp4_experts(h, *tails, 130, 3, backend::Activation::Situ);
+  auto small = make_mxfp4_experts(h, 16, 128, 64);
+  run_mxfp4_experts(h, *small, 100, 4, backend::Activation::Silu);
+  run_mxfp4_experts(h, *small, 100, 4, backend::Activation::Situ, Routing::Skewed);
+  ASSERT_TRUE(h.dev().set_option("moe_wgmma_mxfp4", cuda_backend_options().moe_wgmma_mxfp4 ? "1" : "0").ok());
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, Mxfp4Test, ::testing::ValuesIn(tested_backends()));

@@ -282,5 +282,65 @@ TEST(MoeWgmmaSchedule, Fp8TilesScaleBlocksAndAccumulators) {
   EXPECT_LE(kWg8SmemBytes, 227 * 1024) << "H100 / H200 opt-in limit per block";
 }
 
+// The MXFP4 policy (grouped_wgmma.cu Mxfp4Weights): the dequantising threads' units cover every (row, scale
+// group) of a stage once; a unit's raw bytes are where TMA's two unswizzled 128-row boxes put them; its four
+// bf16 chunks are the ones TMA's 128-byte swizzle would have written for those columns (the XOR of address
+// bits 7-9 into bits 4-6, from the tile's 1024-byte aligned base); each 16-byte store of a warp touches every
+// bank once per 8-thread phase; the weight rows and scale bytes against their closed forms.
+TEST(MoeWgmmaSchedule, Mxfp4UnitsCoverTheStageAndLandInTheSwizzle) {
+  std::vector<int> seen(size_t(kWgBN) * 2, 0);
+  std::vector<int> chunk_writes(size_t(kWgBStageBytes / 16), 0);
+  for (int t = 0; t < kWg4DequantThreads; ++t)
+    for (int u = t; u < kWg4Units; u += kWg4DequantThreads) {
+      const Mxfp4Unit w = wgmma_mxfp4_unit(u);
+      ASSERT_GE(w.row, 0);
+      ASSERT_LT(w.row, kWgBN);
+      ASSERT_TRUE(w.group == 0 || w.group == 1);
+      seen[size_t(w.row * 2 + w.group)]++;
+      // TMA's boxes: rows 0-127 of 32 bytes, then the second box's at 4 KiB.
+      const uint32_t box = uint32_t(w.row / kWgBoxRows), box_row = uint32_t(w.row % kWgBoxRows);
+      EXPECT_EQ(wgmma_mxfp4_raw_offset(w), box * kWg4RawBoxBytes + box_row * 32 + uint32_t(w.group) * 16);
+      for (int c = 0; c < 4; ++c) {
+        const int col = w.group * kWg4Group + 8 * c;  // the chunk's first bf16 column
+        const uint32_t linear = uint32_t(w.row) * 128 + uint32_t(col) * 2;
+        const uint32_t swizzled = linear ^ (((linear >> 7) & 7) << 4);
+        ASSERT_EQ(wgmma_mxfp4_chunk_offset(w, c), swizzled) << "row " << w.row << " col " << col;
+        chunk_writes[size_t(swizzled / 16)]++;
+      }
+    }
+  for (size_t i = 0; i < seen.size(); ++i)
+    ASSERT_EQ(seen[i], 1) << "unit (row " << i / 2 << ", group " << i % 2 << ")";
+  for (size_t i = 0; i < chunk_writes.size(); ++i) ASSERT_EQ(chunk_writes[i], 1) << "chunk " << i;
+  // Banks: 16-byte stores go out in phases of 8 threads; each phase's chunks must fill the 32 banks once.
+  for (int warp = 0; warp < kWg4DequantThreads / 32; ++warp)
+    for (int j = 0; warp * 32 + j * kWg4DequantThreads < kWg4Units; ++j)
+      for (int c = 0; c < 4; ++c)
+        for (int phase = 0; phase < 4; ++phase) {
+          std::vector<int> banks(32, 0);
+          for (int l = 8 * phase; l < 8 * phase + 8; ++l) {
+            const int u = warp * 32 + l + j * kWg4DequantThreads;
+            if (u >= kWg4Units) continue;
+            const uint32_t off = wgmma_mxfp4_chunk_offset(wgmma_mxfp4_unit(u), c);
+            for (uint32_t b = 0; b < 4; ++b) banks[size_t((off / 4 + b) % 32)]++;
+          }
+          for (int b = 0; b < 32; ++b)
+            ASSERT_LE(banks[size_t(b)], 1) << "warp " << warp << " j " << j << " c " << c;
+        }
+  // Weight rows: gate_up (b_second = I) box 1 holds the up rows of the same columns, down (b_second = 128)
+  // the next 128 rows; the scale of k step kt and group g covers k 64 kt + 32 g .. + 31.
+  const int I = 3072, n0 = 384;
+  EXPECT_EQ(wgmma_mxfp4_weight_row(0, n0, I), n0);
+  EXPECT_EQ(wgmma_mxfp4_weight_row(127, n0, I), n0 + 127);
+  EXPECT_EQ(wgmma_mxfp4_weight_row(128, n0, I), I + n0);
+  EXPECT_EQ(wgmma_mxfp4_weight_row(255, n0, I), I + n0 + 127);
+  for (int row = 0; row < kWgBN; ++row) EXPECT_EQ(wgmma_mxfp4_weight_row(row, 512, kWgBoxRows), 512 + row);
+  for (int kt = 0; kt < 56; ++kt)
+    for (int g = 0; g < 2; ++g) EXPECT_EQ(wgmma_mxfp4_scale_col(kt, g), (kt * kWgBK + g * kWg4Group) / 32);
+  // Shared memory: the bf16 stages as the bf16 kernel's (1024-byte aligned), the raw ring after them.
+  EXPECT_EQ(kWg4Stages * kWgStageBytes % 1024, 0);
+  EXPECT_EQ(kWg4RawStageBytes, kWgBN * kWgBK / 2);
+  EXPECT_LE(kWg4SmemBytes, 227 * 1024) << "H100 / H200 opt-in limit per block";
+}
+
 }  // namespace
 }  // namespace rill::cuda::moe

@@ -39,10 +39,11 @@ const char* tensor_map_refusal(const TensorMapBf16& t) {
     if (t.dims[d] == 0 || t.dims[d] > (uint64_t(1) << 32)) return "each dimension must be in [1, 2^32]";
     if (t.box[d] == 0 || t.box[d] > 256) return "each box dimension must be in [1, 256]";
   }
-  if (t.elem == TensorMapElem::Bf16 && t.box[0] * 2 > 128)
-    return "a 128-byte-swizzled box row holds at most 64 bf16";
-  if (t.elem == TensorMapElem::U8 && t.box[0] > 128)
-    return "a 128-byte-swizzled box row holds at most 128 bytes";
+  const uint32_t row_bytes = t.box[0] * (t.elem == TensorMapElem::Bf16 ? 2 : 1);
+  if (t.swizzle && row_bytes > 128)
+    return t.elem == TensorMapElem::Bf16 ? "a 128-byte-swizzled box row holds at most 64 bf16"
+                                         : "a 128-byte-swizzled box row holds at most 128 bytes";
+  if (!t.swizzle && row_bytes % 16 != 0) return "an unswizzled box row must be a multiple of 16 bytes";
   for (int d = 0; d + 1 < t.rank; ++d)
     if (t.strides[d] % 16 != 0 || t.strides[d] >= (uint64_t(1) << 40))
       return "strides must be multiples of 16 bytes below 2^40";
@@ -71,7 +72,8 @@ Result<CUtensorMap> make_tensor_map(const TensorMapBf16& t, const char* what) {
   const CUresult r = e.fn(
       &map, t.elem == TensorMapElem::U8 ? CU_TENSOR_MAP_DATA_TYPE_UINT8 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
       cuuint32_t(t.rank), const_cast<void*>(t.base), dims, strides, box, elem_strides,
-      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+      CU_TENSOR_MAP_INTERLEAVE_NONE, t.swizzle ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE,
+      CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
       CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS)
     return invalid_argument(

@@ -19,7 +19,8 @@ namespace rill::cuda {
 enum class TensorMapElem { Bf16, U8 };
 
 // A tensor of rank 2 or 3 (bf16 unless `elem` says bytes) read in boxes laid out with the 128-byte swizzle
-// (box[0] elements make 128 bytes at most), zeros for elements outside it.
+// (box[0] elements make 128 bytes at most), zeros for elements outside it; `swizzle` false: boxes land
+// row after row as they are (box[0] elements a multiple of 16 bytes; packed bytes that threads read).
 struct TensorMapBf16 {
   TensorMapElem elem = TensorMapElem::Bf16;
   const void* base = nullptr;  // 16-byte aligned
@@ -27,6 +28,7 @@ struct TensorMapBf16 {
   uint64_t dims[3] = {};     // elements, innermost first; dims[0] contiguous
   uint64_t strides[2] = {};  // bytes between consecutive indices of dims 1 and 2: multiples of 16, < 2^40
   uint32_t box[3] = {};      // elements per box along each dim, each 1..256
+  bool swizzle = true;       // CU_TENSOR_MAP_SWIZZLE_128B, else SWIZZLE_NONE
 };
 
 // Whether TMA can describe `t` (alignment, stride and box limits); an empty string when it can, else why not.

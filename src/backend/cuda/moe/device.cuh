@@ -78,6 +78,25 @@ __device__ __forceinline__ __nv_bfloat162 e8m0_bf162(uint32_t s) {
   return bf162_from_bits(b | (b << 16));
 }
 
+// 16 MXFP4 codes (8 packed bytes in column order, low nibble = even column) times their group's E8M0 scale
+// (e8m0_bf162), as 16 bf16 in column order: word j of `out` holds columns 2j (low half) and 2j + 1. Per
+// 32-bit word (8 codes): pairs (i, i + 4) decoded by fp4x2_to_bf162, scaled by a second bf16 multiply (both
+// exact), put back in column order by byte permutes.
+__device__ __forceinline__ void mxfp4_dequant16(uint2 q, __nv_bfloat162 scale, uint32_t (&out)[8]) {
+  const uint32_t words[2] = {q.x, q.y};
+#pragma unroll
+  for (int k = 0; k < 2; ++k) {
+    uint32_t pair[4];  // pair[i]: columns i (low half) and i + 4 (high half) of this word
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+      pair[i] = bits_from_bf162(__hmul2(fp4x2_to_bf162(words[k] >> (4 * i)), scale));
+    out[4 * k + 0] = __byte_perm(pair[0], pair[1], 0x5410);  // columns 0, 1
+    out[4 * k + 1] = __byte_perm(pair[2], pair[3], 0x5410);  // 2, 3
+    out[4 * k + 2] = __byte_perm(pair[0], pair[1], 0x7632);  // 4, 5
+    out[4 * k + 3] = __byte_perm(pair[2], pair[3], 0x7632);  // 6, 7
+  }
+}
+
 // An E8M0 scale as the bf16 factors that take fp4x2_tiny_bits to fp4 * 2^(s - 127): one multiply by 2^(s - 1)
 // while that is a bf16 (s <= 128: weights of magnitude <= 6, as in real checkpoints), else 2^126 and then
 // 2^(s - 127) (bf16 has fp32's exponent range; s = 255 is NaN). Every product is exact wherever

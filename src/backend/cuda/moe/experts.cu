@@ -26,7 +26,9 @@
 //    tensors TMA takes run the Hopper kernels first (grouped_wgmma.cu: TMA, wgmma, persistent CTAs; no
 //    readback, so inside graph captures too). With options.moe_wgmma_fp8 (on by default), FP8 experts with
 //    128 x 128 blocks run the FP8 twin of those kernels (grouped_wgmma_fp8.cu: activations quantised per slot
-//    and 128 columns, wgmma on E4M3 codes, block scales applied per k block in fp32).
+//    and 128 columns, wgmma on E4M3 codes, block scales applied per k block in fp32). With
+//    options.moe_wgmma_mxfp4, MXFP4 experts run the bf16 Hopper kernel's MXFP4 policy (codes dequantised to
+//    bf16 in shared memory by its loading warpgroup).
 // Expert ids outside [0, E) contribute nothing (they cannot be reported from the device).
 #include <cub/block/block_scan.cuh>
 #include <cuda_fp8.h>
@@ -889,6 +891,18 @@ Status run_grouped(const backend::MoeExpertsArgs& a, const ExpertsPlan& s, char*
     w.a_scales = a_scales;
     if (moe::wgmma_fp8_experts_supported(w, cx)) {
       RILL_TRY(moe::run_expert_gemms_wgmma_fp8(w, cx));
+      return launch_combine(a, s, y, pl.pair_slot, cx);
+    }
+  }
+  if (s.mxfp4 && cx.options.moe_wgmma_mxfp4) {  // MXFP4 codes dequantised in shared memory, bf16 wgmma
+    moe::WgmmaExpertsArgs w{&a, int(s.E), int(s.I), int(s.Hx), s.pairs, s.max_wg_tiles};
+    w.expert_offsets = pl.expert_offsets;
+    w.tile_offsets = pl.wg_tile_offsets;
+    w.slot_token = pl.slot_token;
+    w.xy = y;
+    w.h = h;
+    if (moe::wgmma_mxfp4_experts_supported(w, cx)) {
+      RILL_TRY(moe::run_expert_gemms_wgmma_mxfp4(w, cx));
       return launch_combine(a, s, y, pl.pair_slot, cx);
     }
   }

@@ -54,26 +54,12 @@ struct Mxfp4Tile {
     return p.w_scales + int64_t(e) * p.s_expert_stride + int64_t(row) * p.lds;
   }
   __device__ __forceinline__ static int scale_index(const GroupedGemmParams&, int kt) { return kt; }
-  // 16 columns of one B row: 8 packed bytes (low nibble = even column) and the row's scale, to 16 bf16. Per
-  // 32-bit word (8 codes, code i = column i): pairs (i, i + 4) decoded by fp4x2_to_bf162 and scaled by a
-  // second bf16 multiply (both exact, see device.cuh; the one-multiply form of fp4x2_scaled_bf162 measured
-  // ~2.5% slower here, its branch costing more than the multiply), put back in column order by byte permutes.
+  // 16 columns of one B row: 8 packed bytes (low nibble = even column) and the row's scale, to 16 bf16
+  // (device.cuh mxfp4_dequant16; the one-multiply form of fp4x2_scaled_bf162 measured ~2.5% slower here, its
+  // branch costing more than the multiply).
   __device__ __forceinline__ static void dequant16(const uint8_t* q_smem, Scale s, bf16* dst) {
-    const uint2 q = *reinterpret_cast<const uint2*>(q_smem);
-    const __nv_bfloat162 scale = e8m0_bf162(s);
-    const uint32_t words[2] = {q.x, q.y};
     uint32_t out[8];
-#pragma unroll
-    for (int k = 0; k < 2; ++k) {
-      uint32_t pair[4];  // pair[i]: columns i (low half) and i + 4 (high half) of this word
-#pragma unroll
-      for (int i = 0; i < 4; ++i)
-        pair[i] = bits_from_bf162(__hmul2(fp4x2_to_bf162(words[k] >> (4 * i)), scale));
-      out[4 * k + 0] = __byte_perm(pair[0], pair[1], 0x5410);  // columns 0, 1
-      out[4 * k + 1] = __byte_perm(pair[2], pair[3], 0x5410);  // 2, 3
-      out[4 * k + 2] = __byte_perm(pair[0], pair[1], 0x7632);  // 4, 5
-      out[4 * k + 3] = __byte_perm(pair[2], pair[3], 0x7632);  // 6, 7
-    }
+    mxfp4_dequant16(*reinterpret_cast<const uint2*>(q_smem), e8m0_bf162(s), out);
     reinterpret_cast<uint4*>(dst)[0] = make_uint4(out[0], out[1], out[2], out[3]);
     reinterpret_cast<uint4*>(dst)[1] = make_uint4(out[4], out[5], out[6], out[7]);
   }

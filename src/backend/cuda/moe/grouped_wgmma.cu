@@ -20,6 +20,16 @@
 // bf16. Rows past an expert's slots (the A rows of the next expert, or past the tensor: zeros) and weight
 // rows past n (gate_up: up rows; down: zeros past the expert, or a stale half stage where the second box
 // would lie wholly past it and is not loaded) are computed and never stored; TMA zero-fills k past K.
+//
+// One kernel body, a weight policy per format (style §7.10): Bf16Weights (the above) and Mxfp4Weights (K3's
+// MXFP4 experts, W4A16; option moe_wgmma_mxfp4, off until measured against grouped_gemm_mxfp4.cu): the
+// loader thread (warp 0 of warpgroup 0) brings A as above and B's packed codes (two boxes of 128 rows x 32
+// bytes, unswizzled) into a raw ring of its own; warps 1-3 of warpgroup 0 wait for a raw stage and for the
+// bf16 stage to be free, write the codes as bf16 times their E8M0 scale (read from global memory,
+// L2-resident) into the stage's B tile in the 128-byte swizzle (wgmma_schedule.h wgmma_mxfp4_*), fence the
+// generic proxy against wgmma's async one and arrive on the stage's `full` barrier beside the loader's
+// transaction. The products of bf16 activations and the exact dequantised weights are the MXFP4 mma.sync
+// kernel's.
 #include <cuda.h>
 #include <cuda_bf16.h>
 
@@ -41,9 +51,30 @@ namespace rill::cuda::moe {
 namespace {
 
 constexpr int kConsumerWarps = 8;  // arrivals that release a stage: every consumer warp after its wgmma wait
-constexpr int kProducerRegs = 40, kConsumerRegs = 232;  // setmaxnreg: multiples of 8 within the 64K registers
-static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 65536 && kProducerRegs % 8 == 0 &&
-              kConsumerRegs % 8 == 0);
+constexpr int kDequantWarps = kWg4DequantThreads / 32;  // Mxfp4Weights: warps 1-3 of warpgroup 0
+
+// Weight policies: the stages of A + bf16 B, the raw ring of packed codes (none for bf16), the registers
+// setmaxnreg gives the producer warpgroup and each consumer thread (multiples of 8 within the 64K
+// registers: the dequantising warps need more than a lone TMA thread), the shared memory.
+struct Bf16Weights {
+  static constexpr bool kDequant = false;
+  static constexpr int kStages = kWgStages, kRawStages = 0;
+  static constexpr int kProducerRegs = 40, kConsumerRegs = 232;
+  static constexpr int kSmemBytes = kWgSmemBytes;
+};
+struct Mxfp4Weights {
+  static constexpr bool kDequant = true;
+  static constexpr int kStages = kWg4Stages, kRawStages = kWg4RawStages;
+  static constexpr int kProducerRegs = 96, kConsumerRegs = 208;
+  static constexpr int kSmemBytes = kWg4SmemBytes;
+};
+template <class W>
+constexpr bool regs_fit() {
+  return 128 * W::kProducerRegs + 256 * W::kConsumerRegs <= 65536 && W::kProducerRegs % 8 == 0 &&
+         W::kConsumerRegs % 8 == 0;
+}
+static_assert(regs_fit<Bf16Weights>() && regs_fit<Mxfp4Weights>());
+static_assert(kWg4DequantThreads == 3 * 32 && kWg4RawStageBytes == 2 * kWg4RawBoxBytes);
 static_assert(kWgThreads == 3 * 128 && kConsumerWarps == 2 * 4, "one producer and two consumer warpgroups");
 static_assert(kWgBM == 2 * kWgConsumerRows && kWgBoxRows == kWgBM && kWgBN == 2 * kWgBoxRows);
 static_assert(kWgBK * 2 == kWgSwizzleBytes, "a stage row is one 128-byte swizzle row");
@@ -61,25 +92,115 @@ struct WgmmaGemmParams {
   int64_t ldo;
   Act act;  // gate_up only
   float beta, linear_beta;
+  // Mxfp4Weights: the E8M0 scales [E, b_rows, k / 32] (strides in bytes).
+  const uint8_t* w_scales;
+  int64_t s_expert_stride, lds;
 };
 
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// Mxfp4Weights: warps 1-3 of warpgroup 0 (thread t = threadIdx.x - 32 of kWg4DequantThreads) turn each raw
+// stage of packed codes into the bf16 B tile of the matching stage, walking the loader's work items and k
+// steps in its order. A unit's scale byte is loaded before the waits (its latency hides behind them); rows
+// past the expert's (TMA zero-filled, or a second box not loaded) take scale 1.0 and feed only columns that
+// are never stored.
 template <bool kGateUp>
+__device__ __forceinline__ void dequantise_b(const WgmmaGemmParams& p, const int32_t* s_tiles,
+                                             unsigned char* smem, uint32_t b0, uint32_t raw0, uint32_t full0,
+                                             uint32_t empty0, uint32_t raw_full0, uint32_t raw_empty0,
+                                             int n_items, int k_tiles) {
+  constexpr int kCols = wgmma_tile_cols(kGateUp);
+  constexpr int kPerThread = (kWg4Units + kWg4DequantThreads - 1) / kWg4DequantThreads;
+  const int t = int(threadIdx.x) - 32, lane = int(threadIdx.x) & 31;
+  auto at = [&](uint32_t addr) { return smem + (addr - smem_addr(smem)); };
+  int stage = 0, raw_stage = 0;
+  uint32_t phase = 0, raw_phase = 0;
+  for (int item = int(blockIdx.x); item < n_items; item += int(gridDim.x)) {
+    const WgmmaWork w = wgmma_work(item, p.n_tiles, kCols, s_tiles, p.n_experts);
+    const uint8_t* scale_row[kPerThread];
+#pragma unroll
+    for (int j = 0; j < kPerThread; ++j) {
+      const int u = t + j * kWg4DequantThreads;
+      const int row =
+          u < kWg4Units ? wgmma_mxfp4_weight_row(wgmma_mxfp4_unit(u).row, w.n0, p.b_second) : p.b_rows;
+      scale_row[j] =
+          row < p.b_rows ? p.w_scales + int64_t(w.e) * p.s_expert_stride + int64_t(row) * p.lds : nullptr;
+    }
+    for (int kt = 0; kt < k_tiles; ++kt) {
+      uint32_t scale[kPerThread];
+#pragma unroll
+      for (int j = 0; j < kPerThread; ++j)
+        scale[j] =
+            scale_row[j]
+                ? uint32_t(__ldg(scale_row[j] + wgmma_mxfp4_scale_col(
+                                                    kt, wgmma_mxfp4_unit(t + j * kWg4DequantThreads).group)))
+                : 127u;
+      mbar_wait(raw_full0 + 8 * raw_stage, raw_phase);  // the codes are in
+      mbar_wait(empty0 + 8 * stage, phase ^ 1);         // and the consumers are done with this stage's B
+      const uint32_t raw = raw0 + raw_stage * kWg4RawStageBytes, b = b0 + stage * kWgBStageBytes;
+#pragma unroll
+      for (int j = 0; j < kPerThread; ++j) {
+        const int u = t + j * kWg4DequantThreads;
+        if (u >= kWg4Units) continue;
+        const Mxfp4Unit unit = wgmma_mxfp4_unit(u);
+        const uint4 q = *reinterpret_cast<const uint4*>(at(raw + wgmma_mxfp4_raw_offset(unit)));
+        const __nv_bfloat162 sc = e8m0_bf162(scale[j]);
+        uint32_t lo[8], hi[8];  // columns 0-15 and 16-31 of the unit's group
+        mxfp4_dequant16(make_uint2(q.x, q.y), sc, lo);
+        mxfp4_dequant16(make_uint2(q.z, q.w), sc, hi);
+        *reinterpret_cast<uint4*>(at(b + wgmma_mxfp4_chunk_offset(unit, 0))) =
+            make_uint4(lo[0], lo[1], lo[2], lo[3]);
+        *reinterpret_cast<uint4*>(at(b + wgmma_mxfp4_chunk_offset(unit, 1))) =
+            make_uint4(lo[4], lo[5], lo[6], lo[7]);
+        *reinterpret_cast<uint4*>(at(b + wgmma_mxfp4_chunk_offset(unit, 2))) =
+            make_uint4(hi[0], hi[1], hi[2], hi[3]);
+        *reinterpret_cast<uint4*>(at(b + wgmma_mxfp4_chunk_offset(unit, 3))) =
+            make_uint4(hi[4], hi[5], hi[6], hi[7]);
+      }
+      fence_proxy_async_smem();  // these stores before wgmma's reads of the tile
+      __syncwarp();
+      if (lane == 0) {  // one arrival per warp: the stage's B is written, the raw stage read
+        mbar_arrive(full0 + 8 * stage);
+        mbar_arrive(raw_empty0 + 8 * raw_stage);
+      }
+      if (++stage == Mxfp4Weights::kStages) {
+        stage = 0;
+        phase ^= 1;
+      }
+      if (++raw_stage == Mxfp4Weights::kRawStages) {
+        raw_stage = 0;
+        raw_phase ^= 1;
+      }
+    }
+  }
+}
+#endif
+
+template <class W, bool kGateUp>
 __global__ void __launch_bounds__(kWgThreads, 1)
     moe_grouped_wgmma_kernel(const __grid_constant__ CUtensorMap a_map,
                              const __grid_constant__ CUtensorMap b_map, const WgmmaGemmParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr int kStages = W::kStages, kRawStages = W::kRawStages;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
-  const uint32_t base = (smem_addr(smem_raw) + 1023u) & ~1023u;  // kWgSmemBytes keeps 1024 bytes for this
-  const uint32_t a0 = base, b0 = base + kWgStages * kWgAStageBytes;
-  const uint32_t full0 = base + kWgStages * kWgStageBytes, empty0 = full0 + kWgStages * 8;
+  const uint32_t base = (smem_addr(smem_raw) + 1023u) & ~1023u;  // kSmemBytes keeps 1024 bytes for this
+  const uint32_t a0 = base, b0 = base + kStages * kWgAStageBytes;
+  const uint32_t raw0 = base + kStages * kWgStageBytes;  // Mxfp4Weights: the packed codes' ring
+  const uint32_t full0 = raw0 + kRawStages * kWg4RawStageBytes, empty0 = full0 + kStages * 8;
+  const uint32_t raw_full0 = empty0 + kStages * 8, raw_empty0 = raw_full0 + kRawStages * 8;
   // The plan's offsets, [E + 1] each, after the barriers (generic pointers into the same aligned window).
-  int32_t* s_slots = reinterpret_cast<int32_t*>(smem_raw + (full0 + kWgBarrierBytes - smem_addr(smem_raw)));
+  int32_t* s_slots =
+      reinterpret_cast<int32_t*>(smem_raw + (raw_empty0 + kRawStages * 8 - smem_addr(smem_raw)));
   int32_t* s_tiles = s_slots + kWgMaxExperts + 1;
   const int warpgroup = int(threadIdx.x) / 128;
   if (threadIdx.x == 0) {
-    for (int s = 0; s < kWgStages; ++s) {
-      mbar_init(full0 + 8 * s, 1);  // the producer's arrive_expect_tx; the bytes complete the phase
+    for (int s = 0; s < kStages; ++s) {
+      // The producer's arrive_expect_tx (the bytes complete the phase), and each dequantising warp's arrival.
+      mbar_init(full0 + 8 * s, 1 + (W::kDequant ? kDequantWarps : 0));
       mbar_init(empty0 + 8 * s, kConsumerWarps);
+    }
+    for (int s = 0; s < kRawStages; ++s) {
+      mbar_init(raw_full0 + 8 * s, 1);
+      mbar_init(raw_empty0 + 8 * s, kDequantWarps);
     }
     mbar_fence_init();
     tma_prefetch_map(&a_map);
@@ -96,27 +217,47 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   const int k_tiles = (p.k + kWgBK - 1) / kWgBK;
 
   if (warpgroup == 0) {
-    setmaxnreg_dec<kProducerRegs>();
+    setmaxnreg_dec<W::kProducerRegs>();
+    if constexpr (W::kDequant) {
+      if (threadIdx.x >= 32) {
+        dequantise_b<kGateUp>(p, s_tiles, smem_raw, b0, raw0, full0, empty0, raw_full0, raw_empty0, n_items,
+                              k_tiles);
+        return;
+      }
+    }
     if (threadIdx.x != 0) return;
-    int stage = 0;
-    uint32_t phase = 0;
+    int stage = 0, raw_stage = 0;
+    uint32_t phase = 0, raw_phase = 0;
     for (int item = int(blockIdx.x); item < n_items; item += int(gridDim.x)) {
       const WgmmaWork w = wgmma_work(item, p.n_tiles, kCols, s_tiles, p.n_experts);
       const int a_row = s_slots[w.e] + w.m0;
       // down's last column tile may start its second box past the expert's rows: not loaded (no box is read
       // wholly out of bounds), its stale half of the stage feeds only columns past n, never stored.
       const bool second = w.n0 + p.b_second < p.b_rows;
-      const uint32_t bytes = second ? kWgStageBytes : kWgStageBytes - kWgBStageBytes / 2;
       for (int kt = 0; kt < k_tiles; ++kt) {
         mbar_wait(empty0 + 8 * stage, phase ^ 1);  // the consumers are done with this stage's previous tile
         const uint32_t full = full0 + 8 * stage;
-        mbar_arrive_expect_tx(full, bytes);
         const int k0 = kt * kWgBK;
-        const uint32_t b = b0 + stage * kWgBStageBytes;
-        tma_load_2d(a0 + stage * kWgAStageBytes, &a_map, full, k0, a_row);
-        tma_load_3d(b, &b_map, full, k0, w.n0, w.e);
-        if (second) tma_load_3d(b + kWgBStageBytes / 2, &b_map, full, k0, w.n0 + p.b_second, w.e);
-        if (++stage == kWgStages) {
+        if constexpr (W::kDequant) {  // A here; B's codes into the raw ring, for the dequantising warps
+          mbar_arrive_expect_tx(full, kWgAStageBytes);
+          tma_load_2d(a0 + stage * kWgAStageBytes, &a_map, full, k0, a_row);
+          mbar_wait(raw_empty0 + 8 * raw_stage, raw_phase ^ 1);
+          const uint32_t raw_full = raw_full0 + 8 * raw_stage, raw = raw0 + raw_stage * kWg4RawStageBytes;
+          mbar_arrive_expect_tx(raw_full, second ? kWg4RawStageBytes : kWg4RawBoxBytes);
+          tma_load_3d(raw, &b_map, raw_full, k0 / 2, w.n0, w.e);  // packed: two codes a byte
+          if (second) tma_load_3d(raw + kWg4RawBoxBytes, &b_map, raw_full, k0 / 2, w.n0 + p.b_second, w.e);
+          if (++raw_stage == kRawStages) {
+            raw_stage = 0;
+            raw_phase ^= 1;
+          }
+        } else {
+          mbar_arrive_expect_tx(full, second ? kWgStageBytes : kWgStageBytes - kWgBStageBytes / 2);
+          const uint32_t b = b0 + stage * kWgBStageBytes;
+          tma_load_2d(a0 + stage * kWgAStageBytes, &a_map, full, k0, a_row);
+          tma_load_3d(b, &b_map, full, k0, w.n0, w.e);
+          if (second) tma_load_3d(b + kWgBStageBytes / 2, &b_map, full, k0, w.n0 + p.b_second, w.e);
+        }
+        if (++stage == kStages) {
           stage = 0;
           phase ^= 1;
         }
@@ -125,7 +266,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
     return;
   }
 
-  setmaxnreg_inc<kConsumerRegs>();
+  setmaxnreg_inc<W::kConsumerRegs>();
   const int consumer = warpgroup - 1;  // rows 64 * consumer .. of the tile
   const int warp = (int(threadIdx.x) >> 5) & 3, lane = int(threadIdx.x) & 31;
   int stage = 0;
@@ -158,7 +299,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
       for (int i = 0; i < kWgAccRegs; ++i) wgmma_fence_operand(acc[i]);
       if (in_flight >= 0 && lane == 0) mbar_arrive(empty0 + 8 * in_flight);
       in_flight = stage;
-      if (++stage == kWgStages) {
+      if (++stage == kStages) {
         stage = 0;
         phase ^= 1;
       }
@@ -189,12 +330,13 @@ __global__ void __launch_bounds__(kWgThreads, 1)
 }
 
 // The four tensors of a step as TMA sees them: A boxes of 128 slots x 64 k, B boxes of 128 weight rows x 64 k
-// of one expert (rank 3: k, row, expert, so any expert stride works and rows past an expert's end are zeros).
+// of one expert (rank 3: k, row, expert, so any expert stride works and rows past an expert's end are zeros);
+// MXFP4 B boxes are the rows' 32 packed bytes of those 64 k, unswizzled.
 struct StepMaps {
   TensorMapBf16 gu_a, gu_b, dn_a, dn_b;
 };
 
-StepMaps step_maps(const WgmmaExpertsArgs& c) {
+StepMaps step_maps(const WgmmaExpertsArgs& c, bool packed) {
   const backend::ExpertWeights& ex = *c.args->experts;
   auto activations = [&](const bf16* base, int64_t k) {
     TensorMapBf16 t;
@@ -208,15 +350,18 @@ StepMaps step_maps(const WgmmaExpertsArgs& c) {
     return t;
   };
   auto weights = [&](const TensorView& w) {
+    const uint64_t elem = packed ? 1 : 2;
     TensorMapBf16 t;
+    t.elem = packed ? TensorMapElem::U8 : TensorMapElem::Bf16;
+    t.swizzle = !packed;
     t.base = w.data;
     t.rank = 3;
     t.dims[0] = uint64_t(w.size(2));
     t.dims[1] = uint64_t(w.size(1));
     t.dims[2] = uint64_t(w.size(0));
-    t.strides[0] = uint64_t(w.stride(1)) * 2;
-    t.strides[1] = uint64_t(w.stride(0)) * 2;
-    t.box[0] = kWgBK;
+    t.strides[0] = uint64_t(w.stride(1)) * elem;
+    t.strides[1] = uint64_t(w.stride(0)) * elem;
+    t.box[0] = packed ? kWg4RawRowBytes : kWgBK;
     t.box[1] = kWgBoxRows;
     t.box[2] = 1;
     return t;
@@ -224,7 +369,83 @@ StepMaps step_maps(const WgmmaExpertsArgs& c) {
   return {activations(c.xy, c.Hx), weights(ex.gate_up), activations(c.h, c.I), weights(ex.down)};
 }
 
-std::atomic<uint64_t> g_smem_gate_up{0}, g_smem_down{0};  // opt_in_smem: once per device
+bool maps_ok(const WgmmaExpertsArgs& c, bool packed) {
+  const StepMaps m = step_maps(c, packed);
+  for (const TensorMapBf16* t : {&m.gu_a, &m.gu_b, &m.dn_a, &m.dn_b})
+    if (*tensor_map_refusal(*t)) return false;
+  return true;
+}
+
+// Every dimension at least its box (the TMA boxes never exceed the tensor they read).
+bool shapes_ok(const WgmmaExpertsArgs& c) {
+  return c.I >= kWgBK && c.Hx >= kWgBoxRows && c.pairs >= kWgBM && c.pairs <= INT32_MAX && c.E >= 1 &&
+         c.E <= kWgMaxExperts;
+}
+
+// opt_in_smem: once per device, per policy and GEMM
+template <class W>
+std::atomic<uint64_t> g_smem[2];
+
+template <class W>
+Status run_expert_gemms(const WgmmaExpertsArgs& c, const CudaContext& cx) {
+  constexpr bool kPacked = W::kDequant;
+  const char* const kWhat = kPacked ? "moe_grouped_wgmma_mxfp4" : "moe_grouped_wgmma";
+  const backend::MoeExpertsArgs& a = *c.args;
+  const backend::ExpertWeights& ex = *a.experts;
+  const StepMaps m = step_maps(c, kPacked);
+  RILL_ASSIGN_OR_RETURN(const CUtensorMap gu_a, make_tensor_map(m.gu_a, "moe_experts (wgmma): gathered x"));
+  RILL_ASSIGN_OR_RETURN(const CUtensorMap gu_b,
+                        make_tensor_map(m.gu_b, "moe_experts (wgmma): gate_up weights"));
+  RILL_ASSIGN_OR_RETURN(const CUtensorMap dn_a, make_tensor_map(m.dn_a, "moe_experts (wgmma): activations"));
+  RILL_ASSIGN_OR_RETURN(const CUtensorMap dn_b, make_tensor_map(m.dn_b, "moe_experts (wgmma): down weights"));
+  auto* gate_up = moe_grouped_wgmma_kernel<W, true>;
+  auto* down = moe_grouped_wgmma_kernel<W, false>;
+  RILL_TRY(opt_in_smem(kWhat, reinterpret_cast<const void*>(gate_up), W::kSmemBytes, cx, &g_smem<W>[0]));
+  RILL_TRY(opt_in_smem(kWhat, reinterpret_cast<const void*>(down), W::kSmemBytes, cx, &g_smem<W>[1]));
+  RILL_TRY(launch_gather_rows(a, c.slot_token, c.expert_offsets, c.E, c.Hx, c.pairs, c.xy, cx.stream));
+
+  WgmmaGemmParams p{};
+  p.expert_offsets = c.expert_offsets;
+  p.tile_offsets = c.tile_offsets;
+  p.n_experts = c.E;
+  p.act = a.activation == backend::Activation::Silu ? Act::Silu : Act::Situ;
+  p.beta = a.beta;
+  p.linear_beta = a.linear_beta;
+  // Persistent grids: one CTA per SM (the shared memory allows one), fewer when the step has fewer items.
+  auto shape = [&](int n_tiles) {
+    return LaunchShape{
+        dim3(unsigned(std::max<int64_t>(1, std::min<int64_t>(cx.sm_count, int64_t(c.max_tiles) * n_tiles)))),
+        dim3(kWgThreads), size_t(W::kSmemBytes)};
+  };
+  auto set_scales = [&](const TensorView& scales) {
+    if (!kPacked) return;
+    p.w_scales = static_cast<const uint8_t*>(scales.data);
+    p.s_expert_stride = scales.stride(0);
+    p.lds = scales.stride(1);
+  };
+
+  p.k = c.Hx;
+  p.n = c.I;
+  p.n_tiles = (c.I + wgmma_tile_cols(true) - 1) / wgmma_tile_cols(true);
+  p.b_second = c.I;  // the up rows of the same columns
+  p.b_rows = 2 * c.I;
+  p.out = c.h;
+  p.ldo = c.I;
+  set_scales(ex.gate_up_scales);
+  RILL_TRY(launch(kPacked ? "moe_grouped_wgmma_mxfp4_gate_up" : "moe_grouped_wgmma_gate_up", shape(p.n_tiles),
+                  cx.stream, gate_up, gu_a, gu_b, p));
+
+  p.k = c.I;
+  p.n = c.Hx;
+  p.n_tiles = (c.Hx + wgmma_tile_cols(false) - 1) / wgmma_tile_cols(false);
+  p.b_second = kWgBoxRows;  // the next 128 rows
+  p.b_rows = c.Hx;
+  p.out = c.xy;
+  p.ldo = c.Hx;
+  set_scales(ex.down_scales);
+  return launch(kPacked ? "moe_grouped_wgmma_mxfp4_down" : "moe_grouped_wgmma_down", shape(p.n_tiles),
+                cx.stream, down, dn_a, dn_b, p);
+}
 
 }  // namespace
 
@@ -239,65 +460,25 @@ bool wgmma_device_supported(const CudaContext& cx) {
 }
 
 bool wgmma_experts_supported(const WgmmaExpertsArgs& c, const CudaContext& cx) {
-  if (!wgmma_device_supported(cx)) return false;
-  // Every dimension at least its box (the TMA boxes never exceed the tensor they read).
-  if (c.I < kWgBK || c.Hx < kWgBoxRows || c.pairs < kWgBM || c.pairs > INT32_MAX || c.E < 1 ||
-      c.E > kWgMaxExperts)
-    return false;
-  const StepMaps m = step_maps(c);
-  for (const TensorMapBf16* t : {&m.gu_a, &m.gu_b, &m.dn_a, &m.dn_b})
-    if (*tensor_map_refusal(*t)) return false;
-  return true;
+  return wgmma_device_supported(cx) && shapes_ok(c) && maps_ok(c, false);
 }
 
 Status run_expert_gemms_wgmma(const WgmmaExpertsArgs& c, const CudaContext& cx) {
-  const backend::MoeExpertsArgs& a = *c.args;
-  const StepMaps m = step_maps(c);
-  RILL_ASSIGN_OR_RETURN(const CUtensorMap gu_a, make_tensor_map(m.gu_a, "moe_experts (wgmma): gathered x"));
-  RILL_ASSIGN_OR_RETURN(const CUtensorMap gu_b,
-                        make_tensor_map(m.gu_b, "moe_experts (wgmma): gate_up weights"));
-  RILL_ASSIGN_OR_RETURN(const CUtensorMap dn_a, make_tensor_map(m.dn_a, "moe_experts (wgmma): activations"));
-  RILL_ASSIGN_OR_RETURN(const CUtensorMap dn_b, make_tensor_map(m.dn_b, "moe_experts (wgmma): down weights"));
-  auto* gate_up = moe_grouped_wgmma_kernel<true>;
-  auto* down = moe_grouped_wgmma_kernel<false>;
-  RILL_TRY(opt_in_smem("moe_grouped_wgmma", reinterpret_cast<const void*>(gate_up), kWgSmemBytes, cx,
-                       &g_smem_gate_up));
-  RILL_TRY(
-      opt_in_smem("moe_grouped_wgmma", reinterpret_cast<const void*>(down), kWgSmemBytes, cx, &g_smem_down));
-  RILL_TRY(launch_gather_rows(a, c.slot_token, c.expert_offsets, c.E, c.Hx, c.pairs, c.xy, cx.stream));
+  return run_expert_gemms<Bf16Weights>(c, cx);
+}
 
-  WgmmaGemmParams p{};
-  p.expert_offsets = c.expert_offsets;
-  p.tile_offsets = c.tile_offsets;
-  p.n_experts = c.E;
-  p.act = a.activation == backend::Activation::Silu ? Act::Silu : Act::Situ;
-  p.beta = a.beta;
-  p.linear_beta = a.linear_beta;
-  // Persistent grids: one CTA per SM (the shared memory allows one), fewer when the step has fewer items.
-  auto grid = [&](int n_tiles) {
-    return dim3(
-        unsigned(std::max<int64_t>(1, std::min<int64_t>(cx.sm_count, int64_t(c.max_tiles) * n_tiles))));
-  };
+bool wgmma_mxfp4_experts_supported(const WgmmaExpertsArgs& c, const CudaContext& cx) {
+  const backend::ExpertWeights& ex = *c.args->experts;
+  // Whole 64-code k steps (a stage reads two scale groups of every row), contiguous code and scale rows.
+  if (ex.format != backend::WeightFormat::Mxfp4 || c.Hx % kWgBK != 0 || c.I % kWgBK != 0) return false;
+  for (const TensorView* v : {&ex.gate_up, &ex.gate_up_scales, &ex.down, &ex.down_scales})
+    if (v->dtype != DType::U8 || v->rank() != 3 || v->stride(2) != 1) return false;
+  return wgmma_device_supported(cx) && cx.max_smem_per_block >= size_t(kWg4SmemBytes) && shapes_ok(c) &&
+         maps_ok(c, true);
+}
 
-  p.k = c.Hx;
-  p.n = c.I;
-  p.n_tiles = (c.I + wgmma_tile_cols(true) - 1) / wgmma_tile_cols(true);
-  p.b_second = c.I;  // the up rows of the same columns
-  p.b_rows = 2 * c.I;
-  p.out = c.h;
-  p.ldo = c.I;
-  RILL_TRY(launch("moe_grouped_wgmma_gate_up", {grid(p.n_tiles), dim3(kWgThreads), size_t(kWgSmemBytes)},
-                  cx.stream, gate_up, gu_a, gu_b, p));
-
-  p.k = c.I;
-  p.n = c.Hx;
-  p.n_tiles = (c.Hx + wgmma_tile_cols(false) - 1) / wgmma_tile_cols(false);
-  p.b_second = kWgBoxRows;  // the next 128 rows
-  p.b_rows = c.Hx;
-  p.out = c.xy;
-  p.ldo = c.Hx;
-  return launch("moe_grouped_wgmma_down", {grid(p.n_tiles), dim3(kWgThreads), size_t(kWgSmemBytes)},
-                cx.stream, down, dn_a, dn_b, p);
+Status run_expert_gemms_wgmma_mxfp4(const WgmmaExpertsArgs& c, const CudaContext& cx) {
+  return run_expert_gemms<Mxfp4Weights>(c, cx);
 }
 
 }  // namespace rill::cuda::moe

@@ -1,5 +1,5 @@
-// The grouped (prefill) bf16 expert GEMMs on Hopper's TMA and wgmma (grouped_wgmma.cu), between the plan
-// kernel and the combine of experts.cu: gather x into expert order, gate_up with the activation in its
+// The grouped (prefill) bf16 and MXFP4 expert GEMMs on Hopper's TMA and wgmma (grouped_wgmma.cu), between
+// the plan kernel and the combine of experts.cu: gather x into expert order, gate_up with the activation in its
 // epilogue, down. No host readback (the work list comes from the plan's device offsets), so it runs inside
 // graph captures too. Same rounding points as the other grouped paths (moe/README.md, "Invariants").
 #pragma once
@@ -35,6 +35,12 @@ bool wgmma_experts_supported(const WgmmaExpertsArgs& c, const CudaContext& cx);
 bool wgmma_device_supported(const CudaContext& cx);
 
 Status run_expert_gemms_wgmma(const WgmmaExpertsArgs& c, const CudaContext& cx);
+
+// The MXFP4 policy of the same kernel body (options.moe_wgmma_mxfp4; K3's experts, W4A16): U8 packed codes
+// and E8M0 scales with contiguous rows, Hx and I multiples of 64, pairs >= 128; gather, gate_up, down, the
+// codes dequantised to bf16 in shared memory by the loading warpgroup (grouped_wgmma.cu).
+bool wgmma_mxfp4_experts_supported(const WgmmaExpertsArgs& c, const CudaContext& cx);
+Status run_expert_gemms_wgmma_mxfp4(const WgmmaExpertsArgs& c, const CudaContext& cx);
 
 // The FP8 variant (options.moe_wgmma_fp8): E4M3 experts with 128 x 128 F32 block scales, I and Hx multiples
 // of 128, pairs >= 128; gather, quantise x, gate_up, quantise h, down (grouped_wgmma_fp8.cu).

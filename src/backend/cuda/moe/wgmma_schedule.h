@@ -157,4 +157,50 @@ RILL_MOE_HD constexpr int wgmma_pair_a_row(int a_row, int rank, int pairs) {
   return a_row + rank * kWgConsumerRows < pairs ? a_row + rank * kWgConsumerRows : pairs - kWgConsumerRows;
 }
 
+// ---------------------------------------------------------------------------------------- MXFP4 variant
+// grouped_wgmma.cu's Mxfp4 policy (W4A16: bf16 activations, K3's MXFP4 experts): the bf16 kernel's tile (128
+// slots x 256 weight rows x 64 k), A boxes, consumers and epilogue. B arrives as packed FP4 codes: per stage
+// TMA brings 256 weight rows x 32 bytes (64 codes, low nibble = even column; no swizzle) into a ring of
+// kWg4RawStages, and warps 1-3 of the producer warpgroup (kWg4DequantThreads) write them into the stage's B
+// tile as bf16 times the row's E8M0 scale of each 32-column group, in the 128-byte swizzle TMA would have
+// written (swizzle128_offset), so wgmma reads them as it reads the bf16 kernel's. Fewer bf16 stages (3) than
+// the bf16 kernel's 4 leave room for the raw ring: 3 x 48 KiB + 6 x 8 KiB.
+constexpr int kWg4Stages = 3, kWg4RawStages = 6;
+constexpr int kWg4RawRowBytes = kWgBK / 2;                     // 64 codes
+constexpr int kWg4RawStageBytes = kWgBN * kWg4RawRowBytes;     // 8 KiB
+constexpr int kWg4RawBoxBytes = kWgBoxRows * kWg4RawRowBytes;  // one 128-row box: 4 KiB
+constexpr int kWg4DequantThreads = 96;
+constexpr int kWg4Group = 32;                           // columns per E8M0 scale
+constexpr int kWg4Units = kWgBN * (kWgBK / kWg4Group);  // a unit: one row's scale group in one stage
+constexpr int kWg4BarrierBytes = (2 * kWg4Stages + 2 * kWg4RawStages) * 8;
+constexpr int kWg4SmemBytes = kWg4Stages * kWgStageBytes + kWg4RawStages * kWg4RawStageBytes +
+                              kWg4BarrierBytes + kWgOffsetsBytes + 1024;
+
+// Dequantising unit u (0 .. kWg4Units - 1) of a stage: B row `row` (0-255 of the tile: rows 128.. are the
+// second box) and scale group `group` (columns 32 group .. 32 group + 31 of the stage). Dequantising thread t
+// takes units t, t + kWg4DequantThreads, ...: a warp reads 512 consecutive raw bytes, and each of its 16-byte
+// stores covers every bank once (chunks 4 group + c of 4 rows in turn, XOR row % 8).
+struct Mxfp4Unit {
+  int row, group;
+};
+RILL_MOE_HD constexpr Mxfp4Unit wgmma_mxfp4_unit(int u) {
+  return {u >> 1, u & 1};
+}
+// Its 16 packed bytes in the raw stage (rows of 32 bytes as TMA wrote them).
+RILL_MOE_HD constexpr uint32_t wgmma_mxfp4_raw_offset(Mxfp4Unit w) {
+  return uint32_t(w.row) * kWg4RawRowBytes + uint32_t(w.group) * 16;
+}
+// Where bf16 columns 8c .. 8c + 7 (c = 0..3) of its 32 go in the stage's B tile (one 16-byte chunk).
+RILL_MOE_HD constexpr uint32_t wgmma_mxfp4_chunk_offset(Mxfp4Unit w, int c) {
+  return swizzle128_offset(w.row, w.group * kWg4Group + 8 * c);
+}
+// The weight row of tile row `row` (the bf16 kernel's boxes: rows 0-127 from n0, rows 128.. from n0 +
+// b_second) and the index of its scale byte for k step kt in the expert's [rows, K / 32] scales.
+RILL_MOE_HD constexpr int wgmma_mxfp4_weight_row(int row, int n0, int b_second) {
+  return row < kWgBoxRows ? n0 + row : n0 + b_second + (row - kWgBoxRows);
+}
+RILL_MOE_HD constexpr int wgmma_mxfp4_scale_col(int kt, int group) {
+  return kt * (kWgBK / kWg4Group) + group;
+}
+
 }  // namespace rill::cuda::moe
