@@ -55,25 +55,25 @@ constexpr int kDequantWarps = kWg4DequantThreads / 32;  // Mxfp4Weights: warps 1
 
 // Weight policies: the stages of A + bf16 B, the raw ring of packed codes (none for bf16), the registers
 // setmaxnreg gives the producer warpgroup and each consumer thread (multiples of 8 within the 64K
-// registers: the dequantising warps need more than a lone TMA thread), the shared memory.
+// registers), the shared memory. Mxfp4Weights moves no registers (kSetMaxNreg false): its dequantising warps
+// need far more than a lone TMA thread, and ptxas fits the whole kernel, consumers included, in the 168 a
+// thread the launch bounds give (no spills), so a producer cut to a count its code may exceed would only
+// risk it.
 struct Bf16Weights {
   static constexpr bool kDequant = false;
   static constexpr int kStages = kWgStages, kRawStages = 0;
+  static constexpr bool kSetMaxNreg = true;
   static constexpr int kProducerRegs = 40, kConsumerRegs = 232;
   static constexpr int kSmemBytes = kWgSmemBytes;
 };
 struct Mxfp4Weights {
   static constexpr bool kDequant = true;
   static constexpr int kStages = kWg4Stages, kRawStages = kWg4RawStages;
-  static constexpr int kProducerRegs = 96, kConsumerRegs = 208;
+  static constexpr bool kSetMaxNreg = false;
   static constexpr int kSmemBytes = kWg4SmemBytes;
 };
-template <class W>
-constexpr bool regs_fit() {
-  return 128 * W::kProducerRegs + 256 * W::kConsumerRegs <= 65536 && W::kProducerRegs % 8 == 0 &&
-         W::kConsumerRegs % 8 == 0;
-}
-static_assert(regs_fit<Bf16Weights>() && regs_fit<Mxfp4Weights>());
+static_assert(128 * Bf16Weights::kProducerRegs + 256 * Bf16Weights::kConsumerRegs <= 65536 &&
+              Bf16Weights::kProducerRegs % 8 == 0 && Bf16Weights::kConsumerRegs % 8 == 0);
 static_assert(kWg4DequantThreads == 3 * 32 && kWg4RawStageBytes == 2 * kWg4RawBoxBytes);
 static_assert(kWgThreads == 3 * 128 && kConsumerWarps == 2 * 4, "one producer and two consumer warpgroups");
 static_assert(kWgBM == 2 * kWgConsumerRows && kWgBoxRows == kWgBM && kWgBN == 2 * kWgBoxRows);
@@ -217,7 +217,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   const int k_tiles = (p.k + kWgBK - 1) / kWgBK;
 
   if (warpgroup == 0) {
-    setmaxnreg_dec<W::kProducerRegs>();
+    if constexpr (W::kSetMaxNreg) setmaxnreg_dec<W::kProducerRegs>();
     if constexpr (W::kDequant) {
       if (threadIdx.x >= 32) {
         dequantise_b<kGateUp>(p, s_tiles, smem_raw, b0, raw0, full0, empty0, raw_full0, raw_empty0, n_items,
@@ -266,7 +266,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
     return;
   }
 
-  setmaxnreg_inc<W::kConsumerRegs>();
+  if constexpr (W::kSetMaxNreg) setmaxnreg_inc<W::kConsumerRegs>();
   const int consumer = warpgroup - 1;  // rows 64 * consumer .. of the tile
   const int warp = (int(threadIdx.x) >> 5) & 3, lane = int(threadIdx.x) & 31;
   int stage = 0;
