@@ -405,6 +405,20 @@ TEST_P(MoeTest, ExpertsGroupedCublas) {
   (void)h.dev().set_option("moe_wgmma", "1");
 }
 
+// Steps of 8192 pairs or more plan their slots on several CTAs (moe/experts.cu: count per chunk of pairs, a
+// scan over the chunks' counts, scatter): chunks that do not divide the pairs, 1024 experts (most absent from
+// a chunk), ids out of range, an expert in every chunk (skewed routing); through whichever grouped GEMM the
+// backend picks.
+TEST_P(MoeTest, ExpertsGroupedMultiCtaPlan) {
+  OpHarness h(GetParam());
+  RILL_REQUIRE_BACKEND(h);
+  auto many = make_experts(h, 1024, 64, 32);
+  auto few = make_experts(h, 16, 128, 64);
+  run_experts(h, {1100, 64, 32, 1024, 8, backend::Activation::Silu, true}, *many);  // 8800 pairs, 5 chunks
+  // 16400 pairs, 9 chunks, skewed: expert 0 takes a slot from every token, so from every chunk
+  run_experts(h, {4100, 128, 64, 16, 4, backend::Activation::Situ, false, 0, true}, *few);
+}
+
 // A grouped experts step replayed from a CUDA graph, as a decode bucket of 16-31 sequences runs it (160 pairs at
 // the 48B shape: the wgmma path on Hopper, rill's mma.sync kernels elsewhere; cuBLAS never runs inside a graph):
 // each replay brings new routing and activations in the captured buffers (the plan runs on the device), and each

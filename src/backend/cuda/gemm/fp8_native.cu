@@ -1,7 +1,8 @@
-// The native FP8 GEMM's staging (fp8_native.h): one warp per (token, 128-column group) finds the group's amax
-// (4 bf16 per lane, a shuffle reduction), stores scale = amax / 448 (1 for an all-zero group) and the codes
-// x / scale rounded to E4M3 (saturating); a grid-stride copy puts the weight's block scales at the padded row
-// stride. Both write scratch an earlier kernel may still read: every CTA waits first (pdl_prologue).
+// The native FP8 GEMM's staging (fp8_native.h): one warp per token row, a half-warp per 128-column group,
+// finds each group's amax (8 bf16 per lane, a shuffle reduction), stores scale = amax / 448 (1 for an all-zero
+// group) and the codes x / scale rounded to E4M3 (saturating); a grid-stride copy puts the weight's block
+// scales at the padded row stride. Both write scratch an earlier kernel may still read: every CTA waits first
+// (pdl_prologue).
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 
@@ -33,25 +34,58 @@ struct QuantParams {
   const int32_t* n_valid;
 };
 
+// One warp per row: each half-warp takes one 128-column group (16 lanes x 8 bf16, one 16-byte load a lane)
+// and the warp walks the row's groups two at a time, kGroupsInFlight of them loaded before any is reduced.
+// (A warp per (row, group) with one 8-byte load a lane ran the FP8 8K prompt's quantisation at about a third
+// of the copy rate, ncu on the H100: 7.5 ms over 26 layers.) The loop is warp-uniform (an odd group count
+// leaves the last pair's second half idle but still in the shuffles).
+constexpr int kGroupsInFlight = 8;
+
+__device__ __forceinline__ uint32_t e4m3x4(float a, float b, float c, float d) {
+  const __nv_fp8x2_storage_t lo = __nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, __NV_E4M3);
+  const __nv_fp8x2_storage_t hi = __nv_cvt_float2_to_fp8x2(make_float2(c, d), __NV_SATFINITE, __NV_E4M3);
+  return uint32_t(lo) | (uint32_t(hi) << 16);
+}
+
 __global__ void __launch_bounds__(kRowsPerBlock * 32) fp8_quantize_rows_kernel(const QuantParams p) {
   pdl_prologue();
-  const int lane = threadIdx.x & 31, m = blockIdx.y * kRowsPerBlock + (threadIdx.x >> 5), g = blockIdx.x;
-  if (m >= p.M || (p.n_valid && m >= *p.n_valid)) return;
+  const int lane = threadIdx.x & 31, half = lane >> 4, col = (lane & 15) * 8;
+  const int m = blockIdx.x * kRowsPerBlock + (threadIdx.x >> 5);
+  if (m >= p.M || (p.n_valid && m >= *p.n_valid)) return;  // the whole warp: one row
   const int64_t src = p.src_rows ? int64_t(p.src_rows[m]) : int64_t(m);
-  const int k = g * kGroup + lane * 4;
-  const uint2 u = *reinterpret_cast<const uint2*>(p.x + src * p.ldx + k);
-  const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u.x));
-  const float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u.y));
-  float amax = fmaxf(fmaxf(fabsf(a.x), fabsf(a.y)), fmaxf(fabsf(b.x), fabsf(b.y)));
+  const __nv_bfloat16* row = p.x + src * p.ldx;
+  const int n_groups = p.K / kGroup;
+  for (int g0 = 0; g0 < n_groups; g0 += kGroupsInFlight) {
+    uint4 u[kGroupsInFlight / 2];
 #pragma unroll
-  for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-  const float scale = amax > 0.0f ? amax / kE4m3Max : 1.0f;
-  const __nv_fp8x2_storage_t lo =
-      __nv_cvt_float2_to_fp8x2(make_float2(a.x / scale, a.y / scale), __NV_SATFINITE, __NV_E4M3);
-  const __nv_fp8x2_storage_t hi =
-      __nv_cvt_float2_to_fp8x2(make_float2(b.x / scale, b.y / scale), __NV_SATFINITE, __NV_E4M3);
-  *reinterpret_cast<uint32_t*>(p.codes + int64_t(m) * p.K + k) = uint32_t(lo) | (uint32_t(hi) << 16);
-  if (lane == 0) p.x_scales[int64_t(g) * p.M + m] = scale;
+    for (int j = 0; j < kGroupsInFlight / 2; ++j) {
+      const int g = g0 + 2 * j + half;
+      u[j] = g < n_groups ? *reinterpret_cast<const uint4*>(row + g * kGroup + col) : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int j = 0; j < kGroupsInFlight / 2; ++j) {
+      const int g = g0 + 2 * j + half;
+      float v[8];
+      const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&u[j]);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float2 t = __bfloat1622float2(h[i]);
+        v[2 * i] = t.x;
+        v[2 * i + 1] = t.y;
+      }
+      float amax = 0.0f;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(v[i]));
+#pragma unroll
+      for (int o = 8; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));  // a half
+      if (g >= n_groups) continue;
+      const float scale = amax > 0.0f ? amax / kE4m3Max : 1.0f;
+      const uint2 codes = make_uint2(e4m3x4(v[0] / scale, v[1] / scale, v[2] / scale, v[3] / scale),
+                                     e4m3x4(v[4] / scale, v[5] / scale, v[6] / scale, v[7] / scale));
+      *reinterpret_cast<uint2*>(p.codes + int64_t(m) * p.K + g * kGroup + col) = codes;
+      if (col == 0) p.x_scales[int64_t(g) * p.M + m] = scale;
+    }
+  }
 }
 
 struct ScaleCopyParams {
@@ -119,9 +153,12 @@ Status launch_fp8_quantize_gathered_rows(const void* x, int64_t ldx, const int32
                                          const int32_t* n_valid, int64_t M, int64_t K, void* codes,
                                          float* x_scales, cudaStream_t stream) {
   if (M <= 0) return {};
+  if (K % kGroup != 0 || ldx % 8 != 0 || !aligned16(x) || !aligned16(codes))
+    return invalid_argument(
+        "fp8_quantize_rows: K must be a multiple of 128, x's rows and the codes 16-byte aligned");
   QuantParams q{static_cast<const __nv_bfloat16*>(x), ldx, int(M), int(K), static_cast<uint8_t*>(codes),
                 x_scales, src_rows, n_valid};
-  const dim3 qgrid(unsigned(K / kGroup), unsigned((M + kRowsPerBlock - 1) / kRowsPerBlock));
+  const dim3 qgrid(unsigned((M + kRowsPerBlock - 1) / kRowsPerBlock));
   return launch("fp8_quantize_rows", {qgrid, dim3(kRowsPerBlock * 32), 0}, stream, fp8_quantize_rows_kernel,
                 q);
 }

@@ -69,6 +69,19 @@ constexpr int kDownMaxThreads = 512;
 // its weights, where the separate GEMV reads them once for up to kGemvMaxRows tokens.
 constexpr int64_t kSharedFuseMaxTokens = 2;
 constexpr int kPlanThreads = 1024;
+// The multi-CTA plan (steps of at least kPlanMultiMinPairs pairs): CTAs of kPlanCtaThreads threads over
+// chunks of at least kPlanChunk pairs, at most kPlanMaxCtas of them.
+constexpr int kPlanCtaThreads = 256, kPlanChunk = 2048, kPlanMaxCtas = 128;
+constexpr int64_t kPlanMultiMinPairs = 8192;
+
+// CTAs of the multi-CTA plan for a step of `pairs` pairs (1: the one-CTA kernel), and their chunk.
+int plan_ctas(int64_t pairs) {
+  if (pairs < kPlanMultiMinPairs) return 1;
+  return int(std::min<int64_t>(kPlanMaxCtas, (pairs + kPlanChunk - 1) / kPlanChunk));
+}
+int plan_chunk(int64_t pairs, int ctas) {
+  return int((pairs + ctas - 1) / ctas);
+}
 
 // ---------------------------------------------------------------------------------------------- decode path
 
@@ -472,27 +485,51 @@ struct PlanParams {
   int32_t* wg_tile_offsets;  // [E + 1]: 128-slot tiles (the wgmma kernels; moe/wgmma_schedule.h)
   int32_t* pair_slot;       // [T * k]: slot of pair t*k+j, -1 for an invalid id
   int32_t* slot_token;      // [T * k]: token feeding each slot
+  // The multi-CTA plan (plan_ctas(pairs) > 1): CTA b counts and scatters pairs [b * chunk, (b + 1) * chunk);
+  // cta_counts[b][e] holds its count of expert e, then (after moe_plan_scan_kernel) the slots of e taken by
+  // CTAs before b.
+  int chunk;
+  int32_t* cta_counts;  // [ctas, E]
 };
 
-// One block: count pairs per expert, exclusive scans of counts and of 64- and 128-slot tiles, scatter pairs
-// to slots.
-// The order of pairs inside an expert's slots depends on atomics, but no result does: each slot's row is
-// computed independently and the combine reads slots by pair.
-__global__ void __launch_bounds__(kPlanThreads) moe_plan_kernel(const PlanParams p) {
+// The plan's three steps, shared by the one-CTA kernel (small steps: one launch) and the multi-CTA kernels
+// (long prompts: at 8K tokens x top-8 one CTA took 78 us a layer, ncu on the H100). The order of pairs inside
+// an expert's slots depends on shared-memory atomics, but no result does: each slot's row is computed
+// independently and the combine reads slots by pair.
+
+__device__ __forceinline__ int pair_expert(const PlanParams& p, int q) {
+  const int t = q / p.k, e = p.ids[int64_t(t) * p.ld_ids + (q - t * p.k)];
+  return e >= 0 && e < p.E ? e : -1;
+}
+
+// counts[e] += the pairs of [q0, q1) routed to e (shared memory).
+__device__ __forceinline__ void count_pairs(const PlanParams& p, int q0, int q1, int* counts) {
+  for (int q = q0 + int(threadIdx.x); q < q1; q += int(blockDim.x))
+    if (const int e = pair_expert(p, q); e >= 0) atomicAdd(&counts[e], 1);
+}
+
+// Each pair of [q0, q1) takes slot first[e] + (its rank among this CTA's pairs of e): fill (shared memory,
+// zero on entry) counts them.
+__device__ __forceinline__ void scatter_pairs(const PlanParams& p, int q0, int q1, const int* first,
+                                              int* fill) {
+  for (int q = q0 + int(threadIdx.x); q < q1; q += int(blockDim.x)) {
+    const int e = pair_expert(p, q);
+    int slot = -1;
+    if (e >= 0) {
+      slot = first[e] + atomicAdd(&fill[e], 1);
+      p.slot_token[slot] = q / p.k;
+    }
+    p.pair_slot[q] = slot;
+  }
+}
+
+// From every expert's count (thread e of a kPlanThreads block, 0 past E): the exclusive scans of counts and
+// of 64- and 128-slot tiles into the offsets. Returns expert e's first slot.
+__device__ __forceinline__ int write_offsets(const PlanParams& p, int count) {
   using Scan = cub::BlockScan<int, kPlanThreads>;
   __shared__ typename Scan::TempStorage scan_tmp;
-  __shared__ int s_count[moe::kMaxExperts], s_fill[moe::kMaxExperts];
-  const int tid = threadIdx.x, n_pairs = p.T * p.k;
-  s_count[tid] = 0;
-  s_fill[tid] = 0;
-  __syncthreads();
-  for (int q = tid; q < n_pairs; q += kPlanThreads) {
-    const int t = q / p.k, e = p.ids[int64_t(t) * p.ld_ids + (q - t * p.k)];
-    if (e >= 0 && e < p.E) atomicAdd(&s_count[e], 1);
-  }
-  __syncthreads();
-  const int count = tid < p.E ? s_count[tid] : 0, tiles = (count + moe::kBM - 1) / moe::kBM;
-  const int wg_tiles = moe::wgmma_tiles(count);
+  const int tid = int(threadIdx.x);
+  const int tiles = (count + moe::kBM - 1) / moe::kBM, wg_tiles = moe::wgmma_tiles(count);
   int offset = 0, tile_offset = 0, wg_tile_offset = 0;
   Scan(scan_tmp).ExclusiveSum(count, offset);
   __syncthreads();
@@ -503,23 +540,73 @@ __global__ void __launch_bounds__(kPlanThreads) moe_plan_kernel(const PlanParams
     p.expert_offsets[tid] = offset;
     p.tile_offsets[tid] = tile_offset;
     p.wg_tile_offsets[tid] = wg_tile_offset;
-    s_count[tid] = offset;  // now the expert's first slot
   }
   if (tid == p.E - 1) {
     p.expert_offsets[p.E] = offset + count;
     p.tile_offsets[p.E] = tile_offset + tiles;
     p.wg_tile_offsets[p.E] = wg_tile_offset + wg_tiles;
   }
+  return offset;
+}
+
+// One block does it all: count, scan, scatter.
+__global__ void __launch_bounds__(kPlanThreads) moe_plan_kernel(const PlanParams p) {
+  __shared__ int s_count[moe::kMaxExperts], s_fill[moe::kMaxExperts];
+  pdl_prologue();  // the previous layer's combine may still read pair_slot
+  const int tid = int(threadIdx.x), n_pairs = p.T * p.k;
+  s_count[tid] = 0;
+  s_fill[tid] = 0;
   __syncthreads();
-  for (int q = tid; q < n_pairs; q += kPlanThreads) {
-    const int t = q / p.k, e = p.ids[int64_t(t) * p.ld_ids + (q - t * p.k)];
-    int slot = -1;
-    if (e >= 0 && e < p.E) {
-      slot = s_count[e] + atomicAdd(&s_fill[e], 1);
-      p.slot_token[slot] = t;
+  count_pairs(p, 0, n_pairs, s_count);
+  __syncthreads();
+  const int first = write_offsets(p, tid < p.E ? s_count[tid] : 0);
+  __syncthreads();  // every s_count read
+  if (tid < p.E) s_count[tid] = first;
+  __syncthreads();
+  scatter_pairs(p, 0, n_pairs, s_count, s_fill);
+}
+
+// Multi-CTA plan, 1 of 3: CTA b's counts per expert.
+__global__ void __launch_bounds__(kPlanCtaThreads) moe_plan_count_kernel(const PlanParams p) {
+  __shared__ int s_count[moe::kMaxExperts];
+  pdl_prologue();
+  for (int e = int(threadIdx.x); e < p.E; e += kPlanCtaThreads) s_count[e] = 0;
+  __syncthreads();
+  const int q0 = int(blockIdx.x) * p.chunk;
+  count_pairs(p, q0, min(q0 + p.chunk, p.T * p.k), s_count);
+  __syncthreads();
+  for (int e = int(threadIdx.x); e < p.E; e += kPlanCtaThreads)
+    p.cta_counts[int64_t(blockIdx.x) * p.E + e] = s_count[e];
+}
+
+// 2 of 3 (one block, thread e): each CTA's counts become the slots of e taken by the CTAs before it; the
+// totals give the offsets.
+__global__ void __launch_bounds__(kPlanThreads) moe_plan_scan_kernel(const PlanParams p, int ctas) {
+  pdl_prologue();
+  const int e = int(threadIdx.x);
+  int total = 0;
+  if (e < p.E) {
+    for (int b = 0; b < ctas; ++b) {
+      int32_t& c = p.cta_counts[int64_t(b) * p.E + e];
+      const int n = c;
+      c = total;
+      total += n;
     }
-    p.pair_slot[q] = slot;
   }
+  write_offsets(p, total);
+}
+
+// 3 of 3: CTA b's pairs to their slots.
+__global__ void __launch_bounds__(kPlanCtaThreads) moe_plan_scatter_kernel(const PlanParams p) {
+  __shared__ int s_first[moe::kMaxExperts], s_fill[moe::kMaxExperts];
+  pdl_prologue();
+  for (int e = int(threadIdx.x); e < p.E; e += kPlanCtaThreads) {
+    s_first[e] = p.expert_offsets[e] + p.cta_counts[int64_t(blockIdx.x) * p.E + e];
+    s_fill[e] = 0;
+  }
+  __syncthreads();
+  const int q0 = int(blockIdx.x) * p.chunk;
+  scatter_pairs(p, q0, min(q0 + p.chunk, p.T * p.k), s_first, s_fill);
 }
 
 // out[t] = bf16(sum_j w[t,j] * y[slot(t,j)]) in fp32, j in order; one block per token.
@@ -559,8 +646,9 @@ struct ExpertsPlan {
   // so the scratch does not depend on which of the three runs.
   // Grouped FP8 steps also keep the quantised A of moe_wgmma_fp8 (E4M3 [pairs, max(Hx, I)] and F32 scales
   // [max(Hx, I) / 128, pairs]) whatever the option says, so Backend::set_option may flip it between steps.
-  size_t offsets = 0, pair_slot = 0, slot_token = 0, pointers = 0, h = 0, y = 0, codes = 0, a_scales = 0,
-         total = 0;
+  // cta_counts: the multi-CTA plan's counts per (CTA, expert), for steps of at least kPlanMultiMinPairs pairs.
+  size_t offsets = 0, pair_slot = 0, slot_token = 0, cta_counts = 0, pointers = 0, h = 0, y = 0, codes = 0,
+         a_scales = 0, total = 0;
 };
 
 bool div8(int64_t v) {
@@ -633,6 +721,7 @@ ExpertsPlan plan_experts(const backend::MoeExpertsArgs& a) {
     s.max_wg_tiles = int((s.pairs + moe::kWgBM - 1) / moe::kWgBM + std::min(s.E, s.pairs));
     s.offsets = align256(size_t(s.E + 1) * 4);
     s.pair_slot = s.slot_token = align256(size_t(s.pairs) * 4);
+    if (const int ctas = plan_ctas(s.pairs); ctas > 1) s.cta_counts = align256(size_t(ctas) * size_t(s.E) * 4);
     s.y = align256(size_t(s.pairs) * size_t(s.Hx) * 2);
     if (!s.mxfp4 && !s.fp8) {  // the cuBLAS grouped path (bf16 experts only)
       s.h = align256(size_t(s.pairs) * size_t(2 * s.I) * 2);
@@ -644,7 +733,8 @@ ExpertsPlan plan_experts(const backend::MoeExpertsArgs& a) {
       s.a_scales = align256((k + 127) / 128 * size_t(s.pairs) * 4);
     }
   }
-  s.total = 3 * s.offsets + s.pair_slot + s.slot_token + s.pointers + s.h + s.y + s.codes + s.a_scales;
+  s.total = 3 * s.offsets + s.pair_slot + s.slot_token + s.cta_counts + s.pointers + s.h + s.y + s.codes +
+            s.a_scales;
   return s;
 }
 
@@ -860,13 +950,23 @@ Status run_grouped(const backend::MoeExpertsArgs& a, const ExpertsPlan& s, char*
   pl.wg_tile_offsets = reinterpret_cast<int32_t*>(take(s.offsets));
   pl.pair_slot = reinterpret_cast<int32_t*>(take(s.pair_slot));
   pl.slot_token = reinterpret_cast<int32_t*>(take(s.slot_token));
+  pl.cta_counts = reinterpret_cast<int32_t*>(take(s.cta_counts));
   void** pointers = reinterpret_cast<void**>(take(s.pointers));
   bf16* h = reinterpret_cast<bf16*>(take(s.h));
   bf16* y = reinterpret_cast<bf16*>(take(s.y));
   uint8_t* codes = reinterpret_cast<uint8_t*>(take(s.codes));
   float* a_scales = reinterpret_cast<float*>(take(s.a_scales));
-  moe_plan_kernel<<<1, kPlanThreads, 0, cx.stream>>>(pl);
-  RILL_CUDA_CHECK_LAUNCH("moe_plan");
+  if (const int ctas = plan_ctas(s.pairs); ctas == 1) {
+    RILL_TRY(launch("moe_plan", {dim3(1), dim3(kPlanThreads), 0}, cx.stream, moe_plan_kernel, pl));
+  } else {
+    pl.chunk = plan_chunk(s.pairs, ctas);
+    RILL_TRY(launch("moe_plan_count", {dim3(unsigned(ctas)), dim3(kPlanCtaThreads), 0}, cx.stream,
+                    moe_plan_count_kernel, pl));
+    RILL_TRY(
+        launch("moe_plan_scan", {dim3(1), dim3(kPlanThreads), 0}, cx.stream, moe_plan_scan_kernel, pl, ctas));
+    RILL_TRY(launch("moe_plan_scatter", {dim3(unsigned(ctas)), dim3(kPlanCtaThreads), 0}, cx.stream,
+                    moe_plan_scatter_kernel, pl));
+  }
 
   if (!s.mxfp4 && !s.fp8 && cx.options.moe_wgmma) {  // Hopper's TMA + wgmma kernels, graph captures too
     moe::WgmmaExpertsArgs w{&a, int(s.E), int(s.I), int(s.Hx), s.pairs, s.max_wg_tiles};

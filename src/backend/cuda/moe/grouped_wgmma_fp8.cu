@@ -326,8 +326,8 @@ bool wgmma_fp8_experts_supported(const WgmmaExpertsArgs& c, const CudaContext& c
       ex.down.dtype != DType::F8E4M3 || ex.block.rows != kWg8ScaleBlock || ex.block.cols != kWg8ScaleBlock)
     return false;
   if (c.I % kWg8ScaleBlock != 0 || c.Hx % kWg8ScaleBlock != 0 || c.pairs < kWgBM || c.pairs > INT32_MAX ||
-      c.E < 1 || c.E > kWgMaxExperts || !c.codes || !c.a_scales)
-    return false;
+      c.E < 1 || c.E > kWgMaxExperts || !c.codes || !c.a_scales || c.args->x.stride(0) % 8 != 0)
+    return false;  // (x's rows 16-byte aligned: the quantisation's loads)
   if (ex.gate_up.stride(2) != 1 || ex.down.stride(2) != 1 ||
       !scales_ok(ex.gate_up_scales, c.E, 2 * c.I, c.Hx) || !scales_ok(ex.down_scales, c.E, c.Hx, c.I))
     return false;
