@@ -245,10 +245,13 @@ Result<std::vector<BenchRow>> bench_ops(backend::Backend& be, const model::Model
                     be.set_option("moe_cublas_grouped", "1").ok() && be.set_option("moe_cublas_min_pairs", "0").ok();
     const bool wgmma = ab && be.set_option("moe_wgmma", "1").ok() && be.set_option("moe_wgmma", "0").ok();
     // MXFP4 experts: the mma.sync grouped GEMM (the unnamed row, moe_wgmma_mxfp4 off) and, where the backend
-    // takes the option, the Hopper kernel's MXFP4 policy (the A/B that decides the option's default).
-    const char* mxfp4_default = backend::CudaBackendOptions{}.moe_wgmma_mxfp4 ? "1" : "0";
+    // takes the option, the Hopper kernel's MXFP4 policy at every size (moe_wgmma_mxfp4_min_pairs 0: the A/B
+    // that decides the option's default and its threshold).
+    const backend::CudaBackendOptions defaults{};
+    const char* mxfp4_default = defaults.moe_wgmma_mxfp4 ? "1" : "0";
     const bool wgmma4 = mxfp4 && be.set_option("moe_wgmma_mxfp4", "1").ok() &&
-                        be.set_option("moe_wgmma_mxfp4", "0").ok();
+                        be.set_option("moe_wgmma_mxfp4", "0").ok() &&
+                        be.set_option("moe_wgmma_mxfp4_min_pairs", "0").ok();
     enum class MoePath { Default, RillMma, RillWgmma };
     for (int64_t T : {int64_t(o.prefill_long), int64_t(2048), int64_t(512), int64_t(256), int64_t(1), int64_t(32)}) {
       const bool grouped = T * K > 64;  // moe/params.h kDecodeMaxPairs
@@ -296,7 +299,10 @@ Result<std::vector<BenchRow>> bench_ops(backend::Backend& be, const model::Model
         rows.push_back(row.ok() ? *row : not_run("op", name, row.status().message()));
       }
     }
-    if (wgmma4) RILL_TRY(be.set_option("moe_wgmma_mxfp4", mxfp4_default));
+    if (wgmma4) {
+      RILL_TRY(be.set_option("moe_wgmma_mxfp4", mxfp4_default));
+      RILL_TRY(be.set_option("moe_wgmma_mxfp4_min_pairs", std::to_string(defaults.moe_wgmma_mxfp4_min_pairs)));
+    }
     // FP8 experts (E4M3, 128 x 128 F32 block scales: the --quantization fp8 layout) at the grouped sizes: the
     // dequantising mma.sync GEMM and, on Hopper where the backend takes the option (the default there), the FP8
     // wgmma kernels (moe_wgmma_fp8). Same routing and timing as the rows above. Only on backends with the

@@ -29,7 +29,8 @@ const char* mla_prefill_name(MlaPrefillPath p) {
 std::string cuda_backend_option_keys() {
   return "pdl, kda_fused_decode, kda_recurrent_verify, moe_fuse_shared, decode_fusion, mla_expand_rows, "
          "gemm_autotune, moe_cublas_grouped, moe_cublas_min_pairs, moe_wgmma, moe_wgmma_fp8, "
-         "moe_wgmma_fp8_pairs, moe_wgmma_mxfp4, moe_route_gemm_min_tokens, fp8_gemm, mla_prefill";
+         "moe_wgmma_fp8_pairs, moe_wgmma_mxfp4, moe_wgmma_mxfp4_min_pairs, moe_route_gemm_min_tokens, fp8_gemm, "
+         "mla_prefill";
 }
 
 Status set_cuda_backend_option(CudaBackendOptions& o, std::string_view key_value) {
@@ -69,13 +70,16 @@ Status set_cuda_backend_option(CudaBackendOptions& o, std::string_view key_value
     return {};
   }
   int* count = key == "moe_cublas_min_pairs"        ? &o.moe_cublas_min_pairs
+               : key == "moe_wgmma_mxfp4_min_pairs" ? &o.moe_wgmma_mxfp4_min_pairs
                : key == "moe_route_gemm_min_tokens" ? &o.moe_route_gemm_min_tokens
                : key == "mla_expand_rows"           ? &o.mla_expand_rows
                                                     : nullptr;
   if (count) {
     RILL_ASSIGN_OR_RETURN(*count, parse_count(key, value,
                                               key == "mla_expand_rows" ? "rows (0: the default)"
-                                              : key == "moe_cublas_min_pairs" ? "a count of pairs"
+                                              : key == "moe_cublas_min_pairs" ||
+                                                      key == "moe_wgmma_mxfp4_min_pairs"
+                                                  ? "a count of pairs"
                                                                               : "a count of tokens"));
     return {};
   }

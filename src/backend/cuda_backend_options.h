@@ -83,16 +83,22 @@ struct CudaBackendOptions {
   bool moe_wgmma_fp8 = true;
   // The FP8 grouped GEMMs in clusters of two CTAs that take adjacent column tiles of one 128-slot tile and
   // share its A box through TMA multicast (each loads one half for both), so the quantised activations cross
-  // L2 once per pair (moe/grouped_wgmma_fp8.cu, kPair). Written without a GPU to test whether the FP8 GEMM is
-  // bound by L2 traffic (its 128 x 128 tile moves 32 KB per 4.2 MFLOP): off until measured. No scratch
-  // changes, so Backend::set_option may flip it between steps. `moe_wgmma_fp8_pairs`.
+  // L2 once per pair (moe/grouped_wgmma_fp8.cu, kPair), to test whether the FP8 GEMM is bound by L2 traffic
+  // (its 128 x 128 tile moves 32 KB per 4.2 MFLOP). Measured on the H100 (2026-12-06, 48B shape, route +
+  // experts): 4.60 / 2.00 / 1.55 ms for 8192 / 2048 / 512 tokens where one CTA per item took 2.17 / 0.97 /
+  // 0.75, so it stays off (its op tests pass; why it is slower is not yet profiled). No scratch changes, so Backend::set_option may flip it between steps. `moe_wgmma_fp8_pairs`.
   bool moe_wgmma_fp8_pairs = false;
-  // MXFP4 experts (K3's) of grouped MoE steps through the bf16 Hopper kernel's body with its MXFP4 weight
-  // policy (moe/grouped_wgmma.cu Mxfp4Weights: packed codes by TMA, dequantised to bf16 in shared memory by
-  // the loading warpgroup, wgmma m64n256k16; Hx and I multiples of 64); off: the mma.sync grouped GEMM that
-  // dequantises 32-column tiles (moe/grouped_gemm_mxfp4.cu). Written without a GPU: off until measured. No
-  // scratch changes, so Backend::set_option may flip it between steps. `moe_wgmma_mxfp4`.
-  bool moe_wgmma_mxfp4 = false;
+  // MXFP4 experts (K3's) of grouped MoE steps of at least moe_wgmma_mxfp4_min_pairs (token, expert) pairs
+  // through the bf16 Hopper kernel's body with its MXFP4 weight policy (moe/grouped_wgmma.cu Mxfp4Weights:
+  // packed codes by TMA, dequantised to bf16 in shared memory by the loading warpgroup, wgmma m64n256k16; Hx
+  // and I multiples of 64); off, or smaller steps: the mma.sync grouped GEMM that dequantises 32-column tiles
+  // (moe/grouped_gemm_mxfp4.cu). Measured on the H100 (2026-12-06, K3 slice, 896 experts, top-16, route +
+  // experts): 40.4 / 16.6 / 12.9 / 11.9 ms for 8192 / 2048 / 512 / 256 tokens where the mma.sync GEMM took
+  // 52.6 / 18.2 / 10.5 / 9.7, so the threshold is the smallest step measured faster (2048 x 16 pairs); the
+  // slice's 8K prompt 252.4 ms against 309.7. No scratch changes, so Backend::set_option may change either
+  // between steps. `moe_wgmma_mxfp4`, `moe_wgmma_mxfp4_min_pairs`.
+  bool moe_wgmma_mxfp4 = true;
+  int moe_wgmma_mxfp4_min_pairs = 32768;
   // Router logits of steps of at least this many tokens as a cuBLASLt GEMM followed by a selection kernel
   // (moe/route.cu); fewer: the router's cluster kernel (each cluster of 8 CTAs reads the whole router per 8
   // tokens). Steps of at most kGemvMaxRows tokens take the split GEMV either way. Measured on the H100

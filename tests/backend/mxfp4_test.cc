@@ -192,8 +192,9 @@ TEST_P(Mxfp4Test, ExpertsGroupedK3Shapes) {
   run_mxfp4_experts(h, *ex, 5, 16, backend::Activation::Silu);
 }
 
-// The grouped path on the Hopper kernel's MXFP4 policy (option moe_wgmma_mxfp4: codes by TMA, dequantised to
-// bf16 in shared memory, wgmma; skipped where the device cannot run it): K3's experts at 192 and 640 pairs,
+// The grouped path on the Hopper kernel's MXFP4 policy (option moe_wgmma_mxfp4, here at every step size:
+// moe_wgmma_mxfp4_min_pairs 0; codes by TMA, dequantised to bf16 in shared memory, wgmma; skipped where the
+// device cannot run it; the other MXFP4 tests' steps lie below the default threshold): K3's experts at 192 and 640 pairs,
 // partial column tiles in both GEMMs (I = 192: gate_up's second tile half empty; Hx = 384: down's second tile
 // without its second box), one k step in down (I = 64), experts with several tiles and experts with none.
 TEST_P(Mxfp4Test, ExpertsGroupedWgmma) {
@@ -201,6 +202,7 @@ TEST_P(Mxfp4Test, ExpertsGroupedWgmma) {
   RILL_REQUIRE_BACKEND(h);
   const Status on = h.dev().set_option("moe_wgmma_mxfp4", "1");
   if (!on.ok()) GTEST_SKIP() << "no moe_wgmma_mxfp4 path here: " << on.to_string();
+  ASSERT_TRUE(h.dev().set_option("moe_wgmma_mxfp4_min_pairs", "0").ok());
   auto k3 = make_mxfp4_experts(h, 20, 3584, 3072);
   run_mxfp4_experts(h, *k3, 12, 16, backend::Activation::Situ, Routing::Skewed);
   run_mxfp4_experts(h, *k3, 40, 16, backend::Activation::Situ);
@@ -211,6 +213,10 @@ TEST_P(Mxfp4Test, ExpertsGroupedWgmma) {
   run_mxfp4_experts(h, *small, 100, 4, backend::Activation::Silu);
   run_mxfp4_experts(h, *small, 100, 4, backend::Activation::Situ, Routing::Skewed);
   ASSERT_TRUE(h.dev().set_option("moe_wgmma_mxfp4", cuda_backend_options().moe_wgmma_mxfp4 ? "1" : "0").ok());
+  ASSERT_TRUE(h.dev()
+                  .set_option("moe_wgmma_mxfp4_min_pairs",
+                              std::to_string(cuda_backend_options().moe_wgmma_mxfp4_min_pairs))
+                  .ok());
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, Mxfp4Test, ::testing::ValuesIn(tested_backends()));

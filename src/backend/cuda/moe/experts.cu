@@ -27,8 +27,9 @@
 //    readback, so inside graph captures too). With options.moe_wgmma_fp8 (on by default), FP8 experts with
 //    128 x 128 blocks run the FP8 twin of those kernels (grouped_wgmma_fp8.cu: activations quantised per slot
 //    and 128 columns, wgmma on E4M3 codes, block scales applied per k block in fp32). With
-//    options.moe_wgmma_mxfp4, MXFP4 experts run the bf16 Hopper kernel's MXFP4 policy (codes dequantised to
-//    bf16 in shared memory by its loading warpgroup).
+//    options.moe_wgmma_mxfp4 (on by default), MXFP4 steps of at least options.moe_wgmma_mxfp4_min_pairs
+//    pairs run the bf16 Hopper kernel's MXFP4 policy (codes dequantised to bf16 in shared memory by its
+//    loading warpgroup).
 // Expert ids outside [0, E) contribute nothing (they cannot be reported from the device).
 #include <cub/block/block_scan.cuh>
 #include <cuda_fp8.h>
@@ -994,7 +995,8 @@ Status run_grouped(const backend::MoeExpertsArgs& a, const ExpertsPlan& s, char*
       return launch_combine(a, s, y, pl.pair_slot, cx);
     }
   }
-  if (s.mxfp4 && cx.options.moe_wgmma_mxfp4) {  // MXFP4 codes dequantised in shared memory, bf16 wgmma
+  // MXFP4 codes dequantised in shared memory, bf16 wgmma (steps large enough to pay, options)
+  if (s.mxfp4 && cx.options.moe_wgmma_mxfp4 && s.pairs >= cx.options.moe_wgmma_mxfp4_min_pairs) {
     moe::WgmmaExpertsArgs w{&a, int(s.E), int(s.I), int(s.Hx), s.pairs, s.max_wg_tiles};
     w.expert_offsets = pl.expert_offsets;
     w.tile_offsets = pl.wg_tile_offsets;

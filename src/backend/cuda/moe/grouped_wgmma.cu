@@ -22,7 +22,8 @@
 // would lie wholly past it and is not loaded) are computed and never stored; TMA zero-fills k past K.
 //
 // One kernel body, a weight policy per format (style §7.10): Bf16Weights (the above) and Mxfp4Weights (K3's
-// MXFP4 experts, W4A16; option moe_wgmma_mxfp4, off until measured against grouped_gemm_mxfp4.cu): the
+// MXFP4 experts, W4A16; option moe_wgmma_mxfp4, on for steps of at least moe_wgmma_mxfp4_min_pairs pairs,
+// where it measured faster than grouped_gemm_mxfp4.cu, docs/PERF.md): the
 // loader thread (warp 0 of warpgroup 0) brings A as above and B's packed codes (two boxes of 128 rows x 32
 // bytes, unswizzled) into a raw ring of its own; warps 1-3 of warpgroup 0 wait for a raw stage and for the
 // bf16 stage to be free, write the codes as bf16 times their E8M0 scale (read from global memory,

@@ -16,8 +16,9 @@
 //    main += blk * a_scale(row) * w_scale(box). The other consumer's wgmmas overlap this one's promotion.
 //    (Promoting block kt - 1 while block kt's wgmmas run, with two block accumulators, measured slower on
 //    the H100: the 48B's FP8 8K prompt 141.9 ms against 138.8, docs/PERF.md.)
-//  - option moe_wgmma_fp8_pairs (off; written without a GPU, to measure whether the tile is bound by L2
-//    traffic): clusters of two CTAs on adjacent column tiles share the A box, each loading one 64-slot half
+//  - option moe_wgmma_fp8_pairs (off: correct, but 2.1x slower on the H100 — route + experts at 8K tokens
+//    4.60 ms against 2.17, 66 clusters resident — for a cause not yet profiled; written to test whether the
+//    tile is bound by L2 traffic): clusters of two CTAs on adjacent column tiles share the A box, each loading one 64-slot half
 //    for both through TMA multicast (kPair below).
 // gate_up: box 0 the 64 gate rows n0.., box 1 the up rows I + n0.. (their own scale block), so registers i
 // and i + 32 hold gate and up of one output column; the epilogue rounds both to bf16, applies the activation
