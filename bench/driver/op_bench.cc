@@ -323,18 +323,23 @@ Result<std::vector<BenchRow>> bench_ops(backend::Backend& be, const model::Model
       RILL_ASSIGN_OR_RETURN(ex8.down_scales, pool.random(DType::F32, {E, H / 128, I / 128}, -1e-4f, 1e-4f));
       const bool wgmma8 = be.set_option("moe_wgmma_fp8", "1").ok();
       RILL_TRY(be.set_option("moe_wgmma_fp8", "0"));
-      // The wgmma kernels twice where the backend takes moe_wgmma_fp8_pairs: one CTA per work item, then
-      // clusters of two sharing A (the A/B that decides the option's default).
+      // The wgmma kernels three times where the backend takes the options: one CTA per work item, clusters of
+      // two sharing A (moe_wgmma_fp8_pairs), and the one kernel body's FP8 policy (moe_wgmma_fp8_one_body):
+      // the A/Bs that decide those options' defaults.
       const bool pairs8 = wgmma8 && be.set_option("moe_wgmma_fp8_pairs", "0").ok();
+      const bool body8 = wgmma8 && be.set_option("moe_wgmma_fp8_one_body", "0").ok();
       for (int64_t T : {int64_t(o.prefill_long), int64_t(2048), int64_t(512), int64_t(256)}) {
-        for (const int variant : {0, 1, 2}) {  // mma.sync dequantising, wgmma, wgmma in pair clusters
-          const bool on = variant > 0, paired = variant == 2;
-          if ((on && !wgmma8) || (paired && !pairs8)) continue;
+        // mma.sync dequantising, wgmma, wgmma in pair clusters, wgmma through the one body
+        for (const int variant : {0, 1, 2, 3}) {
+          const bool on = variant > 0, paired = variant == 2, body = variant == 3;
+          if ((on && !wgmma8) || (paired && !pairs8) || (body && !body8)) continue;
           std::string name = fmt::format("moe route+experts, {} tokens, {} of {} FP8 experts", T, K, E);
           if (on) name += ", rill's FP8 wgmma grouped GEMM";
           if (paired) name += " in pair clusters";
+          if (body) name += ", one body";
           if (on) RILL_TRY(be.set_option("moe_wgmma_fp8", "1"));
           if (paired) RILL_TRY(be.set_option("moe_wgmma_fp8_pairs", "1"));
+          if (body) RILL_TRY(be.set_option("moe_wgmma_fp8_one_body", "1"));
           auto row = [&]() -> Result<BenchRow> {
             RILL_ASSIGN_OR_RETURN(TensorView x, pool.random(act, {T, H}, -1, 1));
             RILL_ASSIGN_OR_RETURN(TensorView ids, pool.zeros(DType::I32, {T, K}));
@@ -378,11 +383,13 @@ Result<std::vector<BenchRow>> bench_ops(backend::Backend& be, const model::Model
                 unique * 3.0 * double(H) * double(I) * (1.0 + 4.0 / (128 * 128)) + double(T) * H * 2 * 2,
                 double(T) * K * 3.0 * 2.0 * double(H) * double(I),
                 paired ? "grouped GEMM (TMA multicast of A in CTA pairs + wgmma, E4M3)"
+                : body ? "grouped GEMM (TMA + wgmma, E4M3; the bf16 kernel's body, Fp8Weights)"
                 : on   ? "grouped GEMM (TMA + wgmma, E4M3)"
                        : "grouped GEMM (mma.sync, dequantised FP8)"};
           }();
           if (on) RILL_TRY(be.set_option("moe_wgmma_fp8", "0"));
           if (paired) RILL_TRY(be.set_option("moe_wgmma_fp8_pairs", "0"));
+          if (body) RILL_TRY(be.set_option("moe_wgmma_fp8_one_body", "0"));
           if (!row.ok() && row.status().code() != StatusCode::Unimplemented) return row.status();
           rows.push_back(row.ok() ? *row : not_run("op", name, row.status().message()));
         }
@@ -392,6 +399,9 @@ Result<std::vector<BenchRow>> bench_ops(backend::Backend& be, const model::Model
       if (pairs8)
         RILL_TRY(be.set_option("moe_wgmma_fp8_pairs",
                                backend::CudaBackendOptions{}.moe_wgmma_fp8_pairs ? "1" : "0"));
+      if (body8)
+        RILL_TRY(be.set_option("moe_wgmma_fp8_one_body",
+                               backend::CudaBackendOptions{}.moe_wgmma_fp8_one_body ? "1" : "0"));
     }
     if (ab)  // back to the defaults for the whole-model rows (the caller re-applies --backend-option values)
       RILL_TRY(be.set_option("moe_cublas_min_pairs",

@@ -29,8 +29,8 @@ const char* mla_prefill_name(MlaPrefillPath p) {
 std::string cuda_backend_option_keys() {
   return "pdl, kda_fused_decode, kda_recurrent_verify, moe_fuse_shared, decode_fusion, mla_expand_rows, "
          "gemm_autotune, moe_cublas_grouped, moe_cublas_min_pairs, moe_wgmma, moe_wgmma_fp8, "
-         "moe_wgmma_fp8_pairs, moe_wgmma_mxfp4, moe_wgmma_mxfp4_min_pairs, moe_route_gemm_min_tokens, fp8_gemm, "
-         "mla_prefill";
+         "moe_wgmma_fp8_pairs, moe_wgmma_fp8_one_body, moe_wgmma_mxfp4, moe_wgmma_mxfp4_min_pairs, "
+         "moe_route_gemm_min_tokens, fp8_gemm, mla_prefill";
 }
 
 Status set_cuda_backend_option(CudaBackendOptions& o, std::string_view key_value) {
@@ -39,18 +39,19 @@ Status set_cuda_backend_option(CudaBackendOptions& o, std::string_view key_value
     return invalid_argument("backend option \"{}\": expected key=value (keys: {})", key_value,
                             cuda_backend_option_keys());
   const std::string_view key = key_value.substr(0, eq), value = key_value.substr(eq + 1);
-  bool* flag = key == "pdl"                    ? &o.pdl
-               : key == "kda_fused_decode"     ? &o.kda_fused_decode
-               : key == "kda_recurrent_verify" ? &o.kda_recurrent_verify
-               : key == "moe_fuse_shared"      ? &o.moe_fuse_shared
-               : key == "decode_fusion"        ? &o.decode_fusion
-               : key == "gemm_autotune"        ? &o.gemm_autotune
-               : key == "moe_cublas_grouped"   ? &o.moe_cublas_grouped
-               : key == "moe_wgmma"            ? &o.moe_wgmma
-               : key == "moe_wgmma_fp8"        ? &o.moe_wgmma_fp8
-               : key == "moe_wgmma_fp8_pairs"  ? &o.moe_wgmma_fp8_pairs
-               : key == "moe_wgmma_mxfp4"      ? &o.moe_wgmma_mxfp4
-                                               : nullptr;
+  bool* flag = key == "pdl"                      ? &o.pdl
+               : key == "kda_fused_decode"       ? &o.kda_fused_decode
+               : key == "kda_recurrent_verify"   ? &o.kda_recurrent_verify
+               : key == "moe_fuse_shared"        ? &o.moe_fuse_shared
+               : key == "decode_fusion"          ? &o.decode_fusion
+               : key == "gemm_autotune"          ? &o.gemm_autotune
+               : key == "moe_cublas_grouped"     ? &o.moe_cublas_grouped
+               : key == "moe_wgmma"              ? &o.moe_wgmma
+               : key == "moe_wgmma_fp8"          ? &o.moe_wgmma_fp8
+               : key == "moe_wgmma_fp8_pairs"    ? &o.moe_wgmma_fp8_pairs
+               : key == "moe_wgmma_fp8_one_body" ? &o.moe_wgmma_fp8_one_body
+               : key == "moe_wgmma_mxfp4"        ? &o.moe_wgmma_mxfp4
+                                                 : nullptr;
   if (flag) {
     RILL_ASSIGN_OR_RETURN(*flag, parse_bool(key, value));
     return {};

@@ -88,6 +88,12 @@ struct CudaBackendOptions {
   // experts): 4.60 / 2.00 / 1.55 ms for 8192 / 2048 / 512 tokens where one CTA per item took 2.17 / 0.97 /
   // 0.75, so it stays off (its op tests pass; why it is slower is not yet profiled). No scratch changes, so Backend::set_option may flip it between steps. `moe_wgmma_fp8_pairs`.
   bool moe_wgmma_fp8_pairs = false;
+  // The FP8 grouped GEMMs through the one kernel body's Fp8Weights policy (moe/grouped_wgmma.cu, beside
+  // Bf16Weights and Mxfp4Weights) instead of the FP8 twin kernel (moe/grouped_wgmma_fp8.cu): the same tiles,
+  // stages, promotion and pair clusters, folded into the body without a GPU at hand. Off until its op tests
+  // and an A/B have run on a GPU; then the twin goes. No scratch changes, so Backend::set_option may flip it
+  // between steps. `moe_wgmma_fp8_one_body`.
+  bool moe_wgmma_fp8_one_body = false;
   // MXFP4 experts (K3's) of grouped MoE steps of at least moe_wgmma_mxfp4_min_pairs (token, expert) pairs
   // through the bf16 Hopper kernel's body with its MXFP4 weight policy (moe/grouped_wgmma.cu Mxfp4Weights:
   // packed codes by TMA, dequantised to bf16 in shared memory by the loading warpgroup, wgmma m64n256k16; Hx

@@ -235,9 +235,9 @@ TEST(MoeWgmmaSchedule, SharedMemoryFitsAndAligns) {
   EXPECT_EQ(kWgStageBytes, (kWgBM + kWgBN) * kWgBK * 2);
 }
 
-// The FP8 variant (grouped_wgmma_fp8.cu): 64-column gate_up and 128-column down tiles at the 48B shape, the
-// weight rows and scale block of each B box against brute force, the n128 accumulators' box, and the shared
-// memory of 6 stages of 32 KiB.
+// The FP8 variant (grouped_wgmma_fp8.cu, and the body's Fp8Weights): 64-column gate_up and 128-column down
+// tiles at the 48B shape, the weight rows and scale block of each B box against brute force, the n128
+// accumulators' box, and the shared memory of 6 stages of 32 KiB.
 TEST(MoeWgmmaSchedule, Fp8TilesScaleBlocksAndAccumulators) {
   const std::vector<int> counts(256, 256);
   check_schedule(counts, 1024, true, true);
@@ -250,6 +250,12 @@ TEST(MoeWgmmaSchedule, Fp8TilesScaleBlocksAndAccumulators) {
       for (int n0 = 0; n0 < n; n0 += cols)
         for (int box = 0; box < 2; ++box) {
           const int row0 = wgmma_fp8_b_row(gate_up, n0, I, box);
+          // The one body's Fp8Weights (grouped_wgmma.cu) loads box `box` at n0 + box * b_second (b_second: I
+          // for gate_up, a box for down) and reads its scale row with b_second in I's place.
+          const int b_second = gate_up ? I : kWg8BoxRows;
+          ASSERT_EQ(n0 + box * b_second, row0) << "I " << I << " n0 " << n0;
+          ASSERT_EQ(wgmma_fp8_w_scale_row(gate_up, n0, b_second, box),
+                    wgmma_fp8_w_scale_row(gate_up, n0, I, box));
           // Brute force: tile row r (0-127) of box r / 64 is the weight row of output column n0 + r % 64
           // (gate_up: gate for box 0, up for box 1) or n0 + r (down).
           for (int r = box * kWg8BoxRows; r < (box + 1) * kWg8BoxRows; ++r) {

@@ -991,7 +991,8 @@ Status run_grouped(const backend::MoeExpertsArgs& a, const ExpertsPlan& s, char*
     w.codes = codes;
     w.a_scales = a_scales;
     if (moe::wgmma_fp8_experts_supported(w, cx)) {
-      RILL_TRY(moe::run_expert_gemms_wgmma_fp8(w, cx));
+      RILL_TRY(cx.options.moe_wgmma_fp8_one_body ? moe::run_expert_gemms_wgmma_fp8_body(w, cx)
+                                                 : moe::run_expert_gemms_wgmma_fp8(w, cx));
       return launch_combine(a, s, y, pl.pair_slot, cx);
     }
   }

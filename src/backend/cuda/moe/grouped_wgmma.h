@@ -1,7 +1,8 @@
-// The grouped (prefill) bf16 and MXFP4 expert GEMMs on Hopper's TMA and wgmma (grouped_wgmma.cu), between
-// the plan kernel and the combine of experts.cu: gather x into expert order, gate_up with the activation in its
-// epilogue, down. No host readback (the work list comes from the plan's device offsets), so it runs inside
-// graph captures too. Same rounding points as the other grouped paths (moe/README.md, "Invariants").
+// The grouped (prefill) bf16, MXFP4 and FP8 expert GEMMs on Hopper's TMA and wgmma (grouped_wgmma.cu),
+// between the plan kernel and the combine of experts.cu: gather (FP8: quantise) x into expert order, gate_up
+// with the activation in its epilogue, down. No host readback (the work list comes from the plan's device
+// offsets), so it runs inside graph captures too. Same rounding points as the other grouped paths
+// (moe/README.md, "Invariants").
 #pragma once
 
 #include <cstdint>
@@ -43,8 +44,15 @@ bool wgmma_mxfp4_experts_supported(const WgmmaExpertsArgs& c, const CudaContext&
 Status run_expert_gemms_wgmma_mxfp4(const WgmmaExpertsArgs& c, const CudaContext& cx);
 
 // The FP8 variant (options.moe_wgmma_fp8): E4M3 experts with 128 x 128 F32 block scales, I and Hx multiples
-// of 128, pairs >= 128; gather, quantise x, gate_up, quantise h, down (grouped_wgmma_fp8.cu).
+// of 128, pairs >= 128; gather, quantise x, gate_up, quantise h, down. run_expert_gemms_wgmma_fp8 runs the
+// FP8 twin kernel (grouped_wgmma_fp8.cu, the default); run_expert_gemms_wgmma_fp8_body the same GEMMs through
+// the one kernel body's Fp8Weights policy (grouped_wgmma.cu; options.moe_wgmma_fp8_one_body, off until run on
+// a GPU, which then retires the twin). Both take the shapes wgmma_fp8_experts_supported accepts.
 bool wgmma_fp8_experts_supported(const WgmmaExpertsArgs& c, const CudaContext& cx);
 Status run_expert_gemms_wgmma_fp8(const WgmmaExpertsArgs& c, const CudaContext& cx);
+Status run_expert_gemms_wgmma_fp8_body(const WgmmaExpertsArgs& c, const CudaContext& cx);
+// How many clusters of two CTAs of the FP8 kernels' shared memory can be resident at once on this device (0:
+// none; option moe_wgmma_fp8_pairs); cached per device.
+Result<int> wgmma_fp8_pair_clusters(const CudaContext& cx);
 
 }  // namespace rill::cuda::moe

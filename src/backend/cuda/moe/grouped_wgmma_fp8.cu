@@ -1,7 +1,9 @@
-// Grouped expert GEMMs for FP8 experts on Hopper (options.moe_wgmma_fp8): E4M3 weights with 128 x 128 F32
-// block scales, activations quantised per (slot, 128 columns) to E4M3 with scale amax / 448 (gemm/
-// fp8_native.cu's kernel, the dense native FP8 GEMM's rule; x straight from its token rows into expert order,
-// h where the gate_up GEMM wrote it), then out[slot, :] = sum over k blocks kb of
+// Grouped expert GEMMs for FP8 experts on Hopper (options.moe_wgmma_fp8; to be retired: the same GEMMs are
+// now the Fp8Weights policy of grouped_wgmma.cu's body, option moe_wgmma_fp8_one_body, which replaces this
+// kernel once it has run on a GPU): E4M3 weights with 128 x 128 F32 block scales, activations quantised per
+// (slot, 128 columns) to E4M3 with scale amax / 448 (gemm/fp8_native.cu's kernel, the dense native FP8 GEMM's
+// rule; x straight from its token rows into expert order, h where the gate_up GEMM wrote it), then
+// out[slot, :] = sum over k blocks kb of
 // (codes_a . codes_w^T)[kb] * a_scale[slot][kb] * w_scale[e][row / 128][kb].
 //
 // The bf16 kernel's structure (grouped_wgmma.cu; its instantiation is untouched, this is a second kernel
@@ -288,7 +290,7 @@ std::atomic<uint64_t> g_smem_gate_up[2], g_smem_down[2];
 // allows one CTA per SM, and a cluster's two CTAs must share a GPC): the pair grid is at most twice this, so
 // every CTA of the persistent grid runs from the start. 0: clusters of two cannot run here.
 // The pair kernels' shared memory is opted into first (the occupancy query counts it).
-Result<int> max_pair_clusters(const CudaContext& cx) {
+Result<int> max_pair_clusters_twin(const CudaContext& cx) {
   RILL_TRY(opt_in_smem("moe_grouped_wgmma_fp8", reinterpret_cast<const void*>(moe_grouped_wgmma_fp8_kernel<true, true>),
                        kWg8SmemBytes, cx, &g_smem_gate_up[1]));
   RILL_TRY(opt_in_smem("moe_grouped_wgmma_fp8", reinterpret_cast<const void*>(moe_grouped_wgmma_fp8_kernel<false, true>),
@@ -319,6 +321,10 @@ Result<int> max_pair_clusters(const CudaContext& cx) {
 }
 
 }  // namespace
+
+Result<int> wgmma_fp8_pair_clusters(const CudaContext& cx) {
+  return max_pair_clusters_twin(cx);
+}
 
 bool wgmma_fp8_experts_supported(const WgmmaExpertsArgs& c, const CudaContext& cx) {
   if (!wgmma_device_supported(cx) || cx.max_smem_per_block < size_t(kWg8SmemBytes)) return false;
@@ -353,7 +359,7 @@ Status run_expert_gemms_wgmma_fp8(const WgmmaExpertsArgs& c, const CudaContext& 
   // Clusters of two CTAs sharing A (option moe_wgmma_fp8_pairs) for a GEMM whose column tiles pair up.
   int pair_clusters = 0;
   if (cx.options.moe_wgmma_fp8_pairs) {
-    RILL_ASSIGN_OR_RETURN(pair_clusters, max_pair_clusters(cx));
+    RILL_ASSIGN_OR_RETURN(pair_clusters, max_pair_clusters_twin(cx));
   }
   const int gu_tiles = c.I / wgmma_fp8_tile_cols(true), dn_tiles = c.Hx / wgmma_fp8_tile_cols(false);
   const bool gu_pair = pair_clusters > 0 && gu_tiles % 2 == 0, dn_pair = pair_clusters > 0 && dn_tiles % 2 == 0;
