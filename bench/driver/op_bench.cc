@@ -121,14 +121,37 @@ Result<std::vector<BenchRow>> bench_ops(backend::Backend& be, const model::Model
       RILL_ASSIGN_OR_RETURN(TensorView state, pool.random(DType::F32, {n_seqs, Hk, d, d}, -0.02f, 0.02f));
       RILL_ASSIGN_OR_RETURN(TensorView out, pool.zeros(act, {T, Hk, d}));
       backend::KdaAttentionArgs a{q, k, v, g, beta, state, &lay.dev, out, nullptr};
-      RILL_ASSIGN_OR_RETURN(a.scratch, pool.scratch_for([&](backend::Backend& on, Arena* s) { auto b = a; b.scratch = s; return on.kda_attention(b); }));
-      RILL_ASSIGN_OR_RETURN(double ms, time_op(be, reps, [&] { a.scratch->reset(); return be.kda_attention(a); }));
+      RILL_ASSIGN_OR_RETURN(a.scratch, pool.scratch_for([&](backend::Backend& on, Arena* s) {
+        auto b = a;
+        b.scratch = s;
+        return on.kda_attention(b);
+      }));
       const double io = double(T) * Hk * d * (4 * dtype_size(act) + 4) + double(T) * Hk * 4;
       const double st = 2.0 * double(n_seqs) * Hk * d * d * 4;
       const double flops = double(T) * Hk * (6.0 * d * d + 6.0 * 64 * d);
-      rows.push_back({"op", n_new == 1 ? fmt::format("kda step, batch {} x {} heads", n_seqs, Hk)
-                                       : fmt::format("kda chunk, {} tokens x {} heads", n_new, Hk),
-                      ms, io + st, flops, n_new == 1 ? "fla fused_recurrent B=256: 0.319 ms" : "fla chunk_kda T=8192: 1.065 ms"});
+      // The chunked prefill twice where the backend takes kda_intra_tensor_solve (CUDA): the intra phase's
+      // tensor-core solve, then its forward substitution (the option's A/B).
+      const bool serial_ab = n_new > 1 && be.set_option("kda_intra_tensor_solve", "0").ok();
+      for (const bool serial : {false, true}) {
+        if (serial && !serial_ab) continue;
+        if (serial_ab) RILL_TRY(be.set_option("kda_intra_tensor_solve", serial ? "0" : "1"));
+        RILL_ASSIGN_OR_RETURN(double ms, time_op(be, reps, [&] {
+                                a.scratch->reset();
+                                return be.kda_attention(a);
+                              }));
+        rows.push_back(
+            {"op",
+             n_new == 1 ? fmt::format("kda step, batch {} x {} heads", n_seqs, Hk)
+                        : fmt::format("kda chunk, {} tokens x {} heads{}", n_new, Hk,
+                                      !serial_ab ? ""
+                                      : serial   ? ", serial solve"
+                                                 : ", tensor-core solve"),
+             ms, io + st, flops,
+             n_new == 1 ? "fla fused_recurrent B=256: 0.319 ms" : "fla chunk_kda T=8192: 1.065 ms"});
+      }
+      if (serial_ab)  // back to the default for the rows after
+        RILL_TRY(be.set_option("kda_intra_tensor_solve",
+                               backend::CudaBackendOptions{}.kda_intra_tensor_solve ? "1" : "0"));
     }
   }
 
@@ -323,23 +346,12 @@ Result<std::vector<BenchRow>> bench_ops(backend::Backend& be, const model::Model
       RILL_ASSIGN_OR_RETURN(ex8.down_scales, pool.random(DType::F32, {E, H / 128, I / 128}, -1e-4f, 1e-4f));
       const bool wgmma8 = be.set_option("moe_wgmma_fp8", "1").ok();
       RILL_TRY(be.set_option("moe_wgmma_fp8", "0"));
-      // The wgmma kernels three times where the backend takes the options: one CTA per work item, clusters of
-      // two sharing A (moe_wgmma_fp8_pairs), and the one kernel body's FP8 policy (moe_wgmma_fp8_one_body):
-      // the A/Bs that decide those options' defaults.
-      const bool pairs8 = wgmma8 && be.set_option("moe_wgmma_fp8_pairs", "0").ok();
-      const bool body8 = wgmma8 && be.set_option("moe_wgmma_fp8_one_body", "0").ok();
       for (int64_t T : {int64_t(o.prefill_long), int64_t(2048), int64_t(512), int64_t(256)}) {
-        // mma.sync dequantising, wgmma, wgmma in pair clusters, wgmma through the one body
-        for (const int variant : {0, 1, 2, 3}) {
-          const bool on = variant > 0, paired = variant == 2, body = variant == 3;
-          if ((on && !wgmma8) || (paired && !pairs8) || (body && !body8)) continue;
+        for (const bool on : {false, true}) {  // mma.sync dequantising, then wgmma
+          if (on && !wgmma8) continue;
           std::string name = fmt::format("moe route+experts, {} tokens, {} of {} FP8 experts", T, K, E);
           if (on) name += ", rill's FP8 wgmma grouped GEMM";
-          if (paired) name += " in pair clusters";
-          if (body) name += ", one body";
           if (on) RILL_TRY(be.set_option("moe_wgmma_fp8", "1"));
-          if (paired) RILL_TRY(be.set_option("moe_wgmma_fp8_pairs", "1"));
-          if (body) RILL_TRY(be.set_option("moe_wgmma_fp8_one_body", "1"));
           auto row = [&]() -> Result<BenchRow> {
             RILL_ASSIGN_OR_RETURN(TensorView x, pool.random(act, {T, H}, -1, 1));
             RILL_ASSIGN_OR_RETURN(TensorView ids, pool.zeros(DType::I32, {T, K}));
@@ -382,26 +394,15 @@ Result<std::vector<BenchRow>> bench_ops(backend::Backend& be, const model::Model
                 ms,
                 unique * 3.0 * double(H) * double(I) * (1.0 + 4.0 / (128 * 128)) + double(T) * H * 2 * 2,
                 double(T) * K * 3.0 * 2.0 * double(H) * double(I),
-                paired ? "grouped GEMM (TMA multicast of A in CTA pairs + wgmma, E4M3)"
-                : body ? "grouped GEMM (TMA + wgmma, E4M3; the bf16 kernel's body, Fp8Weights)"
-                : on   ? "grouped GEMM (TMA + wgmma, E4M3)"
-                       : "grouped GEMM (mma.sync, dequantised FP8)"};
+                on ? "grouped GEMM (TMA + wgmma, E4M3)" : "grouped GEMM (mma.sync, dequantised FP8)"};
           }();
           if (on) RILL_TRY(be.set_option("moe_wgmma_fp8", "0"));
-          if (paired) RILL_TRY(be.set_option("moe_wgmma_fp8_pairs", "0"));
-          if (body) RILL_TRY(be.set_option("moe_wgmma_fp8_one_body", "0"));
           if (!row.ok() && row.status().code() != StatusCode::Unimplemented) return row.status();
           rows.push_back(row.ok() ? *row : not_run("op", name, row.status().message()));
         }
       }
       if (wgmma8)  // back to the defaults for the whole-model rows
         RILL_TRY(be.set_option("moe_wgmma_fp8", backend::CudaBackendOptions{}.moe_wgmma_fp8 ? "1" : "0"));
-      if (pairs8)
-        RILL_TRY(be.set_option("moe_wgmma_fp8_pairs",
-                               backend::CudaBackendOptions{}.moe_wgmma_fp8_pairs ? "1" : "0"));
-      if (body8)
-        RILL_TRY(be.set_option("moe_wgmma_fp8_one_body",
-                               backend::CudaBackendOptions{}.moe_wgmma_fp8_one_body ? "1" : "0"));
     }
     if (ab)  // back to the defaults for the whole-model rows (the caller re-applies --backend-option values)
       RILL_TRY(be.set_option("moe_cublas_min_pairs",

@@ -27,10 +27,11 @@ const char* mla_prefill_name(MlaPrefillPath p) {
 }
 
 std::string cuda_backend_option_keys() {
-  return "pdl, kda_fused_decode, kda_recurrent_verify, moe_fuse_shared, decode_fusion, mla_expand_rows, "
+  return "pdl, kda_fused_decode, kda_recurrent_verify, kda_intra_tensor_solve, moe_fuse_shared, "
+         "decode_fusion, mla_expand_rows, "
          "gemm_autotune, moe_cublas_grouped, moe_cublas_min_pairs, moe_wgmma, moe_wgmma_fp8, "
-         "moe_wgmma_fp8_pairs, moe_wgmma_fp8_one_body, moe_wgmma_mxfp4, moe_wgmma_mxfp4_min_pairs, "
-         "moe_route_gemm_min_tokens, fp8_gemm, mla_prefill";
+         "moe_wgmma_mxfp4, "
+         "moe_wgmma_mxfp4_min_pairs, moe_route_gemm_min_tokens, fp8_gemm, mla_prefill";
 }
 
 Status set_cuda_backend_option(CudaBackendOptions& o, std::string_view key_value) {
@@ -42,14 +43,13 @@ Status set_cuda_backend_option(CudaBackendOptions& o, std::string_view key_value
   bool* flag = key == "pdl"                      ? &o.pdl
                : key == "kda_fused_decode"       ? &o.kda_fused_decode
                : key == "kda_recurrent_verify"   ? &o.kda_recurrent_verify
+               : key == "kda_intra_tensor_solve" ? &o.kda_intra_tensor_solve
                : key == "moe_fuse_shared"        ? &o.moe_fuse_shared
                : key == "decode_fusion"          ? &o.decode_fusion
                : key == "gemm_autotune"          ? &o.gemm_autotune
                : key == "moe_cublas_grouped"     ? &o.moe_cublas_grouped
                : key == "moe_wgmma"              ? &o.moe_wgmma
                : key == "moe_wgmma_fp8"          ? &o.moe_wgmma_fp8
-               : key == "moe_wgmma_fp8_pairs"    ? &o.moe_wgmma_fp8_pairs
-               : key == "moe_wgmma_fp8_one_body" ? &o.moe_wgmma_fp8_one_body
                : key == "moe_wgmma_mxfp4"        ? &o.moe_wgmma_mxfp4
                                                  : nullptr;
   if (flag) {

@@ -29,6 +29,12 @@ struct CudaBackendOptions {
   // Verify-sized KDA sequences (up to kda::kRecurrentMaxTokens tokens) through the recurrent kernel; off: the
   // chunked prefill path. `kda_recurrent_verify`.
   bool kda_recurrent_verify = true;
+  // The chunk kernel's intra phase computes [W | U] = (I + L)^-1 [β 2^Γ k̂ | β v] by inverting (I + L) in
+  // fp32 by 16-row blocks and multiplying on the tensor cores (kda/chunk_intra.cu solve_tensor); off: forward
+  // substitution, one column per thread (solve_column), the default until the tensor-core solve's op tests
+  // and an A/B have run on a GPU (it was written without one). No scratch changes, so Backend::set_option may
+  // flip it between steps. `kda_intra_tensor_solve`.
+  bool kda_intra_tensor_solve = false;
   // The shared expert inside the bf16 MoE decode GEMVs; off: gemm, glu, gemm, add. `moe_fuse_shared`.
   bool moe_fuse_shared = true;
   // Decode-batch (T <= kGemvMaxRows) launches folded into the GEMVs (cuda/README.md): the router's expert
@@ -53,8 +59,9 @@ struct CudaBackendOptions {
   int moe_cublas_min_pairs = 256;
   // Dense FP8 GEMMs above the GEMV's rows: a bf16 copy of the weight in scratch and the bf16 GEMM (dequant,
   // the default) or cuBLASLt's block-scaled FP8 matmul on activations quantised per token and 128 columns
-  // (native; not measured yet). It changes the scratch a GEMM plans: Backend::set_option may change it only
-  // before a step is planned. `fp8_gemm` = dequant | native.
+  // (native; measured on the H100, 2026-12-06: the FP8 48B's 8K prompt 136.1 ms native against 133.3 with
+  // the bf16 copies, which run at 98.6% of the bf16 ceiling). It changes the scratch a GEMM plans:
+  // Backend::set_option may change it only before a step is planned. `fp8_gemm` = dequant | native.
   bool fp8_gemm_native = false;
   // MLA prefill attention (mla/cudnn_sdpa.h): auto (the default) takes cuDNN's fused attention where the build
   // has cuDNN (RILL_CUDNN) and cuDNN plans the step's shape, else rill's flash kernel (a refused shape is logged
@@ -74,26 +81,13 @@ struct CudaBackendOptions {
   // Backend::set_option may flip it between steps. `moe_wgmma`.
   bool moe_wgmma = true;
   // FP8 experts (E4M3, 128 x 128 weight blocks) of grouped MoE steps through the same Hopper kernel structure
-  // with FP8 operands (moe/grouped_wgmma_fp8.cu: activations quantised per row and 128 columns, wgmma k32
-  // e4m3, each 128-column block's product scaled into fp32); off: the mma.sync grouped GEMM that dequantises
-  // to bf16 tiles. Measured on the H100 (2026-12-06, 48B shape, route + experts): 3.39 / 1.27 / 0.81 / 0.71
-  // ms for 8192 / 2048 / 512 / 256 tokens x top-8 where the mma.sync GEMM took 7.28 / 2.48 / 1.34 / 1.21; the
-  // whole FP8 48B's 8K prompt 164.6 ms against 266.8. The scratch a step plans holds its quantised
-  // activations either way, so Backend::set_option may flip it between steps. `moe_wgmma_fp8`.
+  // with FP8 operands (moe/grouped_wgmma.cu Fp8Weights: activations quantised per row and 128 columns, wgmma
+  // k32 e4m3, each 128-column block's product scaled into fp32); off: the mma.sync grouped GEMM that
+  // dequantises to bf16 tiles. Measured on the H100 (2026-12-06, 48B shape, route + experts): 3.39 / 1.27 /
+  // 0.81 / 0.71 ms for 8192 / 2048 / 512 / 256 tokens x top-8 where the mma.sync GEMM took 7.28 / 2.48 / 1.34
+  // / 1.21; the whole FP8 48B's 8K prompt 164.6 ms against 266.8. The scratch a step plans holds its
+  // quantised activations either way, so Backend::set_option may flip it between steps. `moe_wgmma_fp8`.
   bool moe_wgmma_fp8 = true;
-  // The FP8 grouped GEMMs in clusters of two CTAs that take adjacent column tiles of one 128-slot tile and
-  // share its A box through TMA multicast (each loads one half for both), so the quantised activations cross
-  // L2 once per pair (moe/grouped_wgmma_fp8.cu, kPair), to test whether the FP8 GEMM is bound by L2 traffic
-  // (its 128 x 128 tile moves 32 KB per 4.2 MFLOP). Measured on the H100 (2026-12-06, 48B shape, route +
-  // experts): 4.60 / 2.00 / 1.55 ms for 8192 / 2048 / 512 tokens where one CTA per item took 2.17 / 0.97 /
-  // 0.75, so it stays off (its op tests pass; why it is slower is not yet profiled). No scratch changes, so Backend::set_option may flip it between steps. `moe_wgmma_fp8_pairs`.
-  bool moe_wgmma_fp8_pairs = false;
-  // The FP8 grouped GEMMs through the one kernel body's Fp8Weights policy (moe/grouped_wgmma.cu, beside
-  // Bf16Weights and Mxfp4Weights) instead of the FP8 twin kernel (moe/grouped_wgmma_fp8.cu): the same tiles,
-  // stages, promotion and pair clusters, folded into the body without a GPU at hand. Off until its op tests
-  // and an A/B have run on a GPU; then the twin goes. No scratch changes, so Backend::set_option may flip it
-  // between steps. `moe_wgmma_fp8_one_body`.
-  bool moe_wgmma_fp8_one_body = false;
   // MXFP4 experts (K3's) of grouped MoE steps of at least moe_wgmma_mxfp4_min_pairs (token, expert) pairs
   // through the bf16 Hopper kernel's body with its MXFP4 weight policy (moe/grouped_wgmma.cu Mxfp4Weights:
   // packed codes by TMA, dequantised to bf16 in shared memory by the loading warpgroup, wgmma m64n256k16; Hx

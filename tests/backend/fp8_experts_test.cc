@@ -257,18 +257,18 @@ TEST_P(Fp8ExpertsTest, SharedExpertBesideFp8Experts) {
   for (int64_t T : {1, 2}) run_fp8_experts(h, *kimi, T, 8, backend::Activation::Silu, 1024);
 }
 
-// The Hopper FP8 path (backend option moe_wgmma_fp8, moe/grouped_wgmma_fp8.cu; 128 x 128 weight blocks, I and
-// Hx multiples of 128, at least 128 pairs): it also quantises both GEMMs' activations to E4M3 per slot and
-// 128 columns (gemm/fp8_native.cu's rule), which the CPU reference does not. Tolerance: a double-precision
-// model of these weights at the 48B shape (codes uniform over the non-negative E4M3 bytes, block scales in
+// The Hopper FP8 path (backend option moe_wgmma_fp8, moe/grouped_wgmma.cu Fp8Weights; 128 x 128 weight
+// blocks, I and Hx multiples of 128, at least 128 pairs): it also quantises both GEMMs' activations to E4M3
+// per slot and 128 columns (gemm/fp8_native.cu's rule), which the CPU reference does not. Tolerance: a
+// double-precision model of these weights at the 48B shape (codes uniform over the non-negative E4M3 bytes,
+// block scales in
 // +-1/(100 sqrt(fan-in)), x ~ N(0, 1)) gives rel L2 0.0405 from quantising x and h alone; the bf16 roundings
 // add well under 1%, so 6e-2 (the dense native FP8 GEMM, one quantised operand, allows 5e-2). Cases: the 48B
 // shape (E 256, Hx 2304, I 1024) at 2048 tokens x top-8 and odd token counts (partial 128-slot tiles), skewed
 // routing (expert 0 with every token over many tiles, experts with no slot and one with one slot), SiTU, a
-// down GEMM with an odd number of column tiles (no pair clusters there), each with moe_wgmma_fp8_pairs off
-// and on, through the FP8 twin kernel and through the one body's FP8 policy (moe_wgmma_fp8_one_body); then
-// the shapes it refuses (other block shapes, widths off 128, fewer than 128 pairs) on the existing paths at
-// their own bound. Skipped where the backend refuses the option (not sm_90, or no sm_90a in the build).
+// down GEMM with an odd number of column tiles; then the shapes it refuses (other block shapes, widths off
+// 128, fewer than 128 pairs) on the existing paths at their own bound. Skipped where the backend refuses the
+// option (not sm_90, or no sm_90a in the build).
 constexpr double kWgmmaFp8Tol = 6e-2;
 
 TEST_P(Fp8ExpertsTest, Fp8ExpertsGroupedWgmma) {
@@ -279,31 +279,14 @@ TEST_P(Fp8ExpertsTest, Fp8ExpertsGroupedWgmma) {
   const auto silu = backend::Activation::Silu, situ = backend::Activation::Situ;
   auto kimi = make_fp8_experts(h, 256, 2304, 1024, {128, 128});
   auto small = make_fp8_experts(h, 16, 256, 128, {128, 128});  // one k block in down, two in gate_up
-  auto odd = make_fp8_experts(h, 8, 384, 256, {128, 128});     // 3 column tiles in down: no pairs there
-  // The FP8 twin kernel, then the one body's Fp8Weights policy (moe_wgmma_fp8_one_body); each with one CTA
-  // per work item, then clusters of two sharing A (moe_wgmma_fp8_pairs, where the device runs them).
-  for (const bool body : {false, true}) {
-    for (const bool pairs : {false, true}) {
-      SCOPED_TRACE(::testing::Message()
-                   << "moe_wgmma_fp8_one_body=" << body << " moe_wgmma_fp8_pairs=" << pairs);
-      if (!h.dev().set_option("moe_wgmma_fp8_one_body", body ? "1" : "0").ok()) continue;
-      if (!h.dev().set_option("moe_wgmma_fp8_pairs", pairs ? "1" : "0").ok()) continue;
-      run_fp8_experts(h, *kimi, 2048, 8, silu, 0, false, kWgmmaFp8Tol);
-      run_fp8_experts(h, *kimi, 301, 8, situ, 0, false, kWgmmaFp8Tol);  // 2408 pairs: partial tiles
-      run_fp8_experts(h, *kimi, 17, 8, silu, 0, false, kWgmmaFp8Tol);   // 136 pairs: just over one tile
-      run_fp8_experts(h, *kimi, 700, 8, silu, 0, true, kWgmmaFp8Tol);   // expert 0: 700 slots, 6 tiles
-      run_fp8_experts(h, *small, 333, 5, silu, 0, true, kWgmmaFp8Tol);
-      run_fp8_experts(h, *small, 129, 1, situ, 0, false, kWgmmaFp8Tol);
-      run_fp8_experts(h, *odd, 150, 2, silu, 0, false, kWgmmaFp8Tol);
-    }
-  }
-  ASSERT_TRUE(h.dev()
-                  .set_option("moe_wgmma_fp8_pairs", cuda_backend_options().moe_wgmma_fp8_pairs ? "1" : "0")
-                  .ok());
-  ASSERT_TRUE(
-      h.dev()
-          .set_option("moe_wgmma_fp8_one_body", cuda_backend_options().moe_wgmma_fp8_one_body ? "1" : "0")
-          .ok());
+  auto odd = make_fp8_experts(h, 8, 384, 256, {128, 128});     // 3 column tiles in down
+  run_fp8_experts(h, *kimi, 2048, 8, silu, 0, false, kWgmmaFp8Tol);
+  run_fp8_experts(h, *kimi, 301, 8, situ, 0, false, kWgmmaFp8Tol);  // 2408 pairs: partial tiles
+  run_fp8_experts(h, *kimi, 17, 8, silu, 0, false, kWgmmaFp8Tol);   // 136 pairs: just over one tile
+  run_fp8_experts(h, *kimi, 700, 8, silu, 0, true, kWgmmaFp8Tol);   // expert 0: 700 slots, 6 tiles
+  run_fp8_experts(h, *small, 333, 5, silu, 0, true, kWgmmaFp8Tol);
+  run_fp8_experts(h, *small, 129, 1, situ, 0, false, kWgmmaFp8Tol);
+  run_fp8_experts(h, *odd, 150, 2, silu, 0, false, kWgmmaFp8Tol);
   // Refused, on the existing paths at their bound: fewer than 128 pairs; Hx off 128; other blocks.
   run_fp8_experts(h, *small, 20, 4);
   auto a = make_fp8_experts(h, 8, 160, 128, {128, 128});

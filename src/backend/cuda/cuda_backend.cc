@@ -98,8 +98,8 @@ Status CudaBackend::set_option(const std::string& key, const std::string& value)
   // (fp8_gemm and mla_prefill change a step's planned scratch: tests and the benchmark set them before planning.)
   if (key != "moe_cublas_grouped" && key != "moe_cublas_min_pairs" && key != "moe_wgmma" &&
       key != "moe_route_gemm_min_tokens" && key != "moe_wgmma_mxfp4_min_pairs" && key != "moe_wgmma_fp8" &&
-      key != "moe_wgmma_fp8_pairs" && key != "moe_wgmma_fp8_one_body" && key != "moe_wgmma_mxfp4" &&
-      key != "fp8_gemm" && key != "mla_prefill")
+      key != "moe_wgmma_mxfp4" && key != "kda_intra_tensor_solve" && key != "fp8_gemm" &&
+      key != "mla_prefill")
     return invalid_argument("backend option {} is fixed when the backend is made (--backend-option {}={})", key,
                             key, value);
   if (key == "mla_prefill" && value == "cudnn" && !mla_sdpa_)
@@ -109,8 +109,6 @@ Status CudaBackend::set_option(const std::string& key, const std::string& value)
   // Refused where it cannot run, so a test or benchmark row that asks for it is skipped instead of measuring
   // another path under its name (made with the option on, such a backend falls back silently).
   if (((key == "moe_wgmma" && next.moe_wgmma) || (key == "moe_wgmma_fp8" && next.moe_wgmma_fp8) ||
-       (key == "moe_wgmma_fp8_pairs" && next.moe_wgmma_fp8_pairs) ||
-       (key == "moe_wgmma_fp8_one_body" && next.moe_wgmma_fp8_one_body) ||
        (key == "moe_wgmma_mxfp4" && next.moe_wgmma_mxfp4)) &&
       !moe_wgmma_available(ctx_))
     return unavailable(

@@ -37,10 +37,10 @@ class CudaBackend final : public backend::Backend {
   bool kda_snapshots_in_step() const override { return true; }  // the chunk recurrence writes them
   bool kda_fuses_decode(const backend::KdaDecodeArgs& a) const override;
   const CudaContext& context() const { return ctx_; }
-  // moe_cublas_grouped, moe_cublas_min_pairs, moe_wgmma, moe_wgmma_fp8, moe_wgmma_fp8_pairs,
-  // moe_wgmma_fp8_one_body, moe_wgmma_mxfp4,
-  // moe_wgmma_mxfp4_min_pairs and moe_route_gemm_min_tokens (backend/cuda_backend_options.h) between steps,
-  // fp8_gemm and mla_prefill before a step is planned; the other options are fixed when the backend is made.
+  // moe_cublas_grouped, moe_cublas_min_pairs, moe_wgmma, moe_wgmma_fp8, moe_wgmma_mxfp4,
+  // moe_wgmma_mxfp4_min_pairs, moe_route_gemm_min_tokens and kda_intra_tensor_solve
+  // (backend/cuda_backend_options.h) between steps, fp8_gemm and mla_prefill before a step is planned; the
+  // other options are fixed when the backend is made.
   Status set_option(const std::string& key, const std::string& value) override;
 
   Result<backend::DeviceAllocation> allocate(size_t bytes) override;

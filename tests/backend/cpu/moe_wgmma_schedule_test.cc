@@ -3,13 +3,12 @@
 // against a brute-force enumeration over random per-expert slot counts (zeros, single slots and several
 // tiles), the matrix descriptor against its closed form, the 128-byte swizzle as a bijection with the XOR
 // rule, the wgmma accumulator map as a bijection onto the 64 x N tile with the pairs the epilogue stores
-// together, and the FP8 pair clusters' shared tiles and A halves.
+// together, and the FP8 and MXFP4 policies' tiles.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <random>
-#include <set>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -80,59 +79,6 @@ TEST(MoeWgmmaSchedule, WorkItemsMatchBruteForce) {
     check_schedule(counts, n128, false, true);
   }
   check_schedule(std::vector<int>(7, 0), 1024, true);  // no slots at all: no items
-}
-
-// The FP8 pair clusters: with an even number of column tiles the two items of every unit share one (expert,
-// m-tile) on adjacent column tiles, the units cover every item once, and the two 64-slot halves of A feed each
-// of the tile's valid rows (< its expert's slots) from the slot it should: rows past the slots may read anything.
-TEST(MoeWgmmaSchedule, Fp8PairsShareTheirTileAndItsRows) {
-  const uint32_t seed = rill::testing::test_seed();  // RILL_TEST_SEED replays
-  SCOPED_TRACE("seed " + std::to_string(seed));
-  std::mt19937 rng(seed);
-  for (int round = 0; round < 100; ++round) {
-    const int E = std::uniform_int_distribution<int>(1, 64)(rng);
-    std::vector<int> counts(static_cast<size_t>(E));
-    for (int& c : counts) {
-      const int r = std::uniform_int_distribution<int>(0, 99)(rng);
-      c = r < 25 ? 0 : r < 35 ? 1 : r < 45 ? 64 : r < 55 ? 65 : std::uniform_int_distribution<int>(1, 600)(rng);
-    }
-    const std::vector<int32_t> off = tile_offsets(counts);
-    std::vector<int> first_slot(counts.size() + 1, 0);
-    for (size_t e = 0; e < counts.size(); ++e) first_slot[e + 1] = first_slot[e] + counts[e];
-    const int pairs = first_slot.back();
-    if (pairs < kWgBM) continue;  // the FP8 path's minimum
-    for (const bool gate_up : {true, false}) {
-      const int cols = wgmma_fp8_tile_cols(gate_up);
-      const int n = cols * 2 * std::uniform_int_distribution<int>(1, 18)(rng);  // an even column-tile count
-      const int n_tiles = n / cols, n_items = off.back() * n_tiles;
-      ASSERT_EQ(n_items % 2, 0);
-      std::set<int> seen;
-      for (int unit = 0; unit < n_items / 2; ++unit) {
-        const int i0 = wgmma_pair_item(unit, 0), i1 = wgmma_pair_item(unit, 1);
-        seen.insert(i0);
-        seen.insert(i1);
-        const WgmmaWork w0 = wgmma_work(i0, n_tiles, cols, off.data(), E),
-                        w1 = wgmma_work(i1, n_tiles, cols, off.data(), E);
-        ASSERT_EQ(w0.e, w1.e) << "unit " << unit;
-        ASSERT_EQ(w0.m0, w1.m0) << "unit " << unit;
-        ASSERT_EQ(w1.n0, w0.n0 + cols) << "unit " << unit;
-        const int a_row = first_slot[size_t(w0.e)] + w0.m0, m_valid = std::min(kWgBM, counts[size_t(w0.e)] - w0.m0);
-        ASSERT_LT(a_row, pairs);
-        for (int rank = 0; rank < 2; ++rank) {
-          const int half = wgmma_pair_a_row(a_row, rank, pairs);
-          ASSERT_GE(half, 0);
-          ASSERT_LT(half, pairs) << "a box wholly outside the slots";
-          for (int r = 0; r < kWgConsumerRows; ++r) {
-            const int tile_row = rank * kWgConsumerRows + r;
-            if (tile_row < m_valid) {
-              ASSERT_EQ(half + r, a_row + tile_row) << "unit " << unit << " rank " << rank;
-            }
-          }
-        }
-      }
-      ASSERT_EQ(int(seen.size()), n_items);
-    }
-  }
 }
 
 TEST(MoeWgmmaSchedule, KimiLinearShapeItems) {
@@ -235,7 +181,7 @@ TEST(MoeWgmmaSchedule, SharedMemoryFitsAndAligns) {
   EXPECT_EQ(kWgStageBytes, (kWgBM + kWgBN) * kWgBK * 2);
 }
 
-// The FP8 variant (grouped_wgmma_fp8.cu, and the body's Fp8Weights): 64-column gate_up and 128-column down
+// The FP8 policy (grouped_wgmma.cu Fp8Weights): 64-column gate_up and 128-column down
 // tiles at the 48B shape, the weight rows and scale block of each B box against brute force, the n128
 // accumulators' box, and the shared memory of 6 stages of 32 KiB.
 TEST(MoeWgmmaSchedule, Fp8TilesScaleBlocksAndAccumulators) {

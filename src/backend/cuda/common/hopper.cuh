@@ -66,45 +66,6 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
 #endif
 }
 
-// One arrival on the barrier at shared offset `bar` of cluster CTA `cta` (this CTA's own rank too), release
-// at cluster scope: a consumer telling both CTAs of a pair that a stage both load into is free again.
-__device__ __forceinline__ void mbar_arrive_cluster(uint32_t bar, uint32_t cta) {
-  RILL_SM90A_ASM(
-      "{\n"
-      ".reg .b32 remote;\n"
-      "mapa.shared::cluster.u32 remote, %0, %1;\n"
-      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n"
-      "}\n" ::"r"(bar),
-      "r"(cta)
-      : "memory");
-}
-
-// ------------------------------------------------------------------------------------------------ clusters
-
-// This CTA's rank in its cluster, the cluster's index in the grid, and the number of clusters (x only).
-__device__ __forceinline__ uint32_t cluster_cta_rank() {
-  uint32_t r = 0;
-  RILL_SM90A_ASM("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-  return r;
-}
-__device__ __forceinline__ uint32_t cluster_index() {
-  uint32_t r = 0;
-  RILL_SM90A_ASM("mov.u32 %0, %%clusterid.x;" : "=r"(r));
-  return r;
-}
-__device__ __forceinline__ uint32_t cluster_count() {
-  uint32_t r = 1;
-  RILL_SM90A_ASM("mov.u32 %0, %%nclusterid.x;" : "=r"(r));
-  return r;
-}
-
-// Every thread of every CTA of the cluster (none may have exited): writes before it, shared memory and
-// mbarrier initialisations included, are visible cluster-wide after it. Not .aligned: a warp may reach it
-// divergently (a loader warp's idle lanes before its issuing lane).
-__device__ __forceinline__ void cluster_sync() {
-  RILL_SM90A_ASM("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;" ::: "memory");
-}
-
 // Orders this thread's generic-proxy shared-memory accesses before later async-proxy ones (TMA, wgmma) — for
 // shared memory written with ordinary stores and then read by TMA or wgmma.
 __device__ __forceinline__ void fence_proxy_async_smem() {
@@ -129,17 +90,6 @@ __device__ __forceinline__ void tma_load_3d(uint32_t dst, const void* map, uint3
       "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], "
       "[%5];" ::"r"(dst),
       "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
-      : "memory");
-}
-
-// tma_load_2d into every CTA of the cluster in `cta_mask` (bit r: rank r): the box lands at shared offset `dst`
-// of each and completes its bytes on the barrier at offset `bar` of each.
-__device__ __forceinline__ void tma_load_2d_multicast(uint32_t dst, const void* map, uint32_t bar, int c0, int c1,
-                                                      uint16_t cta_mask) {
-  RILL_SM90A_ASM(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, "
-      "{%2, %3}], [%4], %5;" ::"r"(dst),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar), "h"(cta_mask)
       : "memory");
 }
 

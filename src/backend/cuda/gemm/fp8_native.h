@@ -28,8 +28,9 @@ bool fp8_native_eligible(const backend::GemmArgs& a);
 // The scratch layout for M rows of x against w, at `base` (nullptr when planning: sizes only).
 Fp8NativeStage fp8_native_stage(int64_t M, const backend::LinearWeight& w, void* base);
 Status launch_fp8_native_stage(const backend::GemmArgs& a, const Fp8NativeStage& s, cudaStream_t stream);
-// The activation half of the staging alone (also the FP8 grouped experts' A, moe/grouped_wgmma_fp8.cu): bf16
-// x [M, K] (row stride ldx, 16-byte aligned rows, K % 128 == 0; 16-byte aligned codes) to E4M3 codes [M, K] and scales [K / 128, M].
+// The activation half of the staging alone (also the FP8 grouped experts' A, moe/grouped_wgmma.cu
+// Fp8Weights): bf16 x [M, K] (row stride ldx, 16-byte aligned rows, K % 128 == 0; 16-byte aligned codes) to
+// E4M3 codes [M, K] and scales [K / 128, M].
 Status launch_fp8_quantize_rows(const void* x, int64_t ldx, int64_t M, int64_t K, void* codes,
                                 float* x_scales, cudaStream_t stream);
 // The same with the rows gathered: code row m from x row src_rows[m], for m < *n_valid (device values; the

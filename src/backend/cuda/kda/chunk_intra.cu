@@ -9,6 +9,12 @@
 // m = the block's first row makes every exponent <= 0 for the rows before the block (always safe, any gate).
 // The diagonal block uses m = its middle row when every |Γ - Γ_m| there stays under kSafeLog2 (always for
 // K3's bounded gate); otherwise it is computed directly in fp32 with one exp per pair and channel.
+// [W | U] either by forward substitution, one column per thread (solve_column, the default), or (option
+// kda_intra_tensor_solve, off until run on a GPU) as T [β 2^Γ ⊙ k̂ | β v] with T = (I + L)^-1 inverted in fp32 by 16-row blocks and
+// the product on the tensor cores (split-bf16 operands, like L and Aqk): the substitution's 2016 dependent
+// multiply-adds and shared loads a thread were most of the kernel's issued instructions.
+#include <cstddef>
+
 #include "backend/cuda/common/check.h"
 #include "backend/cuda/common/device_math.cuh"
 #include "backend/cuda/kda/config.h"
@@ -20,15 +26,23 @@ namespace {
 
 struct IntraSmem {
   bf16 k[kChunk][kLdH];        // raw k rows (bf16 inputs; zero past the chunk end). q is read from global.
-  float G[kChunk][kLdG];       // Γ * log2(e)
-  float L[kChunk][kLdL];       // strictly lower part used
+  float G[kChunk][kLdG];       // Γ * log2(e); then (tensor solve) T split, [hi, lo][kChunk][kLdT] bf16
+  float L[kChunk][kLdL];       // strictly lower part used; then (tensor solve) (I + L)^-1 below the diagonal
   bf16 fa[2][2 * kSub][kLdH];  // [hi, lo] block-row factors: rows 0-15 k-side, 16-31 q-side
   bf16 fb[2][2 * kSub][kLdH];  // [hi, lo] column factors, 32 columns j at a time
+  // (tensor solve: fa and fb together hold the right-hand side, [hi, lo][kChunk][kLdH] bf16; fa alone first
+  // holds one 16-row block's products M, fp32 [kSub][3 * kSub])
   float qn[kChunk];            // 1/|q| * d^-1/2
   float kn[kChunk];            // 1/|k|
   float beta[kChunk];
 };
 static_assert(kIntraThreads == 2 * kHeadDim, "thread = channel x half, and one solve column per thread");
+constexpr int kLdT = kChunk + 8;  // bf16 [*, 64] row of T: 144 B, conflict-free ldmatrix
+static_assert(2 * kChunk * kLdT * sizeof(bf16) <= sizeof(float) * kChunk * kLdG, "T split fits over G");
+static_assert(offsetof(IntraSmem, fb) == offsetof(IntraSmem, fa) + sizeof(IntraSmem::fa) &&
+                  2 * kChunk * kLdH * sizeof(bf16) == sizeof(IntraSmem::fa) + sizeof(IntraSmem::fb),
+              "the right-hand side fills fa and fb exactly");
+static_assert(kSub * 3 * kSub * sizeof(float) <= sizeof(IntraSmem::fa), "M fits in fa");
 
 __device__ __forceinline__ void load_g8(const float* row, int c, float (&x)[8]) {
   const float4 a = *reinterpret_cast<const float4*>(row + c),
@@ -209,6 +223,141 @@ __device__ void solve_column(const ChunkParams& p, IntraSmem& sm, int t0, int n_
     if (i < n_rows) dst[int64_t(i) * kHeadDim] = to_bf16(x[i]);
 }
 
+// T = (I + L)^-1 in place in sm.L (fp32, strictly lower part; the unit diagonal and the zeros above it
+// implicit). The four 16 x 16 diagonal blocks by forward substitution, a column per thread; then block row
+// i = 1..3: M = sum over k in [16 j, 16 i) of L[i rows][k] T[k][cols < 16 i], and T[i rows][cols] = -T_ii M.
+__device__ void invert_unit_lower(IntraSmem& sm) {
+  const int tid = int(threadIdx.x);
+  float x[kSub];
+  if (tid < kChunk) {
+    const int b0 = (tid / kSub) * kSub, c = tid % kSub;
+#pragma unroll
+    for (int r = 0; r < kSub; ++r) {
+      float v = r == c ? 1.0f : 0.0f;
+#pragma unroll
+      for (int s = 0; s < r; ++s) v = fmaf(-sm.L[b0 + r][b0 + s], x[s], v);  // (x[s] = 0 for s < c)
+      x[r] = r < c ? 0.0f : v;
+    }
+  }
+  __syncthreads();  // every diagonal block read before any is overwritten
+  if (tid < kChunk) {
+    const int b0 = (tid / kSub) * kSub, c = tid % kSub;
+#pragma unroll
+    for (int r = 0; r < kSub; ++r)
+      if (r > c) sm.L[b0 + r][b0 + c] = x[r];
+  }
+  __syncthreads();
+  float* M = reinterpret_cast<float*>(&sm.fa[0][0][0]);  // [kSub][3 * kSub]
+  for (int bi = 1; bi < kChunk / kSub; ++bi) {
+    const int i0 = bi * kSub, cols = i0;  // the block row's rows i0.., its columns left of the diagonal block
+    for (int e = tid; e < kSub * cols; e += kIntraThreads) {
+      const int r = e / cols, cc = e - r * cols;
+      const float* Lr = sm.L[i0 + r];
+      float acc = Lr[cc];  // k = cc: T[cc][cc] = 1
+      for (int k = cc + 1; k < i0; ++k) acc = fmaf(Lr[k], sm.L[k][cc], acc);
+      M[r * 3 * kSub + cc] = acc;
+    }
+    __syncthreads();
+    for (int e = tid; e < kSub * cols; e += kIntraThreads) {
+      const int r = e / cols, cc = e - r * cols;
+      const float* Tr = sm.L[i0 + r] + i0;  // T_ii's row r (strictly lower part)
+      float acc = M[r * 3 * kSub + cc];
+      for (int s = 0; s < r; ++s) acc = fmaf(Tr[s], M[s * 3 * kSub + cc], acc);
+      sm.L[i0 + r][cc] = -acc;
+    }
+    __syncthreads();
+  }
+}
+
+// The right-hand side of 128 columns (W: β kn k 2^Γ, from shared memory; U: β v, from global memory) as
+// split bf16 [hi, lo][k row][column] into fa/fb, 8 columns of one row per unit (a warp: 32 rows).
+template <bool kW>
+__device__ void stage_rhs(const ChunkParams& p, IntraSmem& sm, int t0, int n_rows, int h) {
+  bf16* R = &sm.fa[0][0][0];
+  for (int u = int(threadIdx.x); u < kChunk * (kHeadDim / 8); u += kIntraThreads) {
+    const int i = u & (kChunk - 1), c = (u >> 6) * 8;
+    float x[8];
+    if constexpr (kW) {
+      float gi[8];
+      load8(&sm.k[i][c], x);
+      load_g8(sm.G[i], c, gi);
+      const float bk = sm.beta[i] * sm.kn[i];
+#pragma unroll
+      for (int e = 0; e < 8; ++e) x[e] = bk * x[e] * ex2(gi[e]);
+    } else if (i < n_rows) {
+      load8(p.io.v + int64_t(t0 + i) * p.io.ld_v + h * kHeadDim + c, x);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) x[e] = sm.beta[i] * x[e];
+    } else {
+#pragma unroll
+      for (int e = 0; e < 8; ++e) x[e] = 0.0f;
+    }
+    store_split8(R + i * kLdH + c, R + (kChunk + i) * kLdH + c, x);
+  }
+}
+
+// dst[row][c] = (T R)[row][c] for the chunk's rows: warp w computes columns 16 w .. 16 w + 15 (two n8 tiles)
+// of all 64 rows, only the k blocks at or left of each row block (T is lower triangular).
+__device__ void tensor_product(const IntraSmem& sm, bf16* dst, int n_rows) {
+  const int lane = int(threadIdx.x) & 31, warp = int(threadIdx.x) >> 5;
+  const bf16* T = reinterpret_cast<const bf16*>(&sm.G[0][0]);
+  const bf16* R = &sm.fa[0][0][0];
+  float acc[kChunk / kSub][2][4] = {};
+#pragma unroll
+  for (int ks = 0; ks < kChunk / kSub; ++ks) {
+    uint32_t bh0[2], bh1[2], bl0[2], bl1[2];
+    load_b_kn_x2(bh0, bh1, R, kLdH, ks * kSub, warp * 16, lane);
+    load_b_kn_x2(bl0, bl1, R + kChunk * kLdH, kLdH, ks * kSub, warp * 16, lane);
+#pragma unroll
+    for (int mi = ks; mi < kChunk / kSub; ++mi) {
+      uint32_t ah[4], al[4];
+      load_a(ah, T, kLdT, mi * kSub, ks * kSub, lane);
+      load_a(al, T + kChunk * kLdT, kLdT, mi * kSub, ks * kSub, lane);
+      mma_bf16(acc[mi][0], al, bh0);
+      mma_bf16(acc[mi][0], ah, bl0);
+      mma_bf16(acc[mi][0], ah, bh0);
+      mma_bf16(acc[mi][1], al, bh1);
+      mma_bf16(acc[mi][1], ah, bl1);
+      mma_bf16(acc[mi][1], ah, bh1);
+    }
+  }
+  const int g = lane >> 2, tq = lane & 3;
+#pragma unroll
+  for (int mi = 0; mi < kChunk / kSub; ++mi)
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        const int row = mi * kSub + g + 8 * hh, col = warp * 16 + nt * 8 + 2 * tq;
+        if (row < n_rows)
+          *reinterpret_cast<uint32_t*>(dst + int64_t(row) * kHeadDim + col) =
+              pack_bf16x2(acc[mi][nt][2 * hh], acc[mi][nt][2 * hh + 1]);
+      }
+}
+
+// [W | U] = T [β 2^Γ ⊙ k̂ | β v] (file comment): invert, stage W's right-hand side (the last use of Γ), T as
+// split bf16 over Γ, W's product; U's right-hand side, U's product.
+__device__ void solve_tensor(const ChunkParams& p, IntraSmem& sm, int t0, int n_rows, int64_t tok0, int h) {
+  invert_unit_lower(sm);
+  stage_rhs<true>(p, sm, t0, n_rows, h);
+  __syncthreads();  // Γ read; M (in fa) long dead
+  bf16* T = reinterpret_cast<bf16*>(&sm.G[0][0]);
+  for (int u = int(threadIdx.x); u < kChunk * (kChunk / 8); u += kIntraThreads) {
+    const int i = u >> 3, c = (u & 7) * 8;
+    float x[8];
+#pragma unroll
+    for (int e = 0; e < 8; ++e) x[e] = c + e < i ? sm.L[i][c + e] : c + e == i ? 1.0f : 0.0f;
+    store_split8(T + i * kLdT + c, T + (kChunk + i) * kLdT + c, x);
+  }
+  __syncthreads();
+  tensor_product(sm, p.s.w + tok0 * kHeadDim, n_rows);
+  __syncthreads();  // W's right-hand side read
+  stage_rhs<false>(p, sm, t0, n_rows, h);
+  __syncthreads();
+  tensor_product(sm, p.s.u + tok0 * kHeadDim, n_rows);
+}
+
+template <bool kTensorSolve>
 __global__ void __launch_bounds__(kIntraThreads, 2) kda_chunk_intra_kernel(const ChunkParams p) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   IntraSmem& sm = *reinterpret_cast<IntraSmem*>(smem_raw);
@@ -319,7 +468,11 @@ __global__ void __launch_bounds__(kIntraThreads, 2) kda_chunk_intra_kernel(const
   if (!safe) diagonal_direct(p, sm, t0, n_rows, tok0, h);
 
   // 5. W and U.
-  solve_column(p, sm, t0, n_rows, tok0, h);
+  if constexpr (kTensorSolve) {  // (block_products and diagonal_direct end on a barrier: L is complete)
+    solve_tensor(p, sm, t0, n_rows, tok0, h);
+  } else {
+    solve_column(p, sm, t0, n_rows, tok0, h);
+  }
 }
 
 }  // namespace
@@ -327,10 +480,13 @@ __global__ void __launch_bounds__(kIntraThreads, 2) kda_chunk_intra_kernel(const
 Status launch_chunk_intra(const ChunkParams& p, int n_chunks, const CudaContext& cx) {
   if (n_chunks == 0) return {};
   static std::atomic<uint64_t> done{0};
-  RILL_TRY(opt_in_smem("kda", reinterpret_cast<const void*>(kda_chunk_intra_kernel), sizeof(IntraSmem), cx,
-                       &done));
+  static std::atomic<uint64_t> done_serial{0};
+  const bool tensor = cx.options.kda_intra_tensor_solve;
+  auto* kernel = tensor ? kda_chunk_intra_kernel<true> : kda_chunk_intra_kernel<false>;
+  RILL_TRY(opt_in_smem("kda", reinterpret_cast<const void*>(kernel), sizeof(IntraSmem), cx,
+                       tensor ? &done : &done_serial));
   const dim3 grid(unsigned(n_chunks), unsigned(p.io.n_heads));
-  kda_chunk_intra_kernel<<<grid, kIntraThreads, sizeof(IntraSmem), cx.stream>>>(p);
+  kernel<<<grid, kIntraThreads, sizeof(IntraSmem), cx.stream>>>(p);
   RILL_CUDA_CHECK_LAUNCH("kda_chunk_intra");
   return {};
 }

@@ -5,15 +5,16 @@
 //    gathered GEMV kernels.
 //    gate_up: grid (I/16, pairs), a warp computes 2 gate and 2 up rows for its pair with 16-byte loads (8 in
 //    flight per lane), x in shared memory. down: grid (Hx/4, T), warp w computes the block's 4 output rows
-//    for experts j = w, w + 8, ... (a warp per slot, up to 16), the token's activations read through L1; the k
-//    rows are combined in order in shared memory. Memory-bound on the experts' weights (more, smaller blocks
-//    than before: the first version's 144 down blocks ran at ~50% of bandwidth). For 1-2 tokens a bf16 shared
-//    expert rides along as pair T*k + t of gate_up and slot k of down, added as bf16(bf16(routed) + shared).
-//    MXFP4 experts (spec §2.4) have their own pair, with the same grids' roles and rounding points. gate_up
-//    runs on the tensor cores: each warp decodes 8 gate and 8 up rows two codes at a time with integer ops
-//    and one bf16 multiply (device.cuh: exact, scaled) straight into mma.sync A fragments, x as B. down keeps
-//    the FMA form (8 rows per block, 16-column lane steps, the decoded codes fma'd in fp32 against the
-//    activation and the row's E8M0 scale applied once per step). No bf16 copy of the weights exists.
+//    for experts j = w, w + 8, ... (a warp per slot, up to 16), the token's activations read through L1; the
+//    k rows are combined in order in shared memory. Memory-bound on the experts' weights (more, smaller
+//    blocks than before: the first version's 144 down blocks ran at ~50% of bandwidth). For 1-2 tokens a bf16
+//    shared expert rides along as pair T*k + t of gate_up and slot k of down, added as bf16(bf16(routed) +
+//    shared). MXFP4 experts (spec §2.4) have their own pair, with the same grids' roles and rounding points.
+//    gate_up runs on the tensor cores: each warp decodes 8 gate and 8 up rows two codes at a time with
+//    integer ops and one bf16 multiply (device.cuh: exact, scaled) straight into mma.sync A fragments, x as
+//    B. down keeps the FMA form (8 rows per block, 16-column lane steps, the decoded codes fma'd in fp32
+//    against the activation and the row's E8M0 scale applied once per step). No bf16 copy of the weights
+//    exists.
 //  - grouped (prefill): plan (count per expert, exclusive scans, scatter pairs to expert-ordered slots) ->
 //    grouped gate_up GEMM with the activation in its epilogue -> grouped down GEMM -> combine per token over
 //    its k slots in order (deterministic, no atomics). Compute-bound on tensor cores. MXFP4 experts take the
@@ -25,8 +26,8 @@
 //    MXFP4 experts always take rill's kernels. With options.moe_wgmma on an sm_90 device, bf16 steps whose
 //    tensors TMA takes run the Hopper kernels first (grouped_wgmma.cu: TMA, wgmma, persistent CTAs; no
 //    readback, so inside graph captures too). With options.moe_wgmma_fp8 (on by default), FP8 experts with
-//    128 x 128 blocks run the FP8 twin of those kernels (grouped_wgmma_fp8.cu: activations quantised per slot
-//    and 128 columns, wgmma on E4M3 codes, block scales applied per k block in fp32). With
+//    128 x 128 blocks run the same kernel body's FP8 policy (grouped_wgmma.cu Fp8Weights: activations
+//    quantised per slot and 128 columns, wgmma on E4M3 codes, block scales applied per k block in fp32). With
 //    options.moe_wgmma_mxfp4 (on by default), MXFP4 steps of at least options.moe_wgmma_mxfp4_min_pairs
 //    pairs run the bf16 Hopper kernel's MXFP4 policy (codes dequantised to bf16 in shared memory by its
 //    loading warpgroup).
@@ -991,8 +992,7 @@ Status run_grouped(const backend::MoeExpertsArgs& a, const ExpertsPlan& s, char*
     w.codes = codes;
     w.a_scales = a_scales;
     if (moe::wgmma_fp8_experts_supported(w, cx)) {
-      RILL_TRY(cx.options.moe_wgmma_fp8_one_body ? moe::run_expert_gemms_wgmma_fp8_body(w, cx)
-                                                 : moe::run_expert_gemms_wgmma_fp8(w, cx));
+      RILL_TRY(moe::run_expert_gemms_wgmma_fp8(w, cx));
       return launch_combine(a, s, y, pl.pair_slot, cx);
     }
   }

@@ -30,12 +30,13 @@
 // L2-resident) into the stage's B tile in the 128-byte swizzle (wgmma_schedule.h wgmma_mxfp4_*), fence the
 // generic proxy against wgmma's async one and arrive on the stage's `full` barrier beside the loader's
 // transaction. The products of bf16 activations and the exact dequantised weights are the MXFP4 mma.sync
-// kernel's. Fp8Weights (the 48B's `--quantization fp8` experts: E4M3 activations quantised per slot and 128
-// columns, E4M3 weights with 128 x 128 F32 block scales): stages of 128 codes (one scale block) with B boxes
-// of 64 rows, wgmma m64n128k32 into a block accumulator promoted per stage with the two scales
-// (accumulate_fp8), optionally in clusters of two CTAs sharing A by TMA multicast (kPair). It is the FP8 twin
-// kernel (grouped_wgmma_fp8.cu) folded into this body without a GPU at hand: option moe_wgmma_fp8_one_body
-// (off) selects it until its op tests and an A/B have run on one, and then the twin goes.
+// kernel's. Fp8Weights (the 48B's `--quantization fp8` experts; option moe_wgmma_fp8): E4M3 activations
+// quantised per (slot, 128 columns) with scale amax / 448 (gemm/fp8_native.cu's rule; x straight from its
+// token rows into expert order, h where the gate_up GEMM wrote it), E4M3 weights with 128 x 128 F32 block
+// scales; stages of 128 codes (one scale block) with B boxes of 64 rows, wgmma m64n128k32 into a block
+// accumulator promoted per stage with the two scales (accumulate_fp8):
+// out[slot, :] = sum over k blocks kb of (codes_a . codes_w^T)[kb] * a_scale[slot][kb] *
+// w_scale[e][row/128][kb].
 #include <cuda.h>
 #include <cuda_bf16.h>
 
@@ -253,12 +254,11 @@ __device__ __forceinline__ void accumulate_bf16(float (&acc)[W::kAccRegs], int c
 
 // The consumers' k loop for E4M3 operands (Fp8Weights): per stage (one 128-code scale block) four wgmma
 // m64n128k32 into a block accumulator, wait for it (the scales apply per block, so no group stays in flight),
-// release the stage (on both CTAs' barrier when a pair shares its A), then promote:
-// acc += blk * a_scale(row) * w_scale(box). The other consumer warpgroup's wgmmas overlap this one's
-// promotion. (Promoting block kt - 1 while block kt's wgmmas run, with two block accumulators, measured
-// slower on the H100: the 48B's FP8 8K prompt 141.9 ms against 138.8, docs/PERF.md.) Rows this thread holds:
-// row0 and row0 + 8 of the tile; valid0 / valid1 whether they are the expert's slots.
-template <class W, bool kGateUp, bool kPair>
+// release the stage, then promote: acc += blk * a_scale(row) * w_scale(box). The other consumer warpgroup's
+// wgmmas overlap this one's promotion. (Promoting block kt - 1 while block kt's wgmmas run, with two block
+// accumulators, measured slower on the H100: the 48B's FP8 8K prompt 141.9 ms against 138.8, docs/PERF.md.)
+// Rows this thread holds: row0 and row0 + 8 of the tile; valid0 / valid1 whether they are the expert's slots.
+template <class W, bool kGateUp>
 __device__ __forceinline__ void accumulate_fp8(float (&acc)[W::kAccRegs], const WgmmaGemmParams& p,
                                                const WgmmaWork& w, int seg, int row0, bool valid0,
                                                bool valid1, int consumer, int lane, uint32_t a0, uint32_t b0,
@@ -291,14 +291,7 @@ __device__ __forceinline__ void accumulate_fp8(float (&acc)[W::kAccRegs], const 
     wgmma_wait<0>();  // the block's product is complete (its shared-memory reads too)
 #pragma unroll
     for (int i = 0; i < W::kAccRegs; ++i) wgmma_fence_operand(blk[i]);
-    if (lane == 0) {  // one arrival per warp (on both CTAs' barrier when they share the stage's A)
-      if constexpr (kPair) {
-        mbar_arrive_cluster(empty0 + 8 * stage, 0);
-        mbar_arrive_cluster(empty0 + 8 * stage, 1);
-      } else {
-        mbar_arrive(empty0 + 8 * stage);
-      }
-    }
+    if (lane == 0) mbar_arrive(empty0 + 8 * stage);  // one arrival per warp
     // Register i's row is row0 (+ 8 for i % 4 >= 2), its weight rows those of box wgmma_fp8_acc_box(i)
     // (both compile-time per unrolled i).
     const float s00 = sa0 * sw0, s01 = sa0 * sw1, s10 = sa1 * sw0, s11 = sa1 * sw1;
@@ -314,19 +307,11 @@ __device__ __forceinline__ void accumulate_fp8(float (&acc)[W::kAccRegs], const 
   }
 }
 
-// kPair (Fp8Weights only): launched in clusters of two CTAs that take adjacent column tiles of one 128-slot
-// tile (work items 2i and 2i + 1: n_tiles is even, so both lie in one (expert, m-tile)); each CTA's loader
-// fetches one 64-slot half of the shared A box (a_map's boxes are 64 rows) and multicasts it into both CTAs'
-// stage, so A crosses L2 once per pair. A stage is refilled only after the consumers of both CTAs released it
-// (each consumer warp arrives on both CTAs' `empty` barrier); every thread stays to the cluster barriers at
-// the start (barrier initialisation visible to the peer) and the end (no CTA leaves while its peer may still
-// write into it).
-template <class W, bool kGateUp, bool kPair>
+template <class W, bool kGateUp>
 __global__ void __launch_bounds__(kWgThreads, 1)
     moe_grouped_wgmma_kernel(const __grid_constant__ CUtensorMap a_map,
                              const __grid_constant__ CUtensorMap b_map, const WgmmaGemmParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  static_assert(!kPair || W::kFp8, "pair clusters share FP8 A boxes only");
   constexpr int kStages = W::kStages, kRawStages = W::kRawStages;
   constexpr int kStageBytes = W::kAStageBytes + W::kBStageBytes;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -344,7 +329,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
     for (int s = 0; s < kStages; ++s) {
       // The producer's arrive_expect_tx (the bytes complete the phase), and each dequantising warp's arrival.
       mbar_init(full0 + 8 * s, 1 + (W::kDequant ? kDequantWarps : 0));
-      mbar_init(empty0 + 8 * s, kConsumerWarps * (kPair ? 2 : 1));
+      mbar_init(empty0 + 8 * s, kConsumerWarps);
     }
     for (int s = 0; s < kRawStages; ++s) {
       mbar_init(raw_full0 + 8 * s, 1);
@@ -359,19 +344,10 @@ __global__ void __launch_bounds__(kWgThreads, 1)
     s_slots[e] = p.expert_offsets[e];
     s_tiles[e] = p.tile_offsets[e];
   }
-  if constexpr (kPair)
-    cluster_sync();  // also the CTA barrier for the offsets
-  else
-    __syncthreads();  // the barriers' initialisation and the offsets
+  __syncthreads();  // the barriers' initialisation and the offsets
   constexpr int kCols = W::tile_cols(kGateUp);
   const int n_items = s_tiles[p.n_experts] * p.n_tiles;
   const int k_tiles = (p.k + W::kBK - 1) / W::kBK;
-  // This CTA's work items: units strided over the grid's CTAs, or over its clusters (kPair: a unit is the
-  // pair's two items, wgmma_pair_item).
-  const int rank = kPair ? int(cluster_cta_rank()) : 0;
-  const int first_unit = kPair ? int(cluster_index()) : int(blockIdx.x);
-  const int unit_stride = kPair ? int(cluster_count()) : int(gridDim.x);
-  const int n_units = kPair ? n_items / 2 : n_items;
 
   if (warpgroup == 0) {
     if constexpr (W::kSetMaxNreg) setmaxnreg_dec<W::kProducerRegs>();
@@ -382,14 +358,10 @@ __global__ void __launch_bounds__(kWgThreads, 1)
         return;
       }
     }
-    if (threadIdx.x != 0) {
-      if constexpr (kPair) cluster_sync();
-      return;
-    }
+    if (threadIdx.x != 0) return;
     int stage = 0, raw_stage = 0;
     uint32_t phase = 0, raw_phase = 0;
-    for (int unit = first_unit; unit < n_units; unit += unit_stride) {
-      const int item = kPair ? wgmma_pair_item(unit, rank) : unit;
+    for (int item = int(blockIdx.x); item < n_items; item += int(gridDim.x)) {
       const WgmmaWork w = wgmma_work(item, p.n_tiles, kCols, s_tiles, p.n_experts);
       const int a_row = s_slots[w.e] + w.m0;
       // down's last column tile may start its second box past the expert's rows: not loaded (no box is read
@@ -415,11 +387,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
         } else {
           mbar_arrive_expect_tx(full, second ? kStageBytes : kStageBytes - W::kBStageBytes / 2);
           const uint32_t b = b0 + stage * W::kBStageBytes;
-          if constexpr (kPair)  // this CTA's half of A, into both CTAs' stage
-            tma_load_2d_multicast(a + rank * kWgConsumerRows * kWgSwizzleBytes, &a_map, full, k0,
-                                  wgmma_pair_a_row(a_row, rank, int(p.pairs)), 0x3);
-          else
-            tma_load_2d(a, &a_map, full, k0, a_row);
+          tma_load_2d(a, &a_map, full, k0, a_row);
           tma_load_3d(b, &b_map, full, k0, w.n0, w.e);
           if (second) tma_load_3d(b + W::kBStageBytes / 2, &b_map, full, k0, w.n0 + p.b_second, w.e);
         }
@@ -429,7 +397,6 @@ __global__ void __launch_bounds__(kWgThreads, 1)
         }
       }
     }
-    if constexpr (kPair) cluster_sync();
     return;
   }
 
@@ -441,14 +408,13 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   int stage = 0;
   uint32_t phase = 0;
   float acc[W::kAccRegs];
-  for (int unit = first_unit; unit < n_units; unit += unit_stride) {
-    const int item = kPair ? wgmma_pair_item(unit, rank) : unit;
+  for (int item = int(blockIdx.x); item < n_items; item += int(gridDim.x)) {
     const WgmmaWork w = wgmma_work(item, p.n_tiles, kCols, s_tiles, p.n_experts);
     const int seg = s_slots[w.e];
     const int m_valid = min(kWgBM, s_slots[w.e + 1] - seg - w.m0);
     if constexpr (W::kFp8)
-      accumulate_fp8<W, kGateUp, kPair>(acc, p, w, seg, row0, row0 < m_valid, row0 + 8 < m_valid, consumer,
-                                        lane, a0, b0, full0, empty0, k_tiles, stage, phase);
+      accumulate_fp8<W, kGateUp>(acc, p, w, seg, row0, row0 < m_valid, row0 + 8 < m_valid, consumer, lane, a0,
+                                 b0, full0, empty0, k_tiles, stage, phase);
     else
       accumulate_bf16<W>(acc, consumer, lane, a0, b0, full0, empty0, k_tiles, stage, phase);
     // Epilogue: accumulator pairs (i, i + 1) share a row and hold adjacent columns (wgmma_acc_pos).
@@ -467,13 +433,12 @@ __global__ void __launch_bounds__(kWgThreads, 1)
       *reinterpret_cast<__nv_bfloat162*>(out + int64_t(row) * p.ldo + q.col) = __floats2bfloat162_rn(v0, v1);
     }
   }
-  if constexpr (kPair) cluster_sync();
 #else
   __trap();  // the host launches this only where the sm_90a build runs (wgmma_*experts_supported)
 #endif
 }
 
-// The four tensors of a step as TMA sees them: A boxes of 128 slots (64 for a pair's halves) x one stage's k,
+// The four tensors of a step as TMA sees them: A boxes of 128 slots x one stage's k,
 // B boxes of a policy's box rows x one stage's k of one expert (rank 3: k, row, expert, so any expert stride
 // works and rows past an expert's end are zeros). bf16: A and B bf16, 64 k; MXFP4: bf16 A, B the rows' 32
 // packed bytes of those 64 k, unswizzled; FP8: A the quantised codes, B E4M3, 128 codes.
@@ -482,7 +447,7 @@ struct StepMaps {
 };
 
 template <class W>
-StepMaps step_maps(const WgmmaExpertsArgs& c, bool pair_halves = false) {
+StepMaps step_maps(const WgmmaExpertsArgs& c) {
   const backend::ExpertWeights& ex = *c.args->experts;
   constexpr bool kPacked = W::kDequant;
   auto activations = [&](const bf16* bf16_base, int64_t k) {
@@ -499,7 +464,7 @@ StepMaps step_maps(const WgmmaExpertsArgs& c, bool pair_halves = false) {
     t.dims[0] = uint64_t(k);
     t.dims[1] = uint64_t(c.pairs);
     t.box[0] = W::kBK;
-    t.box[1] = pair_halves ? kWgConsumerRows : kWgBoxRows;
+    t.box[1] = kWgBoxRows;
     return t;
   };
   auto weights = [&](const TensorView& w) {
@@ -536,9 +501,9 @@ bool shapes_ok(const WgmmaExpertsArgs& c) {
          c.E <= kWgMaxExperts;
 }
 
-// opt_in_smem: once per device, per policy and kernel (gate_up, down; the FP8 pair kernels after them)
+// opt_in_smem: once per device, per policy and kernel (gate_up, down)
 template <class W>
-std::atomic<uint64_t> g_smem[4];
+std::atomic<uint64_t> g_smem[2];
 
 template <class W>
 Status run_expert_gemms(const WgmmaExpertsArgs& c, const CudaContext& cx) {
@@ -555,33 +520,10 @@ Status run_expert_gemms(const WgmmaExpertsArgs& c, const CudaContext& cx) {
                         make_tensor_map(m.gu_b, "moe_experts (wgmma): gate_up weights"));
   RILL_ASSIGN_OR_RETURN(const CUtensorMap dn_a, make_tensor_map(m.dn_a, "moe_experts (wgmma): activations"));
   RILL_ASSIGN_OR_RETURN(const CUtensorMap dn_b, make_tensor_map(m.dn_b, "moe_experts (wgmma): down weights"));
-  // FP8: clusters of two CTAs sharing A (option moe_wgmma_fp8_pairs) for a GEMM whose column tiles pair up.
-  int pair_clusters = 0;
-  if (W::kFp8 && cx.options.moe_wgmma_fp8_pairs) {
-    RILL_ASSIGN_OR_RETURN(pair_clusters, wgmma_fp8_pair_clusters(cx));
-  }
-  const int gu_tiles = (c.I + W::tile_cols(true) - 1) / W::tile_cols(true),
-            dn_tiles = (c.Hx + W::tile_cols(false) - 1) / W::tile_cols(false);
-  const bool gu_pair = pair_clusters > 0 && gu_tiles % 2 == 0,
-             dn_pair = pair_clusters > 0 && dn_tiles % 2 == 0;
-  CUtensorMap gu_a_half = gu_a, dn_a_half = dn_a;  // 64-slot A boxes for the pair kernels
-  if (gu_pair || dn_pair) {
-    const StepMaps halves = step_maps<W>(c, true);
-    RILL_ASSIGN_OR_RETURN(gu_a_half,
-                          make_tensor_map(halves.gu_a, "moe_experts (wgmma fp8): quantised x, halves"));
-    RILL_ASSIGN_OR_RETURN(
-        dn_a_half, make_tensor_map(halves.dn_a, "moe_experts (wgmma fp8): quantised activations, halves"));
-  }
-  // (The pair instantiations exist for Fp8Weights only; other policies never take them: pair_clusters is 0.)
-  constexpr bool kPairs = W::kFp8;
-  auto* gate_up =
-      gu_pair ? moe_grouped_wgmma_kernel<W, true, kPairs> : moe_grouped_wgmma_kernel<W, true, false>;
-  auto* down =
-      dn_pair ? moe_grouped_wgmma_kernel<W, false, kPairs> : moe_grouped_wgmma_kernel<W, false, false>;
-  RILL_TRY(opt_in_smem(kWhat, reinterpret_cast<const void*>(gate_up), W::kSmemBytes, cx,
-                       &g_smem<W>[gu_pair ? 2 : 0]));
-  RILL_TRY(opt_in_smem(kWhat, reinterpret_cast<const void*>(down), W::kSmemBytes, cx,
-                       &g_smem<W>[dn_pair ? 3 : 1]));
+  auto* gate_up = moe_grouped_wgmma_kernel<W, true>;
+  auto* down = moe_grouped_wgmma_kernel<W, false>;
+  RILL_TRY(opt_in_smem(kWhat, reinterpret_cast<const void*>(gate_up), W::kSmemBytes, cx, &g_smem<W>[0]));
+  RILL_TRY(opt_in_smem(kWhat, reinterpret_cast<const void*>(down), W::kSmemBytes, cx, &g_smem<W>[1]));
   if constexpr (W::kFp8) {
     // x quantised straight into expert order (slot s from token slot_token[s]); no bf16 copy of the gathered
     // rows (H100, 8K tokens: the gather's 0.18 ms and the quantisation's 0.20 ms a layer became 0.24 ms).
@@ -600,14 +542,9 @@ Status run_expert_gemms(const WgmmaExpertsArgs& c, const CudaContext& cx) {
   p.linear_beta = a.linear_beta;
   p.pairs = c.pairs;
   p.a_scales = c.a_scales;
-  // Persistent grids: one CTA per SM (the shared memory allows one), fewer when the step has fewer items;
-  // pair grids: the resident clusters of two, fewer when the step has fewer item pairs.
-  auto shape = [&](int n_tiles, bool pair) {
+  // Persistent grids: one CTA per SM (the shared memory allows one), fewer when the step has fewer items.
+  auto shape = [&](int n_tiles) {
     const int64_t items = int64_t(c.max_tiles) * n_tiles;
-    if (pair)
-      return LaunchShape{
-          dim3(unsigned(2 * std::max<int64_t>(1, std::min<int64_t>(pair_clusters, items / 2)))),
-          dim3(kWgThreads), size_t(W::kSmemBytes), 2};
     return LaunchShape{dim3(unsigned(std::max<int64_t>(1, std::min<int64_t>(cx.sm_count, items)))),
                        dim3(kWgThreads), size_t(W::kSmemBytes)};
   };
@@ -625,7 +562,7 @@ Status run_expert_gemms(const WgmmaExpertsArgs& c, const CudaContext& cx) {
 
   p.k = c.Hx;
   p.n = c.I;
-  p.n_tiles = gu_tiles;
+  p.n_tiles = (c.I + W::tile_cols(true) - 1) / W::tile_cols(true);
   p.b_second = c.I;  // the up rows of the same columns
   p.b_rows = 2 * c.I;
   p.out = c.h;
@@ -634,13 +571,13 @@ Status run_expert_gemms(const WgmmaExpertsArgs& c, const CudaContext& cx) {
   RILL_TRY(launch(W::kFp8   ? "moe_grouped_wgmma_fp8_gate_up"
                   : kPacked ? "moe_grouped_wgmma_mxfp4_gate_up"
                             : "moe_grouped_wgmma_gate_up",
-                  shape(p.n_tiles, gu_pair), cx.stream, gate_up, gu_pair ? gu_a_half : gu_a, gu_b, p));
+                  shape(p.n_tiles), cx.stream, gate_up, gu_a, gu_b, p));
   if constexpr (W::kFp8)
     RILL_TRY(launch_fp8_quantize_rows(c.h, c.I, c.pairs, c.I, c.codes, c.a_scales, cx.stream));
 
   p.k = c.I;
   p.n = c.Hx;
-  p.n_tiles = dn_tiles;
+  p.n_tiles = (c.Hx + W::tile_cols(false) - 1) / W::tile_cols(false);
   p.b_second = W::kBoxRows;  // the next box's rows
   p.b_rows = c.Hx;
   p.out = c.xy;
@@ -649,7 +586,7 @@ Status run_expert_gemms(const WgmmaExpertsArgs& c, const CudaContext& cx) {
   return launch(W::kFp8   ? "moe_grouped_wgmma_fp8_down"
                 : kPacked ? "moe_grouped_wgmma_mxfp4_down"
                           : "moe_grouped_wgmma_down",
-                shape(p.n_tiles, dn_pair), cx.stream, down, dn_pair ? dn_a_half : dn_a, dn_b, p);
+                shape(p.n_tiles), cx.stream, down, dn_a, dn_b, p);
 }
 
 }  // namespace
@@ -686,7 +623,25 @@ Status run_expert_gemms_wgmma_mxfp4(const WgmmaExpertsArgs& c, const CudaContext
   return run_expert_gemms<Mxfp4Weights>(c, cx);
 }
 
-Status run_expert_gemms_wgmma_fp8_body(const WgmmaExpertsArgs& c, const CudaContext& cx) {
+bool wgmma_fp8_experts_supported(const WgmmaExpertsArgs& c, const CudaContext& cx) {
+  if (!wgmma_device_supported(cx) || cx.max_smem_per_block < size_t(kWg8SmemBytes)) return false;
+  const backend::ExpertWeights& ex = *c.args->experts;
+  if (ex.format != backend::WeightFormat::Fp8 || ex.gate_up.dtype != DType::F8E4M3 ||
+      ex.down.dtype != DType::F8E4M3 || ex.block.rows != kWg8ScaleBlock || ex.block.cols != kWg8ScaleBlock)
+    return false;
+  if (c.I % kWg8ScaleBlock != 0 || c.Hx % kWg8ScaleBlock != 0 || !c.codes || !c.a_scales ||
+      c.args->x.stride(0) % 8 != 0)
+    return false;  // (x's rows 16-byte aligned: the quantisation's loads)
+  // F32 [E, rows / 128, k / 128] scales with contiguous rows.
+  auto scales_ok = [&](const TensorView& s, int64_t rows, int64_t k) {
+    return s.dtype == DType::F32 && s.rank() == 3 && s.size(0) == c.E && s.size(1) == rows / kWg8ScaleBlock &&
+           s.size(2) == k / kWg8ScaleBlock && (s.size(2) <= 1 || s.stride(2) == 1);
+  };
+  return ex.gate_up.stride(2) == 1 && ex.down.stride(2) == 1 && scales_ok(ex.gate_up_scales, 2 * c.I, c.Hx) &&
+         scales_ok(ex.down_scales, c.Hx, c.I) && shapes_ok(c) && maps_ok<Fp8Weights>(c);
+}
+
+Status run_expert_gemms_wgmma_fp8(const WgmmaExpertsArgs& c, const CudaContext& cx) {
   return run_expert_gemms<Fp8Weights>(c, cx);
 }
 

@@ -23,7 +23,7 @@ struct WgmmaExpertsArgs {
   const int32_t* slot_token;      // [pairs], device: the token feeding each slot
   bf16* xy;                       // [pairs, Hx]: x in expert order, then each slot's expert output y
   bf16* h;                        // [pairs, I]: the activations
-  // FP8 experts only (grouped_wgmma_fp8.cu): the quantised A of either GEMM (x gathered, then h).
+  // FP8 experts only (Fp8Weights): the quantised A of either GEMM (x gathered, then h).
   uint8_t* codes = nullptr;   // E4M3 [pairs, max(Hx, I)]
   float* a_scales = nullptr;  // [max(Hx, I) / 128, pairs]
 };
@@ -43,16 +43,9 @@ Status run_expert_gemms_wgmma(const WgmmaExpertsArgs& c, const CudaContext& cx);
 bool wgmma_mxfp4_experts_supported(const WgmmaExpertsArgs& c, const CudaContext& cx);
 Status run_expert_gemms_wgmma_mxfp4(const WgmmaExpertsArgs& c, const CudaContext& cx);
 
-// The FP8 variant (options.moe_wgmma_fp8): E4M3 experts with 128 x 128 F32 block scales, I and Hx multiples
-// of 128, pairs >= 128; gather, quantise x, gate_up, quantise h, down. run_expert_gemms_wgmma_fp8 runs the
-// FP8 twin kernel (grouped_wgmma_fp8.cu, the default); run_expert_gemms_wgmma_fp8_body the same GEMMs through
-// the one kernel body's Fp8Weights policy (grouped_wgmma.cu; options.moe_wgmma_fp8_one_body, off until run on
-// a GPU, which then retires the twin). Both take the shapes wgmma_fp8_experts_supported accepts.
+// The FP8 policy of the same body (options.moe_wgmma_fp8): E4M3 experts with 128 x 128 F32 block scales, I
+// and Hx multiples of 128, pairs >= 128; quantise x into expert order, gate_up, quantise h, down.
 bool wgmma_fp8_experts_supported(const WgmmaExpertsArgs& c, const CudaContext& cx);
 Status run_expert_gemms_wgmma_fp8(const WgmmaExpertsArgs& c, const CudaContext& cx);
-Status run_expert_gemms_wgmma_fp8_body(const WgmmaExpertsArgs& c, const CudaContext& cx);
-// How many clusters of two CTAs of the FP8 kernels' shared memory can be resident at once on this device (0:
-// none; option moe_wgmma_fp8_pairs); cached per device.
-Result<int> wgmma_fp8_pair_clusters(const CudaContext& cx);
 
 }  // namespace rill::cuda::moe

@@ -99,12 +99,13 @@ RILL_MOE_HD constexpr WgmmaAccPos wgmma_acc_pos(int warp, int lane, int i) {
 }
 
 // ------------------------------------------------------------------------------------------ FP8 variant
-// grouped_wgmma_fp8.cu: E4M3 operands, one 128-byte swizzle row = 128 codes = one 128-column scale block per
-// stage (BK 128). The tile is 128 slots x 128 weight rows (two 64-row TMA boxes of B) x 128 k; each consumer
-// warpgroup runs m64n128k32 into a block accumulator (64 registers) and promotes it into its fp32 main one
-// (64 registers): main += blk * a_scale[row][kb] * w_scale[e][row block][kb]. gate_up's tile is 64 gate rows
-// then the 64 up rows of the same output columns (64 columns of I), down's 128 weight rows (128 of Hx); both
-// need I and Hx multiples of 128, so a tile never straddles a weight scale block and every k block is whole.
+// grouped_wgmma.cu Fp8Weights: E4M3 operands, one 128-byte swizzle row = 128 codes = one 128-column scale
+// block per stage (BK 128). The tile is 128 slots x 128 weight rows (two 64-row TMA boxes of B) x 128 k; each
+// consumer warpgroup runs m64n128k32 into a block accumulator (64 registers) and promotes it into its fp32
+// main one (64 registers): main += blk * a_scale[row][kb] * w_scale[e][row block][kb]. gate_up's tile is 64
+// gate rows then the 64 up rows of the same output columns (64 columns of I), down's 128 weight rows (128 of
+// Hx); both need I and Hx multiples of 128, so a tile never straddles a weight scale block and every k block
+// is whole.
 constexpr int kWg8BK = 128, kWg8BN = 128, kWg8Stages = 6;
 constexpr int kWg8BoxRows = 64;  // rows of one B box (A boxes stay kWgBoxRows = 128 slots)
 constexpr int kWg8AStageBytes = kWgBM * kWg8BK, kWg8BStageBytes = kWg8BN * kWg8BK;
@@ -141,20 +142,6 @@ RILL_MOE_HD constexpr int wgmma_fp8_acc_box(int i) {
 // x_scales layout): slot-major within a k block, so a warp's rows read adjacent floats.
 RILL_MOE_HD constexpr int64_t wgmma_fp8_a_scale_index(int64_t slot, int kb, int64_t pairs) {
   return int64_t(kb) * pairs + slot;
-}
-
-// FP8 pair clusters (grouped_wgmma_fp8.cu kPair): unit u of the pair grid is work items 2u (cluster rank 0)
-// and 2u + 1 (rank 1). With an even number of column tiles both are column tiles of one (expert, m-tile), so
-// the pair shares the tile's A box; each rank loads one 64-slot half of it for both.
-RILL_MOE_HD constexpr int wgmma_pair_item(int unit, int rank) {
-  return 2 * unit + rank;
-}
-
-// The first slot of rank `rank`'s half of the A box of the tile starting at slot a_row (< pairs). A second
-// half wholly past the slots feeds only rows that are never stored (the tile's valid rows are < pairs -
-// a_row <= 64 then); it reads the last 64 slots instead, so no TMA box lies wholly outside the tensor.
-RILL_MOE_HD constexpr int wgmma_pair_a_row(int a_row, int rank, int pairs) {
-  return a_row + rank * kWgConsumerRows < pairs ? a_row + rank * kWgConsumerRows : pairs - kWgConsumerRows;
 }
 
 // ---------------------------------------------------------------------------------------- MXFP4 variant
