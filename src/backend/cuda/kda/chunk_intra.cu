@@ -10,15 +10,17 @@
 // The diagonal block uses m = its middle row when every |Γ - Γ_m| there stays under kSafeLog2 (always for
 // K3's bounded gate); otherwise it is computed directly in fp32 with one exp per pair and channel.
 // [W | U] either by forward substitution, one column per thread (solve_column, the default), or (option
-// kda_intra_tensor_solve, off until run on a GPU) as T [β 2^Γ ⊙ k̂ | β v] with T = (I + L)^-1 inverted in fp32 by 16-row blocks and
-// the product on the tensor cores (split-bf16 operands, like L and Aqk): the substitution's 2016 dependent
-// multiply-adds and shared loads a thread were most of the kernel's issued instructions.
+// kda_intra_tensor_solve, off until run on a GPU) as T [β 2^Γ ⊙ k̂ | β v] with T = (I + L)^-1 inverted
+// in fp32 by 16-row blocks (intra_inverse.h) and the product on the tensor cores (split-bf16 operands, like
+// L and Aqk): the substitution's 2016 dependent multiply-adds and shared loads a thread were most of the
+// kernel's issued instructions.
 #include <cstddef>
 
 #include "backend/cuda/common/check.h"
 #include "backend/cuda/common/device_math.cuh"
 #include "backend/cuda/kda/config.h"
 #include "backend/cuda/kda/device.cuh"
+#include "backend/cuda/kda/intra_inverse.h"
 #include "backend/cuda/kda/phases.h"
 
 namespace rill::cuda::kda {
@@ -223,22 +225,14 @@ __device__ void solve_column(const ChunkParams& p, IntraSmem& sm, int t0, int n_
     if (i < n_rows) dst[int64_t(i) * kHeadDim] = to_bf16(x[i]);
 }
 
-// T = (I + L)^-1 in place in sm.L (fp32, strictly lower part; the unit diagonal and the zeros above it
-// implicit). The four 16 x 16 diagonal blocks by forward substitution, a column per thread; then block row
-// i = 1..3: M = sum over k in [16 j, 16 i) of L[i rows][k] T[k][cols < 16 i], and T[i rows][cols] = -T_ii M.
+// T = (I + L)^-1 in place in sm.L (fp32, strictly lower part): intra_inverse.h's steps, a thread per
+// diagonal-block column, then per block row a thread per element of M (in fa) and of T, barriers between.
 __device__ void invert_unit_lower(IntraSmem& sm) {
+  static_assert(kInvBlock == kSub && 3 * kSub == kChunk - kSub, "16-row blocks; M's rows hold i0 <= 48");
   const int tid = int(threadIdx.x);
+  float* L = &sm.L[0][0];
   float x[kSub];
-  if (tid < kChunk) {
-    const int b0 = (tid / kSub) * kSub, c = tid % kSub;
-#pragma unroll
-    for (int r = 0; r < kSub; ++r) {
-      float v = r == c ? 1.0f : 0.0f;
-#pragma unroll
-      for (int s = 0; s < r; ++s) v = fmaf(-sm.L[b0 + r][b0 + s], x[s], v);  // (x[s] = 0 for s < c)
-      x[r] = r < c ? 0.0f : v;
-    }
-  }
+  if (tid < kChunk) inverse_diagonal_column(L, kLdL, (tid / kSub) * kSub, tid % kSub, x);
   __syncthreads();  // every diagonal block read before any is overwritten
   if (tid < kChunk) {
     const int b0 = (tid / kSub) * kSub, c = tid % kSub;
@@ -247,24 +241,14 @@ __device__ void invert_unit_lower(IntraSmem& sm) {
       if (r > c) sm.L[b0 + r][b0 + c] = x[r];
   }
   __syncthreads();
-  float* M = reinterpret_cast<float*>(&sm.fa[0][0][0]);  // [kSub][3 * kSub]
-  for (int bi = 1; bi < kChunk / kSub; ++bi) {
-    const int i0 = bi * kSub, cols = i0;  // the block row's rows i0.., its columns left of the diagonal block
-    for (int e = tid; e < kSub * cols; e += kIntraThreads) {
-      const int r = e / cols, cc = e - r * cols;
-      const float* Lr = sm.L[i0 + r];
-      float acc = Lr[cc];  // k = cc: T[cc][cc] = 1
-      for (int k = cc + 1; k < i0; ++k) acc = fmaf(Lr[k], sm.L[k][cc], acc);
-      M[r * 3 * kSub + cc] = acc;
-    }
+  constexpr int kLdM = 3 * kSub;
+  float* M = reinterpret_cast<float*>(&sm.fa[0][0][0]);  // [kSub][kLdM]
+  for (int i0 = kSub; i0 < kChunk; i0 += kSub) {         // block rows; their columns left of the diagonal: i0
+    for (int e = tid; e < kSub * i0; e += kIntraThreads)
+      M[(e / i0) * kLdM + e % i0] = inverse_block_product(L, kLdL, i0, e / i0, e % i0);
     __syncthreads();
-    for (int e = tid; e < kSub * cols; e += kIntraThreads) {
-      const int r = e / cols, cc = e - r * cols;
-      const float* Tr = sm.L[i0 + r] + i0;  // T_ii's row r (strictly lower part)
-      float acc = M[r * 3 * kSub + cc];
-      for (int s = 0; s < r; ++s) acc = fmaf(Tr[s], M[s * 3 * kSub + cc], acc);
-      sm.L[i0 + r][cc] = -acc;
-    }
+    for (int e = tid; e < kSub * i0; e += kIntraThreads)
+      sm.L[i0 + e / i0][e % i0] = inverse_block_entry(L, kLdL, i0, e / i0, e % i0, M, kLdM);
     __syncthreads();
   }
 }
