@@ -157,9 +157,10 @@ fi
 # --- speculative decoding on the trained demo model, summarise-and-quote prompts (docs/PERF.md): off, ngram ----
 # k = 2 / 4, suffix k = 4 at concurrency 1 and 4; the table in $OUT/spec_workload.md. The prompts are the
 # committed bench/data/quote_prompts.jsonl (no Node here). Its own section: `bench` alone nearly fills a call.
+# SPEC_REPEATS=R runs every configuration R times, interleaved, for medians (one pass takes ~25 s on an H100).
 if want spec && [[ -x $BUILD/rill ]]; then
   timeout ${SPEC_TIMEOUT:-300} tools/spec_workload/run.sh $BUILD --device cuda --out $LOGS/spec_workload \
-    > "$OUT/spec_workload.md" 2> "$LOGS/spec_workload.log"
+    --repeats ${SPEC_REPEATS:-1} > "$OUT/spec_workload.md" 2> "$LOGS/spec_workload.log"
   note "spec workload (ngram/suffix on the demo model): rc=$?"
   cat "$OUT/spec_workload.md"
 fi

@@ -1,6 +1,6 @@
-// Grouped expert GEMMs for bf16 experts on Hopper: out[slot, :] = a[slot, :] . W_e^T for the slots of each
-// expert e, with A the activations in expert order (x gathered for gate_up, h for down) and W the stacked
-// experts.
+// Grouped expert GEMMs on Hopper, one kernel body for bf16, MXFP4 and FP8 experts (weight policies, below):
+// out[slot, :] = a[slot, :] . W_e^T for the slots of each expert e, with A the activations in expert order
+// (x gathered for gate_up, h for down) and W the stacked experts. The bf16 form first:
 //
 // Persistent CTAs (grid: the device's SM count, or fewer when the step has fewer work items) walk the work
 // items of moe/wgmma_schedule.h (expert, 128-slot tile, column tile; m-tile major), found from the plan's
