@@ -17,6 +17,8 @@
 #include <string_view>
 #include <vector>
 
+#include "test_paths.h"
+
 namespace rill::testing {
 
 inline constexpr const char* kKimiTokenizerDir = "tokenizers/kimi";
@@ -25,7 +27,7 @@ inline constexpr const char* kKimiTokenizerConfig = "tokenizers/kimi/tokenizer_c
 
 // RILL_SHARED_DIR / relative (whether or not it exists).
 inline std::filesystem::path shared_path(std::string_view relative) {
-  return std::filesystem::path(RILL_SHARED_DIR) / relative;
+  return std::filesystem::path(shared_dir()) / relative;
 }
 
 // CI=true (or 1): shared data must be present.

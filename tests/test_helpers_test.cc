@@ -32,38 +32,38 @@ std::string shell(const std::string& command) {
 }
 
 bool source_is_git_checkout() {
-  return fs::exists(fs::path(RILL_SOURCE_DIR) / ".git") &&
-         std::system("git -C '" RILL_SOURCE_DIR "' rev-parse HEAD > /dev/null 2>&1") == 0;
+  return fs::exists(fs::path(source_dir()) / ".git") &&
+         std::system(("git -C '" + source_dir() + "' rev-parse HEAD > /dev/null 2>&1").c_str()) == 0;
 }
 
 TEST(TestSeed, ReplaysANumber) {
-  EXPECT_EQ(choose_seed("12345", RILL_SOURCE_DIR).seed, 12345u);
-  EXPECT_EQ(choose_seed("0", RILL_SOURCE_DIR).seed, 0u);
-  EXPECT_EQ(choose_seed("4294967295", RILL_SOURCE_DIR).seed, 4294967295u);
+  EXPECT_EQ(choose_seed("12345", source_dir()).seed, 12345u);
+  EXPECT_EQ(choose_seed("0", source_dir()).seed, 0u);
+  EXPECT_EQ(choose_seed("4294967295", source_dir()).seed, 4294967295u);
 }
 
 TEST(TestSeed, RandomDrawsFreshSeeds) {
   // 8 draws of 32 bits all equal: a 2^-224 event, not a flake.
-  const uint32_t first = choose_seed("random", RILL_SOURCE_DIR).seed;
+  const uint32_t first = choose_seed("random", source_dir()).seed;
   bool differs = false;
-  for (int i = 0; i < 8; ++i) differs |= choose_seed("random", RILL_SOURCE_DIR).seed != first;
+  for (int i = 0; i < 8; ++i) differs |= choose_seed("random", source_dir()).seed != first;
   EXPECT_TRUE(differs);
-  EXPECT_EQ(choose_seed("random", RILL_SOURCE_DIR).origin, "RILL_TEST_SEED=random");
+  EXPECT_EQ(choose_seed("random", source_dir()).origin, "RILL_TEST_SEED=random");
 }
 
 TEST(TestSeed, RejectsAnythingElse) {
-  EXPECT_EXIT(choose_seed("12abc", RILL_SOURCE_DIR), ::testing::ExitedWithCode(2), "RILL_TEST_SEED=12abc");
+  EXPECT_EXIT(choose_seed("12abc", source_dir()), ::testing::ExitedWithCode(2), "RILL_TEST_SEED=12abc");
 }
 
 TEST(TestSeed, DefaultIsTheCommitsFirst32Bits) {
-  if (!source_is_git_checkout()) GTEST_SKIP() << RILL_SOURCE_DIR " is not a git checkout";
-  const std::string hex = shell("git -C '" RILL_SOURCE_DIR "' rev-parse HEAD | cut -c1-8");
+  if (!source_is_git_checkout()) GTEST_SKIP() << source_dir() << " is not a git checkout";
+  const std::string hex = shell("git -C '" + source_dir() + "' rev-parse HEAD | cut -c1-8");
   ASSERT_EQ(hex.size(), 8u);
   const uint32_t want = static_cast<uint32_t>(std::stoull(shell("printf '%u' 0x" + hex)));
-  const SeedChoice got = choose_seed(nullptr, RILL_SOURCE_DIR);
+  const SeedChoice got = choose_seed(nullptr, source_dir());
   EXPECT_EQ(got.seed, want);
   EXPECT_EQ(got.origin, "commit " + hex);
-  EXPECT_EQ(choose_seed("", RILL_SOURCE_DIR).seed, want);  // set but empty: unset
+  EXPECT_EQ(choose_seed("", source_dir()).seed, want);  // set but empty: unset
 }
 
 TEST(TestSeed, FixedSeedWithoutGit) {
@@ -80,10 +80,10 @@ TEST(TestSeed, NodeTestsChooseTheSameSeed) {
   for (const char* env : {"", "777"}) {
     SCOPED_TRACE(std::string("RILL_TEST_SEED=") + env);
     const std::string line = shell(std::string("RILL_TEST_SEED=") + env + " node --input-type=module -e \"" +
-                                   "import { testSeed } from '" RILL_SOURCE_DIR "/tests/test_seed.mjs'; " +
+                                   "import { testSeed } from '" + source_dir() + "/tests/test_seed.mjs'; " +
                                    "testSeed('probe');\"");
     // "probe: seed N (ORIGIN; ...)"
-    const SeedChoice want = choose_seed(env, RILL_SOURCE_DIR);
+    const SeedChoice want = choose_seed(env, source_dir());
     EXPECT_EQ(line.rfind("probe: seed " + std::to_string(want.seed) + " (" + want.origin + ";", 0), 0u)
         << line;
   }
@@ -97,7 +97,7 @@ TEST(SharedData, NamesTheMissingFileAndHowToGetIt) {
   EXPECT_NE(m.find("-DRILL_SHARED_DIR"), std::string::npos) << m;
   EXPECT_EQ(m.find('\n'), std::string::npos) << "one line: gtest prints it after 'Skipped'";
   // An absolute path replaces RILL_SHARED_DIR (std::filesystem's operator/): a file that exists.
-  EXPECT_EQ(missing_shared_files({RILL_SOURCE_DIR "/CMakeLists.txt"}), "");
+  EXPECT_EQ(missing_shared_files({source_dir() + "/CMakeLists.txt"}), "");
 }
 
 void require_missing_file() {

@@ -17,6 +17,8 @@
 #include <string>
 #include <string_view>
 
+#include "test_paths.h"
+
 namespace rill::testing {
 
 inline constexpr uint32_t kNoCommitSeed = 1;
@@ -62,7 +64,7 @@ inline SeedChoice choose_seed(const char* env, const std::filesystem::path& sour
 // One seed per test program, chosen on first use and printed once.
 inline uint32_t test_seed() {
   static const uint32_t seed = [] {
-    const SeedChoice c = choose_seed(std::getenv("RILL_TEST_SEED"), RILL_SOURCE_DIR);
+    const SeedChoice c = choose_seed(std::getenv("RILL_TEST_SEED"), source_dir());
     std::printf("[ seed     ] %u (%s; RILL_TEST_SEED=%u replays it)\n", c.seed, c.origin.c_str(), c.seed);
     std::fflush(stdout);
     return c.seed;

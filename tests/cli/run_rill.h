@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <string>
 
+#include "test_paths.h"
+
 namespace rill::testing {
 
 struct Run {
@@ -15,7 +17,7 @@ struct Run {
 // `prefix` goes before the binary (e.g. "timeout 60 ").
 inline Run run_rill_with_prefix(const std::string& prefix, const std::string& args) {
   Run r;
-  const std::string cmd = prefix + std::string(RILL_BINARY) + " " + args + " 2>&1";
+  const std::string cmd = prefix + rill_binary() + " " + args + " 2>&1";
   FILE* p = popen(cmd.c_str(), "r");
   if (!p) return r;
   char buf[4096];

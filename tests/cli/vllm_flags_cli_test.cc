@@ -18,6 +18,7 @@
 
 #include "cli/run_rill.h"
 #include "io/safetensors.h"
+#include "test_paths.h"
 
 namespace rill {
 namespace {
@@ -36,7 +37,7 @@ struct FlagLine {
 };
 
 std::vector<FlagLine> vllm_serve_flags() {
-  std::ifstream in(fs::path(RILL_SOURCE_DIR) / "tests/data/vllm/serve_flags.txt");
+  std::ifstream in(fs::path(rill::testing::source_dir()) / "tests/data/vllm/serve_flags.txt");
   std::vector<FlagLine> out;
   std::string line;
   while (std::getline(in, line)) {

@@ -14,6 +14,8 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "test_paths.h"
+
 namespace rill::io::testing {
 
 class TempDir {
@@ -59,7 +61,7 @@ inline std::string safetensors_bytes(std::string_view header, std::string_view d
 }
 
 inline std::string test_data_dir() {
-  return std::string(RILL_SOURCE_DIR) + "/tests/data";
+  return rill::testing::source_dir() + "/tests/data";
 }
 
 }  // namespace rill::io::testing

@@ -8,10 +8,13 @@
 
 #include "io/safetensors.h"
 #include "model/model.h"
+#include "test_paths.h"
 
 namespace rill::testing {
 
-inline std::filesystem::path data_dir() { return std::filesystem::path(RILL_SOURCE_DIR) / "tests" / "data"; }
+inline std::filesystem::path data_dir() {
+  return std::filesystem::path(rill::testing::source_dir()) / "tests" / "data";
+}
 inline const std::vector<std::string>& kimi_linear_fixtures() {
   static const std::vector<std::string> names = {"kimi_linear_tiny_a", "kimi_linear_tiny_b"};
   return names;

@@ -20,6 +20,7 @@
 #include "model/fixture.h"
 #include "model/model.h"
 #include "model/sequence_session.h"
+#include "test_paths.h"
 
 namespace rill::model {
 namespace {
@@ -235,7 +236,7 @@ TEST(Fp8Quantization, PerPositionLogitsAgainstTheUnquantizedModel) {
   // dims are no measure of this: their flat logits and saturating gates turn FP8's weight noise into a median
   // 11-13%, a worst position above 100% and 64-66% top-1 (sanity-checked in LogitsStayCloseToTheBf16Model).
   // A misplaced scale or block gives errors of order 1 everywhere.
-  const fs::path demo = fs::path(RILL_SOURCE_DIR) / "models" / "kimi-linear-demo";
+  const fs::path demo = fs::path(rill::testing::source_dir()) / "models" / "kimi-linear-demo";
   ASSERT_TRUE(fs::exists(demo / "model.safetensors")) << demo;
   const PositionAgreement r = fp8_agreement(demo, 128);
   std::printf("--quantization fp8 vs unquantized, the demo model (CPU, %d positions): rel L2 median %.4f, worst "

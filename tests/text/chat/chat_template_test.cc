@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 
 #include "shared_data.h"
+#include "test_paths.h"
 #include "text/jinja/jinja_reference.h"
 
 namespace rill::text {
@@ -143,7 +144,7 @@ void expect_matches(const std::vector<Expectation>& expectations) {
 }
 
 Json conversations() {
-  std::ifstream in(std::string(RILL_SOURCE_DIR) + "/tests/text/jinja/chat_conversations.json");
+  std::ifstream in(rill::testing::source_dir() + "/tests/text/jinja/chat_conversations.json");
   return Json::parse(in);
 }
 

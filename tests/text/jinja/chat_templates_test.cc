@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include "shared_data.h"
+#include "test_paths.h"
 #include "test_seed.h"
 #include "text/jinja/jinja_reference.h"
 #include "text/jinja/template.h"
@@ -52,7 +53,7 @@ std::vector<std::string> template_files() {
 }
 
 nlohmann::ordered_json conversations() {
-  std::ifstream in(std::string(RILL_SOURCE_DIR) + "/tests/text/jinja/chat_conversations.json");
+  std::ifstream in(rill::testing::source_dir() + "/tests/text/jinja/chat_conversations.json");
   return nlohmann::ordered_json::parse(in);
 }
 
@@ -283,8 +284,8 @@ CliRun run_reference_cli(const std::string& template_path, const nlohmann::order
   char path[] = "/tmp/rill_cli_request_XXXXXX";
   const int fd = mkstemp(path);
   { std::ofstream(path) << request.dump(); }
-  const std::string cmd = "python3 " RILL_SOURCE_DIR "/tests/text/jinja/render_reference.py " +
-                          template_path + " < " + path + " 2>&1";
+  const std::string cmd = "python3 " + rill::testing::source_dir() +
+                          "/tests/text/jinja/render_reference.py " + template_path + " < " + path + " 2>&1";
   CliRun run;
   if (FILE* pipe = popen(cmd.c_str(), "r")) {
     char buf[65536];

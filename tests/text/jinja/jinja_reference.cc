@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include "test_paths.h"
 #include "text/jinja/template.h"
 
 namespace rill::text::jinja::testing {
@@ -54,7 +55,7 @@ std::vector<ReferenceResult> render_with_jinja2(const std::vector<RenderCase>& c
     }
   }
   const std::string cmd =
-      std::string("python3 ") + RILL_SOURCE_DIR "/tests/text/jinja/jinja_reference.py < " + path;
+      "python3 " + rill::testing::source_dir() + "/tests/text/jinja/jinja_reference.py < " + path;
   FILE* pipe = popen(cmd.c_str(), "r");
   std::string text;
   if (pipe) {

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <random>
 
+#include "test_paths.h"
 #include "text/k3/k3_renderer.h"
 #include "text/k3/k3_tokenizer.h"
 
@@ -15,7 +16,7 @@ namespace rill::text::k3 {
 namespace {
 
 namespace fs = std::filesystem;
-const fs::path kHere = fs::path(RILL_SOURCE_DIR) / "tests/text/k3";
+const fs::path kHere = fs::path(rill::testing::source_dir()) / "tests/text/k3";
 
 Json read_json(const fs::path& path) {
   return Json::parse(std::ifstream(path));

@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "shared_data.h"
+#include "test_paths.h"
 #include "text/parsers/output_parser.h"
 #include "text/parsers/parser_harness.h"
 
@@ -127,7 +128,7 @@ std::string render(const char* template_name, Json request) {
                               ("rill_parsers_" + std::to_string(std::hash<std::string>{}(request.dump())));
   std::filesystem::create_directories(dir);
   std::ofstream(dir / "request.json") << request.dump();
-  std::string script = RILL_SOURCE_DIR "/tests/text/jinja/render_reference.py";
+  std::string script = rill::testing::source_dir() + "/tests/text/jinja/render_reference.py";
   std::string command = "python3 '" + script + "' '" +
                         rill::testing::shared_path(std::string("chat_templates/") + template_name).string() +
                         "' < '" + (dir / "request.json").string() + "' > '" + (dir / "out.txt").string() +
