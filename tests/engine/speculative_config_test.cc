@@ -41,7 +41,7 @@ TEST(SpeculativeConfig, ParsesVllmKeys) {
   ASSERT_TRUE(neither.ok());
   EXPECT_EQ(neither->prompt_lookup_min, 5);
   EXPECT_EQ(neither->prompt_lookup_max, 5);
-  EXPECT_EQ(neither->kda_rollback, cache::KdaRollback::Checkpoint);  // the default
+  EXPECT_EQ(neither->kda_rollback, cache::KdaRollback::Records);  // the default
   // rill's own key: how a rejected draft's KDA state is rolled back.
   auto records = spec::parse_speculative_config(
       R"({"method": "suffix", "num_speculative_tokens": 3, "kda_rollback": "records"})");

@@ -331,7 +331,11 @@ TEST_P(Speculative, WrongDraftsAreAllRejectedAndChangeNothing) {
     want.push_back(reference(p, greedy(30)));
     wrong->learn(p, want.back().ids);
   }
-  Harness on(current_fixture, speculating(3, wrong));
+  // Checkpoint + re-feed after every step (the default, replay records, folds a = 0 drafts: covered by
+  // ReplayRecordsCommitEveryAcceptedCount).
+  EngineOptions o = speculating(3, wrong);
+  o.speculative.kda_rollback = cache::KdaRollback::Checkpoint;
+  Harness on(current_fixture, o);
   const std::vector<Outcome> got = on.run_all({{ps[0], greedy(30)}, {ps[1], greedy(30)}});
   for (size_t i = 0; i < ps.size(); ++i) expect_same(got[i], want[i], "request " + std::to_string(i));
   const EngineStats s = on.engine().stats();
@@ -494,7 +498,8 @@ TEST_P(Speculative, StopStringsInsideAcceptedDrafts) {
 }
 
 // Prefix caching on: warm prefixes (the same prompt again, a later turn that continues prompt + output) are
-// served from blocks and snapshots of committed tokens only, whatever the drafts were.
+// served from blocks and snapshots of committed tokens only, whatever the drafts were. Both rollbacks: replay
+// records with in-step snapshots, checkpoint + re-feed (up to the next block boundary) without.
 TEST_P(Speculative, PrefixCachingWithWarmPrefixes) {
   const uint32_t seed = test_seed();
   SCOPED_TRACE("RILL_TEST_SEED=" + std::to_string(seed));
@@ -517,6 +522,7 @@ TEST_P(Speculative, PrefixCachingWithWarmPrefixes) {
       o.enable_prefix_caching = true;
       o.kda_snapshot_interval = 64;
       o.kda_snapshots_in_step = in_step;
+      o.speculative.kda_rollback = in_step ? cache::KdaRollback::Records : cache::KdaRollback::Checkpoint;
       Harness on(current_fixture, o);
       expect_same(on.run(prompt, greedy(90)), first, "first");
       const Outcome again = on.run(prompt, greedy(90));
@@ -650,7 +656,10 @@ TEST_P(Speculative, NgramDrafterThroughTheConfig) {
   for (size_t i = 0; i < rs.size(); ++i)
     expect_same(got[i], reference(rs[i]), "request " + std::to_string(i));
   EXPECT_GT(on.engine().stats().spec_num_drafts, 0u);
-  EXPECT_NE(on.engine().memory_plan().find("checkpoint slots for speculative decoding"), std::string::npos)
+  // The default rollback (records) sizes replay records, not checkpoint slots.
+  EXPECT_NE(on.engine().memory_plan().find("KDA replay records"), std::string::npos)
+      << on.engine().memory_plan();
+  EXPECT_EQ(on.engine().memory_plan().find("checkpoint slots"), std::string::npos)
       << on.engine().memory_plan();
 }
 
