@@ -31,9 +31,12 @@ struct CudaBackendOptions {
   bool kda_recurrent_verify = true;
   // The chunk kernel's intra phase computes [W | U] = (I + L)^-1 [β 2^Γ k̂ | β v] by inverting (I + L) in
   // fp32 by 16-row blocks and multiplying on the tensor cores (kda/chunk_intra.cu solve_tensor); off: forward
-  // substitution, one column per thread (solve_column), the default until the tensor-core solve's op tests
-  // and an A/B have run on a GPU (it was written without one). No scratch changes, so Backend::set_option may
-  // flip it between steps. `kda_intra_tensor_solve`.
+  // substitution, one column per thread (solve_column), the default: the tensor-core solve passes its op
+  // tests and compute-sanitizer on the H100 but measured slower there (2026-12-07, chunk op at 8K
+  // tokens 1.033 ms against 0.977, at 32K 3.97 against 3.76; the FP8 48B's 8K prompt 133.3 against 132.6 ms).
+  // Kept as the starting point for a version that uses its lower register count (96 against 128) for
+  // occupancy. No scratch changes, so Backend::set_option may flip it between steps.
+  // `kda_intra_tensor_solve`.
   bool kda_intra_tensor_solve = false;
   // The shared expert inside the bf16 MoE decode GEMVs; off: gemm, glu, gemm, add. `moe_fuse_shared`.
   bool moe_fuse_shared = true;
