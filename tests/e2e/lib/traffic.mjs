@@ -3,15 +3,15 @@
 import { assert, assertEq } from "./harness.mjs";
 
 // A completions request on a random token-id prompt, or a chat request with a random-length message.
-export function randomRequest(rng, { maxPrompt = 300, maxTokens = 48, chatShare = 0.3 } = {}) {
+export function randomRequest(rng, { minPrompt = 1, maxPrompt = 300, maxTokens = 48, chatShare = 0.3 } = {}) {
   const max_tokens = rng.int(1, maxTokens);
   if (rng.next() < chatShare) {
     const words = ["license", "work", "copyright", "grant", "patent", "the", "of", "and", "notice", "source"];
-    const n = rng.int(1, Math.max(1, Math.floor(maxPrompt / 3)));
+    const n = rng.int(Math.max(1, minPrompt), Math.max(minPrompt, 1, Math.floor(maxPrompt / 3)));
     const content = Array.from({ length: n }, () => words[rng.int(0, words.length - 1)]).join(" ");
     return { kind: "chat", body: { messages: [{ role: "user", content }], max_tokens, temperature: 0 } };
   }
-  const prompt = Array.from({ length: rng.int(1, maxPrompt) }, () => rng.int(0, 1023));
+  const prompt = Array.from({ length: rng.int(minPrompt, maxPrompt) }, () => rng.int(0, 1023));
   return { kind: "completion", body: { prompt, max_tokens, temperature: 0 } };
 }
 
