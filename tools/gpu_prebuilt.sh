@@ -24,8 +24,9 @@ case ${1:-} in
     targets=("$@")
     [[ ${#targets[@]} -eq 0 ]] && targets=(rill backend_tests)
     BUILD=${PREBUILT_BUILD:-build-prebuilt}
+    mkdir -p "$BUILD"
     cmake -S . -B "$BUILD" -G Ninja -DRILL_CUDA=ON -DCMAKE_BUILD_TYPE=Release -DCMAKE_DISABLE_FIND_PACKAGE_MPI=ON \
-      -DRILL_WERROR=OFF > "$BUILD.configure.log"
+      -DRILL_WERROR=OFF -DCMAKE_CUDA_FLAGS=-lineinfo > "$BUILD/configure.log"  # (-lineinfo: for ncu)
     ninja -C "$BUILD" "${targets[@]}"
     rm -rf $RUN && mkdir -p $RUN/prebuilt
     for t in "${targets[@]}"; do
