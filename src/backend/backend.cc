@@ -816,15 +816,6 @@ Status Backend::quantize_fp8(const QuantizeFp8Args& a) {
   return quantize_fp8_impl(a);
 }
 
-Status Backend::prefetch_weights(const PrefetchWeightsArgs& a) {
-  if (plans_only() || a.n == 0) return {};
-  Check c("prefetch_weights");
-  c.that(a.n > 0 && a.n <= PrefetchWeightsArgs::kMaxTensors, "at most kMaxTensors tensors")
-      .that(a.tokens > 0, "tokens is positive");
-  RILL_TRY(c.done());
-  return prefetch_weights_impl(a);
-}
-
 std::string Backend::device_description() const {
   return fmt::format("{} ({} hardware threads)", name(), std::thread::hardware_concurrency());
 }

@@ -359,24 +359,6 @@ struct QuantizeFp8Args {
   Fp8Blocks block;
 };
 
-// A hint, not a computation: the weights a later sublayer of this step reads, named while the current one
-// runs, so a backend with a cache between memory and the compute units may start bringing them in early
-// (CUDA: into L2, for decode-sized steps, `weight_prefetch`). Changes no result; a backend without such a
-// cache, or a step it judges too large to gain, ignores it. Empty views (absent weights) are skipped.
-struct PrefetchWeightsArgs {
-  static constexpr int kMaxTensors = 24;
-  TensorView tensors[kMaxTensors];
-  int n = 0;
-  int64_t tokens = 0;  // rows of the step the weights will be read for
-  void add(const TensorView& t) {
-    if (t.data && t.numel() > 0 && n < kMaxTensors) tensors[n++] = t;
-  }
-  void add(const LinearWeight& w) {
-    add(w.weight);
-    add(w.scales);
-  }
-};
-
 // One device-to-device copy of a batch (runner::apply_cache_ops: KDA state slots, every layer at once).
 struct DeviceCopy {
   void* dst = nullptr;
@@ -571,7 +553,6 @@ class Backend {
   Status nonfinite_rows(const NonfiniteRowsArgs& a);
   Status logprobs(const LogprobsArgs& a);
   Status quantize_fp8(const QuantizeFp8Args& a);  // load time only (not a step op: no plan, no graph)
-  Status prefetch_weights(const PrefetchWeightsArgs& a);  // a hint (PrefetchWeightsArgs); no result
 
   // Planning (workspace_planner.h): a WorkspacePlanner answers true, and each op above then only takes the
   // scratch the planned backend's would from its arena and returns (no checks, nothing runs), so a forward
@@ -626,8 +607,6 @@ class Backend {
   virtual Status nonfinite_rows_impl(const NonfiniteRowsArgs& a) = 0;
   virtual Status logprobs_impl(const LogprobsArgs& a) = 0;
   virtual Status quantize_fp8_impl(const QuantizeFp8Args& a) = 0;
-  // A hint: the default (the CPU, which has no such cache) does nothing.
-  virtual Status prefetch_weights_impl(const PrefetchWeightsArgs&) { return {}; }
 };
 
 // "cpu", "cuda" (device 0) or "cuda:N" (the N-th device CUDA shows, after CUDA_VISIBLE_DEVICES); errors name

@@ -28,7 +28,7 @@ const char* mla_prefill_name(MlaPrefillPath p) {
 
 std::string cuda_backend_option_keys() {
   return "pdl, kda_fused_decode, kda_recurrent_verify, kda_intra_tensor_solve, moe_fuse_shared, "
-         "decode_fusion, weight_prefetch, mla_expand_rows, "
+         "decode_fusion, mla_expand_rows, "
          "gemm_autotune, moe_cublas_grouped, moe_cublas_min_pairs, moe_wgmma, moe_wgmma_fp8, "
          "moe_wgmma_mxfp4, "
          "moe_wgmma_mxfp4_min_pairs, moe_route_gemm_min_tokens, fp8_gemm, mla_prefill";
@@ -46,7 +46,6 @@ Status set_cuda_backend_option(CudaBackendOptions& o, std::string_view key_value
                : key == "kda_intra_tensor_solve" ? &o.kda_intra_tensor_solve
                : key == "moe_fuse_shared"        ? &o.moe_fuse_shared
                : key == "decode_fusion"          ? &o.decode_fusion
-               : key == "weight_prefetch"        ? &o.weight_prefetch
                : key == "gemm_autotune"          ? &o.gemm_autotune
                : key == "moe_cublas_grouped"     ? &o.moe_cublas_grouped
                : key == "moe_wgmma"              ? &o.moe_wgmma

@@ -46,15 +46,6 @@ struct CudaBackendOptions {
   // `decode_fusion`. Off: its op and model tests pass on the H100, but it measured no faster there (2026-12-06,
   // the FP8 48B, graphed decode at 4K: batch 1 3.110 ms on against 3.066 off, batch 8 10.62 against 10.60).
   bool decode_fusion = false;
-  // Decode-batch steps (T <= kGemvMaxRows): Backend::prefetch_weights brings the next sublayer's dense
-  // weights into L2 while the current one runs, and the MoE the chosen experts' weights once routed
-  // (cuda/weight_prefetch.cu); off: the hint is ignored. Same results either way. Off: its op and model tests
-  // and compute-sanitizer pass on the H100, but there (2026-12-07, FP8 48B, graphed decode at 4K, three
-  // interleaved runs each) batch 1 took 3.98-4.00 ms on against 2.87-2.90 off (batches 8 and 64, which it
-  // leaves alone, unchanged): ~14 us more per prefetch launch, as if each prefetch kernel ended only once its
-  // bulk requests had (the next kernel waits for its end) — not yet profiled. Kept as the switch for a
-  // variant that issues them off the critical path (a forked stream). `weight_prefetch`.
-  bool weight_prefetch = false;
   // Row cap of one MLA prefill context-expansion group (mla/README.md); 0: the kernel's default
   // (mla::kExpandRows). Tests set 64 so two prefill sequences take several groups. `mla_expand_rows`.
   int mla_expand_rows = 0;

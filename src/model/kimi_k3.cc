@@ -65,13 +65,9 @@ Status KimiK3Model::forward_impl(ForwardContext& cx, TensorView ids, TensorView 
   } else {  // the completed blocks and the partial sum, as the stage before left them
     RILL_TRY(res.from_previous_stage(c.first_layer));
   }
-  // Each sublayer's dense weights named one sublayer ahead (Backend::prefetch_weights, as in kimi_linear.cc).
-  if (c.first_layer < c.stage_end())
-    RILL_TRY(be.prefetch_weights(mixer_weights(c, c.first_layer, layers_[size_t(c.first_layer)], T)));
   for (int i = c.first_layer; i < c.stage_end(); ++i) {
     const K3LayerWeights& L = layers_[size_t(i)];
     cx.layer = i;
-    RILL_TRY(be.prefetch_weights(ffn_weights(c, i, L, T)));
     TensorView in = res.partial();
     if (res.n_blocks() > 0) {
       RILL_TRY(res.mix(L.attn_res, h));
@@ -88,8 +84,6 @@ Status KimiK3Model::forward_impl(ForwardContext& cx, TensorView ids, TensorView 
     cx.tap("mlp_res", h);
     RILL_TRY(be.rms_norm({h, L.post_norm, c.rms_norm_eps, normed}));
     cx.tap("post_norm", normed);
-    if (i + 1 < c.stage_end())
-      RILL_TRY(be.prefetch_weights(mixer_weights(c, i + 1, layers_[size_t(i + 1)], T)));
     RILL_TRY(ffn_forward(cx, c, shard_, i, L, normed, nullptr, delta));
     cx.tap("ffn_out", delta);
     RILL_TRY(res.accumulate(delta));

@@ -64,19 +64,14 @@ Status KimiLinearModel::forward_impl(ForwardContext& cx, TensorView ids, TensorV
     return static_cast<const backend::AddRmsNormArgs*>(nullptr);
   };
   const backend::AddRmsNormArgs* pending = nullptr;  // the layer's input join (none before the first layer)
-  // Each sublayer's dense weights are named to the backend one sublayer ahead (a hint for decode-sized steps:
-  // Backend::prefetch_weights), so their reads can start while the sublayer before them runs.
-  if (first < end) RILL_TRY(be.prefetch_weights(mixer_weights(c, first, layers_[size_t(first)], T)));
   for (int i = first; i < end; ++i) {
     const DecoderLayerWeights& L = layers_[size_t(i)];
     cx.layer = i;
     cx.tap("input_norm", h);
-    RILL_TRY(be.prefetch_weights(ffn_weights(c, i, L, T)));
     RILL_TRY(mixer_forward(cx, c, i, L, h, pending, caches.layers[size_t(i)], delta));
     cx.tap("mixer_out", delta);
     RILL_ASSIGN_OR_RETURN(pending, join(L.post_norm));
     cx.tap("post_norm", h);
-    if (i + 1 < end) RILL_TRY(be.prefetch_weights(mixer_weights(c, i + 1, layers_[size_t(i + 1)], T)));
     RILL_TRY(ffn_forward(cx, c, shard_, i, L, h, pending, delta));
     cx.tap("ffn_out", delta);
     pending = nullptr;

@@ -64,39 +64,6 @@ TEST_P(ElementwiseTest, EmbedZeroesOutOfRangeIds) {
     }
 }
 
-// prefetch_weights is a hint (cuda/weight_prefetch.cu: L2 bulk prefetches): it writes nothing, accepts views
-// at any offset and length (unaligned starts, a sub-16-byte view, strided rows, empty slots) and the step
-// sizes it ignores, and the ops after it read the same values.
-TEST_P(ElementwiseTest, PrefetchWeightsChangesNothing) {
-  OpHarness h(GetParam());
-  RILL_REQUIRE_BACKEND(h);
-  const int64_t R = 300, C = 2304;
-  const std::vector<float> values = h.randn(R * C);
-  BackendTensor w = h.put(h.dev(), values, DType::BF16, {R, C});
-  BackendTensor v = h.put(h.dev(), h.randn(7), DType::F32, {7});
-  for (int64_t tokens : {1, 4, 5, 8192}) {
-    SCOPED_TRACE(::testing::Message() << "tokens " << tokens);
-    backend::PrefetchWeightsArgs a;
-    a.tokens = tokens;
-    a.add(w.view);
-    a.add(w.view.narrow(0, 3, 100));           // rows from an offset
-    a.add(w.view.narrow(1, 1, 5));             // 5 columns of every row: strided, unaligned start
-    a.add(v.view.narrow(0, 1, 3));             // 12 bytes
-    a.add(backend::LinearWeight{w.view, {}});  // no scales: one view
-    a.add(TensorView{});                       // absent: skipped
-    EXPECT_EQ(a.n, 5);
-    ASSERT_TRUE(h.dev().prefetch_weights(a).ok());
-    ASSERT_TRUE(h.dev().synchronize().ok());
-    EXPECT_EQ(max_abs(h.get(h.dev(), w.view), rounded(values)), 0.0);
-  }
-  backend::PrefetchWeightsArgs none;
-  none.tokens = 1;
-  EXPECT_TRUE(h.dev().prefetch_weights(none).ok());
-  backend::PrefetchWeightsArgs no_tokens;
-  no_tokens.add(w.view);
-  EXPECT_FALSE(h.dev().prefetch_weights(no_tokens).ok()) << "tokens 0 is refused";
-}
-
 TEST_P(ElementwiseTest, AddRoundsTheFp32Sum) {
   OpHarness h(GetParam());
   RILL_REQUIRE_BACKEND(h);

@@ -15,8 +15,8 @@
 #include "backend/cuda/common/launch.h"
 #include "backend/cuda/elementwise.h"
 #include "backend/cuda/gemm/fp8_dequant.h"
-#include "backend/cuda/gemm/fp8_native.h"
 #include "backend/cuda/gemm/fp8_quantize.h"
+#include "backend/cuda/gemm/fp8_native.h"
 #include "backend/cuda/gemm/gemm_runner.h"
 #include "backend/cuda/gemm/gemv.h"
 #include "backend/cuda/kda/config.h"
@@ -30,7 +30,6 @@
 #include "backend/cuda/moe/params.h"
 #include "backend/cuda/norm.h"
 #include "backend/cuda/sample.h"
-#include "backend/cuda/weight_prefetch.h"
 #include "core/sizes.h"
 
 namespace rill::cuda {
@@ -689,9 +688,6 @@ Status CudaBackend::logprobs_impl(const backend::LogprobsArgs& a) {
 }
 Status CudaBackend::quantize_fp8_impl(const backend::QuantizeFp8Args& a) {
   return launch_quantize_fp8(a, ctx_.stream);
-}
-Status CudaBackend::prefetch_weights_impl(const backend::PrefetchWeightsArgs& a) {
-  return launch_weight_prefetch(a, ctx_);
 }
 
 }  // namespace rill::cuda

@@ -107,7 +107,6 @@ class CudaBackend final : public backend::Backend {
   Status nonfinite_rows_impl(const backend::NonfiniteRowsArgs& a) override;
   Status logprobs_impl(const backend::LogprobsArgs& a) override;
   Status quantize_fp8_impl(const backend::QuantizeFp8Args& a) override;
-  Status prefetch_weights_impl(const backend::PrefetchWeightsArgs& a) override;
 
   // Pinned host staging for step metadata and small uploads; an event guards reuse of each half.
   Status stage(const void* host_src, size_t bytes, void* dst);

@@ -37,44 +37,4 @@ Status ffn_forward(ForwardContext& cx, const ModelConfig& c, const ModelShard& s
   return cx.reduce(out);
 }
 
-backend::PrefetchWeightsArgs mixer_weights(const ModelConfig& c, int i, const DecoderLayerWeights& w,
-                                           int64_t tokens) {
-  backend::PrefetchWeightsArgs a;
-  a.tokens = tokens;
-  if (c.layer_kinds[size_t(i)] == LayerKind::Kda) {
-    const KdaWeights& k = w.kda;
-    for (const backend::LinearWeight* l :
-         {&k.qkv_proj, &k.f_a_proj, &k.b_proj, &k.g_a_proj, &k.f_b_proj, &k.g_b_proj, &k.g_proj, &k.o_proj})
-      a.add(*l);
-    for (const TensorView* t : {&k.conv_weight, &k.a_log, &k.dt_bias, &k.o_norm}) a.add(*t);
-  } else {
-    const MlaWeights& m = w.mla;
-    for (const backend::LinearWeight* l :
-         {&m.q_proj, &m.q_a_proj, &m.q_b_proj, &m.kv_a_proj, &m.kv_b_proj, &m.g_proj, &m.o_proj})
-      a.add(*l);
-    for (const TensorView* t : {&m.q_a_norm, &m.kv_a_norm}) a.add(*t);
-  }
-  return a;
-}
-
-backend::PrefetchWeightsArgs ffn_weights(const ModelConfig& c, int i, const DecoderLayerWeights& w,
-                                         int64_t tokens) {
-  backend::PrefetchWeightsArgs a;
-  a.tokens = tokens;
-  if (c.ffn_kinds[size_t(i)] == FfnKind::Dense) {
-    a.add(w.mlp.gate_up);
-    a.add(w.mlp.down);
-  } else {
-    const MoeWeights& m = w.moe;
-    for (const backend::LinearWeight* l :
-         {&m.router, &m.shared.gate_up, &m.shared.down, &m.latent_down, &m.latent_up})
-      a.add(*l);
-    for (const TensorView* t :
-         {&m.router_bias, &m.experts.gate_up_scales, &m.experts.down_scales, &m.latent_norm})
-      a.add(*t);
-  }
-  a.add(w.post_norm);
-  return a;
-}
-
 }  // namespace rill::model

@@ -36,12 +36,4 @@ Status ffn_forward(ForwardContext& cx, const ModelConfig& c, const ModelShard& s
                    const DecoderLayerWeights& w, TensorView x, const backend::AddRmsNormArgs* x_norm,
                    TensorView out);
 
-// The weights layer i's mixer, and its feed-forward, read whatever the tokens (every projection and the small
-// vectors beside them; the routed experts' matrices depend on the routing and are left out, their scales are
-// in), for Backend::prefetch_weights ahead of the sublayer; tokens: the step's rows.
-backend::PrefetchWeightsArgs mixer_weights(const ModelConfig& c, int i, const DecoderLayerWeights& w,
-                                           int64_t tokens);
-backend::PrefetchWeightsArgs ffn_weights(const ModelConfig& c, int i, const DecoderLayerWeights& w,
-                                         int64_t tokens);
-
 }  // namespace rill::model

@@ -38,7 +38,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
-#include <optional>
 #include <string_view>
 
 #include "backend/cuda/common/align.h"
@@ -53,7 +52,6 @@
 #include "backend/cuda/moe/moe.h"
 #include "backend/cuda/moe/params.h"
 #include "backend/cuda/moe/wgmma_schedule.h"
-#include "backend/cuda/weight_prefetch.h"
 
 namespace rill::cuda {
 namespace {
@@ -126,7 +124,7 @@ struct Fp8Rows {
     __device__ __forceinline__ void load(int c, float (&wv)[kVec]) const {
       const float s = __ldg(scales + c / block_cols);
       if constexpr (kVec == 16) {
-        const uint4 u = __ldcs(reinterpret_cast<const uint4*>(w + c));  // read once: evict first
+        const uint4 u = __ldg(reinterpret_cast<const uint4*>(w + c));
         const __nv_fp8x2_storage_t* q = reinterpret_cast<const __nv_fp8x2_storage_t*>(&u);
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
@@ -135,7 +133,7 @@ struct Fp8Rows {
           wv[2 * i + 1] = t.y * s;
         }
       } else if constexpr (kVec == 8) {
-        const uint2 u = __ldcs(reinterpret_cast<const uint2*>(w + c));
+        const uint2 u = __ldg(reinterpret_cast<const uint2*>(w + c));
         const __nv_fp8x2_storage_t* q = reinterpret_cast<const __nv_fp8x2_storage_t*>(&u);
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
@@ -790,61 +788,9 @@ DecodeParams decode_params(const backend::MoeExpertsArgs& a, const ExpertsPlan& 
   return p;
 }
 
-// Decode steps with weight_prefetch (cuda/weight_prefetch.cu): once the router has chosen, the chosen
-// experts' gate_up and down weights are asked of L2 by bulk prefetches from every SM, so DRAM streams both
-// expert GEMVs' bytes from the start of the first: the down GEMV's weights arrive during the gate_up GEMV
-// instead of after it, and neither GEMV's own loads in flight bound the rate. Each expert's rows are
-// contiguous (a region of `bytes` from e * stride); pieces of 16 KiB, numbered over (pair, gate_up then
-// down), go to lanes in turn.
-struct ExpertRegions {
-  const char* gu;  // 16-byte aligned, as are the strides and sizes
-  int64_t gu_stride, gu_bytes;
-  const char* dn;
-  int64_t dn_stride, dn_bytes;
-};
-constexpr int64_t kPrefetchPiece = 16 << 10;
-
-__global__ void __launch_bounds__(32)
-    moe_prefetch_experts_kernel(const DecodeParams p, const ExpertRegions f) {
-  pdl_wait();  // the ids come from the router's selection
-  pdl_launch_dependents();
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  const int64_t gu_pieces = (f.gu_bytes + kPrefetchPiece - 1) / kPrefetchPiece,
-                per_pair = gu_pieces + (f.dn_bytes + kPrefetchPiece - 1) / kPrefetchPiece;
-  const int64_t total = int64_t(p.T) * p.k * per_pair;
-  for (int64_t q = int64_t(blockIdx.x) * 32 + threadIdx.x; q < total; q += int64_t(gridDim.x) * 32) {
-    const int64_t pair = q / per_pair, piece = q - pair * per_pair;
-    const int t = int(pair / p.k), j = int(pair - int64_t(t) * p.k);
-    const int e = p.ids[int64_t(t) * p.ld_ids + j];
-    if (e < 0 || e >= p.E) continue;
-    const bool gu = piece < gu_pieces;
-    const int64_t off = (gu ? piece : piece - gu_pieces) * kPrefetchPiece,
-                  bytes = gu ? f.gu_bytes : f.dn_bytes;
-    const char* at = (gu ? f.gu + e * f.gu_stride : f.dn + e * f.dn_stride) + off;
-    const uint32_t size = uint32_t(bytes - off < kPrefetchPiece ? bytes - off : kPrefetchPiece);
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(at), "r"(size) : "memory");
-  }
-#endif
-}
-
-// The regions of the routed experts' weights (elem: bytes per stored weight), or nothing where a region is
-// not 16-byte aligned (no prefetch then).
-std::optional<ExpertRegions> expert_regions(const void* gu, int64_t gu_expert_stride, int64_t gu_rows,
-                                            int64_t gu_ld, const void* dn, int64_t dn_expert_stride,
-                                            int64_t dn_rows, int64_t dn_ld, int64_t elem) {
-  const ExpertRegions f{static_cast<const char*>(gu), gu_expert_stride * elem, gu_rows * gu_ld * elem,
-                        static_cast<const char*>(dn), dn_expert_stride * elem, dn_rows * dn_ld * elem};
-  const auto a16 = [](int64_t v) { return v % 16 == 0; };
-  if (!aligned16(f.gu) || !aligned16(f.dn) || !a16(f.gu_stride) || !a16(f.gu_bytes) || !a16(f.dn_stride) ||
-      !a16(f.dn_bytes))
-    return std::nullopt;
-  return f;
-}
-
 // vec: the weights' load width in elements (16: FP8 codes only; 8; 1: unaligned rows).
 template <class W>
-Status launch_decode(const DecodeParams& p, const ExpertsPlan& s, int vec,
-                     const std::optional<ExpertRegions>& regions, const CudaContext& cx) {
+Status launch_decode(const DecodeParams& p, const ExpertsPlan& s, int vec, const CudaContext& cx) {
   const size_t x_smem = size_t(s.Hx) * 2, h_smem = size_t(s.k + (s.shared ? 1 : 0)) * kDownRows * 4;
   const int64_t rows_per_block = kGemvWarps * kGateUpRowsPerWarp;
   const dim3 grid1(unsigned((std::max(s.I, s.Is) + rows_per_block - 1) / rows_per_block),
@@ -855,9 +801,6 @@ Status launch_decode(const DecodeParams& p, const ExpertsPlan& s, int vec,
   auto run = [&](auto gate_up, auto down) -> Status {
     RILL_TRY(opt_in_smem("moe_experts", reinterpret_cast<const void*>(gate_up), x_smem, cx, nullptr));
     RILL_TRY(opt_in_smem("moe_experts", reinterpret_cast<const void*>(down), h_smem, cx, nullptr));
-    if (regions && weight_prefetch_wanted(s.T, cx))
-      RILL_TRY(launch("moe_prefetch_experts", {dim3(unsigned(std::max(cx.sm_count, 1))), dim3(32)}, cx.stream,
-                      moe_prefetch_experts_kernel, p, *regions));
     RILL_TRY(launch("moe_gate_up_gemv", {grid1, dim3(kGemvThreads), x_smem}, cx.stream, gate_up, p));
     return launch("moe_down_gemv", {grid2, dim3(down_threads), h_smem}, cx.stream, down, p);
   };
@@ -895,13 +838,7 @@ Status run_decode(const backend::MoeExpertsArgs& a, const ExpertsPlan& s, bf16* 
                       p.fp8_block_cols % 16 == 0 &&
                       (!s.shared || (div16(s.Is) && div16(p.sh_gu_ld) && div16(p.sh_dn_ld) &&
                                      aligned16(p.sh_gu_fp8) && aligned16(p.sh_dn_fp8) && p.sh_fp8_block_cols % 16 == 0));
-    return launch_decode<Fp8Rows>(p, s,
-                                  wide  ? 16
-                                  : vec ? 8
-                                        : 1,
-                                  expert_regions(p.gu_fp8, p.gu_expert_stride, 2 * s.I, p.gu_ld, p.dn_fp8,
-                                                 p.dn_expert_stride, s.Hx, p.dn_ld, 1),
-                                  cx);
+    return launch_decode<Fp8Rows>(p, s, wide ? 16 : vec ? 8 : 1, cx);
   }
   p.gate_up = static_cast<const bf16*>(ex.gate_up.data);
   p.down = static_cast<const bf16*>(ex.down.data);
@@ -911,10 +848,7 @@ Status run_decode(const backend::MoeExpertsArgs& a, const ExpertsPlan& s, bf16* 
       aligned16(p.down) && aligned16(h) &&
       (!s.shared || (div8(s.Is) && div8(p.sh_gu_ld) && div8(p.sh_dn_ld) && aligned16(p.sh_gate_up) &&
                      aligned16(p.sh_down) && aligned16(h + s.pairs * s.I)));
-  return launch_decode<Bf16Rows>(p, s, vec ? 8 : 1,
-                                 expert_regions(p.gate_up, p.gu_expert_stride, 2 * s.I, p.gu_ld, p.down,
-                                                p.dn_expert_stride, s.Hx, p.dn_ld, 2),
-                                 cx);
+  return launch_decode<Bf16Rows>(p, s, vec ? 8 : 1, cx);
 }
 
 // Both MXFP4 paths read packed rows in 16-byte pieces.
