@@ -327,9 +327,10 @@ Result<std::vector<BenchRow>> bench_ops(backend::Backend& be, const model::Model
       RILL_TRY(be.set_option("moe_wgmma_mxfp4_min_pairs", std::to_string(defaults.moe_wgmma_mxfp4_min_pairs)));
     }
     // FP8 experts (E4M3, 128 x 128 F32 block scales: the --quantization fp8 layout) at the grouped sizes: the
-    // dequantising mma.sync GEMM and, on Hopper where the backend takes the option (the default there), the FP8
-    // wgmma kernels (moe_wgmma_fp8). Same routing and timing as the rows above. Only on backends with the
-    // option (CUDA), so a CPU run does not time FP8 experts at prefill sizes.
+    // dequantising mma.sync GEMM and, on Hopper where the backend takes the option (the default there), the
+    // FP8 wgmma kernels (moe_wgmma_fp8), then the same codes with one scale per weight row (ptpc_fp8's
+    // layout) on them. Same routing and timing as the rows above. Only on backends with the option (CUDA), so
+    // a CPU run does not time FP8 experts at prefill sizes.
     if (!mxfp4 && Hx == H && H % 128 == 0 && I % 128 == 0 && be.set_option("moe_wgmma_fp8", "0").ok()) {
       backend::ExpertWeights ex8;
       ex8.format = backend::WeightFormat::Fp8;
@@ -344,13 +345,20 @@ Result<std::vector<BenchRow>> bench_ops(backend::Backend& be, const model::Model
                             pool.random(DType::F32, {E, 2 * I / 128, H / 128}, -1e-4f, 1e-4f));
       RILL_ASSIGN_OR_RETURN(ex8.down, codes({E, H, I}));
       RILL_ASSIGN_OR_RETURN(ex8.down_scales, pool.random(DType::F32, {E, H / 128, I / 128}, -1e-4f, 1e-4f));
+      backend::ExpertWeights ex8c = ex8;
+      ex8c.block = {1, backend::Fp8Blocks::kWholeRow};
+      RILL_ASSIGN_OR_RETURN(ex8c.gate_up_scales, pool.random(DType::F32, {E, 2 * I, 1}, -1e-4f, 1e-4f));
+      RILL_ASSIGN_OR_RETURN(ex8c.down_scales, pool.random(DType::F32, {E, H, 1}, -1e-4f, 1e-4f));
       const bool wgmma8 = be.set_option("moe_wgmma_fp8", "1").ok();
       RILL_TRY(be.set_option("moe_wgmma_fp8", "0"));
       for (int64_t T : {int64_t(o.prefill_long), int64_t(2048), int64_t(512), int64_t(256)}) {
-        for (const bool on : {false, true}) {  // mma.sync dequantising, then wgmma
+        for (const int variant : {0, 1, 2}) {  // mma.sync dequantising, wgmma, wgmma per channel
+          const bool on = variant > 0, channel = variant == 2;
           if (on && !wgmma8) continue;
           std::string name = fmt::format("moe route+experts, {} tokens, {} of {} FP8 experts", T, K, E);
-          if (on) name += ", rill's FP8 wgmma grouped GEMM";
+          if (on)
+            name += channel ? ", per-channel scales, rill's FP8 wgmma grouped GEMM"
+                            : ", rill's FP8 wgmma grouped GEMM";
           if (on) RILL_TRY(be.set_option("moe_wgmma_fp8", "1"));
           auto row = [&]() -> Result<BenchRow> {
             RILL_ASSIGN_OR_RETURN(TensorView x, pool.random(act, {T, H}, -1, 1));
@@ -371,7 +379,7 @@ Result<std::vector<BenchRow>> bench_ops(backend::Backend& be, const model::Model
             backend::MoeExpertsArgs exa{x,
                                         ids,
                                         wts,
-                                        &ex8,
+                                        channel ? &ex8c : &ex8,
                                         situ ? backend::Activation::Situ : backend::Activation::Silu,
                                         situ ? c.situ_beta : 0.0f,
                                         situ ? c.situ_linear_beta : 0.0f,
@@ -394,7 +402,9 @@ Result<std::vector<BenchRow>> bench_ops(backend::Backend& be, const model::Model
                 ms,
                 unique * 3.0 * double(H) * double(I) * (1.0 + 4.0 / (128 * 128)) + double(T) * H * 2 * 2,
                 double(T) * K * 3.0 * 2.0 * double(H) * double(I),
-                on ? "grouped GEMM (TMA + wgmma, E4M3)" : "grouped GEMM (mma.sync, dequantised FP8)"};
+                channel ? "grouped GEMM (TMA + wgmma m64n256k32, E4M3, per-token x per-channel scales)"
+                : on    ? "grouped GEMM (TMA + wgmma, E4M3)"
+                        : "grouped GEMM (mma.sync, dequantised FP8)"};
           }();
           if (on) RILL_TRY(be.set_option("moe_wgmma_fp8", "0"));
           if (!row.ok() && row.status().code() != StatusCode::Unimplemented) return row.status();

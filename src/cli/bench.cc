@@ -36,7 +36,8 @@ int run_prefix_reuse(backend::Backend& be, const model::ModelConfig& cfg, const 
   po.cached_tokens = prefix_cached >= 0 ? prefix_cached : o.prefill_long / 8 * 7;
   po.repeats = o.repeats;
   std::fprintf(stderr, "loading the model (%s) ...\n", load_format == "dummy" ? "dummy weights" : dir.c_str());
-  auto m = load_format == "dummy" ? model::load_dummy_model(cfg, be, 1234) : load_model_with_progress(dir, be, cfg.fp8.source == model::Fp8Source::QuantizeAtLoad ? "fp8" : "");
+  auto m = load_format == "dummy" ? model::load_dummy_model(cfg, be, 1234)
+                                  : load_model_with_progress(dir, be, model::quantization_flag(cfg));
   if (!m.ok()) return report_error("bench", m.status());
   auto r = bench::bench_prefix_reuse(std::move(m).value(), po);
   if (!r.ok()) return report_error("bench", r.status());

@@ -132,8 +132,9 @@ int run_inspect(int argc, char** argv) {
   app.add_option("--max-model-len", max_len, "the context one sequence must fit")->check(CLI::Range(1, 1 << 30));
   app.add_option("--max-num-seqs", seqs, "sequences whose KDA state is held")->check(CLI::Range(1, 1 << 20));
   std::string quantization;
-  app.add_option("--quantization", quantization, "fp8: plan with the matrices quantized to FP8 at load (as serve does)")
-      ->check(CLI::IsMember({"none", "fp8"}));
+  app.add_option("--quantization", quantization,
+                 "fp8 or ptpc_fp8: plan with the matrices quantized to FP8 at load (as serve does)")
+      ->check(CLI::IsMember({"none", "fp8", "ptpc_fp8"}));
   std::vector<std::string> args = expand_parallel_short_flags(argc, argv);
   std::vector<char*> ptrs;
   for (std::string& a : args) ptrs.push_back(a.data());
@@ -198,10 +199,11 @@ int run_inspect(int argc, char** argv) {
       if (s.role == model::WeightRole::Matrix &&
           (s.stack >= 0 ? table.stacks()[size_t(s.stack)].fp8_target : s.fp8.target))
         fp8_params += s.shape.numel();
-    std::printf("fp8          %s on the GPU (%s of %s parameters in FP8 E4M3 + F32 block scales, the rest bf16/F32); "
-                "%s with bf16 matrices\n",
-                human_bytes(double(fp8)).c_str(), with_commas(fp8_params).c_str(), with_commas(params).c_str(),
-                human_bytes(double(bf16)).c_str());
+    std::printf(
+        "fp8          %s on the GPU (%s of %s parameters in FP8 E4M3 + F32 %s scales, the rest bf16/F32); "
+        "%s with bf16 matrices\n",
+        human_bytes(double(fp8)).c_str(), with_commas(fp8_params).c_str(), with_commas(params).c_str(),
+        c.fp8.block_rows == 1 ? "per-channel" : "block", human_bytes(double(bf16)).c_str());
   }
   std::printf("per token    %s B of MLA latent KV (bf16, %d layers x %d)\n",
               with_commas(c.kv_bytes_per_token(2)).c_str(), c.n_layers_of(model::LayerKind::Mla),

@@ -664,14 +664,24 @@ Result<ModelConfig> ModelConfig::from_json(const nlohmann::ordered_json& json, s
 
 Status apply_quantization(ModelConfig& c, const std::string& q) {
   if (q.empty() || q == "none") return {};
-  if (q != "fp8")
-    return invalid_argument("--quantization \"{}\" is not supported (fp8: FP8 E4M3 weights with 128 x 128 block "
-                            "scales, quantized at load)",
-                            q);
+  if (q != "fp8" && q != "ptpc_fp8")
+    return invalid_argument(
+        "--quantization \"{}\" is not supported (fp8: FP8 E4M3 weights with 128 x 128 block "
+        "scales; ptpc_fp8: one scale per weight row; both quantized at load)",
+        q);
   if (c.fp8.source == Fp8Source::Checkpoint) return {};  // already FP8: loaded as stored
   c.fp8 = Fp8Config{};
   c.fp8.source = Fp8Source::QuantizeAtLoad;
+  if (q == "ptpc_fp8") {
+    c.fp8.block_rows = 1;
+    c.fp8.block_cols = 1 << 30;  // backend::Fp8Blocks::kWholeRow
+  }
   return {};
+}
+
+std::string quantization_flag(const ModelConfig& c) {
+  if (c.fp8.source != Fp8Source::QuantizeAtLoad) return "";
+  return c.fp8.block_rows == 1 ? "ptpc_fp8" : "fp8";
 }
 
 Result<ModelConfig> ModelConfig::load(const std::filesystem::path& model_dir) {

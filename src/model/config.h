@@ -69,7 +69,8 @@ enum class Fp8Source : uint8_t { None, Checkpoint, QuantizeAtLoad };
 struct Fp8Config {
   Fp8Source source = Fp8Source::None;
   // The checkpoint's scale blocks (DeepSeek weight_block_size [128, 128], or per channel: 1 x the whole row,
-  // backend::Fp8Blocks::kWholeRow); quantizing at load uses 128 x 128.
+  // backend::Fp8Blocks::kWholeRow), or those quantized to at load: 128 x 128 (`fp8`) or per channel
+  // (`ptpc_fp8`).
   int32_t block_rows = 128, block_cols = 128;
   std::string scale_suffix = "weight_scale_inv";  // checkpoint: DeepSeek's; compressed-tensors': "weight_scale"
   // Checkpoint modules stored unquantized (modules_to_not_convert / ignored_layers / compressed-tensors ignore):
@@ -78,9 +79,14 @@ struct Fp8Config {
 };
 
 struct ModelConfig;
-// --quantization (vLLM's flag): "" or "none" leave the checkpoint as stored; "fp8" quantizes its bf16 matrices
-// to FP8 E4M3 with 128 x 128 block scales at load (an FP8 checkpoint stays as it is). Anything else is refused.
+// --quantization (vLLM's flag): "" or "none" leave the checkpoint as stored; "fp8" quantizes its bf16
+// matrices to FP8 E4M3 with 128 x 128 block scales at load, "ptpc_fp8" (vLLM's per-token-per-channel FP8)
+// with one scale per weight row, and the FP8 prefill expert GEMMs then scale activations per token instead of
+// per 128 columns (an FP8 checkpoint stays as it is). Anything else is refused.
 Status apply_quantization(ModelConfig& config, const std::string& quantization);
+// The --quantization value that gives this config's FP8 weights when they are quantized at load (""
+// otherwise).
+std::string quantization_flag(const ModelConfig& config);
 
 struct ModelConfig {
   ModelFamily family = ModelFamily::KimiLinear;

@@ -266,9 +266,9 @@ TEST_P(Fp8ExpertsTest, SharedExpertBesideFp8Experts) {
 // add well under 1%, so 6e-2 (the dense native FP8 GEMM, one quantised operand, allows 5e-2). Cases: the 48B
 // shape (E 256, Hx 2304, I 1024) at 2048 tokens x top-8 and odd token counts (partial 128-slot tiles), skewed
 // routing (expert 0 with every token over many tiles, experts with no slot and one with one slot), SiTU, a
-// down GEMM with an odd number of column tiles; then the shapes it refuses (other block shapes, widths off
-// 128, fewer than 128 pairs) on the existing paths at their own bound. Skipped where the backend refuses the
-// option (not sm_90, or no sm_90a in the build).
+// down GEMM with an odd number of column tiles; then the shapes it refuses (widths off 128, fewer than 128
+// pairs; per-channel scales with widths off 128) on the existing paths at their own bound. Skipped where the
+// backend refuses the option (not sm_90, or no sm_90a in the build).
 constexpr double kWgmmaFp8Tol = 6e-2;
 
 TEST_P(Fp8ExpertsTest, Fp8ExpertsGroupedWgmma) {
@@ -291,8 +291,34 @@ TEST_P(Fp8ExpertsTest, Fp8ExpertsGroupedWgmma) {
   run_fp8_experts(h, *small, 20, 4);
   auto a = make_fp8_experts(h, 8, 160, 128, {128, 128});
   run_fp8_experts(h, *a, 300, 2);
-  auto c = make_fp8_experts(h, 8, 256, 128, {1, backend::Fp8Blocks::kWholeRow});
+  auto c = make_fp8_experts(h, 8, 96, 64, {1, backend::Fp8Blocks::kWholeRow});  // per channel, widths off 128
   run_fp8_experts(h, *c, 129, 2);
+}
+
+// The per-channel policy of the same path (grouped_wgmma.cu Fp8ChannelWeights: one scale per weight row, the
+// activations quantised per slot over the whole row, `--quantization ptpc_fp8`): the cases above with
+// per-channel scales, and a down GEMM whose last 256-column tile is half past Hx (384: the second box not
+// loaded). The same model gives the same bound: E4M3's relative error does not depend on the scale while the
+// values stay normal, and x / (amax / 448) falls below E4M3's smallest normal only for |x| < amax / 28672.
+TEST_P(Fp8ExpertsTest, Fp8ExpertsGroupedWgmmaPerChannel) {
+  OpHarness h(GetParam());
+  RILL_REQUIRE_BACKEND(h);
+  const Fp8WgmmaSetting wgmma(h.dev(), true);
+  if (!wgmma.status().ok()) GTEST_SKIP() << "no moe_wgmma_fp8 path here: " << wgmma.status().to_string();
+  const auto silu = backend::Activation::Silu, situ = backend::Activation::Situ;
+  const backend::Fp8Blocks channel{1, backend::Fp8Blocks::kWholeRow};
+  auto kimi = make_fp8_experts(h, 256, 2304, 1024, channel);
+  auto small = make_fp8_experts(h, 16, 256, 128, channel);  // one column tile in each GEMM
+  auto odd = make_fp8_experts(h, 8, 384, 256, channel);     // down: 1.5 column tiles
+  run_fp8_experts(h, *kimi, 2048, 8, silu, 0, false, kWgmmaFp8Tol);
+  run_fp8_experts(h, *kimi, 301, 8, situ, 0, false, kWgmmaFp8Tol);
+  run_fp8_experts(h, *kimi, 17, 8, silu, 0, false, kWgmmaFp8Tol);
+  run_fp8_experts(h, *kimi, 700, 8, silu, 0, true, kWgmmaFp8Tol);
+  run_fp8_experts(h, *small, 333, 5, silu, 0, true, kWgmmaFp8Tol);
+  run_fp8_experts(h, *small, 129, 1, situ, 0, false, kWgmmaFp8Tol);
+  run_fp8_experts(h, *odd, 150, 2, silu, 0, false, kWgmmaFp8Tol);
+  // Fewer than 128 pairs: the decode GEMVs at their own bound.
+  run_fp8_experts(h, *small, 20, 4);
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, Fp8ExpertsTest, ::testing::ValuesIn(tested_backends()));

@@ -1,7 +1,8 @@
 // Backend::quantize_fp8 on the GPU (`--quantization fp8` at load, src/backend/cuda/gemm/fp8_quantize.cu)
 // against the CPU reference, bit for bit: the same E4M3 codes and F32 scales from the same bf16, f16 or f32
-// matrix, for 128 x 128 blocks, per-channel scales and 64 x 128 blocks, on Kimi-Linear-48B's shapes and odd ones
-// that end in partial blocks, with an all-zero block and values over many binades.
+// matrix, for 128 x 128 blocks, per-channel scales and 64 x 128 blocks, on Kimi-Linear-48B's shapes and odd
+// ones that end in partial blocks, with an all-zero block and values over many binades; per-channel scales of
+// more rows than a grid dimension holds.
 #include <cstring>
 #include <vector>
 
@@ -56,6 +57,8 @@ TEST_P(Fp8QuantizeTest, EqualsTheCpuBitForBit) {
       run_case(h, 1024, 2304, b, from);  // a 48B expert's gate or up part
     }
   run_case(h, 12288, 2304, {128, 128}, DType::BF16);  // the 48B's KDA q|k|v
+  // ptpc_fp8: a block row per matrix row, more than a grid's 65535 (the kernel walks them).
+  run_case(h, 70000, 24, {1, backend::Fp8Blocks::kWholeRow}, DType::BF16);
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, Fp8QuantizeTest, ::testing::ValuesIn(tested_backends()));

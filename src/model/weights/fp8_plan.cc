@@ -65,6 +65,7 @@ std::string Fp8Plan::scale_name(const std::string& name) const { return module_o
 backend::Fp8Blocks Fp8Plan::stored_blocks() const { return {config_.block_rows, config_.block_cols}; }
 
 backend::Fp8Blocks Fp8Plan::quant_blocks(int64_t row_unit) const {
+  if (config_.block_rows == 1) return {1, backend::Fp8Blocks::kWholeRow};  // ptpc_fp8: a scale per row
   int32_t rows = kFp8QuantBlock;
   while (rows > 1 && row_unit % rows != 0) rows /= 2;
   return {rows, kFp8QuantBlock};

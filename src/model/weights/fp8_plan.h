@@ -25,8 +25,8 @@ class Fp8Plan {
   bool target(const std::string& weight_name) const;
   // The scale tensor's name in the checkpoint: `x.weight` -> `x.weight_scale_inv` (or `x.weight_scale`).
   std::string scale_name(const std::string& weight_name) const;
-  // The checkpoint's blocks (stored) or those quantized to (kFp8QuantBlock square); a stack whose parts are
-  // `row_unit` rows passes it so that no block spans two parts.
+  // The checkpoint's blocks (stored) or those quantized to (kFp8QuantBlock square, or one row for ptpc_fp8);
+  // a stack whose parts are `row_unit` rows passes it so that no block spans two parts.
   backend::Fp8Blocks stored_blocks() const;
   backend::Fp8Blocks quant_blocks(int64_t row_unit) const;
   // The tensors that stay in the matrix dtype whatever the checkpoint holds (README "FP8 weights": measured).

@@ -281,11 +281,11 @@ TEST(MoeWgmmaSchedule, Mxfp4UnitsCoverTheStageAndLandInTheSwizzle) {
   // Weight rows: gate_up (b_second = I) box 1 holds the up rows of the same columns, down (b_second = 128)
   // the next 128 rows; the scale of k step kt and group g covers k 64 kt + 32 g .. + 31.
   const int I = 3072, n0 = 384;
-  EXPECT_EQ(wgmma_mxfp4_weight_row(0, n0, I), n0);
-  EXPECT_EQ(wgmma_mxfp4_weight_row(127, n0, I), n0 + 127);
-  EXPECT_EQ(wgmma_mxfp4_weight_row(128, n0, I), I + n0);
-  EXPECT_EQ(wgmma_mxfp4_weight_row(255, n0, I), I + n0 + 127);
-  for (int row = 0; row < kWgBN; ++row) EXPECT_EQ(wgmma_mxfp4_weight_row(row, 512, kWgBoxRows), 512 + row);
+  EXPECT_EQ(wgmma_tile_weight_row(0, n0, I), n0);
+  EXPECT_EQ(wgmma_tile_weight_row(127, n0, I), n0 + 127);
+  EXPECT_EQ(wgmma_tile_weight_row(128, n0, I), I + n0);
+  EXPECT_EQ(wgmma_tile_weight_row(255, n0, I), I + n0 + 127);
+  for (int row = 0; row < kWgBN; ++row) EXPECT_EQ(wgmma_tile_weight_row(row, 512, kWgBoxRows), 512 + row);
   for (int kt = 0; kt < 56; ++kt)
     for (int g = 0; g < 2; ++g) EXPECT_EQ(wgmma_mxfp4_scale_col(kt, g), (kt * kWgBK + g * kWg4Group) / 32);
   // Shared memory: the bf16 stages as the bf16 kernel's (1024-byte aligned), the raw ring after them.

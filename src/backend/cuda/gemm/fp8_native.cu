@@ -47,6 +47,16 @@ __device__ __forceinline__ uint32_t e4m3x4(float a, float b, float c, float d) {
   return uint32_t(lo) | (uint32_t(hi) << 16);
 }
 
+__device__ __forceinline__ void bf16x8_to_float(const uint4& u, float (&v)[8]) {
+  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&u);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 t = __bfloat1622float2(h[i]);
+    v[2 * i] = t.x;
+    v[2 * i + 1] = t.y;
+  }
+}
+
 __global__ void __launch_bounds__(kRowsPerBlock * 32) fp8_quantize_rows_kernel(const QuantParams p) {
   pdl_prologue();
   const int lane = threadIdx.x & 31, half = lane >> 4, col = (lane & 15) * 8;
@@ -66,13 +76,7 @@ __global__ void __launch_bounds__(kRowsPerBlock * 32) fp8_quantize_rows_kernel(c
     for (int j = 0; j < kGroupsInFlight / 2; ++j) {
       const int g = g0 + 2 * j + half;
       float v[8];
-      const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&u[j]);
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const float2 t = __bfloat1622float2(h[i]);
-        v[2 * i] = t.x;
-        v[2 * i + 1] = t.y;
-      }
+      bf16x8_to_float(u[j], v);
       float amax = 0.0f;
 #pragma unroll
       for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(v[i]));
@@ -86,6 +90,49 @@ __global__ void __launch_bounds__(kRowsPerBlock * 32) fp8_quantize_rows_kernel(c
       if (col == 0) p.x_scales[int64_t(g) * p.M + m] = scale;
     }
   }
+}
+
+// Fp8ActScaling::PerToken (the per-channel FP8 experts, moe/grouped_wgmma.cu Fp8ChannelWeights): one scale a
+// row over all K columns. A warp per row, 8 bf16 a lane (256 columns a pass, kTokenPassesInFlight passes
+// loaded before any is reduced); the amax pass reads the row from memory, the codes pass again (L1 hits: a
+// row is a few KB).
+constexpr int kTokenPassesInFlight = 4;
+
+__global__ void __launch_bounds__(kRowsPerBlock * 32) fp8_quantize_tokens_kernel(const QuantParams p) {
+  pdl_prologue();
+  const int lane = threadIdx.x & 31;
+  const int m = blockIdx.x * kRowsPerBlock + (threadIdx.x >> 5);
+  if (m >= p.M || (p.n_valid && m >= *p.n_valid)) return;  // the whole warp: one row
+  const int64_t src = p.src_rows ? int64_t(p.src_rows[m]) : int64_t(m);
+  const __nv_bfloat16* row = p.x + src * p.ldx;
+  constexpr int kPass = 32 * 8;
+  float amax = 0.0f;
+  for (int c0 = 0; c0 < p.K; c0 += kPass * kTokenPassesInFlight) {
+    uint4 u[kTokenPassesInFlight];
+#pragma unroll
+    for (int j = 0; j < kTokenPassesInFlight; ++j) {
+      const int c = c0 + j * kPass + lane * 8;
+      u[j] = c < p.K ? *reinterpret_cast<const uint4*>(row + c) : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int j = 0; j < kTokenPassesInFlight; ++j) {
+      float v[8];
+      bf16x8_to_float(u[j], v);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(v[i]));
+    }
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+  const float scale = amax > 0.0f ? amax / kE4m3Max : 1.0f;
+  for (int c = lane * 8; c < p.K; c += kPass) {
+    float v[8];
+    bf16x8_to_float(*reinterpret_cast<const uint4*>(row + c), v);
+    *reinterpret_cast<uint2*>(p.codes + int64_t(m) * p.K + c) =
+        make_uint2(e4m3x4(v[0] / scale, v[1] / scale, v[2] / scale, v[3] / scale),
+                   e4m3x4(v[4] / scale, v[5] / scale, v[6] / scale, v[7] / scale));
+  }
+  if (lane == 0) p.x_scales[m] = scale;
 }
 
 struct ScaleCopyParams {
@@ -144,28 +191,31 @@ Fp8NativeStage fp8_native_stage(int64_t M, const backend::LinearWeight& w, void*
 }
 
 Status launch_fp8_quantize_rows(const void* x, int64_t ldx, int64_t M, int64_t K, void* codes,
-                                float* x_scales, cudaStream_t stream) {
+                                float* x_scales, Fp8ActScaling scaling, cudaStream_t stream) {
   if (M <= 0) return {};
-  return launch_fp8_quantize_gathered_rows(x, ldx, nullptr, nullptr, M, K, codes, x_scales, stream);
+  return launch_fp8_quantize_gathered_rows(x, ldx, nullptr, nullptr, M, K, codes, x_scales, scaling, stream);
 }
 
 Status launch_fp8_quantize_gathered_rows(const void* x, int64_t ldx, const int32_t* src_rows,
                                          const int32_t* n_valid, int64_t M, int64_t K, void* codes,
-                                         float* x_scales, cudaStream_t stream) {
+                                         float* x_scales, Fp8ActScaling scaling, cudaStream_t stream) {
   if (M <= 0) return {};
-  if (K % kGroup != 0 || ldx % 8 != 0 || !aligned16(x) || !aligned16(codes))
+  const bool per_token = scaling == Fp8ActScaling::PerToken;
+  if (K % (per_token ? 8 : kGroup) != 0 || ldx % 8 != 0 || !aligned16(x) || !aligned16(codes))
     return invalid_argument(
-        "fp8_quantize_rows: K must be a multiple of 128, x's rows and the codes 16-byte aligned");
+        "fp8_quantize_rows: K must be a multiple of {}, x's rows and the codes 16-byte aligned",
+        per_token ? 8 : kGroup);
   QuantParams q{static_cast<const __nv_bfloat16*>(x), ldx, int(M), int(K), static_cast<uint8_t*>(codes),
                 x_scales, src_rows, n_valid};
-  const dim3 qgrid(unsigned((M + kRowsPerBlock - 1) / kRowsPerBlock));
-  return launch("fp8_quantize_rows", {qgrid, dim3(kRowsPerBlock * 32), 0}, stream, fp8_quantize_rows_kernel,
-                q);
+  const LaunchShape shape{dim3(unsigned((M + kRowsPerBlock - 1) / kRowsPerBlock)), dim3(kRowsPerBlock * 32),
+                          0};
+  if (per_token) return launch("fp8_quantize_tokens", shape, stream, fp8_quantize_tokens_kernel, q);
+  return launch("fp8_quantize_rows", shape, stream, fp8_quantize_rows_kernel, q);
 }
 
 Status launch_fp8_native_stage(const backend::GemmArgs& a, const Fp8NativeStage& s, cudaStream_t stream) {
   RILL_TRY(launch_fp8_quantize_rows(a.x.data, a.x.stride(0), a.x.size(0), a.x.size(1), s.codes, s.x_scales,
-                                    stream));
+                                    Fp8ActScaling::Group128, stream));
   const backend::LinearWeight& w = *a.w;
   ScaleCopyParams c{static_cast<const float*>(w.scales.data),
                     w.scales.stride(0),

@@ -70,7 +70,7 @@ constexpr int kDequantWarps = kWg4DequantThreads / 32;  // Mxfp4Weights: warps 1
 // 128 codes (one scale block) a stage, B boxes of 64 rows, m64n128k32 into a block accumulator promoted per
 // stage (wgmma_schedule.h "FP8 variant").
 struct Bf16Weights {
-  static constexpr bool kDequant = false, kFp8 = false;
+  static constexpr bool kDequant = false, kFp8 = false, kChannel = false;
   static constexpr int kBK = kWgBK, kBoxRows = kWgBoxRows, kAccRegs = kWgAccRegs;
   static constexpr int kAStageBytes = kWgAStageBytes, kBStageBytes = kWgBStageBytes;
   static constexpr int kStages = kWgStages, kRawStages = 0;
@@ -78,18 +78,23 @@ struct Bf16Weights {
   static constexpr int kProducerRegs = 40, kConsumerRegs = 232;
   static constexpr int kSmemBytes = kWgSmemBytes;
   static constexpr int tile_cols(bool gate_up) { return wgmma_tile_cols(gate_up); }
+  static constexpr const char *kName = "moe_grouped_wgmma", *kGateUpName = "moe_grouped_wgmma_gate_up",
+                              *kDownName = "moe_grouped_wgmma_down";
 };
 struct Mxfp4Weights {
-  static constexpr bool kDequant = true, kFp8 = false;
+  static constexpr bool kDequant = true, kFp8 = false, kChannel = false;
   static constexpr int kBK = kWgBK, kBoxRows = kWgBoxRows, kAccRegs = kWgAccRegs;
   static constexpr int kAStageBytes = kWgAStageBytes, kBStageBytes = kWgBStageBytes;
   static constexpr int kStages = kWg4Stages, kRawStages = kWg4RawStages;
   static constexpr bool kSetMaxNreg = false;
   static constexpr int kSmemBytes = kWg4SmemBytes;
   static constexpr int tile_cols(bool gate_up) { return wgmma_tile_cols(gate_up); }
+  static constexpr const char *kName = "moe_grouped_wgmma_mxfp4",
+                              *kGateUpName = "moe_grouped_wgmma_mxfp4_gate_up",
+                              *kDownName = "moe_grouped_wgmma_mxfp4_down";
 };
 struct Fp8Weights {
-  static constexpr bool kDequant = false, kFp8 = true;
+  static constexpr bool kDequant = false, kFp8 = true, kChannel = false;
   static constexpr int kBK = kWg8BK, kBoxRows = kWg8BoxRows, kAccRegs = kWg8AccRegs;
   static constexpr int kAStageBytes = kWg8AStageBytes, kBStageBytes = kWg8BStageBytes;
   static constexpr int kStages = kWg8Stages, kRawStages = 0;
@@ -97,7 +102,31 @@ struct Fp8Weights {
   static constexpr int kProducerRegs = 40, kConsumerRegs = 232;
   static constexpr int kSmemBytes = kWg8SmemBytes;
   static constexpr int tile_cols(bool gate_up) { return wgmma_fp8_tile_cols(gate_up); }
+  static constexpr const char *kName = "moe_grouped_wgmma_fp8",
+                              *kGateUpName = "moe_grouped_wgmma_fp8_gate_up",
+                              *kDownName = "moe_grouped_wgmma_fp8_down";
+  static constexpr Fp8ActScaling kActScaling = Fp8ActScaling::Group128;
 };
+// Fp8ChannelWeights: E4M3 A and B with one scale per slot and per weight row (wgmma_schedule.h "per-channel
+// FP8 variant"): the bf16 tile in bytes (128 codes a stage), m64n256k32 over all of K into one accumulator,
+// the scales in the epilogue.
+struct Fp8ChannelWeights {
+  static constexpr bool kDequant = false, kFp8 = false, kChannel = true;
+  static constexpr int kBK = kWgChannelBK, kBoxRows = kWgBoxRows, kAccRegs = kWgAccRegs;
+  static constexpr int kAStageBytes = kWgAStageBytes, kBStageBytes = kWgBStageBytes;
+  static constexpr int kStages = kWgStages, kRawStages = 0;
+  static constexpr bool kSetMaxNreg = true;
+  static constexpr int kProducerRegs = 40, kConsumerRegs = 232;
+  static constexpr int kSmemBytes = kWgSmemBytes;
+  static constexpr int tile_cols(bool gate_up) { return wgmma_tile_cols(gate_up); }
+  static constexpr const char *kName = "moe_grouped_wgmma_fp8_channel",
+                              *kGateUpName = "moe_grouped_wgmma_fp8_channel_gate_up",
+                              *kDownName = "moe_grouped_wgmma_fp8_channel_down";
+  static constexpr Fp8ActScaling kActScaling = Fp8ActScaling::PerToken;
+};
+static_assert(kWgChannelBK == kWgSwizzleBytes && Fp8ChannelWeights::kAStageBytes == kWgBM * kWgChannelBK &&
+                  Fp8ChannelWeights::kBStageBytes == kWgBN * kWgChannelBK,
+              "a per-channel FP8 stage is the bf16 stage's bytes: 128 codes a 128-byte swizzle row");
 static_assert(128 * Bf16Weights::kProducerRegs + 256 * Bf16Weights::kConsumerRegs <= 65536 &&
               Bf16Weights::kProducerRegs % 8 == 0 && Bf16Weights::kConsumerRegs % 8 == 0);
 static_assert(kWg4DequantThreads == 3 * 32 && kWg4RawStageBytes == 2 * kWg4RawBoxBytes);
@@ -157,7 +186,7 @@ __device__ __forceinline__ void dequantise_b(const WgmmaGemmParams& p, const int
     for (int j = 0; j < kPerThread; ++j) {
       const int u = t + j * kWg4DequantThreads;
       const int row =
-          u < kWg4Units ? wgmma_mxfp4_weight_row(wgmma_mxfp4_unit(u).row, w.n0, p.b_second) : p.b_rows;
+          u < kWg4Units ? wgmma_tile_weight_row(wgmma_mxfp4_unit(u).row, w.n0, p.b_second) : p.b_rows;
       scale_row[j] =
           row < p.b_rows ? p.w_scales + int64_t(w.e) * p.s_expert_stride + int64_t(row) * p.lds : nullptr;
     }
@@ -211,13 +240,13 @@ __device__ __forceinline__ void dequantise_b(const WgmmaGemmParams& p, const int
 }
 #endif
 
-// The consumers' k loop of one work item for bf16 B (Bf16Weights, Mxfp4Weights): per stage four wgmma
-// m64n256k16 into the fp32 accumulators; a stage is released once the group after it is issued (lag one), so
-// the tensor cores always have the next group queued.
+// The consumers' k loop of one work item with one accumulator over all of K (Bf16Weights, Mxfp4Weights: bf16
+// B, four wgmma m64n256k16 a stage; Fp8ChannelWeights: E4M3, four m64n256k32): a stage is released once the
+// group after it is issued (lag one), so the tensor cores always have the next group queued.
 template <class W>
-__device__ __forceinline__ void accumulate_bf16(float (&acc)[W::kAccRegs], int consumer, int lane,
-                                                uint32_t a0, uint32_t b0, uint32_t full0, uint32_t empty0,
-                                                int k_tiles, int& stage, uint32_t& phase) {
+__device__ __forceinline__ void accumulate_whole_k(float (&acc)[W::kAccRegs], int consumer, int lane,
+                                                   uint32_t a0, uint32_t b0, uint32_t full0, uint32_t empty0,
+                                                   int k_tiles, int& stage, uint32_t& phase) {
 #pragma unroll
   for (int i = 0; i < W::kAccRegs; ++i) acc[i] = 0.0f;
   int in_flight = -1;  // the stage whose wgmmas may still be reading it
@@ -229,9 +258,14 @@ __device__ __forceinline__ void accumulate_bf16(float (&acc)[W::kAccRegs], int c
     for (int i = 0; i < W::kAccRegs; ++i) wgmma_fence_operand(acc[i]);
     wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < W::kBK / 16; ++kk)  // k16 steps: 32 bytes along the swizzled 128-byte rows
-      wgmma_m64n256k16_bf16(acc, wgmma_desc_sw128(a + kk * 32), wgmma_desc_sw128(b + kk * 32),
-                            (kt | kk) != 0 ? 1u : 0u);
+    for (int kk = 0; kk < kWgSwizzleBytes / 32; ++kk) {  // k16 (bf16) or k32 (E4M3) steps: 32 bytes a row
+      if constexpr (W::kChannel)
+        wgmma_m64n256k32_e4m3(acc, wgmma_desc_sw128(a + kk * 32), wgmma_desc_sw128(b + kk * 32),
+                              (kt | kk) != 0 ? 1u : 0u);
+      else
+        wgmma_m64n256k16_bf16(acc, wgmma_desc_sw128(a + kk * 32), wgmma_desc_sw128(b + kk * 32),
+                              (kt | kk) != 0 ? 1u : 0u);
+    }
     wgmma_commit();
     // Lag-one release: this step's group may still run (it chains on the same accumulators, which wgmma
     // orders by itself); the previous step's group has completed, its shared-memory reads included, so
@@ -304,6 +338,81 @@ __device__ __forceinline__ void accumulate_fp8(float (&acc)[W::kAccRegs], const 
       stage = 0;
       phase ^= 1;
     }
+  }
+}
+
+// Fp8ChannelWeights' epilogue scales of one work item: the weight scale of each output column a consumer
+// thread holds (accumulator register i multiplies w[channel_scale_index(i)]: the n8 block's two columns,
+// gate_up's up blocks after its gate blocks) and the activation scales of its two rows. Loaded before the k
+// loop, so their latency hides behind it; zero past the expert's rows or past n.
+constexpr int kChannelScales = kWgAccRegs / 2;
+__device__ __forceinline__ constexpr int channel_scale_index(int i) {
+  return 2 * (i >> 2) + (i & 1);
+}
+struct ChannelScales {
+  float w[kChannelScales];
+  float a0, a1;
+};
+template <bool kGateUp>
+__device__ __forceinline__ void load_channel_scales(ChannelScales& s, const WgmmaGemmParams& p,
+                                                    const WgmmaWork& w, int seg, int row0, int m_valid,
+                                                    int lane) {
+  const float* ws = p.fp8_w_scales + int64_t(w.e) * p.ws_expert_stride;  // [rows], contiguous
+#pragma unroll
+  for (int x = 0; x < kChannelScales; x += 2) {     // columns col, col + 1: adjacent weight rows (n0, I even)
+    const int col = 8 * (x >> 1) + 2 * (lane & 3);  // a column of the 256-row B tile
+    const int out_col = kGateUp ? col % kWgBoxRows : col;  // gate_up: gate and up of one output column
+    const float2 v = w.n0 + out_col < p.n
+                         ? *reinterpret_cast<const float2*>(ws + wgmma_tile_weight_row(col, w.n0, p.b_second))
+                         : make_float2(0.0f, 0.0f);
+    s.w[x] = v.x;
+    s.w[x + 1] = v.y;
+  }
+  s.a0 = row0 < m_valid ? p.a_scales[seg + w.m0 + row0] : 0.0f;
+  s.a1 = row0 + 8 < m_valid ? p.a_scales[seg + w.m0 + row0 + 8] : 0.0f;
+}
+
+// The epilogue of one work item: a consumer thread's accumulators (scaled, for Fp8ChannelWeights), through
+// the activation for gate_up, rounded to bf16 and stored straight from registers; pairs (i, i + 1) share a
+// row and hold adjacent columns (wgmma_acc_pos). It is unrolled over a thread's 64 (gate_up) or 128
+// registers, so its code size is the instruction cache's business: the activation is fixed at compile time
+// (the caller branches once per item) and SiLU goes through the fast exponential and reciprocal (MUFU: a few
+// ulp of fp32, far below the bf16 rounding that follows). With a runtime choice and expf, IEEE division and
+// SiTU's tanhf inlined at every element, the per-channel FP8 gate_up kernel was ~135 KB of code and ncu
+// sampled 30% of its warps waiting for instructions.
+template <class W, bool kGateUp, Act kAct>
+__device__ __forceinline__ void store_tile(const float (&acc)[W::kAccRegs], const WgmmaGemmParams& p,
+                                           const WgmmaWork& w, const ChannelScales& cs, int seg, int m_valid,
+                                           int consumer, int warp, int lane) {
+  // The thread's two rows (row0 and row0 + 8 of wgmma_acc_pos) and whether they are the expert's slots; the
+  // values are computed for every register and the stores predicated (no branches in the unrolled body).
+  const int row0 = consumer * kWgConsumerRows + 16 * warp + (lane >> 2);
+  bf16* out0 = p.out + int64_t(seg + w.m0 + row0) * p.ldo + w.n0;
+  bf16* out1 = out0 + 8 * p.ldo;
+  const bool ok0 = row0 < m_valid, ok1 = row0 + 8 < m_valid;
+  auto value = [&](int r) {  // accumulator r's value
+    if constexpr (W::kChannel)
+      return acc[r] * ((r & 2) ? cs.a1 : cs.a0) * cs.w[channel_scale_index(r)];
+    else
+      return acc[r];
+  };
+  auto act = [&](float g, float u) {
+    if constexpr (kAct == Act::Silu)
+      return __fdividef(g, 1.0f + __expf(-g)) * u;
+    else
+      return expert_act(Act::Situ, g, u, p.beta, p.linear_beta);
+  };
+#pragma unroll
+  for (int i = 0; i < (kGateUp ? W::kAccRegs / 2 : W::kAccRegs); i += 2) {
+    const WgmmaAccPos q = wgmma_acc_pos(warp, lane, i);  // row row0 (+ 8 when i % 4 == 2), columns q.col, + 1
+    float v0 = value(i), v1 = value(i + 1);
+    if constexpr (kGateUp) {  // up is the second half of the n8 blocks: kAccRegs / 2 registers further
+      v0 = act(round_bf16(v0), round_bf16(value(i + W::kAccRegs / 2)));
+      v1 = act(round_bf16(v1), round_bf16(value(i + 1 + W::kAccRegs / 2)));
+    }
+    const bool hi = (i & 2) != 0;
+    if ((hi ? ok1 : ok0) && w.n0 + q.col < p.n)  // n is even: column q.col + 1 is in range too
+      *reinterpret_cast<__nv_bfloat162*>((hi ? out1 : out0) + q.col) = __floats2bfloat162_rn(v0, v1);
   }
 }
 
@@ -412,26 +521,19 @@ __global__ void __launch_bounds__(kWgThreads, 1)
     const WgmmaWork w = wgmma_work(item, p.n_tiles, kCols, s_tiles, p.n_experts);
     const int seg = s_slots[w.e];
     const int m_valid = min(kWgBM, s_slots[w.e + 1] - seg - w.m0);
+    [[maybe_unused]] ChannelScales cs;
+    if constexpr (W::kChannel) load_channel_scales<kGateUp>(cs, p, w, seg, row0, m_valid, lane);
     if constexpr (W::kFp8)
       accumulate_fp8<W, kGateUp>(acc, p, w, seg, row0, row0 < m_valid, row0 + 8 < m_valid, consumer, lane, a0,
                                  b0, full0, empty0, k_tiles, stage, phase);
     else
-      accumulate_bf16<W>(acc, consumer, lane, a0, b0, full0, empty0, k_tiles, stage, phase);
-    // Epilogue: accumulator pairs (i, i + 1) share a row and hold adjacent columns (wgmma_acc_pos).
-    bf16* out = p.out + int64_t(seg + w.m0) * p.ldo + w.n0;
-#pragma unroll
-    for (int i = 0; i < (kGateUp ? W::kAccRegs / 2 : W::kAccRegs); i += 2) {
-      const WgmmaAccPos q = wgmma_acc_pos(warp, lane, i);
-      const int row = consumer * kWgConsumerRows + q.row;
-      if (row >= m_valid || w.n0 + q.col >= p.n) continue;  // n is even: column q.col + 1 is in range too
-      float v0 = acc[i], v1 = acc[i + 1];
-      if constexpr (kGateUp) {  // up is the second half of the n8 blocks: kAccRegs / 2 registers further
-        v0 = expert_act(p.act, round_bf16(v0), round_bf16(acc[i + W::kAccRegs / 2]), p.beta, p.linear_beta);
-        v1 = expert_act(p.act, round_bf16(v1), round_bf16(acc[i + 1 + W::kAccRegs / 2]), p.beta,
-                        p.linear_beta);
-      }
-      *reinterpret_cast<__nv_bfloat162*>(out + int64_t(row) * p.ldo + q.col) = __floats2bfloat162_rn(v0, v1);
-    }
+      accumulate_whole_k<W>(acc, consumer, lane, a0, b0, full0, empty0, k_tiles, stage, phase);
+    if (!kGateUp)
+      store_tile<W, false, Act::Silu>(acc, p, w, cs, seg, m_valid, consumer, warp, lane);  // (no activation)
+    else if (p.act == Act::Silu)
+      store_tile<W, true, Act::Silu>(acc, p, w, cs, seg, m_valid, consumer, warp, lane);
+    else
+      store_tile<W, true, Act::Situ>(acc, p, w, cs, seg, m_valid, consumer, warp, lane);
   }
 #else
   __trap();  // the host launches this only where the sm_90a build runs (wgmma_*experts_supported)
@@ -452,7 +554,7 @@ StepMaps step_maps(const WgmmaExpertsArgs& c) {
   constexpr bool kPacked = W::kDequant;
   auto activations = [&](const bf16* bf16_base, int64_t k) {
     TensorMapBf16 t;
-    if constexpr (W::kFp8) {
+    if constexpr (W::kFp8 || W::kChannel) {
       t.elem = TensorMapElem::U8;
       t.base = c.codes;
       t.strides[0] = uint64_t(k);
@@ -468,9 +570,10 @@ StepMaps step_maps(const WgmmaExpertsArgs& c) {
     return t;
   };
   auto weights = [&](const TensorView& w) {
-    const uint64_t elem = kPacked || W::kFp8 ? 1 : 2;
+    constexpr bool kBytes = kPacked || W::kFp8 || W::kChannel;
+    const uint64_t elem = kBytes ? 1 : 2;
     TensorMapBf16 t;
-    t.elem = kPacked || W::kFp8 ? TensorMapElem::U8 : TensorMapElem::Bf16;
+    t.elem = kBytes ? TensorMapElem::U8 : TensorMapElem::Bf16;
     t.swizzle = !kPacked;
     t.base = w.data;
     t.rank = 3;
@@ -507,10 +610,8 @@ std::atomic<uint64_t> g_smem[2];
 
 template <class W>
 Status run_expert_gemms(const WgmmaExpertsArgs& c, const CudaContext& cx) {
-  constexpr bool kPacked = W::kDequant;
-  const char* const kWhat = W::kFp8   ? "moe_grouped_wgmma_fp8"
-                            : kPacked ? "moe_grouped_wgmma_mxfp4"
-                                      : "moe_grouped_wgmma";
+  constexpr bool kPacked = W::kDequant, kCodes = W::kFp8 || W::kChannel;
+  const char* const kWhat = W::kName;
   const backend::MoeExpertsArgs& a = *c.args;
   const backend::ExpertWeights& ex = *a.experts;
   const StepMaps m = step_maps<W>(c);
@@ -524,11 +625,12 @@ Status run_expert_gemms(const WgmmaExpertsArgs& c, const CudaContext& cx) {
   auto* down = moe_grouped_wgmma_kernel<W, false>;
   RILL_TRY(opt_in_smem(kWhat, reinterpret_cast<const void*>(gate_up), W::kSmemBytes, cx, &g_smem<W>[0]));
   RILL_TRY(opt_in_smem(kWhat, reinterpret_cast<const void*>(down), W::kSmemBytes, cx, &g_smem<W>[1]));
-  if constexpr (W::kFp8) {
+  if constexpr (kCodes) {
     // x quantised straight into expert order (slot s from token slot_token[s]); no bf16 copy of the gathered
     // rows (H100, 8K tokens: the gather's 0.18 ms and the quantisation's 0.20 ms a layer became 0.24 ms).
     RILL_TRY(launch_fp8_quantize_gathered_rows(a.x.data, a.x.stride(0), c.slot_token, c.expert_offsets + c.E,
-                                               c.pairs, c.Hx, c.codes, c.a_scales, cx.stream));
+                                               c.pairs, c.Hx, c.codes, c.a_scales, W::kActScaling,
+                                               cx.stream));
   } else {
     RILL_TRY(launch_gather_rows(a, c.slot_token, c.expert_offsets, c.E, c.Hx, c.pairs, c.xy, cx.stream));
   }
@@ -553,7 +655,7 @@ Status run_expert_gemms(const WgmmaExpertsArgs& c, const CudaContext& cx) {
       p.w_scales = static_cast<const uint8_t*>(scales.data);
       p.s_expert_stride = scales.stride(0);
       p.lds = scales.stride(1);
-    } else if constexpr (W::kFp8) {
+    } else if constexpr (kCodes) {
       p.fp8_w_scales = static_cast<const float*>(scales.data);
       p.ws_expert_stride = scales.stride(0);
       p.ws_ld = scales.stride(1);
@@ -568,12 +670,10 @@ Status run_expert_gemms(const WgmmaExpertsArgs& c, const CudaContext& cx) {
   p.out = c.h;
   p.ldo = c.I;
   set_scales(ex.gate_up_scales);
-  RILL_TRY(launch(W::kFp8   ? "moe_grouped_wgmma_fp8_gate_up"
-                  : kPacked ? "moe_grouped_wgmma_mxfp4_gate_up"
-                            : "moe_grouped_wgmma_gate_up",
-                  shape(p.n_tiles), cx.stream, gate_up, gu_a, gu_b, p));
-  if constexpr (W::kFp8)
-    RILL_TRY(launch_fp8_quantize_rows(c.h, c.I, c.pairs, c.I, c.codes, c.a_scales, cx.stream));
+  RILL_TRY(launch(W::kGateUpName, shape(p.n_tiles), cx.stream, gate_up, gu_a, gu_b, p));
+  if constexpr (kCodes)
+    RILL_TRY(
+        launch_fp8_quantize_rows(c.h, c.I, c.pairs, c.I, c.codes, c.a_scales, W::kActScaling, cx.stream));
 
   p.k = c.I;
   p.n = c.Hx;
@@ -583,10 +683,7 @@ Status run_expert_gemms(const WgmmaExpertsArgs& c, const CudaContext& cx) {
   p.out = c.xy;
   p.ldo = c.Hx;
   set_scales(ex.down_scales);
-  return launch(W::kFp8   ? "moe_grouped_wgmma_fp8_down"
-                : kPacked ? "moe_grouped_wgmma_mxfp4_down"
-                          : "moe_grouped_wgmma_down",
-                shape(p.n_tiles), cx.stream, down, dn_a, dn_b, p);
+  return launch(W::kDownName, shape(p.n_tiles), cx.stream, down, dn_a, dn_b, p);
 }
 
 }  // namespace
@@ -623,26 +720,60 @@ Status run_expert_gemms_wgmma_mxfp4(const WgmmaExpertsArgs& c, const CudaContext
   return run_expert_gemms<Mxfp4Weights>(c, cx);
 }
 
-bool wgmma_fp8_experts_supported(const WgmmaExpertsArgs& c, const CudaContext& cx) {
-  if (!wgmma_device_supported(cx) || cx.max_smem_per_block < size_t(kWg8SmemBytes)) return false;
+namespace {
+
+// FP8 experts: 128 x 128 block scales (Fp8Weights) or one scale per weight row (Fp8ChannelWeights).
+enum class Fp8Policy { None, Blocks, Channels };
+Fp8Policy wgmma_fp8_policy(const WgmmaExpertsArgs& c, const CudaContext& cx) {
+  if (!wgmma_device_supported(cx)) return Fp8Policy::None;
   const backend::ExpertWeights& ex = *c.args->experts;
   if (ex.format != backend::WeightFormat::Fp8 || ex.gate_up.dtype != DType::F8E4M3 ||
-      ex.down.dtype != DType::F8E4M3 || ex.block.rows != kWg8ScaleBlock || ex.block.cols != kWg8ScaleBlock)
-    return false;
+      ex.down.dtype != DType::F8E4M3 || ex.gate_up.stride(2) != 1 || ex.down.stride(2) != 1)
+    return Fp8Policy::None;
   if (c.I % kWg8ScaleBlock != 0 || c.Hx % kWg8ScaleBlock != 0 || !c.codes || !c.a_scales ||
       c.args->x.stride(0) % 8 != 0)
-    return false;  // (x's rows 16-byte aligned: the quantisation's loads)
-  // F32 [E, rows / 128, k / 128] scales with contiguous rows.
-  auto scales_ok = [&](const TensorView& s, int64_t rows, int64_t k) {
-    return s.dtype == DType::F32 && s.rank() == 3 && s.size(0) == c.E && s.size(1) == rows / kWg8ScaleBlock &&
-           s.size(2) == k / kWg8ScaleBlock && (s.size(2) <= 1 || s.stride(2) == 1);
+    return Fp8Policy::None;  // (x's rows 16-byte aligned: the quantisation's loads)
+  // F32 [E, rows / block rows, k blocks] scales with contiguous rows.
+  auto scales_ok = [&](const TensorView& s, int64_t rows, int64_t k_blocks) {
+    return s.dtype == DType::F32 && s.rank() == 3 && s.size(0) == c.E && s.size(1) == rows &&
+           s.size(2) == k_blocks && (s.size(2) <= 1 || s.stride(2) == 1);
   };
-  return ex.gate_up.stride(2) == 1 && ex.down.stride(2) == 1 && scales_ok(ex.gate_up_scales, 2 * c.I, c.Hx) &&
-         scales_ok(ex.down_scales, c.Hx, c.I) && shapes_ok(c) && maps_ok<Fp8Weights>(c);
+  if (ex.block.rows == kWg8ScaleBlock && ex.block.cols == kWg8ScaleBlock) {
+    const bool ok = cx.max_smem_per_block >= size_t(kWg8SmemBytes) &&
+                    scales_ok(ex.gate_up_scales, 2 * c.I / kWg8ScaleBlock, c.Hx / kWg8ScaleBlock) &&
+                    scales_ok(ex.down_scales, c.Hx / kWg8ScaleBlock, c.I / kWg8ScaleBlock) && shapes_ok(c) &&
+                    maps_ok<Fp8Weights>(c);
+    return ok ? Fp8Policy::Blocks : Fp8Policy::None;
+  }
+  if (ex.block.rows == 1 && ex.block.cols >= std::max(c.Hx, c.I)) {
+    // (one scale a row, contiguous and 8-byte aligned: the epilogue loads two adjacent rows' at once)
+    auto rows_contiguous = [](const TensorView& s) {
+      return s.stride(1) == 1 && s.stride(0) % 2 == 0 && reinterpret_cast<uintptr_t>(s.data) % 8 == 0;
+    };
+    const bool ok = scales_ok(ex.gate_up_scales, 2 * c.I, 1) && scales_ok(ex.down_scales, c.Hx, 1) &&
+                    rows_contiguous(ex.gate_up_scales) && rows_contiguous(ex.down_scales) && shapes_ok(c) &&
+                    maps_ok<Fp8ChannelWeights>(c);
+    return ok ? Fp8Policy::Channels : Fp8Policy::None;
+  }
+  return Fp8Policy::None;
+}
+
+}  // namespace
+
+bool wgmma_fp8_experts_supported(const WgmmaExpertsArgs& c, const CudaContext& cx) {
+  return wgmma_fp8_policy(c, cx) != Fp8Policy::None;
 }
 
 Status run_expert_gemms_wgmma_fp8(const WgmmaExpertsArgs& c, const CudaContext& cx) {
-  return run_expert_gemms<Fp8Weights>(c, cx);
+  switch (wgmma_fp8_policy(c, cx)) {
+    case Fp8Policy::Blocks:
+      return run_expert_gemms<Fp8Weights>(c, cx);
+    case Fp8Policy::Channels:
+      return run_expert_gemms<Fp8ChannelWeights>(c, cx);
+    case Fp8Policy::None:
+      break;
+  }
+  return invalid_argument("moe_experts (wgmma, FP8): these experts' scales or shapes are not supported");
 }
 
 }  // namespace rill::cuda::moe

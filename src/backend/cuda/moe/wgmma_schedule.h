@@ -86,6 +86,13 @@ RILL_MOE_HD constexpr uint64_t wgmma_desc_sw128(uint32_t smem_addr) {
          (uint64_t(kWgSbo >> 4) << 32) | (uint64_t(1) << 62);
 }
 
+// The expert weight row of B tile row `row` (0-255), which is also accumulator column `row` of the 64 x 256
+// output: rows 0-127 are the first box's, from n0; rows 128.. the second box's, from n0 + b_second (gate_up:
+// b_second = I, the up rows of the same columns; down: 128, the next rows).
+RILL_MOE_HD constexpr int wgmma_tile_weight_row(int row, int n0, int b_second) {
+  return row < kWgBoxRows ? n0 + row : n0 + b_second + (row - kWgBoxRows);
+}
+
 // Where accumulator register i (0 .. N/2 - 1) of lane `lane` in warp `warp` (0-3 of its warpgroup) sits in
 // the 64 x N output of wgmma m64nNk16 with fp32 accumulators (PTX ISA, "Register Fragments and Shared Memory
 // Matrix Layouts" for wgmma D): n8 block j = i / 4, c = i % 4; row 16 warp + lane / 4 (+ 8 for c >= 2),
@@ -144,6 +151,15 @@ RILL_MOE_HD constexpr int64_t wgmma_fp8_a_scale_index(int64_t slot, int kb, int6
   return int64_t(kb) * pairs + slot;
 }
 
+// ---------------------------------------------------------------------------- per-channel FP8 variant
+// grouped_wgmma.cu Fp8ChannelWeights (FP8 experts with one scale per weight row, `--quantization ptpc_fp8` or
+// a compressed-tensors "channel" checkpoint): the bf16 kernel's tile in bytes — 128 slots x 256 weight rows x
+// 128 E4M3 codes a stage (one 128-byte swizzle row, as bf16's 64), four wgmma m64n256k32 a stage — and, with
+// no scale inside K, one accumulator over all of K: the epilogue multiplies accumulator (row, col) by the
+// slot's activation scale (the activations quantised per slot over the whole row: scales [pairs]) and the
+// weight scale of wgmma_tile_weight_row(col, n0, b_second).
+constexpr int kWgChannelBK = 128;  // E4M3 codes a stage: one swizzle row
+
 // ---------------------------------------------------------------------------------------- MXFP4 variant
 // grouped_wgmma.cu's Mxfp4 policy (W4A16: bf16 activations, K3's MXFP4 experts): the bf16 kernel's tile (128
 // slots x 256 weight rows x 64 k), A boxes, consumers and epilogue. B arrives as packed FP4 codes: per stage
@@ -181,11 +197,8 @@ RILL_MOE_HD constexpr uint32_t wgmma_mxfp4_raw_offset(Mxfp4Unit w) {
 RILL_MOE_HD constexpr uint32_t wgmma_mxfp4_chunk_offset(Mxfp4Unit w, int c) {
   return swizzle128_offset(w.row, w.group * kWg4Group + 8 * c);
 }
-// The weight row of tile row `row` (the bf16 kernel's boxes: rows 0-127 from n0, rows 128.. from n0 +
-// b_second) and the index of its scale byte for k step kt in the expert's [rows, K / 32] scales.
-RILL_MOE_HD constexpr int wgmma_mxfp4_weight_row(int row, int n0, int b_second) {
-  return row < kWgBoxRows ? n0 + row : n0 + b_second + (row - kWgBoxRows);
-}
+// The index of a unit's scale byte for k step kt in the expert's [rows, K / 32] scales (its row:
+// wgmma_tile_weight_row).
 RILL_MOE_HD constexpr int wgmma_mxfp4_scale_col(int kt, int group) {
   return kt * (kWgBK / kWg4Group) + group;
 }
