@@ -27,7 +27,9 @@
 //    tensors TMA takes run the Hopper kernels first (grouped_wgmma.cu: TMA, wgmma, persistent CTAs; no
 //    readback, so inside graph captures too). With options.moe_wgmma_fp8 (on by default), FP8 experts with
 //    128 x 128 blocks run the same kernel body's FP8 policy (grouped_wgmma.cu Fp8Weights: activations
-//    quantised per slot and 128 columns, wgmma on E4M3 codes, block scales applied per k block in fp32). With
+//    quantised per slot and 128 columns, wgmma on E4M3 codes, block scales applied per k block in fp32), and
+//    those with per-channel scales its Fp8ChannelWeights policy (activations quantised per slot, the scales
+//    applied in the epilogue). With
 //    options.moe_wgmma_mxfp4 (on by default), MXFP4 steps of at least options.moe_wgmma_mxfp4_min_pairs
 //    pairs run the bf16 Hopper kernel's MXFP4 policy (codes dequantised to bf16 in shared memory by its
 //    loading warpgroup).
@@ -982,7 +984,8 @@ Status run_grouped(const backend::MoeExpertsArgs& a, const ExpertsPlan& s, char*
       return launch_combine(a, s, y, pl.pair_slot, cx);
     }
   }
-  if (s.fp8 && cx.options.moe_wgmma_fp8) {  // FP8 operands on Hopper's wgmma (128 x 128 weight blocks only)
+  // FP8 operands on Hopper's wgmma (128 x 128 or per-channel scales)
+  if (s.fp8 && cx.options.moe_wgmma_fp8) {
     moe::WgmmaExpertsArgs w{&a, int(s.E), int(s.I), int(s.Hx), s.pairs, s.max_wg_tiles};
     w.expert_offsets = pl.expert_offsets;
     w.tile_offsets = pl.wg_tile_offsets;

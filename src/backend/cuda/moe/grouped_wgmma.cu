@@ -36,7 +36,10 @@
 // scales; stages of 128 codes (one scale block) with B boxes of 64 rows, wgmma m64n128k32 into a block
 // accumulator promoted per stage with the two scales (accumulate_fp8):
 // out[slot, :] = sum over k blocks kb of (codes_a . codes_w^T)[kb] * a_scale[slot][kb] *
-// w_scale[e][row/128][kb].
+// w_scale[e][row/128][kb]. Fp8ChannelWeights (one scale per weight row: `--quantization ptpc_fp8`, or a
+// compressed-tensors "channel" checkpoint; the same option): activations quantised per slot over the whole
+// row, the bf16 tile in bytes (128 codes a stage) with m64n256k32 e4m3 into one accumulator over all of K,
+// out[slot, :] = (codes_a . codes_w^T) * a_scale[slot] * w_scale[e][row], the scales applied in the epilogue.
 #include <cuda.h>
 #include <cuda_bf16.h>
 

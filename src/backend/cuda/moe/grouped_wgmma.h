@@ -23,9 +23,9 @@ struct WgmmaExpertsArgs {
   const int32_t* slot_token;      // [pairs], device: the token feeding each slot
   bf16* xy;                       // [pairs, Hx]: x in expert order, then each slot's expert output y
   bf16* h;                        // [pairs, I]: the activations
-  // FP8 experts only (Fp8Weights): the quantised A of either GEMM (x gathered, then h).
+  // FP8 experts only (Fp8Weights, Fp8ChannelWeights): the quantised A of either GEMM (x gathered, then h).
   uint8_t* codes = nullptr;   // E4M3 [pairs, max(Hx, I)]
-  float* a_scales = nullptr;  // [max(Hx, I) / 128, pairs]
+  float* a_scales = nullptr;  // [max(Hx, I) / 128, pairs] (per-channel weights use the first [pairs])
 };
 
 // Whether this build and device run the path (sm_90 with the sm_90a kernels compiled in) and TMA takes the
@@ -43,8 +43,10 @@ Status run_expert_gemms_wgmma(const WgmmaExpertsArgs& c, const CudaContext& cx);
 bool wgmma_mxfp4_experts_supported(const WgmmaExpertsArgs& c, const CudaContext& cx);
 Status run_expert_gemms_wgmma_mxfp4(const WgmmaExpertsArgs& c, const CudaContext& cx);
 
-// The FP8 policy of the same body (options.moe_wgmma_fp8): E4M3 experts with 128 x 128 F32 block scales, I
-// and Hx multiples of 128, pairs >= 128; quantise x into expert order, gate_up, quantise h, down.
+// The FP8 policies of the same body (options.moe_wgmma_fp8): E4M3 experts with 128 x 128 F32 block scales
+// (activations quantised per slot and 128 columns) or one F32 scale per weight row, contiguous (activations
+// quantised per slot), I and Hx multiples of 128, pairs >= 128; quantise x into expert order, gate_up,
+// quantise h, down.
 bool wgmma_fp8_experts_supported(const WgmmaExpertsArgs& c, const CudaContext& cx);
 Status run_expert_gemms_wgmma_fp8(const WgmmaExpertsArgs& c, const CudaContext& cx);
 
