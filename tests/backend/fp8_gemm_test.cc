@@ -4,7 +4,7 @@
 // blocks, per-channel scales and 64-row blocks (stacks of narrow parts); Kimi-Linear-48B's shapes and odd
 // ones with partial blocks; decode M (the GEMV) and larger M (without scratch: the GEMV over row groups; with
 // scratch: the prefill path, a bf16 copy of the weight in scratch and cuBLASLt, or under fp8_gemm=native
-// cuBLASLt's block-scaled FP8 matmul); groups of FP8 parts in one launch.
+// cuBLASLt's block-scaled FP8 matmul); groups of FP8 parts, and of FP8 and bf16 parts, in one launch.
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -106,6 +106,44 @@ TEST_P(Fp8GemmTest, GroupsEqualTheirPartsOneByOne) {
   ASSERT_TRUE(st.ok()) << st.to_string();
   EXPECT_LE(rel_l2(h.get(h.dev(), y1d.view), h.get(h.cpu(), y1c.view)), kBf16Tol);
   EXPECT_LE(rel_l2(h.get(h.dev(), y2d.view), h.get(h.cpu(), y2c.view)), kBf16Tol);
+}
+
+// A group of FP8 and bf16 parts (`--quantization` keeps the 48B's KDA gate projections bf16 beside the FP8
+// q|k|v; on CUDA one GEMV launch reads each part with its own policy): every part as the CPU computes it
+// alone.
+TEST_P(Fp8GemmTest, GroupsMixingFp8AndBf16Parts) {
+  OpHarness h(GetParam());
+  RILL_REQUIRE_BACKEND(h);
+  const int64_t K = 2304;
+  for (int64_t M : {1, 3, 4}) {
+    SCOPED_TRACE(::testing::Message() << "M " << M);
+    auto [xc, xd] = h.put_both(h.randn(M * K), DType::F32, DType::BF16, {M, K});
+    auto [w0c, w0d] = make_fp8(h, 384, K, {1, backend::Fp8Blocks::kWholeRow});
+    auto [w2c, w2d] = make_fp8(h, 256, K, {128, 128});
+    auto [b1c, b1d] =
+        h.put_both(h.randn(40 * K, 1.0f / std::sqrt(float(K))), DType::F32, DType::BF16, {40, K});
+    auto [b3c, b3d] =
+        h.put_both(h.randn(128 * K, 1.0f / std::sqrt(float(K))), DType::F32, DType::BF16, {128, K});
+    const backend::LinearWeight l1c{b1c.view}, l1d{b1d.view}, l3c{b3c.view}, l3d{b3d.view};
+    const backend::LinearWeight* wc[] = {&w0c.w, &l1c, &w2c.w, &l3c};
+    const backend::LinearWeight* wd[] = {&w0d.w, &l1d, &w2d.w, &l3d};
+    const int64_t Ns[] = {384, 40, 256, 128};
+    std::vector<BackendTensor> yc, yd;
+    backend::GemmGroupArgs g;
+    for (int i = 0; i < 4; ++i) {
+      yc.push_back(h.empty(h.cpu(), DType::F32, {M, Ns[i]}));
+      yd.push_back(h.empty(h.dev(), DType::BF16, {M, Ns[i]}));
+    }
+    for (int i = 0; i < 4; ++i) {
+      ASSERT_TRUE(h.cpu().gemm({xc.view, wc[i], yc[size_t(i)].view}).ok());
+      g.parts.push_back({xd.view, wd[i], yd[size_t(i)].view});
+    }
+    const Status st = h.dev().gemm_group(g);
+    ASSERT_TRUE(st.ok()) << st.to_string();
+    for (int i = 0; i < 4; ++i)
+      EXPECT_LE(rel_l2(h.get(h.dev(), yd[size_t(i)].view), h.get(h.cpu(), yc[size_t(i)].view)), kBf16Tol)
+          << "part " << i;
+  }
 }
 
 // The prefill path (M > 16 with a scratch arena): the weight dequantised to a bf16 copy in scratch, then the

@@ -9,9 +9,12 @@
 //
 // Weight formats are load policies of the one kernel body (style.md §7.10): Bf16Weights reads 8 bf16 weights
 // as one 16-byte chunk; Fp8Weights<16> reads 16 E4M3 codes as one 16-byte chunk (half the bytes of a decode
-// step's weight stream in the same loads in flight: the 8-byte chunks it read before left the FP8 step as slow
-// as bf16's, ncu on the H200: the GEMVs at 0.9-1.2 TB/s) and multiplies them by their block's F32 scale (exact:
-// codes widen to fp32 without rounding); Fp8Weights<8> (8-byte chunks) serves rows that are not 16-byte aligned.
+// step's weight stream in the same loads in flight: the 8-byte chunks it read before left the FP8 step as
+// slow as bf16's, ncu on the H200: the GEMVs at 0.9-1.2 TB/s) and multiplies them by their block's F32 scale
+// (exact: codes widen to fp32 without rounding); Fp8Weights<8> (8-byte chunks) serves rows that are not
+// 16-byte aligned. A group of bf16 and 16-code FP8 parts (`--quantization` keeps the 48B's KDA gate
+// projections bf16 beside the FP8 q|k|v) is one launch reading each part with its own policy (MixedWeights):
+// it was four launches.
 //
 // Launched with PDL (common/launch.h): before waiting for the kernel that produces x, each warp asks L2 for
 // its slice of W (prefetch.global.L2, one request per 128-byte line), so the weight stream of this projection
@@ -37,6 +40,24 @@ bool fp8_wide(const backend::GemmArgs& a) {
   const int64_t K = a.x.size(1);
   return K % 16 == 0 && aligned16(w.weight.data) && w.weight.stride(0) % 16 == 0 &&
          (w.block.cols % 16 == 0 || w.block.cols >= K);
+}
+
+// The policy a part alone would be read with; a group of Bf16 and Fp8x16 parts is read as Mixed.
+GemvWeights part_weights(const backend::GemmArgs& a) {
+  return !fp8(a) ? GemvWeights::Bf16 : fp8_wide(a) ? GemvWeights::Fp8x16 : GemvWeights::Fp8x8;
+}
+
+// The one policy of a group, or false where its parts cannot share a launch (8-code FP8 beside anything
+// else).
+bool group_weights(const backend::GemmGroupArgs& a, GemvWeights& out) {
+  out = part_weights(a.parts[0]);
+  for (const backend::GemmArgs& p : a.parts) {
+    const GemvWeights w = part_weights(p);
+    if (w == out) continue;
+    if (w == GemvWeights::Fp8x8 || out == GemvWeights::Fp8x8) return false;
+    out = GemvWeights::Mixed;
+  }
+  return true;
 }
 
 GemvPart make_part(const backend::GemmArgs& a, int sm_count) {
@@ -74,8 +95,7 @@ GemvPlan plan_gemv_group(const backend::GemmGroupArgs& a, int sm_count) {
     plan.blocks += (plan.g.part[i].N + rows - 1) / rows;
   }
   plan.M = int(a.parts[0].x.size(0));
-  const backend::GemmArgs& p0 = a.parts[0];
-  plan.weights = !fp8(p0) ? GemvWeights::Bf16 : fp8_wide(p0) ? GemvWeights::Fp8x16 : GemvWeights::Fp8x8;
+  (void)group_weights(a, plan.weights);  // (the callers checked gemv_group_eligible)
   return plan;
 }
 
@@ -101,6 +121,7 @@ size_t attach_norm(GemvPlan& plan, const backend::AddRmsNormArgs& n, unsigned* c
 
 using gemv::fp8;
 using gemv::fp8_wide;
+using gemv::GemvWeights;
 
 int gemv_split(int64_t N, int64_t chunks, int sm_count) {
   // Split while the warps still fit one wave of the device at 64 warps per SM (a second, partial wave
@@ -130,11 +151,10 @@ bool gemv_eligible(const backend::GemmArgs& a) {
 
 bool gemv_group_eligible(const backend::GemmGroupArgs& a) {
   if (a.parts.empty() || int(a.parts.size()) > backend::kMaxGemmGroup) return false;
-  for (const backend::GemmArgs& p : a.parts)  // one launch runs one weight policy
-    if (!gemv_eligible(p) || p.x.size(0) != a.parts[0].x.size(0) || fp8(p) != fp8(a.parts[0]) ||
-        (fp8(p) && fp8_wide(p) != fp8_wide(a.parts[0])))
-      return false;
-  return true;
+  for (const backend::GemmArgs& p : a.parts)
+    if (!gemv_eligible(p) || p.x.size(0) != a.parts[0].x.size(0)) return false;
+  GemvWeights w;
+  return gemv::group_weights(a, w);  // one launch: one policy, or bf16 and 16-code FP8 parts mixed
 }
 
 size_t gemv_norm_smem(int64_t M, int64_t K) {
@@ -153,7 +173,8 @@ bool gemv_norm_fusable(const backend::AddRmsNormArgs& n, size_t tail_smem) {
 
 namespace {
 
-// Consecutive runs of parts that share one weight policy (FP8 wide or not, or bf16): one launch each.
+// Consecutive runs of parts that can share a launch (8-code FP8 parts apart from the others): one launch
+// each.
 std::vector<backend::GemmGroupArgs> policy_runs(const backend::GemmGroupArgs& a) {
   std::vector<backend::GemmGroupArgs> runs;
   for (const backend::GemmArgs& p : a.parts) {
@@ -182,7 +203,10 @@ Status launch_plan(const gemv::GemvPlan& plan, size_t smem, cudaStream_t stream)
     case GemvWeights::Bf16: return launch_gemv_plan<Bf16Weights>("gemv_kernel", plan, NoTail{}, smem, stream);
     case GemvWeights::Fp8x16:
       return launch_gemv_plan<Fp8Weights<16>>("gemv_kernel", plan, NoTail{}, smem, stream);
-    default: return launch_gemv_plan<Fp8Weights<8>>("gemv_kernel", plan, NoTail{}, smem, stream);
+    case GemvWeights::Fp8x8:
+      return launch_gemv_plan<Fp8Weights<8>>("gemv_kernel", plan, NoTail{}, smem, stream);
+    default:
+      return launch_gemv_plan<MixedWeights>("gemv_kernel", plan, NoTail{}, smem, stream);
   }
 }
 

@@ -111,6 +111,24 @@ struct Fp8Weights {
   };
 };
 
+// A group whose parts differ in format (`--quantization` leaves the 48B's KDA gate projections bf16 beside
+// the FP8 q|k|v): each part is read with its own policy, FP8 parts (those with scales) as 16-code chunks. The
+// part is the same for every warp of a CTA, so the choice never diverges; the kernel holds both loops.
+struct MixedWeights {};
+
+// Calls f with the policy part p is read with: W itself, or for MixedWeights the part's own.
+template <class W, class F>
+__device__ __forceinline__ void with_policy(const GemvPart& p, F&& f) {
+  if constexpr (std::is_same_v<W, MixedWeights>) {
+    if (p.scales != nullptr)
+      f(Fp8Weights<16>{});
+    else
+      f(Bf16Weights{});
+  } else {
+    f(W{});
+  }
+}
+
 // The plain GEMV: nothing runs after the outputs are written.
 struct NoTail {
   static constexpr bool kActive = false;
@@ -184,10 +202,10 @@ __device__ __forceinline__ uint4 load_x(const uint4* p) {
   else return __ldg(p);
 }
 
-// Warp `part` of a row covers chunks (W::kElems weights each) [part * span, (part + 1) * span) of it.
-// kNorm: x is g.norm's output, computed by every CTA into its shared memory (GemvNorm).
-// Tail (a policy like NoTail): work the last CTA to finish runs once every output of the launch is written —
-// the decode router's expert selection (moe/route.cu), on its shared memory from g.tail_smem on.
+// Warp `part` of a row covers chunks (kElems weights each, of the part's policy) [part * span, (part + 1) *
+// span) of it. kNorm: x is g.norm's output, computed by every CTA into its shared memory (GemvNorm). Tail (a
+// policy like NoTail): work the last CTA to finish runs once every output of the launch is written — the
+// decode router's expert selection (moe/route.cu), on its shared memory from g.tail_smem on.
 template <int M, class W, bool kNorm, class Tail>
 __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvGroup g, const Tail tail) {
   extern __shared__ __align__(16) unsigned char gemv_smem[];
@@ -198,16 +216,17 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvGroup g, co
   const int split = p.split, rows = kWarps / split;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int n = (int(blockIdx.x) - p.first_block) * rows + warp / split, part = warp % split;
-  const int chunks = p.K / W::kElems;
-  const int span = (chunks + split - 1) / split;
-  const int c_begin = part * span, c_end = min(chunks, c_begin + span);
   // W is never written during a step, so it may be read before the wait; x and out may not.
-  if (n < p.N) {
-    const char* wrow = static_cast<const char*>(p.w) + int64_t(n) * p.ldw * W::kElemBytes;
-    constexpr int kChunksPerLine = 128 / W::kChunkBytes;
-    for (int c = c_begin + lane * kChunksPerLine; c < c_end; c += 32 * kChunksPerLine)
-      asm volatile("prefetch.global.L2 [%0];" ::"l"(wrow + int64_t(c) * W::kChunkBytes));
-  }
+  if (n < p.N)
+    with_policy<W>(p, [&](auto policy) {
+      using P = decltype(policy);
+      const int chunks = p.K / P::kElems, span = (chunks + split - 1) / split;
+      const int c_begin = part * span, c_end = min(chunks, c_begin + span);
+      const char* wrow = static_cast<const char*>(p.w) + int64_t(n) * p.ldw * P::kElemBytes;
+      constexpr int kChunksPerLine = 128 / P::kChunkBytes;
+      for (int c = c_begin + lane * kChunksPerLine; c < c_end; c += 32 * kChunksPerLine)
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(wrow + int64_t(c) * P::kChunkBytes));
+    });
   pdl_prologue();
   __nv_bfloat16* xs = reinterpret_cast<__nv_bfloat16*>(gemv_smem);  // kNorm: [M, K]
   if constexpr (kNorm) norm_rows<M>(g.norm, xs);
@@ -216,37 +235,42 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvGroup g, co
   float acc[M];
 #pragma unroll
   for (int m = 0; m < M; ++m) acc[m] = 0.0f;
-  if (n < p.N) {
-    using Chunk = typename W::Chunk;
-    const Chunk* wrow = reinterpret_cast<const Chunk*>(static_cast<const char*>(p.w) + int64_t(n) * p.ldw * W::kElemBytes);
-    const typename W::Row row(p, n);
-    for (int c0 = c_begin + lane; c0 < c_end; c0 += 32 * kUnroll) {
-      Chunk wv[kUnroll];
+  if (n < p.N)
+    with_policy<W>(p, [&](auto policy) {
+      using P = decltype(policy);
+      using Chunk = typename P::Chunk;
+      const int chunks = p.K / P::kElems, span = (chunks + split - 1) / split;
+      const int c_begin = part * span, c_end = min(chunks, c_begin + span);
+      const Chunk* wrow =
+          reinterpret_cast<const Chunk*>(static_cast<const char*>(p.w) + int64_t(n) * p.ldw * P::kElemBytes);
+      const typename P::Row row(p, n);
+      for (int c0 = c_begin + lane; c0 < c_end; c0 += 32 * kUnroll) {
+        Chunk wv[kUnroll];
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int c = c0 + u * 32;
-        wv[u] = c < c_end ? __ldcs(wrow + c) : Chunk{};  // streamed: read once
-      }
+        for (int u = 0; u < kUnroll; ++u) {
+          const int c = c0 + u * 32;
+          wv[u] = c < c_end ? __ldcs(wrow + c) : Chunk{};  // streamed: read once
+        }
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int c = c0 + u * 32;
-        if (c >= c_end) break;
-        float wf[W::kElems];
-        row.widen(wv[u], c, wf);
+        for (int u = 0; u < kUnroll; ++u) {
+          const int c = c0 + u * 32;
+          if (c >= c_end) break;
+          float wf[P::kElems];
+          row.widen(wv[u], c, wf);
 #pragma unroll
-        for (int m = 0; m < M; ++m) {
-          const uint4* xrow = reinterpret_cast<const uint4*>(x + int64_t(m) * ldx) + c * (W::kElems / 8);
+          for (int m = 0; m < M; ++m) {
+            const uint4* xrow = reinterpret_cast<const uint4*>(x + int64_t(m) * ldx) + c * (P::kElems / 8);
 #pragma unroll
-          for (int h = 0; h < W::kElems / 8; ++h) {
-            float xf[8];
-            unpack(load_x<kNorm>(xrow + h), xf);
+            for (int h = 0; h < P::kElems / 8; ++h) {
+              float xf[8];
+              unpack(load_x<kNorm>(xrow + h), xf);
 #pragma unroll
-            for (int i = 0; i < 8; ++i) acc[m] = fmaf(wf[8 * h + i], xf[i], acc[m]);
+              for (int i = 0; i < 8; ++i) acc[m] = fmaf(wf[8 * h + i], xf[i], acc[m]);
+            }
           }
         }
       }
-    }
-  }
+    });
 #pragma unroll
   for (int m = 0; m < M; ++m) {
 #pragma unroll
@@ -283,9 +307,10 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvGroup g, co
   }
 }
 
-// The launch of a gemv_group_eligible group: its parts, CTAs and rows, the weight policy that reads them, and
-// whether the kernel folds an add_rms_norm in (attach_norm).
-enum class GemvWeights { Bf16, Fp8x16, Fp8x8 };
+// The launch of a gemv_group_eligible group: its parts, CTAs and rows, the weight policy that reads them
+// (Mixed: bf16 and 16-code FP8 parts, MixedWeights), and whether the kernel folds an add_rms_norm in
+// (attach_norm).
+enum class GemvWeights { Bf16, Fp8x16, Fp8x8, Mixed };
 struct GemvPlan {
   GemvGroup g{};
   int blocks = 0, M = 0;

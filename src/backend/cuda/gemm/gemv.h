@@ -11,13 +11,14 @@ namespace rill::cuda {
 
 inline constexpr int kGemvMaxRows = 4;
 
-// True when `a` fits the GEMV: M <= kGemvMaxRows, dense bf16 weight, 16-byte aligned rows, K % 8 == 0.
+// True when `a` fits the GEMV: M <= kGemvMaxRows, a dense bf16 or FP8 weight, aligned rows, K % 8 == 0.
 bool gemv_eligible(const backend::GemmArgs& a);
 // sm_count: the device's multiprocessors (CudaContext::sm_count), which bound how far short rows are split.
 Status launch_gemv(const backend::GemmArgs& a, int sm_count, cudaStream_t stream);
-// Every part GEMV-eligible with the same M: then launch_gemv_group runs them all in one launch. With an input
-// norm (a.norm, where gemv_group_fuses_norm: every part on the GEMV, weight policies possibly mixed) it runs one
-// launch per run of parts of one weight policy, the norm folded into the first.
+// Every part GEMV-eligible with the same M, and no 8-code FP8 part beside parts of another format: then
+// launch_gemv_group runs them all in one launch (bf16 and FP8 parts mixed, each read with its own policy).
+// With an input norm (a.norm, where gemv_group_fuses_norm: every part on the GEMV) it runs one launch per run
+// of parts that can share one, the norm folded into the first.
 bool gemv_group_eligible(const backend::GemmGroupArgs& a);
 Status launch_gemv_group(const backend::GemmGroupArgs& a, const CudaContext& cx);
 // Whether the GEMV can fold add_rms_norm `n` into its prologue (gemv.cuh's GemvNorm): an F32 residual, M <= 4
