@@ -234,7 +234,7 @@ TEST(MoeWgmmaSchedule, Fp8TilesScaleBlocksAndAccumulators) {
   EXPECT_LE(kWg8SmemBytes, 227 * 1024) << "H100 / H200 opt-in limit per block";
 }
 
-// The MXFP4 policy (grouped_wgmma.cu Mxfp4Weights): the dequantising threads' units cover every (row, scale
+// The MXFP4 policy (grouped_wgmma.cu Mxfp4Weights): the consumer threads' units cover every (row, scale
 // group) of a stage once; a unit's raw bytes are where TMA's two unswizzled 128-row boxes put them; its four
 // bf16 chunks are the ones TMA's 128-byte swizzle would have written for those columns (the XOR of address
 // bits 7-9 into bits 4-6, from the tile's 1024-byte aligned base); each 16-byte store of a warp touches every
@@ -288,8 +288,11 @@ TEST(MoeWgmmaSchedule, Mxfp4UnitsCoverTheStageAndLandInTheSwizzle) {
   for (int row = 0; row < kWgBN; ++row) EXPECT_EQ(wgmma_tile_weight_row(row, 512, kWgBoxRows), 512 + row);
   for (int kt = 0; kt < 56; ++kt)
     for (int g = 0; g < 2; ++g) EXPECT_EQ(wgmma_mxfp4_scale_col(kt, g), (kt * kWgBK + g * kWg4Group) / 32);
-  // Shared memory: the bf16 stages as the bf16 kernel's (1024-byte aligned), the raw ring after them.
-  EXPECT_EQ(kWg4Stages * kWgStageBytes % 1024, 0);
+  // Shared memory: the A stages, then the B tiles (wgmma's swizzled operands: 1024-byte aligned), the raw
+  // ring after them.
+  EXPECT_EQ(kWg4Stages * kWgAStageBytes % 1024, 0);
+  EXPECT_EQ(kWgBStageBytes % 1024, 0);
+  EXPECT_EQ(kWg4Units, 2 * kWg4DequantThreads) << "two units a consumer thread";
   EXPECT_EQ(kWg4RawStageBytes, kWgBN * kWgBK / 2);
   EXPECT_LE(kWg4SmemBytes, 227 * 1024) << "H100 / H200 opt-in limit per block";
 }

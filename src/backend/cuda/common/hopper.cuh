@@ -72,6 +72,12 @@ __device__ __forceinline__ void fence_proxy_async_smem() {
   RILL_SM90A_ASM("fence.proxy.async.shared::cta;" ::: "memory");
 }
 
+// Named barrier `id` (1-15; 0 is __syncthreads') over `threads` threads, a multiple of the warp size: the
+// warps of a few warpgroups meeting without the rest of the CTA.
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+
 // -------------------------------------------------------------------------------------------------- TMA
 
 // Loads the box at element coordinates (c0 innermost, c1[, c2]) of the tensor map into shared memory at

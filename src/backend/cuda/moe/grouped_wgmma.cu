@@ -23,23 +23,22 @@
 //
 // One kernel body, a weight policy per format (style §7.10): Bf16Weights (the above) and Mxfp4Weights (K3's
 // MXFP4 experts, W4A16; option moe_wgmma_mxfp4, on for steps of at least moe_wgmma_mxfp4_min_pairs pairs,
-// where it measured faster than grouped_gemm_mxfp4.cu, docs/PERF.md): the
-// loader thread (warp 0 of warpgroup 0) brings A as above and B's packed codes (two boxes of 128 rows x 32
-// bytes, unswizzled) into a raw ring of its own; warps 1-3 of warpgroup 0 wait for a raw stage and for the
-// bf16 stage to be free, write the codes as bf16 times their E8M0 scale (read from global memory,
-// L2-resident) into the stage's B tile in the 128-byte swizzle (wgmma_schedule.h wgmma_mxfp4_*), fence the
-// generic proxy against wgmma's async one and arrive on the stage's `full` barrier beside the loader's
-// transaction. The products of bf16 activations and the exact dequantised weights are the MXFP4 mma.sync
-// kernel's. Fp8Weights (the 48B's `--quantization fp8` experts; option moe_wgmma_fp8): E4M3 activations
-// quantised per (slot, 128 columns) with scale amax / 448 (gemm/fp8_native.cu's rule; x straight from its
-// token rows into expert order, h where the gate_up GEMM wrote it), E4M3 weights with 128 x 128 F32 block
-// scales; stages of 128 codes (one scale block) with B boxes of 64 rows, wgmma m64n128k32 into a block
-// accumulator promoted per stage with the two scales (accumulate_fp8):
-// out[slot, :] = sum over k blocks kb of (codes_a . codes_w^T)[kb] * a_scale[slot][kb] *
-// w_scale[e][row/128][kb]. Fp8ChannelWeights (one scale per weight row: `--quantization ptpc_fp8`, or a
-// compressed-tensors "channel" checkpoint; the same option): activations quantised per slot over the whole
-// row, the bf16 tile in bytes (128 codes a stage) with m64n256k32 e4m3 into one accumulator over all of K,
-// out[slot, :] = (codes_a . codes_w^T) * a_scale[slot] * w_scale[e][row], the scales applied in the epilogue.
+// where it measured faster than grouped_gemm_mxfp4.cu, docs/PERF.md): the loader thread brings A as above and
+// B's packed codes (two boxes of 128 rows x 32 bytes, unswizzled) into the same stage; the consumers write
+// the codes of a step as bf16 times their E8M0 scale (read from global memory, L2-resident) into one of
+// three B tiles in the 128-byte swizzle (wgmma_schedule.h wgmma_mxfp4_*) while the tensor cores run the step
+// before, fence the generic proxy against wgmma's async one and meet at a named barrier before issuing the
+// step's wgmmas (accumulate_mxfp4). The products of bf16 activations and the exact dequantised weights are
+// the MXFP4 mma.sync kernel's. Fp8Weights (the 48B's `--quantization fp8` experts; option moe_wgmma_fp8):
+// E4M3 activations quantised per (slot, 128 columns) with scale amax / 448 (gemm/fp8_native.cu's rule; x
+// straight from its token rows into expert order, h where the gate_up GEMM wrote it), E4M3 weights with 128 x
+// 128 F32 block scales; stages of 128 codes (one scale block) with B boxes of 64 rows, wgmma m64n128k32 into
+// a block accumulator promoted per stage with the two scales (accumulate_fp8): out[slot, :] = sum over k
+// blocks kb of (codes_a . codes_w^T)[kb] * a_scale[slot][kb] * w_scale[e][row/128][kb]. Fp8ChannelWeights
+// (one scale per weight row: `--quantization ptpc_fp8`, or a compressed-tensors "channel" checkpoint; the
+// same option): activations quantised per slot over the whole row, the bf16 tile in bytes (128 codes a stage)
+// with m64n256k32 e4m3 into one accumulator over all of K, out[slot, :] = (codes_a . codes_w^T) *
+// a_scale[slot] * w_scale[e][row], the scales applied in the epilogue.
 #include <cuda.h>
 #include <cuda_bf16.h>
 
@@ -62,21 +61,19 @@ namespace rill::cuda::moe {
 namespace {
 
 constexpr int kConsumerWarps = 8;  // arrivals that release a stage: every consumer warp after its wgmma wait
-constexpr int kDequantWarps = kWg4DequantThreads / 32;  // Mxfp4Weights: warps 1-3 of warpgroup 0
 
 // Weight policies: the tile (k per stage, rows of a B box, stage bytes, accumulators a consumer thread), the
-// stages of A + B, the raw ring of packed codes (MXFP4 only), the registers setmaxnreg gives the producer
-// warpgroup and each consumer thread (multiples of 8 within the 64K registers), the shared memory.
-// Mxfp4Weights moves no registers (kSetMaxNreg false): its dequantising warps need far more than a lone TMA
-// thread, and ptxas fits the whole kernel, consumers included, in the 168 a thread the launch bounds give (no
-// spills), so a producer cut to a count its code may exceed would only risk it. Fp8Weights: E4M3 A and B,
-// 128 codes (one scale block) a stage, B boxes of 64 rows, m64n128k32 into a block accumulator promoted per
-// stage (wgmma_schedule.h "FP8 variant").
+// stages of A (and of B, or for MXFP4 of its packed codes) and the B tiles, the registers setmaxnreg gives
+// the producer warpgroup and each consumer thread (multiples of 8 within the 64K registers), the shared
+// memory. Mxfp4Weights: the bf16 tile's stages of A with the packed codes beside them, three B tiles the
+// consumers dequantise into (wgmma_schedule.h "MXFP4 variant"). Fp8Weights: E4M3 A and B, 128 codes (one
+// scale block) a stage, B boxes of 64 rows, m64n128k32 into a block accumulator promoted per stage
+// (wgmma_schedule.h "FP8 variant").
 struct Bf16Weights {
   static constexpr bool kDequant = false, kFp8 = false, kChannel = false;
   static constexpr int kBK = kWgBK, kBoxRows = kWgBoxRows, kAccRegs = kWgAccRegs;
   static constexpr int kAStageBytes = kWgAStageBytes, kBStageBytes = kWgBStageBytes;
-  static constexpr int kStages = kWgStages, kRawStages = 0;
+  static constexpr int kStages = kWgStages, kBTiles = kWgStages, kRawStageBytes = 0;
   static constexpr bool kSetMaxNreg = true;
   static constexpr int kProducerRegs = 40, kConsumerRegs = 232;
   static constexpr int kSmemBytes = kWgSmemBytes;
@@ -88,8 +85,9 @@ struct Mxfp4Weights {
   static constexpr bool kDequant = true, kFp8 = false, kChannel = false;
   static constexpr int kBK = kWgBK, kBoxRows = kWgBoxRows, kAccRegs = kWgAccRegs;
   static constexpr int kAStageBytes = kWgAStageBytes, kBStageBytes = kWgBStageBytes;
-  static constexpr int kStages = kWg4Stages, kRawStages = kWg4RawStages;
-  static constexpr bool kSetMaxNreg = false;
+  static constexpr int kStages = kWg4Stages, kBTiles = kWg4BBuffers, kRawStageBytes = kWg4RawStageBytes;
+  static constexpr bool kSetMaxNreg = true;
+  static constexpr int kProducerRegs = 40, kConsumerRegs = 232;
   static constexpr int kSmemBytes = kWg4SmemBytes;
   static constexpr int tile_cols(bool gate_up) { return wgmma_tile_cols(gate_up); }
   static constexpr const char *kName = "moe_grouped_wgmma_mxfp4",
@@ -100,7 +98,7 @@ struct Fp8Weights {
   static constexpr bool kDequant = false, kFp8 = true, kChannel = false;
   static constexpr int kBK = kWg8BK, kBoxRows = kWg8BoxRows, kAccRegs = kWg8AccRegs;
   static constexpr int kAStageBytes = kWg8AStageBytes, kBStageBytes = kWg8BStageBytes;
-  static constexpr int kStages = kWg8Stages, kRawStages = 0;
+  static constexpr int kStages = kWg8Stages, kBTiles = kWg8Stages, kRawStageBytes = 0;
   static constexpr bool kSetMaxNreg = true;
   static constexpr int kProducerRegs = 40, kConsumerRegs = 232;
   static constexpr int kSmemBytes = kWg8SmemBytes;
@@ -117,7 +115,7 @@ struct Fp8ChannelWeights {
   static constexpr bool kDequant = false, kFp8 = false, kChannel = true;
   static constexpr int kBK = kWgChannelBK, kBoxRows = kWgBoxRows, kAccRegs = kWgAccRegs;
   static constexpr int kAStageBytes = kWgAStageBytes, kBStageBytes = kWgBStageBytes;
-  static constexpr int kStages = kWgStages, kRawStages = 0;
+  static constexpr int kStages = kWgStages, kBTiles = kWgStages, kRawStageBytes = 0;
   static constexpr bool kSetMaxNreg = true;
   static constexpr int kProducerRegs = 40, kConsumerRegs = 232;
   static constexpr int kSmemBytes = kWgSmemBytes;
@@ -132,7 +130,8 @@ static_assert(kWgChannelBK == kWgSwizzleBytes && Fp8ChannelWeights::kAStageBytes
               "a per-channel FP8 stage is the bf16 stage's bytes: 128 codes a 128-byte swizzle row");
 static_assert(128 * Bf16Weights::kProducerRegs + 256 * Bf16Weights::kConsumerRegs <= 65536 &&
               Bf16Weights::kProducerRegs % 8 == 0 && Bf16Weights::kConsumerRegs % 8 == 0);
-static_assert(kWg4DequantThreads == 3 * 32 && kWg4RawStageBytes == 2 * kWg4RawBoxBytes);
+static_assert(kWg4DequantThreads == 2 * 128 && kWg4Units == 2 * kWg4DequantThreads &&
+              kWg4RawStageBytes == 2 * kWg4RawBoxBytes && kWg4BBuffers == 3);
 static_assert(kWgThreads == 3 * 128 && kConsumerWarps == 2 * 4, "one producer and two consumer warpgroups");
 static_assert(kWgBM == 2 * kWgConsumerRows && kWgBoxRows == kWgBM && kWgBN == 2 * kWgBoxRows);
 static_assert(kWgBK * 2 == kWgSwizzleBytes, "a stage row is one 128-byte swizzle row");
@@ -164,84 +163,6 @@ struct WgmmaGemmParams {
   const float* fp8_w_scales;
   int64_t ws_expert_stride, ws_ld;
 };
-
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-// Mxfp4Weights: warps 1-3 of warpgroup 0 (thread t = threadIdx.x - 32 of kWg4DequantThreads) turn each raw
-// stage of packed codes into the bf16 B tile of the matching stage, walking the loader's work items and k
-// steps in its order. A unit's scale byte is loaded before the waits (its latency hides behind them); rows
-// past the expert's (TMA zero-filled, or a second box not loaded) take scale 1.0 and feed only columns that
-// are never stored.
-template <bool kGateUp>
-__device__ __forceinline__ void dequantise_b(const WgmmaGemmParams& p, const int32_t* s_tiles,
-                                             unsigned char* smem, uint32_t b0, uint32_t raw0, uint32_t full0,
-                                             uint32_t empty0, uint32_t raw_full0, uint32_t raw_empty0,
-                                             int n_items, int k_tiles) {
-  constexpr int kCols = wgmma_tile_cols(kGateUp);
-  constexpr int kPerThread = (kWg4Units + kWg4DequantThreads - 1) / kWg4DequantThreads;
-  const int t = int(threadIdx.x) - 32, lane = int(threadIdx.x) & 31;
-  auto at = [&](uint32_t addr) { return smem + (addr - smem_addr(smem)); };
-  int stage = 0, raw_stage = 0;
-  uint32_t phase = 0, raw_phase = 0;
-  for (int item = int(blockIdx.x); item < n_items; item += int(gridDim.x)) {
-    const WgmmaWork w = wgmma_work(item, p.n_tiles, kCols, s_tiles, p.n_experts);
-    const uint8_t* scale_row[kPerThread];
-#pragma unroll
-    for (int j = 0; j < kPerThread; ++j) {
-      const int u = t + j * kWg4DequantThreads;
-      const int row =
-          u < kWg4Units ? wgmma_tile_weight_row(wgmma_mxfp4_unit(u).row, w.n0, p.b_second) : p.b_rows;
-      scale_row[j] =
-          row < p.b_rows ? p.w_scales + int64_t(w.e) * p.s_expert_stride + int64_t(row) * p.lds : nullptr;
-    }
-    for (int kt = 0; kt < k_tiles; ++kt) {
-      uint32_t scale[kPerThread];
-#pragma unroll
-      for (int j = 0; j < kPerThread; ++j)
-        scale[j] =
-            scale_row[j]
-                ? uint32_t(__ldg(scale_row[j] + wgmma_mxfp4_scale_col(
-                                                    kt, wgmma_mxfp4_unit(t + j * kWg4DequantThreads).group)))
-                : 127u;
-      mbar_wait(raw_full0 + 8 * raw_stage, raw_phase);  // the codes are in
-      mbar_wait(empty0 + 8 * stage, phase ^ 1);         // and the consumers are done with this stage's B
-      const uint32_t raw = raw0 + raw_stage * kWg4RawStageBytes, b = b0 + stage * kWgBStageBytes;
-#pragma unroll
-      for (int j = 0; j < kPerThread; ++j) {
-        const int u = t + j * kWg4DequantThreads;
-        if (u >= kWg4Units) continue;
-        const Mxfp4Unit unit = wgmma_mxfp4_unit(u);
-        const uint4 q = *reinterpret_cast<const uint4*>(at(raw + wgmma_mxfp4_raw_offset(unit)));
-        const __nv_bfloat162 sc = e8m0_bf162(scale[j]);
-        uint32_t lo[8], hi[8];  // columns 0-15 and 16-31 of the unit's group
-        mxfp4_dequant16(make_uint2(q.x, q.y), sc, lo);
-        mxfp4_dequant16(make_uint2(q.z, q.w), sc, hi);
-        *reinterpret_cast<uint4*>(at(b + wgmma_mxfp4_chunk_offset(unit, 0))) =
-            make_uint4(lo[0], lo[1], lo[2], lo[3]);
-        *reinterpret_cast<uint4*>(at(b + wgmma_mxfp4_chunk_offset(unit, 1))) =
-            make_uint4(lo[4], lo[5], lo[6], lo[7]);
-        *reinterpret_cast<uint4*>(at(b + wgmma_mxfp4_chunk_offset(unit, 2))) =
-            make_uint4(hi[0], hi[1], hi[2], hi[3]);
-        *reinterpret_cast<uint4*>(at(b + wgmma_mxfp4_chunk_offset(unit, 3))) =
-            make_uint4(hi[4], hi[5], hi[6], hi[7]);
-      }
-      fence_proxy_async_smem();  // these stores before wgmma's reads of the tile
-      __syncwarp();
-      if (lane == 0) {  // one arrival per warp: the stage's B is written, the raw stage read
-        mbar_arrive(full0 + 8 * stage);
-        mbar_arrive(raw_empty0 + 8 * raw_stage);
-      }
-      if (++stage == Mxfp4Weights::kStages) {
-        stage = 0;
-        phase ^= 1;
-      }
-      if (++raw_stage == Mxfp4Weights::kRawStages) {
-        raw_stage = 0;
-        raw_phase ^= 1;
-      }
-    }
-  }
-}
-#endif
 
 // The consumers' k loop of one work item with one accumulator over all of K (Bf16Weights, Mxfp4Weights: bf16
 // B, four wgmma m64n256k16 a stage; Fp8ChannelWeights: E4M3, four m64n256k32): a stage is released once the
@@ -288,6 +209,91 @@ __device__ __forceinline__ void accumulate_whole_k(float (&acc)[W::kAccRegs], in
   for (int i = 0; i < W::kAccRegs; ++i) wgmma_fence_operand(acc[i]);
   if (in_flight >= 0 && lane == 0) mbar_arrive(empty0 + 8 * in_flight);  // one arrival per warp
 }
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// The consumers' k loop for MXFP4 experts (Mxfp4Weights): per step, each of the 256 consumer threads (t)
+// turns units t and t + 256 of the stage's packed codes into B tile `b_tile` (wgmma_mxfp4_*: bf16 times the
+// unit's E8M0 scale, in the 128-byte swizzle) while the previous step's wgmmas run, fences them against
+// wgmma's async proxy, meets the other warpgroup at named barrier 1, then issues four wgmma m64n256k16 and
+// releases the previous step's stage (lag one, as accumulate_whole_k). B tile g % 3 of global step g was last
+// read by step g - 3's wgmmas, complete in both warpgroups before either passed step g - 1's barrier. A
+// unit's scale byte is loaded before the stage wait (its latency hides behind it); rows past the expert's
+// (TMA zero-filled, or a second box not loaded) take scale 1.0 and feed only columns that are never stored.
+template <class W>
+__device__ __forceinline__ void accumulate_mxfp4(float (&acc)[W::kAccRegs], const WgmmaGemmParams& p,
+                                                 const WgmmaWork& w, unsigned char* smem, int consumer,
+                                                 int lane, uint32_t a0, uint32_t b0, uint32_t raw0,
+                                                 uint32_t full0, uint32_t empty0, int k_tiles, int& stage,
+                                                 uint32_t& phase, int& b_tile) {
+  constexpr int kPerThread = kWg4Units / kWg4DequantThreads;
+  const int t = consumer * 128 + (int(threadIdx.x) & 127);
+  auto at = [&](uint32_t addr) { return smem + (addr - smem_addr(smem)); };
+  const uint8_t* scale_row[kPerThread];
+#pragma unroll
+  for (int j = 0; j < kPerThread; ++j) {
+    const int row = wgmma_tile_weight_row(wgmma_mxfp4_unit(t + j * kWg4DequantThreads).row, w.n0, p.b_second);
+    scale_row[j] =
+        row < p.b_rows ? p.w_scales + int64_t(w.e) * p.s_expert_stride + int64_t(row) * p.lds : nullptr;
+  }
+#pragma unroll
+  for (int i = 0; i < W::kAccRegs; ++i) acc[i] = 0.0f;
+  int in_flight = -1;  // the stage whose wgmmas may still be reading it
+  for (int kt = 0; kt < k_tiles; ++kt) {
+    uint32_t scale[kPerThread];
+#pragma unroll
+    for (int j = 0; j < kPerThread; ++j)
+      scale[j] =
+          scale_row[j]
+              ? uint32_t(__ldg(scale_row[j] +
+                               wgmma_mxfp4_scale_col(kt, wgmma_mxfp4_unit(t + j * kWg4DequantThreads).group)))
+              : 127u;
+    mbar_wait(full0 + 8 * stage, phase);  // A and the codes are in
+    const uint32_t raw = raw0 + stage * W::kRawStageBytes, b = b0 + b_tile * W::kBStageBytes;
+#pragma unroll
+    for (int j = 0; j < kPerThread; ++j) {
+      const Mxfp4Unit unit = wgmma_mxfp4_unit(t + j * kWg4DequantThreads);
+      const uint4 q = *reinterpret_cast<const uint4*>(at(raw + wgmma_mxfp4_raw_offset(unit)));
+      const __nv_bfloat162 sc = e8m0_bf162(scale[j]);
+      uint32_t lo[8], hi[8];  // columns 0-15 and 16-31 of the unit's group
+      mxfp4_dequant16(make_uint2(q.x, q.y), sc, lo);
+      mxfp4_dequant16(make_uint2(q.z, q.w), sc, hi);
+      *reinterpret_cast<uint4*>(at(b + wgmma_mxfp4_chunk_offset(unit, 0))) =
+          make_uint4(lo[0], lo[1], lo[2], lo[3]);
+      *reinterpret_cast<uint4*>(at(b + wgmma_mxfp4_chunk_offset(unit, 1))) =
+          make_uint4(lo[4], lo[5], lo[6], lo[7]);
+      *reinterpret_cast<uint4*>(at(b + wgmma_mxfp4_chunk_offset(unit, 2))) =
+          make_uint4(hi[0], hi[1], hi[2], hi[3]);
+      *reinterpret_cast<uint4*>(at(b + wgmma_mxfp4_chunk_offset(unit, 3))) =
+          make_uint4(hi[4], hi[5], hi[6], hi[7]);
+    }
+    fence_proxy_async_smem();                   // these stores before wgmma's reads of the tile
+    named_barrier_sync(1, kWg4DequantThreads);  // and the other warpgroup's half of it
+    const uint32_t a = a0 + stage * W::kAStageBytes + consumer * kWgConsumerRows * kWgSwizzleBytes;
+#pragma unroll
+    for (int i = 0; i < W::kAccRegs; ++i) wgmma_fence_operand(acc[i]);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kWgSwizzleBytes / 32; ++kk)  // k16 steps: 32 bytes along the swizzled rows
+      wgmma_m64n256k16_bf16(acc, wgmma_desc_sw128(a + kk * 32), wgmma_desc_sw128(b + kk * 32),
+                            (kt | kk) != 0 ? 1u : 0u);
+    wgmma_commit();
+    wgmma_wait<1>();  // the previous step's group is complete: its stage (A and codes) goes back
+#pragma unroll
+    for (int i = 0; i < W::kAccRegs; ++i) wgmma_fence_operand(acc[i]);
+    if (in_flight >= 0 && lane == 0) mbar_arrive(empty0 + 8 * in_flight);
+    in_flight = stage;
+    if (++stage == W::kStages) {
+      stage = 0;
+      phase ^= 1;
+    }
+    if (++b_tile == W::kBTiles) b_tile = 0;
+  }
+  wgmma_wait<0>();
+#pragma unroll
+  for (int i = 0; i < W::kAccRegs; ++i) wgmma_fence_operand(acc[i]);
+  if (in_flight >= 0 && lane == 0) mbar_arrive(empty0 + 8 * in_flight);  // one arrival per warp
+}
+#endif
 
 // The consumers' k loop for E4M3 operands (Fp8Weights): per stage (one 128-code scale block) four wgmma
 // m64n128k32 into a block accumulator, wait for it (the scales apply per block, so no group stays in flight),
@@ -424,28 +430,21 @@ __global__ void __launch_bounds__(kWgThreads, 1)
     moe_grouped_wgmma_kernel(const __grid_constant__ CUtensorMap a_map,
                              const __grid_constant__ CUtensorMap b_map, const WgmmaGemmParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  constexpr int kStages = W::kStages, kRawStages = W::kRawStages;
-  constexpr int kStageBytes = W::kAStageBytes + W::kBStageBytes;
+  constexpr int kStages = W::kStages;
+  constexpr int kStageBytes = W::kAStageBytes + W::kBStageBytes;  // what a TMA-fed stage's loads complete
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const uint32_t base = (smem_addr(smem_raw) + 1023u) & ~1023u;  // kSmemBytes keeps 1024 bytes for this
   const uint32_t a0 = base, b0 = base + kStages * W::kAStageBytes;
-  const uint32_t raw0 = base + kStages * kStageBytes;  // Mxfp4Weights: the packed codes' ring
-  const uint32_t full0 = raw0 + kRawStages * kWg4RawStageBytes, empty0 = full0 + kStages * 8;
-  const uint32_t raw_full0 = empty0 + kStages * 8, raw_empty0 = raw_full0 + kRawStages * 8;
+  const uint32_t raw0 = b0 + W::kBTiles * W::kBStageBytes;  // Mxfp4Weights: the packed codes of each stage
+  const uint32_t full0 = raw0 + kStages * W::kRawStageBytes, empty0 = full0 + kStages * 8;
   // The plan's offsets, [E + 1] each, after the barriers (generic pointers into the same aligned window).
-  int32_t* s_slots =
-      reinterpret_cast<int32_t*>(smem_raw + (raw_empty0 + kRawStages * 8 - smem_addr(smem_raw)));
+  int32_t* s_slots = reinterpret_cast<int32_t*>(smem_raw + (empty0 + kStages * 8 - smem_addr(smem_raw)));
   int32_t* s_tiles = s_slots + kWgMaxExperts + 1;
   const int warpgroup = int(threadIdx.x) / 128;
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
-      // The producer's arrive_expect_tx (the bytes complete the phase), and each dequantising warp's arrival.
-      mbar_init(full0 + 8 * s, 1 + (W::kDequant ? kDequantWarps : 0));
+      mbar_init(full0 + 8 * s, 1);  // the producer's arrive_expect_tx: the bytes complete the phase
       mbar_init(empty0 + 8 * s, kConsumerWarps);
-    }
-    for (int s = 0; s < kRawStages; ++s) {
-      mbar_init(raw_full0 + 8 * s, 1);
-      mbar_init(raw_empty0 + 8 * s, kDequantWarps);
     }
     mbar_fence_init();
     tma_prefetch_map(&a_map);
@@ -463,16 +462,9 @@ __global__ void __launch_bounds__(kWgThreads, 1)
 
   if (warpgroup == 0) {
     if constexpr (W::kSetMaxNreg) setmaxnreg_dec<W::kProducerRegs>();
-    if constexpr (W::kDequant) {
-      if (threadIdx.x >= 32) {
-        dequantise_b<kGateUp>(p, s_tiles, smem_raw, b0, raw0, full0, empty0, raw_full0, raw_empty0, n_items,
-                              k_tiles);
-        return;
-      }
-    }
     if (threadIdx.x != 0) return;
-    int stage = 0, raw_stage = 0;
-    uint32_t phase = 0, raw_phase = 0;
+    int stage = 0;
+    uint32_t phase = 0;
     for (int item = int(blockIdx.x); item < n_items; item += int(gridDim.x)) {
       const WgmmaWork w = wgmma_work(item, p.n_tiles, kCols, s_tiles, p.n_experts);
       const int a_row = s_slots[w.e] + w.m0;
@@ -484,18 +476,12 @@ __global__ void __launch_bounds__(kWgThreads, 1)
         mbar_wait(empty0 + 8 * stage, phase ^ 1);  // the consumers are done with this stage's previous tile
         const uint32_t full = full0 + 8 * stage, a = a0 + stage * W::kAStageBytes;
         const int k0 = kt * W::kBK;
-        if constexpr (W::kDequant) {  // A here; B's codes into the raw ring, for the dequantising warps
-          mbar_arrive_expect_tx(full, W::kAStageBytes);
+        if constexpr (W::kDequant) {  // A, and B's packed codes for the consumers to dequantise
+          const uint32_t raw = raw0 + stage * W::kRawStageBytes;
+          mbar_arrive_expect_tx(full, W::kAStageBytes + (second ? kWg4RawStageBytes : kWg4RawBoxBytes));
           tma_load_2d(a, &a_map, full, k0, a_row);
-          mbar_wait(raw_empty0 + 8 * raw_stage, raw_phase ^ 1);
-          const uint32_t raw_full = raw_full0 + 8 * raw_stage, raw = raw0 + raw_stage * kWg4RawStageBytes;
-          mbar_arrive_expect_tx(raw_full, second ? kWg4RawStageBytes : kWg4RawBoxBytes);
-          tma_load_3d(raw, &b_map, raw_full, k0 / 2, w.n0, w.e);  // packed: two codes a byte
-          if (second) tma_load_3d(raw + kWg4RawBoxBytes, &b_map, raw_full, k0 / 2, w.n0 + p.b_second, w.e);
-          if (++raw_stage == kRawStages) {
-            raw_stage = 0;
-            raw_phase ^= 1;
-          }
+          tma_load_3d(raw, &b_map, full, k0 / 2, w.n0, w.e);  // packed: two codes a byte
+          if (second) tma_load_3d(raw + kWg4RawBoxBytes, &b_map, full, k0 / 2, w.n0 + p.b_second, w.e);
         } else {
           mbar_arrive_expect_tx(full, second ? kStageBytes : kStageBytes - W::kBStageBytes / 2);
           const uint32_t b = b0 + stage * W::kBStageBytes;
@@ -518,6 +504,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   [[maybe_unused]] const int row0 =
       consumer * kWgConsumerRows + 16 * warp + (lane >> 2);  // rows row0, row0 + 8
   int stage = 0;
+  [[maybe_unused]] int b_tile = 0;  // Mxfp4Weights: the B tile of the next step
   uint32_t phase = 0;
   float acc[W::kAccRegs];
   for (int item = int(blockIdx.x); item < n_items; item += int(gridDim.x)) {
@@ -529,6 +516,9 @@ __global__ void __launch_bounds__(kWgThreads, 1)
     if constexpr (W::kFp8)
       accumulate_fp8<W, kGateUp>(acc, p, w, seg, row0, row0 < m_valid, row0 + 8 < m_valid, consumer, lane, a0,
                                  b0, full0, empty0, k_tiles, stage, phase);
+    else if constexpr (W::kDequant)
+      accumulate_mxfp4<W>(acc, p, w, smem_raw, consumer, lane, a0, b0, raw0, full0, empty0, k_tiles, stage,
+                          phase, b_tile);
     else
       accumulate_whole_k<W>(acc, consumer, lane, a0, b0, full0, empty0, k_tiles, stage, phase);
     if (!kGateUp)

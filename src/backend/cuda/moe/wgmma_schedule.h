@@ -162,26 +162,30 @@ constexpr int kWgChannelBK = 128;  // E4M3 codes a stage: one swizzle row
 
 // ---------------------------------------------------------------------------------------- MXFP4 variant
 // grouped_wgmma.cu's Mxfp4 policy (W4A16: bf16 activations, K3's MXFP4 experts): the bf16 kernel's tile (128
-// slots x 256 weight rows x 64 k), A boxes, consumers and epilogue. B arrives as packed FP4 codes: per stage
-// TMA brings 256 weight rows x 32 bytes (64 codes, low nibble = even column; no swizzle) into a ring of
-// kWg4RawStages, and warps 1-3 of the producer warpgroup (kWg4DequantThreads) write them into the stage's B
-// tile as bf16 times the row's E8M0 scale of each 32-column group, in the 128-byte swizzle TMA would have
-// written (swizzle128_offset), so wgmma reads them as it reads the bf16 kernel's. Fewer bf16 stages (3) than
-// the bf16 kernel's 4 leave room for the raw ring: 3 x 48 KiB + 6 x 8 KiB.
-constexpr int kWg4Stages = 3, kWg4RawStages = 6;
+// slots x 256 weight rows x 64 k), A boxes and epilogue. B arrives as packed FP4 codes: per stage TMA brings
+// A and 256 weight rows x 32 bytes of codes (64 codes, low nibble = even column; no swizzle) into a ring of
+// kWg4Stages, and the consumer warpgroups themselves (kWg4DequantThreads: both, two units a thread) write
+// them into one of kWg4BBuffers bf16 B tiles as bf16 times the row's E8M0 scale of each 32-column group, in
+// the 128-byte swizzle TMA would have written (swizzle128_offset), so wgmma reads them as it reads the bf16
+// kernel's. A step's dequantisation runs while the tensor cores work through the step before it. Three B
+// tiles: the tile step g writes was last read by step g - 3's wgmmas, which both warpgroups waited for before
+// meeting at step g - 1's barrier (two would need a second barrier a step). (Three dequantising warps of the
+// producer warpgroup, the first form, left the consumers waiting 55-63% of the time: docs/PERF.md.)
+constexpr int kWg4Stages = 5, kWg4BBuffers = 3;
 constexpr int kWg4RawRowBytes = kWgBK / 2;                     // 64 codes
 constexpr int kWg4RawStageBytes = kWgBN * kWg4RawRowBytes;     // 8 KiB
 constexpr int kWg4RawBoxBytes = kWgBoxRows * kWg4RawRowBytes;  // one 128-row box: 4 KiB
-constexpr int kWg4DequantThreads = 96;
+constexpr int kWg4DequantThreads = 256;
 constexpr int kWg4Group = 32;                           // columns per E8M0 scale
 constexpr int kWg4Units = kWgBN * (kWgBK / kWg4Group);  // a unit: one row's scale group in one stage
-constexpr int kWg4BarrierBytes = (2 * kWg4Stages + 2 * kWg4RawStages) * 8;
-constexpr int kWg4SmemBytes = kWg4Stages * kWgStageBytes + kWg4RawStages * kWg4RawStageBytes +
-                              kWg4BarrierBytes + kWgOffsetsBytes + 1024;
+constexpr int kWg4BarrierBytes = 2 * kWg4Stages * 8;
+// Shared memory: the A stages, the B tiles (both 1024-byte aligned), the raw ring, the barriers, the offsets.
+constexpr int kWg4SmemBytes = kWg4Stages * kWgAStageBytes + kWg4BBuffers * kWgBStageBytes +
+                              kWg4Stages * kWg4RawStageBytes + kWg4BarrierBytes + kWgOffsetsBytes + 1024;
 
 // Dequantising unit u (0 .. kWg4Units - 1) of a stage: B row `row` (0-255 of the tile: rows 128.. are the
 // second box) and scale group `group` (columns 32 group .. 32 group + 31 of the stage). Dequantising thread t
-// takes units t, t + kWg4DequantThreads, ...: a warp reads 512 consecutive raw bytes, and each of its 16-byte
+// takes units t and t + kWg4DequantThreads: a warp reads 512 consecutive raw bytes, and each of its 16-byte
 // stores covers every bank once (chunks 4 group + c of 4 rows in turn, XOR row % 8).
 struct Mxfp4Unit {
   int row, group;
