@@ -23,12 +23,11 @@ void add_device_options(CLI::App& app, DeviceOptions& o) {
       })
       ->capture_default_str();
   app.add_option(
-         "--quantization", o.quantization,
+         "-q,--quantization", o.quantization,
          "fp8: quantize the checkpoint's bf16 matrices to FP8 E4M3 with 128 x 128 block scales at load "
          "(vLLM's flag; half the weight bytes; the embedding, lm_head, router and KDA gate projections stay "
          "bf16). ptpc_fp8: the same with one scale per weight row, the prefill's expert GEMMs quantizing "
-         "activations per token (faster). FP8 checkpoints load as FP8 without it. none: as stored. -q is "
-         "the same")
+         "activations per token (faster). FP8 checkpoints load as FP8 without it. none: as stored")
       ->check([](const std::string& v) -> std::string {
         if (v == "fp8" || v == "ptpc_fp8" || v == "none") return {};
         return "\"" + v + "\": rill runs the checkpoint's own formats (bfloat16, FP8, K3's MXFP4 experts) or " +

@@ -98,6 +98,19 @@ TEST(VllmServeFlags, NoticesAndRefusalsSayWhy) {
   }
 }
 
+// -q is --quantization on every command that loads a model (vLLM's short form; `serve` also rewrites it with
+// its other vLLM flags): an unsupported method is refused by the same check.
+TEST(Usage, QuantizationShortFormOnEveryModelCommand) {
+  for (const char* cmd : {"serve", "generate", "chat", "logits", "perplexity", "bench"}) {
+    const std::string args = std::string(cmd) + " /nonexistent/rill-model" +
+                             (std::string(cmd) == "perplexity" ? " /nonexistent/text.txt" : "") + " -q gptq";
+    const auto r = run_rill(args);
+    EXPECT_EQ(r.code, 2) << args << "\n" << r.out;
+    EXPECT_NE(r.out.find("rill runs the checkpoint's own formats"), std::string::npos) << args << "\n"
+                                                                                       << r.out;
+  }
+}
+
 TEST(Usage, ErrorsExit2WithTheClosestFlag) {
   auto r = run_rill("serve /nonexistent/rill-model --max-num-seq 4");
   EXPECT_EQ(r.code, 2) << r.out;
