@@ -22,9 +22,11 @@ struct CudaBackendOptions {
   // Programmatic dependent launch on every kernel launched through cuda::launch() (common/launch.h); off:
   // plain stream order (the kernels' waits become no-ops). `pdl`.
   bool pdl = true;
-  // The fused KDA decode step (kda/decode_fused.cu); off: the separate prepare/recurrent/norm ops. Measured
-  // on the H200 (2026-12-05): a graphed batch-1 decode step of the 48B shape 3.219 ms instead of 3.249.
-  // `kda_fused_decode`.
+  // The fused KDA decode step (kda/decode_fused.cu) for steps of at least two sequences; off, or one
+  // sequence: the f_b / g_b GEMV and the separate prepare/recurrent/norm ops. Measured on the H100
+  // (2026-12-07, FP8 48B `ptpc_fp8`, graphed steps at 4K, fused against separate): batch 1 2.95-2.98 against
+  // 2.87-2.90 ms, batch 2 3.52-3.59 against 3.52-3.59, batch 4 5.39-5.40 against 5.44-5.58, batch 8
+  // 9.32-9.37 against 9.69-9.76, batch 16 10.42-10.53 against 10.96-11.02. `kda_fused_decode`.
   bool kda_fused_decode = true;
   // Verify-sized KDA sequences (up to kda::kRecurrentMaxTokens tokens) through the recurrent kernel; off: the
   // chunked prefill path. `kda_recurrent_verify`.
@@ -93,15 +95,16 @@ struct CudaBackendOptions {
   bool moe_wgmma_fp8 = true;
   // MXFP4 experts (K3's) of grouped MoE steps of at least moe_wgmma_mxfp4_min_pairs (token, expert) pairs
   // through the bf16 Hopper kernel's body with its MXFP4 weight policy (moe/grouped_wgmma.cu Mxfp4Weights:
-  // packed codes by TMA, dequantised to bf16 in shared memory by the loading warpgroup, wgmma m64n256k16; Hx
-  // and I multiples of 64); off, or smaller steps: the mma.sync grouped GEMM that dequantises 32-column tiles
-  // (moe/grouped_gemm_mxfp4.cu). Measured on the H100 (2026-12-06, K3 slice, 896 experts, top-16, route +
-  // experts): 40.4 / 16.6 / 12.9 / 11.9 ms for 8192 / 2048 / 512 / 256 tokens where the mma.sync GEMM took
-  // 52.6 / 18.2 / 10.5 / 9.7, so the threshold is the smallest step measured faster (2048 x 16 pairs); the
-  // slice's 8K prompt 252.4 ms against 309.7. No scratch changes, so Backend::set_option may change either
+  // packed codes by TMA, dequantised to bf16 in shared memory by the consumer warpgroups, wgmma m64n256k16;
+  // Hx and I multiples of 64); off, or smaller steps: the mma.sync grouped GEMM that dequantises 32-column
+  // tiles (moe/grouped_gemm_mxfp4.cu). Measured on the H100 (2026-12-07, K3 slice, 896 experts, top-16):
+  // route + experts 27.9 / 12.3 ms for 8192 / 2048 tokens where the mma.sync GEMM took 52.6 / 18.4-19.7; the
+  // slice's 512- and 256-token prompts 54.5 / 47.1 ms against 60.6 / 53.8, its decode step of 32 sequences
+  // (512 pairs) 27.2 against 29.1 ms; so the threshold is the smallest step measured faster (512 pairs; below
+  // E / 4 pairs the GEMVs take the step anyway). No scratch changes, so Backend::set_option may change either
   // between steps. `moe_wgmma_mxfp4`, `moe_wgmma_mxfp4_min_pairs`.
   bool moe_wgmma_mxfp4 = true;
-  int moe_wgmma_mxfp4_min_pairs = 32768;
+  int moe_wgmma_mxfp4_min_pairs = 512;
   // Router logits of steps of at least this many tokens as a cuBLASLt GEMM followed by a selection kernel
   // (moe/route.cu); fewer: the router's cluster kernel (each cluster of 8 CTAs reads the whole router per 8
   // tokens). Steps of at most kGemvMaxRows tokens take the split GEMV either way. Measured on the H100

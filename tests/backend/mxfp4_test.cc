@@ -194,7 +194,8 @@ TEST_P(Mxfp4Test, ExpertsGroupedK3Shapes) {
 
 // The grouped path on the Hopper kernel's MXFP4 policy (option moe_wgmma_mxfp4, here at every step size:
 // moe_wgmma_mxfp4_min_pairs 0; codes by TMA, dequantised to bf16 in shared memory, wgmma; skipped where the
-// device cannot run it; the other MXFP4 tests' steps lie below the default threshold): K3's experts at 192 and 640 pairs,
+// device cannot run it; the other MXFP4 tests' steps lie below the default threshold or have widths it does
+// not take, so they keep the mma.sync GEMM): K3's experts at 192 and 640 pairs,
 // partial column tiles in both GEMMs (I = 192: gate_up's second tile half empty; Hx = 384: down's second tile
 // without its second box), one k step in down (I = 64), experts with several tiles and experts with none.
 TEST_P(Mxfp4Test, ExpertsGroupedWgmma) {

@@ -647,8 +647,11 @@ Status CudaBackend::kda_fold_impl(const backend::KdaFoldArgs& a) {
 Status CudaBackend::kda_output_impl(const backend::KdaOutputArgs& a) {
   return launch_kda_output_norm(a, ctx_);
 }
+// One sequence keeps the separate ops: the fused kernel has a CTA per (sequence, head), 32 at batch 1, where
+// the separate ops spread the f_b / g_b rows over every SM (cuda_backend_options.h kda_fused_decode).
 bool CudaBackend::kda_fuses_decode(const backend::KdaDecodeArgs& a) const {
-  return ctx_.options.kda_fused_decode && kda_decode_fusable(a);
+  return ctx_.options.kda_fused_decode && kda_decode_fusable(a) && a.layout != nullptr &&
+         a.layout->n_seqs >= 2;
 }
 Status CudaBackend::kda_decode_impl(const backend::KdaDecodeArgs& a) {
   return launch_kda_decode(a, ctx_);

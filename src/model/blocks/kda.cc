@@ -62,7 +62,9 @@ Status kda_forward(ForwardContext& cx, const ModelConfig& c, const KdaWeights& w
                             u_norm}));
 
   // A decode step (one token per sequence, so no in-step snapshot) runs the rest as one op where the backend
-  // fuses it; taps need the separate ops' intermediates.
+  // fuses it; taps need the separate ops' intermediates. The args are whole before the backend is asked (it
+  // checks `out` too).
+  TensorView normed = cx.ws.alloc(act, {T, P});  // the gated norm's output, o_proj's input
   if (cx.layout.max_new_tokens == 1 && cx.layout.n_tokens == cx.layout.n_seqs && !cx.taps) {
     backend::KdaDecodeArgs dec;
     dec.qkv = qkv;
@@ -86,9 +88,8 @@ Status kda_forward(ForwardContext& cx, const ModelConfig& c, const KdaWeights& w
     dec.n_heads = int(Hk);
     dec.head_dim = int(d);
     dec.layout = &cx.layout;
+    dec.out = normed;
     if (be.kda_fuses_decode(dec)) {
-      TensorView normed = cx.ws.alloc(act, {T, P});
-      dec.out = normed;
       RILL_TRY(be.kda_decode(dec));
       return be.gemm({normed, &w.o_proj, out, &cx.ws});
     }
@@ -130,7 +131,6 @@ Status kda_forward(ForwardContext& cx, const ModelConfig& c, const KdaWeights& w
       {prep.q, prep.k, prep.v, prep.g, prep.beta, cache.kda_state, &cx.layout, o, &cx.ws, cache.kda_records}));
   cx.tap("kda.o", o);
 
-  TensorView normed = cx.ws.alloc(act, {T, P});
   RILL_TRY(be.kda_output({o, gate, w.o_norm, c.rms_norm_eps, normed}));
   cx.tap("kda.gate", gate);
   cx.tap("kda.normed", normed);
