@@ -32,7 +32,7 @@
 //    applied in the epilogue). With
 //    options.moe_wgmma_mxfp4 (on by default), MXFP4 steps of at least options.moe_wgmma_mxfp4_min_pairs
 //    pairs run the bf16 Hopper kernel's MXFP4 policy (codes dequantised to bf16 in shared memory by its
-//    loading warpgroup).
+//    consumer warpgroups).
 // Expert ids outside [0, E) contribute nothing (they cannot be reported from the device).
 #include <cub/block/block_scan.cuh>
 #include <cuda_fp8.h>

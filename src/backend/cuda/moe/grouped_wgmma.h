@@ -39,7 +39,7 @@ Status run_expert_gemms_wgmma(const WgmmaExpertsArgs& c, const CudaContext& cx);
 
 // The MXFP4 policy of the same kernel body (options.moe_wgmma_mxfp4; K3's experts, W4A16): U8 packed codes
 // and E8M0 scales with contiguous rows, Hx and I multiples of 64, pairs >= 128; gather, gate_up, down, the
-// codes dequantised to bf16 in shared memory by the loading warpgroup (grouped_wgmma.cu).
+// codes dequantised to bf16 in shared memory by the consumer warpgroups (grouped_wgmma.cu).
 bool wgmma_mxfp4_experts_supported(const WgmmaExpertsArgs& c, const CudaContext& cx);
 Status run_expert_gemms_wgmma_mxfp4(const WgmmaExpertsArgs& c, const CudaContext& cx);
 
