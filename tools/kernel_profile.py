@@ -79,4 +79,7 @@ def main(path: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    try:
+        main(sys.argv[1])
+    except BrokenPipeError:  # the reader (`| head`) has what it wanted
+        sys.stderr.close()
