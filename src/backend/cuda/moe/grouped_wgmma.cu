@@ -28,7 +28,8 @@
 // the codes of a step as bf16 times their E8M0 scale (read from global memory, L2-resident) into one of
 // three B tiles in the 128-byte swizzle (wgmma_schedule.h wgmma_mxfp4_*) while the tensor cores run the step
 // before, fence the generic proxy against wgmma's async one and meet at a named barrier before issuing the
-// step's wgmmas (accumulate_mxfp4). The products of bf16 activations and the exact dequantised weights are
+// step's wgmmas (accumulate_mxfp4); a consumer warpgroup with none of the expert's slots in its 64 rows only
+// dequantises (no wgmma, no stores). The products of bf16 activations and the exact dequantised weights are
 // the MXFP4 mma.sync kernel's. Fp8Weights (the 48B's `--quantization fp8` experts; option moe_wgmma_fp8):
 // E4M3 activations quantised per (slot, 128 columns) with scale amax / 448 (gemm/fp8_native.cu's rule; x
 // straight from its token rows into expert order, h where the gate_up GEMM wrote it), E4M3 weights with 128 x
@@ -219,7 +220,15 @@ __device__ __forceinline__ void accumulate_whole_k(float (&acc)[W::kAccRegs], in
 // read by step g - 3's wgmmas, complete in both warpgroups before either passed step g - 1's barrier. A
 // unit's scale byte is loaded before the stage wait (its latency hides behind it); rows past the expert's
 // (TMA zero-filled, or a second box not loaded) take scale 1.0 and feed only columns that are never stored.
-template <class W>
+//
+// kIssue false: none of this warpgroup's 64 rows is one of the expert's slots (an expert's mostly empty last
+// tile: K3 at 2K tokens has 37 slots an expert on average, so its one tile is more than half empty), so it
+// issues no wgmma and only dequantises its half of each step's B tile for the other warpgroup, whose wgmmas
+// then have the tensor cores to themselves (the three-tile argument above holds: only the other warpgroup's
+// wgmmas read the tiles, and it waits for them as before). A template parameter, not a branch around the
+// wgmmas, which ptxas would fence with extra warpgroup.arrives. (The same skip in the bf16 and FP8 policies'
+// loops measured slower at 8K tokens on the H100, 2026-12-07: docs/PERF.md.)
+template <class W, bool kIssue>
 __device__ __forceinline__ void accumulate_mxfp4(float (&acc)[W::kAccRegs], const WgmmaGemmParams& p,
                                                  const WgmmaWork& w, unsigned char* smem, int consumer,
                                                  int lane, uint32_t a0, uint32_t b0, uint32_t raw0,
@@ -272,11 +281,13 @@ __device__ __forceinline__ void accumulate_mxfp4(float (&acc)[W::kAccRegs], cons
 #pragma unroll
     for (int i = 0; i < W::kAccRegs; ++i) wgmma_fence_operand(acc[i]);
     wgmma_fence();
+    if constexpr (kIssue) {
 #pragma unroll
-    for (int kk = 0; kk < kWgSwizzleBytes / 32; ++kk)  // k16 steps: 32 bytes along the swizzled rows
-      wgmma_m64n256k16_bf16(acc, wgmma_desc_sw128(a + kk * 32), wgmma_desc_sw128(b + kk * 32),
-                            (kt | kk) != 0 ? 1u : 0u);
-    wgmma_commit();
+      for (int kk = 0; kk < kWgSwizzleBytes / 32; ++kk)  // k16 steps: 32 bytes along the swizzled rows
+        wgmma_m64n256k16_bf16(acc, wgmma_desc_sw128(a + kk * 32), wgmma_desc_sw128(b + kk * 32),
+                              (kt | kk) != 0 ? 1u : 0u);
+    }
+    wgmma_commit();  // (without kIssue an empty group: the waits and releases below stay as they are)
     wgmma_wait<1>();  // the previous step's group is complete: its stage (A and codes) goes back
 #pragma unroll
     for (int i = 0; i < W::kAccRegs; ++i) wgmma_fence_operand(acc[i]);
@@ -516,10 +527,15 @@ __global__ void __launch_bounds__(kWgThreads, 1)
     if constexpr (W::kFp8)
       accumulate_fp8<W, kGateUp>(acc, p, w, seg, row0, row0 < m_valid, row0 + 8 < m_valid, consumer, lane, a0,
                                  b0, full0, empty0, k_tiles, stage, phase);
-    else if constexpr (W::kDequant)
-      accumulate_mxfp4<W>(acc, p, w, smem_raw, consumer, lane, a0, b0, raw0, full0, empty0, k_tiles, stage,
-                          phase, b_tile);
-    else
+    else if constexpr (W::kDequant) {
+      if (consumer * kWgConsumerRows >= m_valid) {  // no slot in this warpgroup's rows: no wgmma, no stores
+        accumulate_mxfp4<W, false>(acc, p, w, smem_raw, consumer, lane, a0, b0, raw0, full0, empty0, k_tiles,
+                                   stage, phase, b_tile);
+        continue;
+      }
+      accumulate_mxfp4<W, true>(acc, p, w, smem_raw, consumer, lane, a0, b0, raw0, full0, empty0, k_tiles,
+                                stage, phase, b_tile);
+    } else
       accumulate_whole_k<W>(acc, consumer, lane, a0, b0, full0, empty0, k_tiles, stage, phase);
     if (!kGateUp)
       store_tile<W, false, Act::Silu>(acc, p, w, cs, seg, m_valid, consumer, warp, lane);  // (no activation)
