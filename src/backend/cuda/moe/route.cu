@@ -7,8 +7,10 @@
 // Decode (T <= kGemvMaxRows): the logits come from the split GEMV (gemm/gemv.cuh, F32 out, the router rows
 // spread over every SM) into CudaContext::route_logits, and the last of its CTAs to finish selects every
 // token's experts (RouteTail, one warp per token): one launch instead of one cluster kernel whose 8 SMs read
-// the whole 1.2 MB router (19 us). With decode_fusion off the selection is a second kernel
-// (moe_select_kernel); both run the same selection on the same logits, so their results are identical.
+// the whole 1.2 MB router (19 us). With decode_fusion off (the default) the selection is a second kernel:
+// moe_select_wide_kernel for routers of at most 256 experts choosing at most 8 by sigmoid scores without a
+// group limit (Kimi Linear's), a CTA of 256 threads a token; moe_select_kernel (one warp a token) for the
+// rest. All of them choose the same experts in the same order with the same weights from the same logits.
 //
 // Prefill (T >= options.moe_route_gemm_min_tokens): the logits as one cuBLASLt GEMM (fp32 accumulate and
 // output) per chunk of tokens into CudaContext::route_logits, then moe_select_rows_kernel, a warp per token:
@@ -358,6 +360,93 @@ __global__ void __launch_bounds__(32) moe_select_kernel(RouteParams p, const flo
   select_tokens(p, logits, int(blockIdx.x), 1, row, bias);
 }
 
+// The decode selection of Kimi Linear's router shape (E <= 256, top_k <= 8, sigmoid scores, no group limit):
+// a CTA of 256 threads a token, one expert a thread, instead of moe_select_kernel's one warp (on the H100 it
+// took 10.9 us a token: 21k cycles at 11 cycles an instruction, every dependent step paying its latency with
+// no other warp to hide it). Each warp sorts its 32 keys (score + bias, id) by `better` with a bitonic
+// network of shuffles; the eight warps' best eight go to shared memory and warp 0 merges them in three rounds
+// (the best eight of two sorted lists: the elementwise better of one and the other reversed, a bitonic eight,
+// then sorted by a bitonic merge). `better` orders the keys totally (NaN scores and ids past E become (-inf,
+// INT_MAX), as in select_top_k), so the choices, their order and their weights (the unbiased scores of the
+// chosen experts, summed in choice order) are select_top_k's.
+constexpr int kSelectWideThreads = 256, kSelectWideTopK = 8;
+constexpr int kSelectWideCandidates = kSelectWideThreads / 32 * kSelectWideTopK;  // 64: the warps' best eight
+
+// One compare-exchange of a bitonic network across lanes at distance j: keep the better of the pair, or the
+// other one.
+__device__ __forceinline__ void bitonic_exchange(float& v, int& i, int j, bool keep_better) {
+  const float pv = __shfl_xor_sync(kFull, v, j);
+  const int pi = __shfl_xor_sync(kFull, i, j);
+  if (keep_better ? better(pv, pi, v, i) : better(v, i, pv, pi)) v = pv, i = pi;
+}
+
+// Sorts a bitonic sequence of eight in each group of eight lanes, best first.
+__device__ __forceinline__ void bitonic_merge8(float& v, int& i, int lane) {
+#pragma unroll
+  for (int j = 4; j > 0; j >>= 1) bitonic_exchange(v, i, j, (lane & j) == 0);
+}
+
+bool select_wide_fits(const RouteParams& p) {
+  const bool grouped = p.n_groups > 1 && p.topk_group < p.n_groups;
+  return p.E <= kSelectWideThreads && p.top_k >= 1 && p.top_k <= kSelectWideTopK && !p.softmax && !grouped;
+}
+
+__global__ void __launch_bounds__(kSelectWideThreads)
+    moe_select_wide_kernel(RouteParams p, const float* logits) {
+  __shared__ float score[kSelectWideThreads];  // the unbiased scores (the chosen experts' weights)
+  __shared__ float cand_v[kSelectWideCandidates];
+  __shared__ int cand_i[kSelectWideCandidates];
+  const int e = int(threadIdx.x), lane = e & 31, warp = e >> 5, t = int(blockIdx.x);
+  const float bias = p.bias && e < p.E ? __ldg(p.bias + e) : 0.0f;  // a weight: read before the wait
+  pdl_prologue();
+  float s = NAN;
+  if (e < p.E) s = 1.0f / (1.0f + expf(-__ldcg(logits + int64_t(t) * p.E + e)));  // route_select's sigmoid
+  score[e] = s;
+  const float x = s + bias;  // route_select's biased score (+ 0.0f without a bias, as there)
+  const bool ok = e < p.E && !isnan(x);
+  float v = ok ? x : -INFINITY;
+  int id = ok ? e : INT_MAX;
+#pragma unroll
+  for (int k = 2; k <= 32; k <<= 1)  // the warp's 32 keys sorted, best at lane 0
+#pragma unroll
+    for (int j = k >> 1; j > 0; j >>= 1) bitonic_exchange(v, id, j, ((lane & j) == 0) == ((lane & k) == 0));
+  if (lane < kSelectWideTopK) {
+    cand_v[warp * kSelectWideTopK + lane] = v;
+    cand_i[warp * kSelectWideTopK + lane] = id;
+  }
+  __syncthreads();
+  if (warp != 0) return;
+  // Lane l: element r of list g (warp g's best eight) against element 7 - r of list g + 4.
+  const int g = lane >> 3, r = lane & 7;
+  v = cand_v[g * kSelectWideTopK + r];
+  id = cand_i[g * kSelectWideTopK + r];
+  {
+    const int o = (g + 4) * kSelectWideTopK + (kSelectWideTopK - 1 - r);
+    if (better(cand_v[o], cand_i[o], v, id)) v = cand_v[o], id = cand_i[o];
+  }
+  bitonic_merge8(v, id, lane);
+  // The lists of groups g and g ^ m (m = 1, then 2): both groups end with the best eight of the two.
+#pragma unroll
+  for (int m = 1; m <= 2; m <<= 1) {
+    const int src = ((g ^ m) << 3) | (kSelectWideTopK - 1 - r);
+    const float ov = __shfl_sync(kFull, v, src);
+    const int oi = __shfl_sync(kFull, id, src);
+    if (better(ov, oi, v, id)) v = ov, id = oi;
+    bitonic_merge8(v, id, lane);
+  }
+  // Lane j < top_k holds the j-th choice (only NaN keys left: expert 0, as select_top_k).
+  const int chosen = id >= p.E ? 0 : id;
+  const float my_w = lane < p.top_k ? score[chosen] : 0.0f;
+  float wsum = 0.0f;  // in choice order, as the reference adds them
+  for (int j = 0; j < p.top_k; ++j) wsum += __shfl_sync(kFull, my_w, j);
+  if (lane < p.top_k) {
+    float w = my_w;
+    if (p.renormalize && p.top_k > 1) w /= (wsum + 1e-20f);
+    p.ids[int64_t(t) * p.ld_ids + lane] = local_id(p, chosen);
+    p.weights[int64_t(t) * p.ld_weights + lane] = w * p.scaling;
+  }
+}
+
 // Prefill selection after the logits GEMM: CTA b routes tokens [b kSelectTokens, ...) of the chunk, a warp
 // each; dynamic shared memory holds their rows and the bias ((kSelectTokens + 1) E floats).
 __global__ void __launch_bounds__(32 * moe::kSelectTokens) moe_select_rows_kernel(RouteParams p, const float* logits) {
@@ -457,6 +546,9 @@ Status launch_moe_route(const backend::MoeRouteArgs& a, const CudaContext& cx) {
   }
   if (small) {
     RILL_TRY(launch_gemv(logits.args, cx.sm_count, cx.stream));
+    if (select_wide_fits(p))
+      return launch("moe_select_wide", {dim3(unsigned(T)), dim3(kSelectWideThreads)}, cx.stream,
+                    moe_select_wide_kernel, p, static_cast<const float*>(cx.route_logits));
     return launch("moe_select", {dim3(unsigned(T)), dim3(32)}, cx.stream, moe_select_kernel, p,
                   static_cast<const float*>(cx.route_logits));
   }
