@@ -39,6 +39,7 @@
 #include "backend/cuda/moe/device.cuh"
 #include "backend/cuda/moe/moe.h"
 #include "backend/cuda/moe/params.h"
+#include "backend/cuda/moe/select_network.h"
 
 namespace rill::cuda {
 namespace {
@@ -74,7 +75,7 @@ __device__ __forceinline__ int local_id(const RouteParams& p, int id) {
 }
 
 __device__ __forceinline__ bool better(float v, int i, float bv, int bi) {
-  return v > bv || (v == bv && i < bi);
+  return moe::select_better(v, i, bv, bi);
 }
 
 __device__ __forceinline__ void warp_argmax(float& v, int& i) {
@@ -368,9 +369,11 @@ __global__ void __launch_bounds__(32) moe_select_kernel(RouteParams p, const flo
 // (the best eight of two sorted lists: the elementwise better of one and the other reversed, a bitonic eight,
 // then sorted by a bitonic merge). `better` orders the keys totally (NaN scores and ids past E become (-inf,
 // INT_MAX), as in select_top_k), so the choices, their order and their weights (the unbiased scores of the
-// chosen experts, summed in choice order) are select_top_k's.
-constexpr int kSelectWideThreads = 256, kSelectWideTopK = 8;
-constexpr int kSelectWideCandidates = kSelectWideThreads / 32 * kSelectWideTopK;  // 64: the warps' best eight
+// chosen experts, summed in choice order) are select_top_k's. The networks' lane arithmetic is
+// moe/select_network.h's (tested on the host).
+using moe::kSelectWideCandidates;
+using moe::kSelectWideThreads;
+using moe::kSelectWideTopK;
 
 // One compare-exchange of a bitonic network across lanes at distance j: keep the better of the pair, or the
 // other one.
@@ -383,7 +386,7 @@ __device__ __forceinline__ void bitonic_exchange(float& v, int& i, int j, bool k
 // Sorts a bitonic sequence of eight in each group of eight lanes, best first.
 __device__ __forceinline__ void bitonic_merge8(float& v, int& i, int lane) {
 #pragma unroll
-  for (int j = 4; j > 0; j >>= 1) bitonic_exchange(v, i, j, (lane & j) == 0);
+  for (int j = 4; j > 0; j >>= 1) bitonic_exchange(v, i, j, moe::merge8_keeps_better(lane, j));
 }
 
 bool select_wide_fits(const RouteParams& p) {
@@ -409,26 +412,26 @@ __global__ void __launch_bounds__(kSelectWideThreads)
 #pragma unroll
   for (int k = 2; k <= 32; k <<= 1)  // the warp's 32 keys sorted, best at lane 0
 #pragma unroll
-    for (int j = k >> 1; j > 0; j >>= 1) bitonic_exchange(v, id, j, ((lane & j) == 0) == ((lane & k) == 0));
+    for (int j = k >> 1; j > 0; j >>= 1) bitonic_exchange(v, id, j, moe::sort32_keeps_better(lane, k, j));
   if (lane < kSelectWideTopK) {
     cand_v[warp * kSelectWideTopK + lane] = v;
     cand_i[warp * kSelectWideTopK + lane] = id;
   }
   __syncthreads();
   if (warp != 0) return;
-  // Lane l: element r of list g (warp g's best eight) against element 7 - r of list g + 4.
-  const int g = lane >> 3, r = lane & 7;
-  v = cand_v[g * kSelectWideTopK + r];
-  id = cand_i[g * kSelectWideTopK + r];
+  // Lane l: element l % 8 of list l / 8 (warp l / 8's best eight) against its first partner in list l / 8
+  // + 4.
+  v = cand_v[lane];
+  id = cand_i[lane];
   {
-    const int o = (g + 4) * kSelectWideTopK + (kSelectWideTopK - 1 - r);
+    const int o = moe::select_first_partner(lane);
     if (better(cand_v[o], cand_i[o], v, id)) v = cand_v[o], id = cand_i[o];
   }
   bitonic_merge8(v, id, lane);
-  // The lists of groups g and g ^ m (m = 1, then 2): both groups end with the best eight of the two.
+  // The lists of lane groups g = lane / 8 and g ^ m (m = 1, then 2): both end with the best eight of the two.
 #pragma unroll
   for (int m = 1; m <= 2; m <<= 1) {
-    const int src = ((g ^ m) << 3) | (kSelectWideTopK - 1 - r);
+    const int src = moe::select_merge_partner(lane, m);
     const float ov = __shfl_sync(kFull, v, src);
     const int oi = __shfl_sync(kFull, id, src);
     if (better(ov, oi, v, id)) v = ov, id = oi;
