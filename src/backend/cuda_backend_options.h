@@ -22,11 +22,13 @@ struct CudaBackendOptions {
   // Programmatic dependent launch on every kernel launched through cuda::launch() (common/launch.h); off:
   // plain stream order (the kernels' waits become no-ops). `pdl`.
   bool pdl = true;
-  // The fused KDA decode step (kda/decode_fused.cu) for steps of at least two sequences; off, or one
-  // sequence: the f_b / g_b GEMV and the separate prepare/recurrent/norm ops. Measured on the H100
-  // (2026-12-07, FP8 48B `ptpc_fp8`, graphed steps at 4K, fused against separate): batch 1 2.95-2.98 against
-  // 2.87-2.90 ms, batch 2 3.52-3.59 against 3.52-3.59, batch 4 5.39-5.40 against 5.44-5.58, batch 8
-  // 9.32-9.37 against 9.69-9.76, batch 16 10.42-10.53 against 10.96-11.02. `kda_fused_decode`.
+  // The fused KDA decode step (kda/decode_fused.cu) for steps of at least two sequences, and for one whose
+  // heads fill at most a quarter of the SMs (Kimi Linear's batch 1: the split form, a cluster of 4 CTAs a
+  // head); off: the f_b / g_b GEMV and the separate prepare/recurrent/norm ops. Measured on the H100
+  // (2026-12-07, FP8 48B `ptpc_fp8`, graphed steps at 4K, fused against separate): batch 1 with the split
+  // form 2.656-2.666 against 2.726-2.733 ms (one CTA a head: 2.95-2.98 against 2.87-2.90), batch 2 3.52-3.59
+  // against 3.52-3.59, batch 4 5.39-5.40 against 5.44-5.58, batch 8 9.32-9.37 against 9.69-9.76, batch 16
+  // 10.42-10.53 against 10.96-11.02. `kda_fused_decode`.
   bool kda_fused_decode = true;
   // Verify-sized KDA sequences (up to kda::kRecurrentMaxTokens tokens) through the recurrent kernel; off: the
   // chunked prefill path. `kda_recurrent_verify`.

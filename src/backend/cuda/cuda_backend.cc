@@ -647,11 +647,12 @@ Status CudaBackend::kda_fold_impl(const backend::KdaFoldArgs& a) {
 Status CudaBackend::kda_output_impl(const backend::KdaOutputArgs& a) {
   return launch_kda_output_norm(a, ctx_);
 }
-// One sequence keeps the separate ops: the fused kernel has a CTA per (sequence, head), 32 at batch 1, where
-// the separate ops spread the f_b / g_b rows over every SM (cuda_backend_options.h kda_fused_decode).
+// One sequence takes the fused kernel only where its split form fits (a cluster of 4 CTAs a head, the heads
+// on at most a quarter of the SMs): one CTA a head, 32 at batch 1, lost to the separate ops, which spread the
+// f_b / g_b rows over every SM (kda/kda.h kda_decode_fusion_pays; cuda_backend_options.h kda_fused_decode).
 bool CudaBackend::kda_fuses_decode(const backend::KdaDecodeArgs& a) const {
   return ctx_.options.kda_fused_decode && kda_decode_fusable(a) && a.layout != nullptr &&
-         a.layout->n_seqs >= 2;
+         kda_decode_fusion_pays(a.layout->n_seqs, int(a.n_heads), ctx_);
 }
 Status CudaBackend::kda_decode_impl(const backend::KdaDecodeArgs& a) {
   return launch_kda_decode(a, ctx_);

@@ -335,6 +335,10 @@ bool kda_decode_fusable(const backend::KdaDecodeArgs& a) {
          (a.g_b == nullptr || dense_bf16(a.g_b)) && a.qkv.dtype == DType::BF16 && a.out.dtype == DType::BF16;
 }
 
+bool kda_decode_fusion_pays(int n_seqs, int n_heads, const CudaContext& cx) {
+  return n_seqs >= 2 || kda::decode_fused_splits(n_seqs, n_heads, cx.sm_count);
+}
+
 Status launch_kda_decode(const backend::KdaDecodeArgs& a, const CudaContext& cx) {
   using namespace kda;
   const char* op = "kda_decode (CUDA)";

@@ -18,7 +18,9 @@ Status launch_prepare(const PrepareParams& p, cudaStream_t stream);
 // Fused recurrent step for every sequence with 1 <= n_new <= io.recurrent_max (others exit); n_recurrent (their
 // count) sizes the column split.
 Status launch_recurrent_step(const AttentionIo& io, int n_recurrent, const CudaContext& cx);
-// The whole decode step of a layer after its projections, one CTA per (sequence, head) (decode_fused.cu).
+// The whole decode step of a layer after its projections, one CTA per (sequence, head), or a cluster of 4 per
+// head where decode_fused_splits (decode_fused.cu).
+bool decode_fused_splits(int n_seqs, int n_heads, int sm_count);
 Status launch_decode_fused(const DecodeParams& p, int n_seqs, const CudaContext& cx);
 // Replay records' fold: one CTA per (fold, head) (fold.cu).
 Status launch_fold(const FoldParams& p, cudaStream_t stream);
