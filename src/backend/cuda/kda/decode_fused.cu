@@ -13,7 +13,7 @@
 // the decay and the g_b rows of its gate columns split among the four and the decays shared through
 // distributed shared memory; rank 0 alone rewrites the q and k window rows, after a cluster barrier past
 // every rank's reads; the output norm's 32 lane sums gathered into each CTA so its sum is the one-CTA form's,
-// bit for bit).
+// bit for bit): 2.66 against 2.73 ms a step on the H100, where the separate ops had won (docs/PERF.md).
 //
 // The model's decode path since it passed the op, model and runner GPU tests on the H200 and measured faster
 // there (docs/PERF.md); the backend option kda_fused_decode=0 runs the separate ops instead.
