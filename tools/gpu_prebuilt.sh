@@ -7,6 +7,9 @@
 # gpu_check.sh's build of rill and backend_tests there takes several of them, this unpack a few seconds.
 #
 #   here:   tools/fetch_gpu_deps.sh; tools/gpu_prebuilt.sh pack [TARGET...]   (default: rill backend_tests)
+#           tools/gpu_prebuilt.sh baseline REV [TARGET...]   (after pack; default: rill) adds REV's build of each
+#           TARGET as $B/<target>_base, for an A/B of two trees in one call (built in a worktree under
+#           build-base/; ~4 MB a program: a device call carries at most 64 MiB with the tracked files)
 #   device: tools/gpu_prebuilt.sh run 'COMMAND'   with carry [".prebuilt"], e.g.
 #           run '$B/rill bench --load-format dummy --preset kimi-linear-48b --quantization fp8 --skip-ops'
 #           run 'tools/spec_workload/run.sh $B --device cuda --repeats 3'
@@ -18,15 +21,33 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUN=.prebuilt
+
+# Configures source tree $1 into build folder $2 as the GPU machine's programs are built.
+configure() {
+  mkdir -p "$2"
+  cmake -S "$1" -B "$2" -G Ninja -DRILL_CUDA=ON -DCMAKE_BUILD_TYPE=Release -DCMAKE_DISABLE_FIND_PACKAGE_MPI=ON \
+    -DRILL_WERROR=OFF -DCMAKE_CUDA_FLAGS=-lineinfo > "$2/configure.log"  # (-lineinfo: for ncu)
+}
+
+# A device call carries the tracked and untracked-not-ignored files plus the carried paths, at most 64 MiB
+# (counted in disk blocks): says so here, before a call is refused for it.
+check_size() {
+  local tracked packed
+  tracked=$(git ls-files -z --cached --others --exclude-standard | xargs -0 du -ck 2>/dev/null | tail -1 | cut -f1)
+  packed=$(du -sk $RUN | cut -f1)
+  if ((tracked + packed > 65536)); then
+    echo "gpu_prebuilt.sh: the checkout (${tracked} KiB) and $RUN (${packed} KiB) exceed a device call's 64 MiB;" \
+      "pack fewer programs (or remove $RUN/kimi.tar.gz where no serve run needs it)" >&2
+  fi
+}
+
 case ${1:-} in
   pack)
     shift
     targets=("$@")
     [[ ${#targets[@]} -eq 0 ]] && targets=(rill backend_tests)
     BUILD=${PREBUILT_BUILD:-build-prebuilt}
-    mkdir -p "$BUILD"
-    cmake -S . -B "$BUILD" -G Ninja -DRILL_CUDA=ON -DCMAKE_BUILD_TYPE=Release -DCMAKE_DISABLE_FIND_PACKAGE_MPI=ON \
-      -DRILL_WERROR=OFF -DCMAKE_CUDA_FLAGS=-lineinfo > "$BUILD/configure.log"  # (-lineinfo: for ncu)
+    configure . "$BUILD"
     ninja -C "$BUILD" "${targets[@]}"
     rm -rf $RUN && mkdir -p $RUN/prebuilt
     for t in "${targets[@]}"; do
@@ -42,6 +63,31 @@ case ${1:-} in
     git rev-parse --short HEAD > $RUN/commit.txt
     git diff --quiet HEAD || echo "(with uncommitted changes)" >> $RUN/commit.txt
     du -sh $RUN
+    check_size
+    ;;
+  baseline)
+    rev=$(git rev-parse --verify "${2:?gpu_prebuilt.sh baseline needs a revision}^{commit}")
+    shift 2
+    targets=("$@")
+    [[ ${#targets[@]} -eq 0 ]] && targets=(rill)
+    [[ -d $RUN/prebuilt ]] || { echo "gpu_prebuilt.sh: pack first (pack empties $RUN)" >&2; exit 1; }
+    TREE=build-base/tree BUILD=build-base/build
+    if [[ -e $TREE/.git ]]; then
+      git -C "$TREE" checkout -q --detach "$rev"
+    else
+      git worktree add -q --detach "$TREE" "$rev"
+    fi
+    configure "$TREE" "$BUILD"
+    ninja -C "$BUILD" "${targets[@]}"
+    for t in "${targets[@]}"; do
+      exe=$(find "$BUILD" -type f -name "$t" -perm -u+x | head -1)
+      [[ -n $exe ]] || { echo "gpu_prebuilt.sh: no program $t in $BUILD" >&2; exit 1; }
+      rm -f "$RUN/prebuilt/${t}_base.xz"
+      strip -o "$RUN/prebuilt/${t}_base" "$exe" && xz -T2 -6 "$RUN/prebuilt/${t}_base"
+    done
+    echo "baseline $(git rev-parse --short "$rev")" >> $RUN/commit.txt
+    du -sh $RUN
+    check_size
     ;;
   run)
     if ! [[ -d $RUN/prebuilt ]]; then
